@@ -1,0 +1,123 @@
+"""Configuration dataclasses, loaded from TOML and validated in one place.
+
+Every field name carries its unit. Unknown keys and out-of-range values raise
+:class:`~broker_core.errors.ConfigError` naming the key, so a typo in a config file
+is an error at start-up rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+from broker_core.errors import ConfigError
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+
+
+class FlushMode(StrEnum):
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Settings of the message store (``broker_core.store``)."""
+
+    store_dir: str = ".rocketmq/store"
+    segment_size_bytes: int = 1 * GIB
+    consume_queue_units_per_file: int = 300_000
+    index_slot_count: int = 500_000
+    index_max_entries: int = 2_000_000
+    flush_mode: FlushMode = FlushMode.ASYNC
+    flush_interval_ms: int = 500
+    sync_flush_timeout_ms: int = 5_000
+    derived_flush_interval_ms: int = 1_000
+    max_body_bytes: int = 4 * MIB
+    max_properties_bytes: int = 32 * KIB
+    file_reserved_hours: float = 72.0
+    disk_max_used_ratio: float = 0.85
+    cleanup_interval_ms: int = 10_000
+    max_dispatch_lag_bytes: int = 256 * MIB
+    max_flush_lag_bytes: int = 512 * MIB
+    store_host: str = "127.0.0.1"
+    store_port: int = 8081
+
+    def __post_init__(self) -> None:
+        if isinstance(self.flush_mode, str) and not isinstance(self.flush_mode, FlushMode):
+            try:
+                object.__setattr__(self, "flush_mode", FlushMode(self.flush_mode))
+            except ValueError:
+                raise ConfigError(
+                    f"flush_mode must be 'sync' or 'async', got {self.flush_mode!r}"
+                ) from None
+        _require(self.segment_size_bytes >= 4 * KIB, "segment_size_bytes must be ≥ 4096")
+        _require(
+            self.segment_size_bytes >= self.max_body_bytes + self.max_properties_bytes + 4 * KIB,
+            "segment_size_bytes must hold the largest message "
+            "(max_body_bytes + max_properties_bytes + 4 KiB)",
+        )
+        _require(self.segment_size_bytes < 2**31, "segment_size_bytes must be < 2 GiB")
+        _require(self.consume_queue_units_per_file >= 1, "consume_queue_units_per_file must be ≥ 1")
+        _require(self.index_slot_count >= 1, "index_slot_count must be ≥ 1")
+        _require(self.index_max_entries >= 1, "index_max_entries must be ≥ 1")
+        _require(self.flush_interval_ms >= 1, "flush_interval_ms must be ≥ 1")
+        _require(self.sync_flush_timeout_ms >= 1, "sync_flush_timeout_ms must be ≥ 1")
+        _require(self.max_body_bytes >= 1, "max_body_bytes must be ≥ 1")
+        _require(self.file_reserved_hours > 0, "file_reserved_hours must be > 0")
+        _require(0 < self.disk_max_used_ratio <= 1, "disk_max_used_ratio must be in (0, 1]")
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return Path(self.store_dir) / "commitlog"
+
+    @property
+    def consume_queue_dir(self) -> Path:
+        return Path(self.store_dir) / "consumequeue"
+
+    @property
+    def index_dir(self) -> Path:
+        return Path(self.store_dir) / "index"
+
+    @property
+    def config_dir(self) -> Path:
+        return Path(self.store_dir) / "config"
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+T = TypeVar("T")
+
+
+def from_mapping(cls: type[T], values: dict[str, Any], *, section: str = "") -> T:
+    """Build dataclass ``cls`` from a dict, rejecting unknown keys by name."""
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - known)
+    if unknown:
+        where = f" in [{section}]" if section else ""
+        raise ConfigError(f"unknown config key(s){where}: {', '.join(unknown)}")
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ConfigError(f"bad config{' in [' + section + ']' if section else ''}: {exc}") from exc
+
+
+def load_store_config(path: str | Path, **overrides: Any) -> StoreConfig:
+    """Read the ``[store]`` table of a TOML file; keyword overrides win."""
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    values = dict(doc.get("store", {}))
+    values.update(overrides)
+    return from_mapping(StoreConfig, values, section="store")

@@ -1,0 +1,334 @@
+"""The commitlog: every topic's messages in one log of fixed-size segment files.
+
+Segments live in one directory, each named by the 20-digit zero-padded global offset of
+its first byte and exactly ``segment_size_bytes`` long. A unit never spans two segments:
+when the next unit does not fit, the rest of the segment gets a blank marker (see
+``codec``) and the unit goes to the start of a new segment.
+
+Crash contract: each unit is checksummed (``codec``). ``recover(from_offset)`` scans
+forward from a known-good unit boundary (the checkpoint), stops at the first unit that
+does not verify, zeroes everything after it and deletes later segments, and reports the
+bytes it dropped. Units below the recovery point are verified when read: a bad one
+raises :class:`CorruptionError` naming the file and position, never skipped silently.
+
+Threads: ``append_batch`` and ``flush`` may be called from any thread (appends serialise
+on one lock; flush on another). Reads of offsets below ``max_offset`` need no lock.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker_core.errors import CorruptionError, OffsetOutOfRangeError, StoreError
+from broker_core.message import StoredMessage
+from broker_core.store import codec
+from broker_core.store.mapped_file import MappedFile, segment_name
+
+_SEGMENT_RE = re.compile(r"^\d{20}$")
+_PREPARED_OR_ROLLBACK = (codec.SYSFLAG_TRANSACTION_PREPARED, codec.SYSFLAG_TRANSACTION_ROLLBACK)
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Where one message went."""
+
+    physical_offset: int
+    queue_offset: int
+    size: int
+
+
+@dataclass(slots=True)
+class BatchResult:
+    results: list[AppendResult]
+    store_timestamp_ms: int
+    end_offset: int  # global offset just past the last unit written
+
+
+@dataclass(slots=True)
+class CommitLogRecovery:
+    """What ``recover`` found and did."""
+
+    scanned_from: int
+    end_offset: int
+    dropped_bytes: int = 0
+    dropped_segments: list[str] = field(default_factory=list)
+    problem: str = ""
+
+
+class QueueOffsetTable:
+    """The next queue offset of every (topic, queue id); owned by the commitlog's put lock."""
+
+    def __init__(self) -> None:
+        self._next: dict[tuple[str, int], int] = {}
+
+    def take(self, topic: str, queue_id: int) -> int:
+        key = (topic, queue_id)
+        offset = self._next.get(key, 0)
+        self._next[key] = offset + 1
+        return offset
+
+    def peek(self, topic: str, queue_id: int) -> int:
+        return self._next.get((topic, queue_id), 0)
+
+    def set(self, topic: str, queue_id: int, next_offset: int) -> None:
+        self._next[(topic, queue_id)] = next_offset
+
+    def remove_topic(self, topic: str) -> None:
+        for key in [k for k in self._next if k[0] == topic]:
+            del self._next[key]
+
+
+class CommitLog:
+    """Ordered segments; appends at the end, reads anywhere above the minimum."""
+
+    def __init__(self, directory: Path, segment_size_bytes: int, store_host: tuple[str, int]):
+        self.directory = directory
+        self.segment_size = segment_size_bytes
+        # Copy-on-write: replaced whole, never mutated, so readers need no lock.
+        self._segments: list[MappedFile] = []
+        self._put_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._store_ip = socket.inet_aton(store_host[0])
+        self._store_port = store_host[1]
+        self.queue_offsets = QueueOffsetTable()
+        self.flushed_offset = 0
+        directory.mkdir(parents=True, exist_ok=True)
+
+    # ---- opening and recovery -------------------------------------------------------
+
+    def load(self) -> None:
+        """Map existing segments; a gap between segments is corruption."""
+        names = sorted(p.name for p in self.directory.iterdir() if _SEGMENT_RE.match(p.name))
+        for name in names:
+            path = self.directory / name
+            prev = self._segments[-1].base_offset if self._segments else None
+            if prev is not None and int(name) != prev + self.segment_size:
+                raise CorruptionError(
+                    f"commitlog segment {name} does not follow {segment_name(prev)} "
+                    "(a segment is missing or has the wrong size)",
+                    path=str(path), position=0,
+                )  # fmt: skip
+            seg = MappedFile(path, self.segment_size, create=False)
+            seg.wrote_position = seg.flushed_position = self.segment_size
+            self._segments = [*self._segments, seg]
+
+    def recover(self, from_offset: int) -> CommitLogRecovery:
+        """Scan from ``from_offset`` (a unit boundary), truncate the torn tail."""
+        if not self._segments:
+            return CommitLogRecovery(from_offset, 0)
+        from_offset = max(from_offset, self.min_offset)
+        idx = self._segment_index(from_offset) if from_offset < self._end_of_files() else None
+        if idx is None:  # checkpoint past the files we have: scan the last segment whole
+            idx = len(self._segments) - 1
+            from_offset = self._segments[idx].base_offset
+        pos, problem = from_offset, ""
+        for seg in self._segments[idx:]:
+            pos, problem, at_end = self._scan_segment(seg, pos - seg.base_offset)
+            if not at_end:
+                break
+        report = CommitLogRecovery(from_offset, pos, problem=problem)
+        self._truncate(pos, report)
+        self.flushed_offset = pos
+        return report
+
+    def _scan_segment(self, seg: MappedFile, pos: int) -> tuple[int, str, bool]:
+        """Verify units from ``pos``; returns (end global offset, problem, reached end)."""
+        buf = seg.buffer
+        size = seg.size
+        while pos + codec.MIN_BLANK_BYTES <= size:
+            total, magic = codec.SIZE_MAGIC.unpack_from(buf, pos)
+            if total == 0 and magic == 0:
+                return seg.base_offset + pos, "", False
+            if magic == codec.BLANK_MAGIC and pos + total == size:
+                return seg.base_offset + size, "", True
+            try:
+                pos += codec.check_unit(buf, pos, seg.base_offset + pos, str(seg.path))
+            except CorruptionError as exc:
+                return seg.base_offset + pos, str(exc), False
+        return seg.base_offset + size, "", True
+
+    def _truncate(self, offset: int, report: CommitLogRecovery) -> None:
+        keep = [s for s in self._segments if s.base_offset <= offset]
+        if keep and keep[-1].base_offset == offset and len(keep) > 1:
+            keep.pop()  # an empty segment at the tail: remove, it is recreated on demand
+        for seg in self._segments[len(keep) :]:
+            report.dropped_segments.append(seg.path.name)
+            report.dropped_bytes += _written_bytes(seg)
+            seg.destroy()
+        self._segments = keep
+        if keep:
+            last = keep[-1]
+            local = offset - last.base_offset
+            report.dropped_bytes += max(0, _written_bytes(last) - local)
+            last.truncate_to(local)
+
+    # ---- writing --------------------------------------------------------------------
+
+    def append_batch(self, batch: list[codec.EncodedMessage], now_ms: int) -> BatchResult:
+        """Append encoded units in order; queue offsets are assigned here, under the lock."""
+        results: list[AppendResult] = []
+        with self._put_lock:
+            seg = self._writable_segment(batch[0].size if batch else 0)
+            chunk = bytearray()
+            chunk_start = seg.wrote_position
+            for enc in batch:
+                pos = chunk_start + len(chunk)
+                if pos + enc.size + codec.MIN_BLANK_BYTES > seg.size:
+                    chunk += codec.blank_unit(seg.size - pos)
+                    seg.append(chunk)
+                    seg.wrote_position = seg.size  # the blank covers the rest
+                    seg = self._new_segment(seg.base_offset + seg.size)
+                    chunk, chunk_start, pos = bytearray(), 0, 0
+                phys = seg.base_offset + pos
+                tran = enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK
+                qoff = 0 if tran in _PREPARED_OR_ROLLBACK else self.queue_offsets.take(
+                    enc.topic, enc.queue_id
+                )
+                codec.seal(enc.data, qoff, phys, now_ms, self._store_ip, self._store_port)
+                chunk += enc.data
+                results.append(AppendResult(phys, qoff, enc.size))
+            seg.append(chunk)
+            return BatchResult(results, now_ms, seg.end_offset)
+
+    def _writable_segment(self, first_size: int) -> MappedFile:
+        if not self._segments:
+            return self._new_segment(0)
+        last = self._segments[-1]
+        if last.free_bytes < codec.MIN_BLANK_BYTES:
+            return self._new_segment(last.base_offset + last.size)
+        return last
+
+    def _new_segment(self, base: int) -> MappedFile:
+        seg = MappedFile(self.directory / segment_name(base), self.segment_size, create=True)
+        self._segments = [*self._segments, seg]
+        return seg
+
+    def flush(self) -> int:
+        """fdatasync everything appended so far; returns the durable offset."""
+        with self._flush_lock:
+            segments = self._segments
+            if not segments:
+                return self.flushed_offset
+            end = segments[-1].end_offset  # read first: appends may continue meanwhile
+            for seg in segments:
+                if seg.flushed_position < seg.wrote_position:
+                    seg.flush()
+            self.flushed_offset = max(self.flushed_offset, end)
+            return self.flushed_offset
+
+    # ---- reading --------------------------------------------------------------------
+
+    @property
+    def max_offset(self) -> int:
+        """Global offset just past the last unit appended."""
+        segs = self._segments
+        return segs[-1].end_offset if segs else 0
+
+    @property
+    def min_offset(self) -> int:
+        segs = self._segments
+        return segs[0].base_offset if segs else 0
+
+    def _end_of_files(self) -> int:
+        segs = self._segments
+        return segs[-1].base_offset + self.segment_size if segs else 0
+
+    def _segment_index(self, offset: int) -> int:
+        segs = self._segments
+        idx = (offset - segs[0].base_offset) // self.segment_size if segs else -1
+        if idx < 0 or idx >= len(segs):
+            raise OffsetOutOfRangeError(
+                f"commitlog offset out of range (min is {self.min_offset}): {offset}",
+                min_offset=self.min_offset, max_offset=self.max_offset,
+            )  # fmt: skip
+        return idx
+
+    def segment_at(self, offset: int) -> MappedFile:
+        segs = self._segments
+        idx = (offset - segs[0].base_offset) // self.segment_size if segs else -1
+        if idx < 0 or idx >= len(segs):
+            self._segment_index(offset)  # raises the out-of-range error
+        return segs[idx]
+
+    def read_message(self, offset: int, size: int = 0) -> StoredMessage:
+        """Read and verify the unit at ``offset``; CorruptionError if it does not verify."""
+        seg = self.segment_at(offset)
+        local = offset - seg.base_offset
+        if size <= 0:
+            size = struct.unpack_from(">i", seg.buffer, local)[0]
+            if size <= 0 or local + size > seg.size:
+                raise CorruptionError(f"bad unit size {size}", path=str(seg.path), position=offset)
+        raw = seg.read(local, size)
+        codec.check_unit(raw, 0, offset, str(seg.path))
+        return codec.decode(raw, 0)
+
+    def read_store_timestamp(self, offset: int) -> int:
+        seg = self.segment_at(offset)
+        return int(codec.STORE_TIME.unpack_from(seg.buffer, offset - seg.base_offset + 60)[0])
+
+    def iter_units(
+        self, start: int, end: int, *, verify: bool = False
+    ) -> Iterator[tuple[bytes, int, int]]:
+        """Yield ``(buffer, position, global offset)`` of each unit in ``[start, end)``.
+
+        Blank markers are skipped. The buffer is a copy taken per segment, so appends
+        beyond ``end`` are never seen. Anything but a unit or a blank raises
+        CorruptionError; with ``verify`` every unit's checksums are checked as well.
+        """
+        offset = start
+        while offset < end:
+            seg = self.segment_at(offset)
+            local = offset - seg.base_offset
+            stop = min(end - seg.base_offset, seg.wrote_position)
+            buf = seg.read(local, stop - local)
+            pos = 0
+            while pos + codec.MIN_BLANK_BYTES <= len(buf):
+                total, magic = codec.SIZE_MAGIC.unpack_from(buf, pos)
+                if magic == codec.BLANK_MAGIC:
+                    break
+                if verify or magic != codec.MESSAGE_MAGIC:
+                    codec.check_unit(buf, pos, offset + pos, str(seg.path))
+                yield buf, pos, offset + pos
+                pos += total
+            if stop < seg.wrote_position or seg.wrote_position < seg.size:
+                return
+            offset = seg.base_offset + seg.size
+
+    # ---- retention ------------------------------------------------------------------
+
+    def segments(self) -> list[MappedFile]:
+        return list(self._segments)
+
+    def delete_first_segment(self) -> MappedFile:
+        """Remove the oldest segment (never the only one); returns it, destroyed."""
+        with self._put_lock:
+            if len(self._segments) < 2:
+                raise StoreError("refusing to delete the active commitlog segment")
+            seg = self._segments[0]
+            self._segments = self._segments[1:]
+        seg.destroy()
+        return seg
+
+    def close(self) -> None:
+        self.flush()
+        for seg in self._segments:
+            seg.close()
+
+
+def _written_bytes(seg: MappedFile) -> int:
+    """Bytes of a segment up to its last non-zero byte (for loss reports)."""
+    buf = seg.buffer
+    end = seg.size
+    step = 1 << 16
+    while end > 0:
+        start = max(0, end - step)
+        if buf[start:end].strip(b"\x00"):
+            return start + len(buf[start:end].rstrip(b"\x00"))
+        end = start
+    return 0

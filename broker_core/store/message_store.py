@@ -1,0 +1,366 @@
+"""The message store: the one object the broker uses to append and read messages.
+
+>>> import tempfile
+>>> from broker_core.config import StoreConfig
+>>> from broker_core.message import Message
+>>> store = MessageStore(StoreConfig(store_dir=tempfile.mkdtemp(), segment_size_bytes=1 << 20,
+...                                  max_body_bytes=1024))
+>>> report = store.open()
+>>> [r.queue_offset for r in store.put_messages([Message("orders", b"hello")])]
+[0]
+>>> store.wait_dispatched()
+True
+>>> store.get_messages("orders", 0, 0, 10).messages[0].body
+b'hello'
+>>> store.close()
+
+Lifecycle: ``open()`` recovers (see ``recovery``) and starts the background threads
+(dispatch, commitlog flush, derived flush, retention); ``close()`` stops them, flushes
+everything, writes the checkpoint and removes the ``abort`` marker, so the next open
+knows the shutdown was clean. All public methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker_core.config import FlushMode, StoreConfig
+from broker_core.errors import (
+    BusyError,
+    CorruptionError,
+    InvalidOffsetError,
+    MessageNotFoundError,
+    OffsetOutOfRangeError,
+    StoreClosedError,
+    StoreError,
+)
+from broker_core.message import (
+    PROPERTY_UNIQ_KEY,
+    Message,
+    StoredMessage,
+    decode_offset_message_id,
+    offset_message_id,
+)
+from broker_core.store import codec
+from broker_core.store.cleanup import CleanupReport, CleanupService
+from broker_core.store.commitlog import CommitLog
+from broker_core.store.consume_queue import UNIT, ConsumeQueueSet
+from broker_core.store.dispatch import Dispatcher, Listener
+from broker_core.store.flush import Checkpoint, CommitLogFlusher, DerivedFlusher
+from broker_core.store.index_file import IndexService
+from broker_core.store.recovery import RecoveryReport, recover
+
+log = logging.getLogger(__name__)
+
+TagCodeFilter = Callable[[int], bool]
+MessageFilter = Callable[[StoredMessage], bool]
+_MAX_SCAN_UNITS = 16_384  # units a filtered read inspects before returning what it found
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class PutResult:
+    """Where an appended message went; ``message_id`` is the client-visible id."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    store_timestamp_ms: int
+    message_id: str
+    offset_message_id: str
+
+
+@dataclass(slots=True)
+class GetResult:
+    """A read from one queue: matching messages and where the next read starts."""
+
+    messages: list[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    scanned: int = 0
+    filtered: int = 0
+    total_bytes: int = field(default=0)
+
+
+class MessageStore:
+    """Commitlog, consume queues, index and their services behind one facade."""
+
+    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int] = now_ms) -> None:
+        self.config = config
+        self._clock_ms = clock_ms
+        root = Path(config.store_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        self._abort_path = root / "abort"
+        self._checkpoint_path = root / "checkpoint"
+        host = (config.store_host, config.store_port)
+        self._store_host = host
+        self.commitlog = CommitLog(config.commitlog_dir, config.segment_size_bytes, host)
+        self.queues = ConsumeQueueSet(config.consume_queue_dir, config.consume_queue_units_per_file)
+        self.index = IndexService(config.index_dir, config.index_slot_count,
+                                  config.index_max_entries)  # fmt: skip
+        self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index)
+        self.flusher = CommitLogFlusher(self.commitlog, sync=config.flush_mode is FlushMode.SYNC,
+                                        interval_ms=config.flush_interval_ms)  # fmt: skip
+        self._derived = DerivedFlusher(config.derived_flush_interval_ms, self.checkpoint)
+        self.cleanup = CleanupService(
+            self.commitlog, self.queues, self.index,
+            file_reserved_hours=config.file_reserved_hours,
+            disk_max_used_ratio=config.disk_max_used_ratio,
+            safe_offset=lambda: min(self.commitlog.flushed_offset,
+                                    self.dispatcher.dispatched_offset),
+        )  # fmt: skip
+        self._open = False
+        self.recovery: RecoveryReport | None = None
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    def open(self) -> RecoveryReport:
+        """Recover and start the background services."""
+        abnormal = self._abort_path.exists()
+        self.recovery = recover(
+            checkpoint_path=self._checkpoint_path, abnormal=abnormal, commitlog=self.commitlog,
+            queues=self.queues, index=self.index, dispatcher=self.dispatcher,
+        )  # fmt: skip
+        if abnormal or self.recovery.dropped_bytes or self.recovery.rebuilt_queues:
+            log.warning("store recovery: %s", self.recovery.summary())
+        self.checkpoint()
+        self._abort_path.touch()
+        self.dispatcher.start()
+        self.flusher.start()
+        self._derived.start()
+        self.cleanup.start(self.config.cleanup_interval_ms, self._clock_ms)
+        self._open = True
+        return self.recovery
+
+    def close(self) -> None:
+        """Stop services, flush everything and mark the shutdown clean."""
+        if not self._open:
+            return
+        self._open = False
+        self.cleanup.stop()
+        self._derived.stop()
+        self.dispatcher.stop()
+        self.flusher.stop()
+        self.checkpoint()
+        self.queues.close()
+        self.index.close()
+        self.commitlog.close()
+        self._abort_path.unlink(missing_ok=True)
+
+    def checkpoint(self) -> None:
+        """Flush consume queues and index, then record what recovery may rely on."""
+        dispatched, table = self.dispatcher.snapshot()
+        self.queues.flush()
+        self.index.flush()
+        Checkpoint(self.commitlog.flushed_offset, dispatched, table, self._clock_ms()).save(
+            self._checkpoint_path
+        )
+
+    def _check_writable(self) -> None:
+        if not self._open:
+            raise StoreClosedError("message store is not open")
+        failure = self.dispatcher.failure or self.flusher.failure
+        if failure is not None:
+            raise StoreError(f"store is failing, refusing writes: {failure}")
+        appended = self.commitlog.max_offset
+        if appended - self.dispatcher.dispatched_offset > self.config.max_dispatch_lag_bytes:
+            raise BusyError("broker busy: dispatch is behind, retry later")
+        if appended - self.commitlog.flushed_offset > self.config.max_flush_lag_bytes:
+            raise BusyError("broker busy: flush is behind, retry later")
+
+    # ---- writing ------------------------------------------------------------------------
+
+    def put_message(self, message: Message) -> PutResult:
+        return self.put_messages([message])[0]
+
+    def put_messages(self, messages: Sequence[Message]) -> list[PutResult]:
+        """Append messages in order, atomically validated: a bad one fails the whole call.
+
+        With ``flush_mode = sync`` this returns only once the batch is durable.
+        """
+        self._check_writable()
+        cfg = self.config
+        encoded = [
+            codec.encode(m, max_body_bytes=cfg.max_body_bytes,
+                         max_properties_bytes=cfg.max_properties_bytes)
+            for m in messages
+        ]  # fmt: skip
+        if not encoded:
+            return []
+        batch = self.commitlog.append_batch(encoded, self._clock_ms())
+        self.dispatcher.notify_appended()
+        if self.flusher.sync:
+            self.flusher.wait_durable(batch.end_offset, cfg.sync_flush_timeout_ms)
+        out = []
+        for msg, res in zip(messages, batch.results, strict=True):
+            offset_id = offset_message_id(self._store_host, res.physical_offset)
+            out.append(PutResult(
+                msg.topic, msg.queue_id, res.queue_offset, res.physical_offset, res.size,
+                batch.store_timestamp_ms, msg.properties.get(PROPERTY_UNIQ_KEY) or offset_id,
+                offset_id,
+            ))  # fmt: skip
+        return out
+
+    # ---- reading ------------------------------------------------------------------------
+
+    def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
+        """Wait until everything appended so far is visible to readers."""
+        return self.dispatcher.wait_dispatched(self.commitlog.max_offset, timeout_s)
+
+    def add_dispatch_listener(self, listener: Listener) -> None:
+        """``listener(topic, queue_id, max_offset)`` runs on the dispatch thread."""
+        self.dispatcher.add_listener(listener)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return cq.min_offset if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next logical offset to be dispatched (messages are below it)."""
+        cq = self.queues.get(topic, queue_id)
+        return cq.max_offset if cq else 0
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(cq.queue_id for cq in self.queues.all() if cq.topic == topic)
+
+    def topics(self) -> list[str]:
+        return sorted({cq.topic for cq in self.queues.all()})
+
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 64 << 20,
+        tag_filter: TagCodeFilter | None = None,
+        message_filter: MessageFilter | None = None,
+    ) -> GetResult:
+        """Read up to ``max_count`` messages from ``offset``.
+
+        ``tag_filter`` is checked against each unit's tag code before the commitlog is
+        touched; ``message_filter`` confirms on the decoded message. Offsets below the
+        queue's minimum or above its maximum raise OffsetOutOfRangeError; ``offset ==
+        max`` returns no messages. ``next_offset`` is where the following read starts.
+        """
+        if offset < 0 or max_count < 1:
+            raise InvalidOffsetError(f"bad read: offset {offset}, max_count {max_count}")
+        cq = self.queues.get(topic, queue_id)
+        lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
+        if offset < lo or offset > hi:
+            raise OffsetOutOfRangeError(
+                f"offset out of range (min is {lo}, max is {hi}): "
+                f"{topic}:{queue_id} offset {offset}",
+                min_offset=lo, max_offset=hi,
+            )  # fmt: skip
+        result = GetResult([], offset, lo, hi)
+        if cq is None or offset == hi:
+            return result
+        while result.next_offset < hi and len(result.messages) < max_count:
+            if result.scanned >= _MAX_SCAN_UNITS or result.total_bytes >= max_bytes:
+                break
+            raw = cq.read_units(result.next_offset, min(max_count * 4, 4096))
+            if not raw:
+                break
+            self._read_units(raw, result, max_count, max_bytes, tag_filter, message_filter)
+        return result
+
+    def _read_units(
+        self,
+        raw: bytes,
+        result: GetResult,
+        max_count: int,
+        max_bytes: int,
+        tag_filter: TagCodeFilter | None,
+        message_filter: MessageFilter | None,
+    ) -> None:
+        for phys, size, tag_code in UNIT.iter_unpack(raw):
+            if len(result.messages) >= max_count:
+                return
+            if result.messages and result.total_bytes + size > max_bytes:
+                return
+            result.scanned += 1
+            result.next_offset += 1
+            if tag_filter is not None and not tag_filter(tag_code):
+                result.filtered += 1
+                continue
+            msg = self.commitlog.read_message(phys, size)
+            if message_filter is not None and not message_filter(msg):
+                result.filtered += 1
+                continue
+            result.messages.append(msg)
+            result.total_bytes += size
+
+    def read_message(self, physical_offset: int, size: int = 0) -> StoredMessage:
+        """The message at a commitlog offset (verified)."""
+        return self.commitlog.read_message(physical_offset, size)
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First offset stored at or after ``timestamp_ms`` (max offset if none)."""
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_for_timestamp(timestamp_ms, self.commitlog.read_store_timestamp)
+
+    def store_timestamp_at(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            raise OffsetOutOfRangeError(f"no queue {topic}:{queue_id}", min_offset=0, max_offset=0)
+        return self.commitlog.read_store_timestamp(cq.get_unit(offset)[0])
+
+    # ---- queries --------------------------------------------------------------------------
+
+    def query_by_key(
+        self, key: str, *, topic: str | None = None, max_results: int = 64,
+        begin_ms: int = 0, end_ms: int = 2**62,
+    ) -> list[StoredMessage]:  # fmt: skip
+        """Messages whose keys (or message id) include ``key``, newest first."""
+        found: list[StoredMessage] = []
+        for phys in self.index.query(key, begin_ms, end_ms, max_results * 4):
+            if phys < self.commitlog.min_offset:
+                continue
+            try:
+                msg = self.commitlog.read_message(phys)
+            except (CorruptionError, OffsetOutOfRangeError):
+                continue  # a stale index entry: never serve what does not verify
+            real_topic = msg.properties.get("REAL_TOPIC", msg.topic)
+            matches = key in msg.keys or msg.properties.get(PROPERTY_UNIQ_KEY) == key
+            if matches and (topic is None or topic in (msg.topic, real_topic)):
+                found.append(msg)
+                if len(found) >= max_results:
+                    break
+        return found
+
+    def query_by_id(self, message_id: str, topic: str | None = None) -> StoredMessage:
+        """Look a message up by its client id (UNIQ_KEY) or by its offset message id."""
+        hits = self.query_by_key(message_id, topic=topic, max_results=1)
+        if hits:
+            return hits[0]
+        try:
+            _host, phys = decode_offset_message_id(message_id)
+            return self.commitlog.read_message(phys)
+        except (ValueError, CorruptionError, OffsetOutOfRangeError):
+            pass
+        raise MessageNotFoundError(f"no message with id {message_id}")
+
+    # ---- administration -------------------------------------------------------------------
+
+    def delete_topic(self, topic: str) -> None:
+        """Forget a topic's queues (its bytes leave the commitlog with retention)."""
+        for qid in self.queue_ids(topic):
+            self.queues.remove(topic, qid)
+        self.commitlog.queue_offsets.remove_topic(topic)
+
+    def run_cleanup(self, now: int | None = None) -> CleanupReport:
+        return self.cleanup.run_once(self._clock_ms() if now is None else now)
