@@ -24,6 +24,8 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from broker_core.errors import CorruptionError, OffsetOutOfRangeError
 from broker_core.store.mapped_file import MappedFile, segment_name
 
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size
 assert UNIT_SIZE == 20
+_UNIT_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tag", ">i8")])
 _FILE_RE = re.compile(r"^\d{20}$")
 
 
@@ -82,8 +85,11 @@ class ConsumeQueue:
         self.min_offset = min(first.base_offset // UNIT_SIZE + first_valid, self.max_offset)
 
     def _first_unit_where(self, mf: MappedFile, pred: Callable[[int], bool]) -> int:
-        """Binary search for the first unit index in ``mf`` whose size satisfies ``pred``."""
-        lo, hi = 0, mf.size // UNIT_SIZE
+        """Binary search for the first unit index in ``mf`` whose size satisfies ``pred``.
+
+        ``pred`` must be false then true over the units below ``mf.wrote_position``.
+        """
+        lo, hi = 0, mf.wrote_position // UNIT_SIZE
         buf = mf.buffer
         while lo < hi:
             mid = (lo + hi) // 2
@@ -202,6 +208,31 @@ class ConsumeQueue:
             else:
                 lo = mid + 1
         return lo
+
+    def verify(self, commitlog_end: int) -> str:
+        """Check every unit cheaply; returns what is wrong, or "" when the queue is sound.
+
+        Units must be non-empty, and their commitlog ranges must increase without
+        overlap and end within the commitlog. (A unit that passes but points at the
+        wrong message is still caught when read: the commitlog checks the offset.)
+        """
+        prev_end = -1
+        for mf in self._files:
+            lo = max(self.min_offset * UNIT_SIZE - mf.base_offset, 0)
+            hi = min(self.max_offset * UNIT_SIZE - mf.base_offset, mf.size)
+            if hi <= lo:
+                continue
+            units = np.frombuffer(mf.read(lo, hi - lo), dtype=_UNIT_DTYPE)
+            phys, size = units["phys"].astype(np.int64), units["size"].astype(np.int64)
+            bad = np.flatnonzero(
+                (size <= 0) | (phys < np.concatenate(([prev_end], (phys + size)[:-1])))
+                | (phys + size > commitlog_end)
+            )  # fmt: skip
+            if bad.size:
+                logical = (mf.base_offset + lo) // UNIT_SIZE + int(bad[0])
+                return f"unit {logical} in {mf.path.name} is not a valid commitlog reference"
+            prev_end = int(phys[-1] + size[-1])
+        return ""
 
     # ---- retention --------------------------------------------------------------------
 

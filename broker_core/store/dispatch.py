@@ -143,10 +143,10 @@ class Dispatcher:
                 self._progress.wait(remaining)
         return self.dispatched_offset >= offset
 
-    def snapshot(self) -> tuple[int, dict[str, dict[str, int]]]:
-        """(dispatched offset, {topic: {queue id: max offset}}) taken consistently."""
+    def snapshot(self) -> tuple[int, dict[str, dict[str, list[int]]]]:
+        """(dispatched offset, {topic: {queue id: [min, max]}}) taken consistently."""
         with self._lock:
-            table: dict[str, dict[str, int]] = {}
+            table: dict[str, dict[str, list[int]]] = {}
             for cq in self._queues.all():
-                table.setdefault(cq.topic, {})[str(cq.queue_id)] = cq.max_offset
+                table.setdefault(cq.topic, {})[str(cq.queue_id)] = [cq.min_offset, cq.max_offset]
             return self.dispatched_offset, table

@@ -9,7 +9,7 @@
 
 The derived-data flusher periodically flushes consume queues and the index, then writes
 the checkpoint: the durable commitlog offset (where recovery starts scanning), the
-dispatched offset and each queue's max offset at that moment (what recovery compares
+dispatched offset and each queue's min and max offsets at that moment (what recovery compares
 rebuilt queues against).
 """
 
@@ -105,14 +105,15 @@ class Checkpoint:
 
     physical_flushed: int = 0
     dispatched: int = 0
-    queue_max_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    # {topic: {queue id: [min offset, max offset]}} as of ``dispatched``
+    queue_offsets: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     written_ms: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "physical_flushed": self.physical_flushed,
             "dispatched": self.dispatched,
-            "queue_max_offsets": self.queue_max_offsets,
+            "queue_offsets": self.queue_offsets,
             "written_ms": self.written_ms,
         }
 
@@ -125,8 +126,8 @@ class Checkpoint:
         try:
             d = loaded.data
             cp = cls(int(d["physical_flushed"]), int(d["dispatched"]),
-                     {t: {q: int(o) for q, o in qs.items()}
-                      for t, qs in d["queue_max_offsets"].items()},
+                     {t: {q: [int(o[0]), int(o[1])] for q, o in qs.items()}
+                      for t, qs in d["queue_offsets"].items()},
                      int(d["written_ms"]))  # fmt: skip
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             return None, f"checkpoint has bad fields: {exc}"

@@ -707,6 +707,8 @@ class IndexService:
             low = min(lost)
             self._rebuild_from = low if self._rebuild_from is None else min(low, self._rebuild_from)
         self._sealed = {n: r for n, r in self._sealed.items() if self._file_named(n)}
+        for index in self._files[:-1]:  # only the newest file is written: the rest are sealed
+            self._sealed.setdefault(index.name, SealedFile.of(index))
         write_manifest(self._dir, self._sealed.values())
         return notes
 

@@ -108,13 +108,18 @@ def recover(
 
 
 def _check_against_snapshot(queues: ConsumeQueueSet, cp: Checkpoint) -> dict[tuple[str, int], str]:
+    """A queue must still span at least what it spanned at the checkpoint."""
     bad: dict[tuple[str, int], str] = {}
-    for topic, table in cp.queue_max_offsets.items():
-        for qid, max_offset in table.items():
+    for topic, table in cp.queue_offsets.items():
+        for qid, (min_offset, max_offset) in table.items():
             cq = queues.get(topic, int(qid))
-            have = cq.max_offset if cq else 0
-            if have < max_offset:
-                bad[(topic, int(qid))] = f"ends at {have}, checkpoint says {max_offset}"
+            have = (cq.min_offset, cq.max_offset) if cq else (0, 0)
+            if have[1] < max_offset or (have[0] > min_offset and have[1] > have[0]) or (
+                cq is None and max_offset > 0
+            ):
+                bad[(topic, int(qid))] = (
+                    f"spans [{have[0]}, {have[1]}), checkpoint says [{min_offset}, {max_offset})"
+                )
     return bad
 
 
@@ -125,6 +130,10 @@ def _check_against_commitlog(queues: ConsumeQueueSet, clog: CommitLog) -> Damage
     """Each queue's first and last unit must point at its own message in the commitlog."""
     bad: dict[tuple[str, int], str] = {}
     for cq in queues.all():
+        why = cq.verify(clog.max_offset)
+        if why:
+            bad[(cq.topic, cq.queue_id)] = why
+            continue
         for logical in {cq.min_offset, cq.max_offset - 1}:
             if cq.min_offset <= logical < cq.max_offset:
                 why = _unit_problem(cq, logical, clog)
