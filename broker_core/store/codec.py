@@ -5,7 +5,8 @@ All integers are big-endian. One unit::
     offset size field
     0      4    total_size                 int32   bytes of the whole unit, this field included
     4      4    magic                      uint32  MESSAGE_MAGIC, or BLANK_MAGIC for end-of-segment
-    8      4    unit_crc                   uint32  CRC32 of bytes [12, 100) + topic/properties tail
+    8      4    unit_crc                   uint32  CRC32 of the topic/properties tail, then
+                                               continued over header bytes [12, 100)
     12     4    body_crc                   uint32  CRC32 of the body
     16     4    queue_id                   int32
     20     4    flag                       int32   producer's flag, opaque to the store
@@ -53,7 +54,14 @@ from broker_core.errors import (
     MessageTooLargeError,
     PropertiesTooLargeError,
 )
-from broker_core.message import Message, StoredMessage, tag_hash
+from broker_core.message import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    StoredMessage,
+    tag_hash,
+)
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
@@ -86,10 +94,8 @@ HEADER = struct.Struct(
 assert HEADER.size == 100
 HEADER_SIZE = HEADER.size
 SIZE_MAGIC = struct.Struct(">iI")
-OFFSETS_AND_TIME = struct.Struct(">qq")  # queue_offset, physical_offset at byte 24
 STORE_TIME = struct.Struct(">q")  # store_timestamp_ms at byte 60
 CRC = struct.Struct(">I")
-QUEUE_OFFSET_POS = 24
 STORE_TIME_POS = 60
 UNIT_CRC_POS = 8
 CRC_START = 12
@@ -106,11 +112,25 @@ SYSFLAG_TRANSACTION_ROLLBACK = 0x0C
 NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
 _ZERO_IP = b"\x00\x00\x00\x00"
+_LOOPBACK_IP = b"\x7f\x00\x00\x01"
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
-    """``name \\x01 value \\x02`` pairs; separators inside names or values are refused."""
-    parts = []
+    """``name \x01 value \x02`` pairs; separators inside names or values are refused."""
+    if not props:
+        return b""
+    try:  # str.join refuses anything but str, so this also checks the types
+        text = PROPERTY_SEP.join(map(NAME_VALUE_SEP.join, props.items())) + PROPERTY_SEP
+    except TypeError:
+        text = ""
+    n = len(props)
+    if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n or "" in props:
+        _explain_bad_properties(props)
+    return text.encode()
+
+
+def _explain_bad_properties(props: dict[str, str]) -> None:
+    """Raise the precise error for properties that failed the fast check."""
     for name, value in props.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise InvalidPropertyError(f"property {name!r} must map str to str")
@@ -118,8 +138,7 @@ def encode_properties(props: dict[str, str]) -> bytes:
             raise InvalidPropertyError(f"property name {name!r} is empty or has \\x01/\\x02")
         if NAME_VALUE_SEP in value or PROPERTY_SEP in value:
             raise InvalidPropertyError(f"property {name!r} value contains \\x01 or \\x02")
-        parts.append(f"{name}{NAME_VALUE_SEP}{value}{PROPERTY_SEP}")
-    return "".join(parts).encode()
+    raise InvalidPropertyError("properties do not encode")
 
 
 def decode_properties(raw: bytes) -> dict[str, str]:
@@ -142,26 +161,34 @@ def _ip4(host: str) -> bytes:
 
 @dataclass(slots=True)
 class EncodedMessage:
-    """A unit encoded up to the fields only known at append time.
+    """A validated message split into the parts a unit is built from.
 
-    ``data`` is the full unit with queue offset, physical offset, store time and unit
-    CRC still zero; :func:`seal` fills them in place.
+    Everything but the append-time fields (queue offset, physical offset, store time and
+    host, unit CRC) is computed here, outside the commitlog's lock; ``pack_unit_into``
+    finishes the unit under it.
     """
 
     topic: str
     queue_id: int
-    data: bytearray
-    tags_code: int
+    flag: int
     sys_flag: int
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
+    born_timestamp_ms: int
+    born_ip: bytes
+    born_port: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    tags_code: int
+    body: bytes
+    body_crc: int
+    tail: bytes  # topic length, topic, properties length, properties
+    tail_crc: int
+    size: int
+    index_keys: list[str]  # UNIQ_KEY and KEYS: what dispatch files in the index
 
 
 def encode(msg: Message, *, max_body_bytes: int, max_properties_bytes: int) -> EncodedMessage:
     """Validate and encode ``msg``; raises an InvalidArgumentError subclass on bad input."""
-    body = bytes(msg.body)
+    body = msg.body if type(msg.body) is bytes else bytes(msg.body)
     if len(body) > max_body_bytes:
         raise MessageTooLargeError(
             f"message body is {len(body)} bytes, over the limit of {max_body_bytes}"
@@ -175,42 +202,61 @@ def encode(msg: Message, *, max_body_bytes: int, max_properties_bytes: int) -> E
             f"properties are {len(props)} bytes encoded, over the limit of "
             f"{min(max_properties_bytes, 0xFFFF)}"
         )
-    total = HEADER_SIZE + len(body) + 1 + len(topic) + 2 + len(props)
-    tags_code = tag_hash(msg.tag)
-    header = HEADER.pack(
-        total, MESSAGE_MAGIC, 0, zlib.crc32(body), msg.queue_id, msg.flag, 0, 0,
-        msg.sys_flag, msg.born_timestamp_ms, _ip4(msg.born_host[0]), msg.born_host[1],
-        0, _ZERO_IP, 0, msg.reconsume_times, msg.prepared_transaction_offset, tags_code,
-        len(body),
+    tail = b"".join((TOPIC_LEN.pack(len(topic)), topic, PROPS_LEN.pack(len(props)), props))
+    host, port = msg.born_host
+    return EncodedMessage(
+        msg.topic, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp_ms,
+        _LOOPBACK_IP if host == "127.0.0.1" else _ip4(host), port, msg.reconsume_times,
+        msg.prepared_transaction_offset, tag_hash(msg.tag), body, zlib.crc32(body), tail,
+        zlib.crc32(tail), HEADER_SIZE + len(body) + len(tail), _index_keys(msg.properties),
     )  # fmt: skip
-    data = bytearray(header)
-    data += body
-    data += TOPIC_LEN.pack(len(topic))
-    data += topic
-    data += PROPS_LEN.pack(len(props))
-    data += props
-    return EncodedMessage(msg.topic, msg.queue_id, data, tags_code, msg.sys_flag)
 
 
-def seal(
-    data: bytearray,
+def _index_keys(props: dict[str, str]) -> list[str]:
+    keys = [props[PROPERTY_UNIQ_KEY]] if props.get(PROPERTY_UNIQ_KEY) else []
+    raw = props.get(PROPERTY_KEYS)
+    if raw:
+        keys.extend(k for k in raw.split(KEY_SEPARATOR) if k)
+    return keys
+
+
+def pack_unit_into(
+    buf: bytearray,
+    view: memoryview,
+    pos: int,
+    enc: EncodedMessage,
     queue_offset: int,
     physical_offset: int,
     store_timestamp_ms: int,
-    store_host_ip: bytes,
-    store_host_port: int,
+    store_host: tuple[bytes, int],
 ) -> None:
-    """Fill the append-time fields of an encoded unit and compute its unit CRC."""
-    OFFSETS_AND_TIME.pack_into(data, QUEUE_OFFSET_POS, queue_offset, physical_offset)
-    STORE_TIME.pack_into(data, STORE_TIME_POS, store_timestamp_ms)
-    data[68:72] = store_host_ip
-    struct.pack_into(">i", data, 72, store_host_port)
-    body_len = struct.unpack_from(">i", data, 96)[0]
-    view = memoryview(data)
-    crc = zlib.crc32(view[CRC_START:HEADER_SIZE])
-    crc = zlib.crc32(view[HEADER_SIZE + body_len :], crc)
-    view.release()
-    CRC.pack_into(data, UNIT_CRC_POS, crc)
+    """Write the finished unit for ``enc`` at ``buf[pos:]``; ``view`` is a view of ``buf``."""
+    HEADER.pack_into(
+        buf, pos, enc.size, MESSAGE_MAGIC, 0, enc.body_crc, enc.queue_id, enc.flag,
+        queue_offset, physical_offset, enc.sys_flag, enc.born_timestamp_ms, enc.born_ip,
+        enc.born_port, store_timestamp_ms, store_host[0], store_host[1], enc.reconsume_times,
+        enc.prepared_transaction_offset, enc.tags_code, len(enc.body),
+    )  # fmt: skip
+    body_end = pos + HEADER_SIZE + len(enc.body)
+    buf[pos + HEADER_SIZE : body_end] = enc.body
+    buf[body_end : pos + enc.size] = enc.tail
+    CRC.pack_into(buf, pos + UNIT_CRC_POS, zlib.crc32(view[pos + CRC_START : pos + HEADER_SIZE],
+                                                      enc.tail_crc))  # fmt: skip
+
+
+def seal(
+    enc: EncodedMessage,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp_ms: int,
+    store_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 0),
+) -> bytearray:
+    """One finished unit on its own (the commitlog packs whole batches instead)."""
+    buf = bytearray(enc.size)
+    with memoryview(buf) as view:
+        pack_unit_into(buf, view, 0, enc, queue_offset, physical_offset, store_timestamp_ms,
+                       store_host)  # fmt: skip
+    return buf
 
 
 def blank_unit(size: int) -> bytes:
@@ -241,8 +287,8 @@ def check_unit(buf: Buffer, pos: int, expected_phys: int, path: str = "") -> int
         raise CorruptionError(f"bad body length {body_len}", path=path, position=expected_phys)
     view = memoryview(buf)[pos : pos + total]
     try:
-        crc = zlib.crc32(view[CRC_START:HEADER_SIZE])
-        crc = zlib.crc32(view[HEADER_SIZE + body_len :], crc)
+        crc = zlib.crc32(view[HEADER_SIZE + body_len :])
+        crc = zlib.crc32(view[CRC_START:HEADER_SIZE], crc)
         if crc != unit_crc:
             raise CorruptionError("unit CRC mismatch", path=path, position=expected_phys)
         if zlib.crc32(view[HEADER_SIZE : HEADER_SIZE + body_len]) != body_crc:

@@ -21,7 +21,7 @@ import re
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from broker_core.store import codec
 from broker_core.store.mapped_file import MappedFile, segment_name
 
 _SEGMENT_RE = re.compile(r"^\d{20}$")
+_WINDOW_BYTES = 4 << 20
 _PREPARED_OR_ROLLBACK = (codec.SYSFLAG_TRANSACTION_PREPARED, codec.SYSFLAG_TRANSACTION_ROLLBACK)
 
 
@@ -59,6 +60,9 @@ class CommitLogRecovery:
     dropped_bytes: int = 0
     dropped_segments: list[str] = field(default_factory=list)
     problem: str = ""
+
+
+AppendHook = Callable[[int, int, list[codec.EncodedMessage], list[AppendResult], int], None]
 
 
 class QueueOffsetTable:
@@ -94,10 +98,12 @@ class CommitLog:
         self._segments: list[MappedFile] = []
         self._put_lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._store_ip = socket.inet_aton(store_host[0])
-        self._store_port = store_host[1]
+        self._store_host = (socket.inet_aton(store_host[0]), store_host[1])
         self.queue_offsets = QueueOffsetTable()
         self.flushed_offset = 0
+        # Called under the put lock after each append with (offset before, offset after,
+        # encoded units, results): dispatch takes its work from here instead of re-reading.
+        self.on_append: AppendHook | None = None
         directory.mkdir(parents=True, exist_ok=True)
 
     # ---- opening and recovery -------------------------------------------------------
@@ -171,32 +177,49 @@ class CommitLog:
     # ---- writing --------------------------------------------------------------------
 
     def append_batch(self, batch: list[codec.EncodedMessage], now_ms: int) -> BatchResult:
-        """Append encoded units in order; queue offsets are assigned here, under the lock."""
+        """Append encoded units in order; queue offsets are assigned here, under the lock.
+
+        Units are packed into one buffer per segment touched and copied into the mapping
+        with a single write; a unit that does not fit closes the segment with a blank.
+        """
         results: list[AppendResult] = []
         with self._put_lock:
-            seg = self._writable_segment(batch[0].size if batch else 0)
-            chunk = bytearray()
-            chunk_start = seg.wrote_position
-            for enc in batch:
-                pos = chunk_start + len(chunk)
-                if pos + enc.size + codec.MIN_BLANK_BYTES > seg.size:
-                    chunk += codec.blank_unit(seg.size - pos)
-                    seg.append(chunk)
+            before = self.max_offset
+            seg = self._writable_segment()
+            i = 0
+            while i < len(batch):
+                start = seg.wrote_position
+                end, j = start, i
+                while j < len(batch) and end + batch[j].size + codec.MIN_BLANK_BYTES <= seg.size:
+                    end += batch[j].size
+                    j += 1
+                if j == i:  # the next unit does not fit: close this segment
+                    seg.append(codec.blank_unit(seg.size - start))
                     seg.wrote_position = seg.size  # the blank covers the rest
                     seg = self._new_segment(seg.base_offset + seg.size)
-                    chunk, chunk_start, pos = bytearray(), 0, 0
-                phys = seg.base_offset + pos
-                tran = enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK
-                qoff = 0 if tran in _PREPARED_OR_ROLLBACK else self.queue_offsets.take(
-                    enc.topic, enc.queue_id
-                )
-                codec.seal(enc.data, qoff, phys, now_ms, self._store_ip, self._store_port)
-                chunk += enc.data
-                results.append(AppendResult(phys, qoff, enc.size))
-            seg.append(chunk)
+                    continue
+                chunk = bytearray(end - start)
+                self._pack(chunk, batch[i:j], seg.base_offset + start, now_ms, results)
+                seg.append(chunk)
+                i = j
+            if self.on_append is not None:
+                self.on_append(before, seg.end_offset, batch, results, now_ms)
             return BatchResult(results, now_ms, seg.end_offset)
 
-    def _writable_segment(self, first_size: int) -> MappedFile:
+    def _pack(self, chunk: bytearray, encs: list[codec.EncodedMessage], phys: int,
+              now_ms: int, results: list[AppendResult]) -> None:  # fmt: skip
+        take = self.queue_offsets.take
+        host = self._store_host
+        pos = 0
+        with memoryview(chunk) as view:
+            for enc in encs:
+                tran = enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK
+                qoff = 0 if tran in _PREPARED_OR_ROLLBACK else take(enc.topic, enc.queue_id)
+                codec.pack_unit_into(chunk, view, pos, enc, qoff, phys + pos, now_ms, host)
+                results.append(AppendResult(phys + pos, qoff, enc.size))
+                pos += enc.size
+
+    def _writable_segment(self) -> MappedFile:
         if not self._segments:
             return self._new_segment(0)
         last = self._segments[-1]
@@ -273,32 +296,50 @@ class CommitLog:
         return int(codec.STORE_TIME.unpack_from(seg.buffer, offset - seg.base_offset + 60)[0])
 
     def iter_units(
-        self, start: int, end: int, *, verify: bool = False
+        self, start: int, end: int, *, verify: bool = False, progress: list[int] | None = None
     ) -> Iterator[tuple[bytes, int, int]]:
         """Yield ``(buffer, position, global offset)`` of each unit in ``[start, end)``.
 
-        Blank markers are skipped. The buffer is a copy taken per segment, so appends
-        beyond ``end`` are never seen. Anything but a unit or a blank raises
-        CorruptionError; with ``verify`` every unit's checksums are checked as well.
+        ``start`` and ``end`` are unit boundaries. Segments are read in windows of
+        ``_WINDOW_BYTES`` (copies, so appends beyond ``end`` are never seen) and blank
+        markers are skipped. ``progress[0]``, when given, always holds the offset where
+        iteration would resume: after the last unit yielded or blank skipped. Anything
+        but a unit or a blank raises CorruptionError; with ``verify`` every unit's
+        checksums are checked as well.
         """
         offset = start
         while offset < end:
             seg = self.segment_at(offset)
             local = offset - seg.base_offset
             stop = min(end - seg.base_offset, seg.wrote_position)
-            buf = seg.read(local, stop - local)
-            pos = 0
+            buf = seg.read(local, min(stop - local, _WINDOW_BYTES))
+            pos, blank = 0, False
             while pos + codec.MIN_BLANK_BYTES <= len(buf):
                 total, magic = codec.SIZE_MAGIC.unpack_from(buf, pos)
                 if magic == codec.BLANK_MAGIC:
+                    blank = True
                     break
-                if verify or magic != codec.MESSAGE_MAGIC:
+                if magic == codec.MESSAGE_MAGIC and pos + total > len(buf):
+                    if pos > 0:
+                        break  # the rest of this unit is in the next window
+                    if total > stop - local:
+                        raise CorruptionError(f"unit of {total} bytes runs past the written end",
+                                              path=str(seg.path), position=offset)  # fmt: skip
+                    buf = seg.read(local, total)  # one unit larger than the window
+                    continue
+                if verify or magic != codec.MESSAGE_MAGIC or total < codec.HEADER_SIZE:
                     codec.check_unit(buf, pos, offset + pos, str(seg.path))
                 yield buf, pos, offset + pos
                 pos += total
-            if stop < seg.wrote_position or seg.wrote_position < seg.size:
-                return
-            offset = seg.base_offset + seg.size
+                if progress is not None:
+                    progress[0] = offset + pos
+            if pos == 0 and not blank:
+                if local < stop:
+                    raise CorruptionError("truncated unit", path=str(seg.path), position=offset)
+                return  # nothing more written in this segment
+            offset = seg.base_offset + seg.size if blank else offset + pos
+            if progress is not None:
+                progress[0] = offset
 
     # ---- retention ------------------------------------------------------------------
 

@@ -5,6 +5,12 @@ consume-queue unit and the index entries, then tells listeners which queues grew
 broker's long polling parks pulls on exactly that signal. Readers only see messages
 whose consume-queue unit is written, so a message becomes visible once it is dispatched.
 
+Work arrives two ways. While the store runs, each append hands its encoded units and
+results to ``on_append`` (under the commitlog's put lock, so in log order) and dispatch
+uses them directly — no re-reading or re-parsing of bytes just written. During recovery,
+or if the hand-off queue does not line up with the dispatched offset, dispatch reads and
+parses the commitlog itself (``dispatch_range``); both paths produce the same units.
+
 Prepared and rolled-back transaction units are indexed but never enter a consume queue.
 
 Threads: ``run`` is the dispatch thread. ``dispatch_range`` is called directly only
@@ -17,10 +23,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection
 
 from broker_core.store import codec
-from broker_core.store.commitlog import CommitLog
+from broker_core.store.commitlog import AppendResult, CommitLog
 from broker_core.store.consume_queue import ConsumeQueueSet
 from broker_core.store.index_file import IndexService
 
@@ -29,6 +36,7 @@ log = logging.getLogger(__name__)
 Listener = Callable[[str, int, int], None]  # (topic, queue id, new max offset)
 _NOT_IN_QUEUE = (codec.SYSFLAG_TRANSACTION_PREPARED, codec.SYSFLAG_TRANSACTION_ROLLBACK)
 _CHUNK_BYTES = 4 << 20
+_Appended = tuple[int, int, list[codec.EncodedMessage], list[AppendResult], int]
 
 
 class Dispatcher:
@@ -46,6 +54,7 @@ class Dispatcher:
         self._running = False
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        self._handed: deque[_Appended] = deque()
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners = [*self._listeners, listener]
@@ -61,10 +70,17 @@ class Dispatcher:
         queues: bool = True,
         index: bool = True,
         verify: bool = False,
-    ) -> dict[tuple[str, int], int]:
-        """Dispatch units in ``[start, end)``; returns the new max offset of each queue touched."""
+        max_bytes: int = 1 << 62,
+    ) -> tuple[dict[tuple[str, int], int], int]:
+        """Dispatch units from ``start`` towards ``end`` (both unit boundaries).
+
+        Stops after about ``max_bytes``; returns the new max offset of each queue touched
+        and the offset reached (where the next call resumes).
+        """
         grown: dict[tuple[str, int], int] = {}
-        for buf, pos, _phys in self._commitlog.iter_units(start, end, verify=verify):
+        progress = [start]
+        for buf, pos, _phys in self._commitlog.iter_units(start, end, verify=verify,
+                                                          progress=progress):  # fmt: skip
             req = codec.dispatch_request(buf, pos)
             key = (req.topic, req.queue_id)
             in_queue = (req.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in _NOT_IN_QUEUE
@@ -74,17 +90,50 @@ class Dispatcher:
                 grown[key] = cq.max_offset
             if index and req.keys:
                 self._index.put_keys(req.keys, req.physical_offset, req.store_timestamp_ms)
-        return grown
+            if progress[0] - start >= max_bytes:
+                break
+        return grown, progress[0]
+
+    def on_append(self, before: int, after: int, encoded: list[codec.EncodedMessage],
+                  results: list[AppendResult], store_timestamp_ms: int) -> None:  # fmt: skip
+        """The commitlog's append hook: queue the batch for the dispatch thread."""
+        self._handed.append((before, after, encoded, results, store_timestamp_ms))
+
+    def _dispatch_handed(self, start: int) -> tuple[dict[tuple[str, int], int], int]:
+        """Apply handed-off batches that continue exactly from ``start``."""
+        grown: dict[tuple[str, int], int] = {}
+        reached = start
+        handed = self._handed
+        while handed and handed[0][0] == reached and reached - start < _CHUNK_BYTES:
+            _before, after, encoded, results, store_ts = handed.popleft()
+            for enc, res in zip(encoded, results, strict=True):
+                if (enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in _NOT_IN_QUEUE:
+                    cq = self._queues.find_or_create(enc.topic, enc.queue_id)
+                    cq.put(res.queue_offset, res.physical_offset, res.size, enc.tags_code)
+                    grown[(enc.topic, enc.queue_id)] = cq.max_offset
+                if enc.index_keys:
+                    self._index.put_keys(enc.index_keys, res.physical_offset, store_ts)
+            reached = after
+        return grown, reached
 
     def dispatch_available(self) -> int:
         """Dispatch what has been appended since the last call; returns bytes dispatched."""
         with self._lock:
             start = self.dispatched_offset
-            end = min(self._commitlog.max_offset, start + _CHUNK_BYTES)
+            end = self._commitlog.max_offset
             if end <= start:
                 return 0
-            grown = self.dispatch_range(start, end)
-            self.dispatched_offset = end
+            handed = self._handed
+            while handed and handed[0][1] <= start:
+                handed.popleft()  # already dispatched by reading the log
+            if handed and handed[0][0] == start:
+                grown, reached = self._dispatch_handed(start)
+            else:
+                # Read the log up to the next handed batch; if reading already went into
+                # that batch (it was seen mid-append), read to its end instead.
+                stop = end if not handed else handed[0][0] if handed[0][0] > start else handed[0][1]
+                grown, reached = self.dispatch_range(start, stop, max_bytes=_CHUNK_BYTES)
+            self.dispatched_offset = reached
         with self._progress:
             self._progress.notify_all()
         for (topic, queue_id), max_offset in grown.items():
@@ -93,12 +142,13 @@ class Dispatcher:
                     listener(topic, queue_id, max_offset)
                 except Exception:  # a listener's bug must not stop dispatch
                     log.exception("dispatch listener failed")
-        return end - start
+        return reached - start
 
     # ---- the thread -------------------------------------------------------------------
 
     def start(self) -> None:
         self._running = True
+        self._commitlog.on_append = self.on_append
         self._thread = threading.Thread(target=self._run, name="dispatch", daemon=True)
         self._thread.start()
 
@@ -121,6 +171,7 @@ class Dispatcher:
 
     def stop(self) -> None:
         """Stop the thread after dispatching everything already appended."""
+        self._commitlog.on_append = None
         self._running = False
         self.notify_appended()
         if self._thread is not None:

@@ -45,17 +45,25 @@ Crash contract:
   store reading the (checksummed) message from the commitlog, and the structural checks
   on open (sizes, header ranges, every chain link, every slot head) catch torn or garbage
   files. A file that fails them raises :class:`CorruptionError` naming the file and byte.
-* ``put`` writes the entry, then the slot head, then the header. A process killed between
-  the slot and the header leaves one linked entry past ``index_count``; ``open`` rolls it
-  back (``repaired_tail``). Any other damage (power loss reordering mmap pages, a crash
-  in ``truncate_from``, disk corruption) fails validation.
-* :class:`IndexService` deletes files that fail validation, notices sealed files that went
-  missing through ``manifest.json`` (written atomically: temp file, fsync, rename, fsync
-  of the directory), truncates every file at the lowest phys offset that was lost so later
-  puts stay in phys order, and reports that offset as ``rebuild_from``. The store then
-  re-dispatches from ``rebuild_from`` if set, else ``truncate_from(max_phys_offset)`` and
-  re-dispatches from ``max_phys_offset`` (its last message may be partly indexed), or from
-  the commitlog's start when ``max_phys_offset`` is -1.
+* ``put`` writes the entry, then the slot head, then the header. A process killed before
+  the header write leaves one entry (maybe already linked into its slot) past
+  ``index_count``; ``open`` rolls it back (``repaired_tail``). Bytes past ``index_count``
+  must otherwise be zero. Any other damage (power loss reordering mmap pages, a crash in
+  ``truncate_from``, disk corruption) fails validation. Pages reach disk on ``flush``
+  (msync), when a file is sealed, or whenever the kernel writes them back.
+* :class:`IndexService` deletes files that fail validation and notices sealed files that
+  went missing through ``manifest.json`` (version, then one record per sealed file: name,
+  begin/end phys, index_count; written atomically: temp file, fsync, rename, fsync of the
+  directory; a lost manifest is re-derived, since every file but the newest is sealed).
+  It then truncates the whole index at the lowest phys offset that was lost, so the index
+  is always a prefix of the commitlog and re-dispatched puts stay in phys order, and
+  reports that offset as ``rebuild_from``.
+* Recovery recipe for the store: ``validate_and_repair()``; then if ``rebuild_from`` is
+  set, re-dispatch from it; else ``truncate_from(max_phys_offset)`` and re-dispatch from
+  ``max_phys_offset`` (its message may be only partly indexed); from the commitlog's start
+  when ``max_phys_offset`` is -1. Because the index is a prefix, ``max_phys_offset`` alone
+  is a safe restart point even if a crash loses ``rebuild_from``; ``mark_rebuilt()``
+  clears it once the store has re-dispatched.
 
 Threads: :class:`IndexFile` is not thread-safe; it is owned by an :class:`IndexService`,
 which serialises every public method with one lock, so a query never sees a half-done put
@@ -689,6 +697,7 @@ class IndexService:
         """Open every file, dropping bad ones; truncate at the lowest loss. Returns notes."""
         (self._dir / (MANIFEST_NAME + ".tmp")).unlink(missing_ok=True)
         self._sealed, problem = read_manifest(self._dir)
+        as_read = dict(self._sealed)
         notes = [problem] if problem else []
         names = sorted(n for n in os.listdir(self._dir) if ms_for_name(n) is not None)
         lost: list[int] = []
@@ -709,7 +718,8 @@ class IndexService:
         self._sealed = {n: r for n, r in self._sealed.items() if self._file_named(n)}
         for index in self._files[:-1]:  # only the newest file is written: the rest are sealed
             self._sealed.setdefault(index.name, SealedFile.of(index))
-        write_manifest(self._dir, self._sealed.values())
+        if self._sealed != as_read or problem:
+            write_manifest(self._dir, self._sealed.values())
         return notes
 
     def _open_one(self, name: str, lost: list[int], notes: list[str]) -> None:

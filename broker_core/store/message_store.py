@@ -67,7 +67,7 @@ def now_ms() -> int:
 
 @dataclass(slots=True)
 class PutResult:
-    """Where an appended message went; ``message_id`` is the client-visible id."""
+    """Where an appended message went."""
 
     topic: str
     queue_id: int
@@ -75,8 +75,17 @@ class PutResult:
     physical_offset: int
     size: int
     store_timestamp_ms: int
-    message_id: str
-    offset_message_id: str
+    uniq_key: str | None
+    store_host: tuple[str, int]
+
+    @property
+    def offset_message_id(self) -> str:
+        return offset_message_id(self.store_host, self.physical_offset)
+
+    @property
+    def message_id(self) -> str:
+        """The client-visible id: the producer's UNIQ_KEY, else the offset id."""
+        return self.uniq_key or self.offset_message_id
 
 
 @dataclass(slots=True)
@@ -201,15 +210,12 @@ class MessageStore:
         self.dispatcher.notify_appended()
         if self.flusher.sync:
             self.flusher.wait_durable(batch.end_offset, cfg.sync_flush_timeout_ms)
-        out = []
-        for msg, res in zip(messages, batch.results, strict=True):
-            offset_id = offset_message_id(self._store_host, res.physical_offset)
-            out.append(PutResult(
-                msg.topic, msg.queue_id, res.queue_offset, res.physical_offset, res.size,
-                batch.store_timestamp_ms, msg.properties.get(PROPERTY_UNIQ_KEY) or offset_id,
-                offset_id,
-            ))  # fmt: skip
-        return out
+        ts, host = batch.store_timestamp_ms, self._store_host
+        return [
+            PutResult(msg.topic, msg.queue_id, res.queue_offset, res.physical_offset, res.size,
+                      ts, msg.properties.get(PROPERTY_UNIQ_KEY), host)
+            for msg, res in zip(messages, batch.results, strict=True)
+        ]  # fmt: skip
 
     # ---- reading ------------------------------------------------------------------------
 

@@ -9,8 +9,9 @@ Steps, in order:
 3. Load consume queues and index files; any that fail to load are deleted and rebuilt.
 4. Truncate consume queues and index to below the replay point (the lower of the
    dispatched offset and the recovered commitlog end) and replay dispatch from there.
-5. Check every queue against the checkpoint's snapshot of max offsets and its first and
-   last unit against the commitlog; rebuild any queue that disagrees.
+5. Check every queue against the checkpoint's snapshot of its offsets, every unit for
+   sanity and its first and last unit against the commitlog; rebuild any that disagrees.
+6. Move each queue's minimum up to the commitlog's minimum (retention cut short).
 
 The report says what was dropped and what was rebuilt, so the broker can log it.
 """
@@ -103,7 +104,9 @@ def recover(
     _rebuild(damaged, queues, commitlog, dispatcher, end, report)
     dispatcher.dispatched_offset = end
     for cq in queues.all():
+        cq.delete_below_physical(commitlog.min_offset)  # retention may have been cut short
         commitlog.queue_offsets.set(cq.topic, cq.queue_id, cq.max_offset)
+    index.delete_before(commitlog.min_offset)
     return report
 
 

@@ -17,8 +17,7 @@ LIMITS = dict(max_body_bytes=1024, max_properties_bytes=512)
 
 def sealed(msg: Message, phys: int = 4096) -> bytearray:
     enc = codec.encode(msg, **LIMITS)
-    codec.seal(enc.data, 7, phys, 1_700_000_000_123, b"\x0a\x00\x00\x01", 10911)
-    return enc.data
+    return codec.seal(enc, 7, phys, 1_700_000_000_123, (b"\x0a\x00\x00\x01", 10911))
 
 
 def sample() -> Message:
@@ -91,3 +90,13 @@ def test_bad_messages_are_refused_before_encoding(msg: Message, error: type[Exce
 
 def test_blank_marker_has_size_and_magic() -> None:
     assert codec.SIZE_MAGIC.unpack(codec.blank_unit(300)) == (300, codec.BLANK_MAGIC)
+
+
+def test_non_string_property_values_are_refused() -> None:
+    with pytest.raises(InvalidPropertyError, match="str to str"):
+        codec.encode(Message("t", b"x", properties={"k": 1}), **LIMITS)  # type: ignore[dict-item]
+
+
+def test_properties_round_trip_through_the_fast_path() -> None:
+    props = {"a": "", "b": "x y", "ü": "ß", "KEYS": "k1 k2"}
+    assert codec.decode_properties(codec.encode_properties(props)) == props

@@ -267,7 +267,14 @@ def test_query_stops_on_a_looping_chain(tmp_path: Path) -> None:
     for i in range(5):
         index.put("k", i, T0)
     patch(index.path, entry_pos(1, 3) + 16, SLOT.pack(4))  # 3 -> 4: would loop forever
-    assert index.query("k", T0, T0, 100) == [4, 3, 2]
+    result: list[list[int]] = []
+    worker = threading.Thread(
+        target=lambda: result.append(index.query("k", T0, T0, 100)), daemon=True
+    )
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "query looped on a damaged chain"
+    assert result == [[4, 3, 2]]
 
 
 def test_open_rolls_back_a_torn_put(tmp_path: Path) -> None:
@@ -491,6 +498,23 @@ def test_unreadable_manifest_is_reported(tmp_path: Path) -> None:
     report = svc.validate_and_repair()
     assert len(report) == 1 and "unreadable" in report[0]
     assert svc.rebuild_from is None and len(svc.query("all", 0, 2**62, 100)) == 12
+    svc.close()
+
+
+def test_lost_manifest_is_rebuilt_from_the_files(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path, 8, 10)
+    fill(svc, 17)
+    names = svc.file_names
+    svc.close()
+    (tmp_path / MANIFEST_NAME).unlink()
+    svc = IndexService(tmp_path, 8, 10)
+    assert svc.validate_and_repair() == []
+    assert svc.sealed_names == names[:-1]  # every file but the newest is sealed
+    svc.close()
+    os.remove(tmp_path / names[2])
+    svc = IndexService(tmp_path, 8, 10)
+    assert any(names[2] in line for line in svc.validate_and_repair())
+    assert svc.rebuild_from == 1000
     svc.close()
 
 

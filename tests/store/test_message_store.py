@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,8 +17,9 @@ from broker_core.errors import (
     OffsetOutOfRangeError,
 )
 from broker_core.message import Message, tag_hash
+from broker_core.store import codec
 from broker_core.store.message_store import MessageStore
-from tests.store.conftest import make_message
+from tests.store.conftest import make_message, small_config
 
 Open = Callable[..., MessageStore]
 
@@ -84,8 +86,6 @@ def test_query_by_key_and_by_id(open_store: Open) -> None:
 
 def test_timestamp_lookup(tmp_path: Path) -> None:
     clock = [1_000_000]
-    from tests.store.conftest import small_config
-
     store = MessageStore(small_config(tmp_path), clock_ms=lambda: clock[0])
     store.open()
     try:
@@ -148,8 +148,6 @@ def test_flow_control_when_dispatch_falls_behind(open_store: Open) -> None:
 
 
 def test_transaction_prepared_units_stay_out_of_queues(open_store: Open) -> None:
-    from broker_core.store import codec
-
     store = open_store()
     half = Message("orders", b"half", sys_flag=codec.SYSFLAG_TRANSACTION_PREPARED,
                    properties={"KEYS": "half-key"})
@@ -159,3 +157,15 @@ def test_transaction_prepared_units_stay_out_of_queues(open_store: Open) -> None
         make_message(1).body
     ]
     assert store.query_by_key("half-key")[0].body == b"half"
+
+
+def test_batches_spanning_segments_are_dispatched_whole(open_store: Open) -> None:
+    for _round in range(5):  # the dispatcher may see a multi-segment append half done
+        store = open_store(segment_size_bytes=32 * 1024)
+        store.put_messages([make_message(i, queue_id=i % 4, size=500) for i in range(400)])
+        assert store.wait_dispatched()
+        assert [store.max_offset("orders", q) for q in range(4)] == [100] * 4
+        for q in range(4):
+            assert len(store.get_messages("orders", q, 0, 1000).messages) == 100
+        store.close()
+        shutil.rmtree(store.config.store_dir)

@@ -1,0 +1,1 @@
+"""Benchmarks: each workload measures ours and a baseline in the same run."""

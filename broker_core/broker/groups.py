@@ -1,0 +1,223 @@
+"""Consumer group configurations (RocketMQ's subscription groups), kept durable.
+
+A :class:`GroupConfig` says how a group consumes: its retry policy, where a new group
+starts reading, whether it is FIFO, broadcasting or clustering, whether consumption is
+enabled, and which rebalance strategy shares queues among its consumers.
+
+Durability: :class:`GroupManager` keeps every config in memory and rewrites
+``config/subscriptionGroup.json`` with :func:`write_json_atomic` on every change; memory
+is only updated once the write succeeded. On open it loads the file, falling back to the
+``.bak`` copy when the main one is torn or fails its checksum (the reason is kept in
+``load_problem``). If a file exists but neither copy loads, opening raises
+CorruptionError rather than silently forgetting every group.
+
+Threads: every method of :class:`GroupManager` may be called from any thread; one lock
+guards the table and the file write.
+
+Example::
+
+    >>> import tempfile, pathlib
+    >>> groups = GroupManager(pathlib.Path(tempfile.mkdtemp()) / "subscriptionGroup.json")
+    >>> groups.get_or_create("GID_orders").rebalance_strategy
+    'averagely'
+    >>> GroupConfig.from_dict({"name": "GID_b", "broadcast": True}).broadcast
+    True
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from broker_core.broker.rebalance import STRATEGY_NAMES, AllocateStrategy, strategy_by_name
+from broker_core.broker.retry import RetryPolicy
+from broker_core.errors import (
+    ConfigError,
+    CorruptionError,
+    GroupNotFoundError,
+    InvalidArgumentError,
+    InvalidGroupError,
+)
+from broker_core.message import validate_group_name
+from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
+
+CONSUME_FROM: Final = ("last_offset", "first_offset", "timestamp")
+DEFAULT_STRATEGY: Final = "averagely"
+
+
+def _check_bool(group: str, name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"group {group}: {name} must be true or false, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """One consumer group's settings; validated on construction.
+
+    ``consume_timestamp_ms`` is where a new group starts when ``consume_from_where`` is
+    ``"timestamp"`` (ignored otherwise). ``broadcast=False`` means clustering: each queue
+    goes to one consumer of the group.
+    """
+
+    name: str
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    consume_from_where: str = "last_offset"
+    consume_timestamp_ms: int = 0
+    fifo: bool = False
+    broadcast: bool = False
+    consume_enable: bool = True
+    rebalance_strategy: str = DEFAULT_STRATEGY
+
+    def __post_init__(self) -> None:
+        """Raise InvalidGroupError for a bad name, ConfigError for any other bad field."""
+        if not isinstance(self.name, str):
+            raise InvalidGroupError(f"group name must be a string, got {self.name!r}")
+        validate_group_name(self.name)
+        if not isinstance(self.retry_policy, RetryPolicy):
+            raise ConfigError(f"group {self.name}: retry_policy must be a RetryPolicy")
+        if self.consume_from_where not in CONSUME_FROM:
+            raise ConfigError(
+                f"group {self.name}: consume_from_where must be one of "
+                f"{', '.join(CONSUME_FROM)}, got {self.consume_from_where!r}"
+            )
+        ts = self.consume_timestamp_ms
+        if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+            raise ConfigError(f"group {self.name}: consume_timestamp_ms must be an int >= 0")
+        for flag in ("fifo", "broadcast", "consume_enable"):
+            _check_bool(self.name, flag, getattr(self, flag))
+        if self.rebalance_strategy not in STRATEGY_NAMES:
+            raise ConfigError(
+                f"group {self.name}: unknown rebalance_strategy {self.rebalance_strategy!r}; "
+                f"valid: {', '.join(STRATEGY_NAMES)}"
+            )
+
+    def strategy(self) -> AllocateStrategy:
+        """A fresh instance of the group's rebalance strategy (default arguments)."""
+        return strategy_by_name(self.rebalance_strategy)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-ready form that :meth:`from_dict` reads back."""
+        return {
+            "name": self.name,
+            "retry_policy": self.retry_policy.to_dict(),
+            "consume_from_where": self.consume_from_where,
+            "consume_timestamp_ms": self.consume_timestamp_ms,
+            "fifo": self.fifo,
+            "broadcast": self.broadcast,
+            "consume_enable": self.consume_enable,
+            "rebalance_strategy": self.rebalance_strategy,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GroupConfig:
+        """Rebuild from :meth:`to_dict` output; absent keys take the defaults.
+
+        Raises ConfigError for a non-mapping, a missing name, unknown keys or bad values
+        (InvalidGroupError, also an InvalidArgumentError, for a bad name).
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"group config must be an object, got {data!r}")
+        unknown = sorted(set(data) - _GROUP_KEYS)
+        if unknown:
+            allowed = sorted(_GROUP_KEYS)
+            raise ConfigError(f"group config: unknown keys {unknown}; allowed {allowed}")
+        if "name" not in data:
+            raise ConfigError("group config is missing 'name'")
+        values = dict(data)
+        if "retry_policy" in values:
+            values["retry_policy"] = RetryPolicy.from_dict(values["retry_policy"])
+        return cls(**values)
+
+
+_GROUP_KEYS: Final = frozenset(GroupConfig("x").to_dict())
+
+
+class GroupManager:
+    """Every consumer group's config, persisted to one JSON file on each change."""
+
+    def __init__(self, path: Path, *, auto_create: bool = True) -> None:
+        """Load ``path`` (or its ``.bak``); CorruptionError if a file exists but neither loads."""
+        self._path = path
+        self.auto_create = auto_create
+        self._lock = threading.Lock()
+        self._groups: dict[str, GroupConfig] = {}
+        self.load_problem = ""
+        self._load()
+
+    def _load(self) -> None:
+        loaded = read_json_atomic(self._path)
+        self.load_problem = loaded.problem
+        if loaded.data is None:
+            backup = self._path.with_name(self._path.name + ".bak")
+            if self._path.exists() or backup.exists():
+                raise CorruptionError(
+                    f"group configs unreadable, backup too: {loaded.problem}", path=str(self._path)
+                )
+            return
+        try:
+            configs = [GroupConfig.from_dict(item) for item in loaded.data["groups"]]
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"{self._path} holds malformed group configs: {exc!r}") from exc
+        self._groups = {config.name: config for config in configs}
+
+    def _write_locked(self, table: dict[str, GroupConfig]) -> None:
+        """Persist ``table`` and then adopt it; the caller holds ``_lock``."""
+        write_json_atomic(self._path, {"groups": [table[n].to_dict() for n in sorted(table)]})
+        self._groups = table
+
+    def create_or_update(self, config: GroupConfig) -> GroupConfig:
+        """Store ``config`` (replacing one of the same name) durably; idempotent."""
+        if not isinstance(config, GroupConfig):
+            raise InvalidArgumentError(f"expected a GroupConfig, got {config!r}")
+        with self._lock:
+            if self._groups.get(config.name) != config:
+                self._write_locked({**self._groups, config.name: config})
+        return config
+
+    def get(self, name: str) -> GroupConfig | None:
+        """The config of ``name``, or None."""
+        with self._lock:
+            return self._groups.get(name)
+
+    def require(self, name: str) -> GroupConfig:
+        """The config of ``name``; GroupNotFoundError if there is none."""
+        config = self.get(name)
+        if config is None:
+            raise GroupNotFoundError(f"consumer group {name!r} does not exist")
+        return config
+
+    def get_or_create(self, name: str) -> GroupConfig:
+        """The config of ``name``, created with defaults when missing and auto-create is on.
+
+        Raises InvalidGroupError for a bad name and GroupNotFoundError when the group is
+        missing and auto-create is off.
+        """
+        validate_group_name(name)
+        with self._lock:
+            config = self._groups.get(name)
+            if config is not None:
+                return config
+            if not self.auto_create:
+                raise GroupNotFoundError(
+                    f"consumer group {name!r} does not exist and auto-create is off"
+                )
+            config = GroupConfig(name)
+            self._write_locked({**self._groups, name: config})
+            return config
+
+    def delete(self, name: str) -> bool:
+        """Forget ``name`` durably; True if it existed."""
+        with self._lock:
+            if name not in self._groups:
+                return False
+            self._write_locked({n: c for n, c in self._groups.items() if n != name})
+        return True
+
+    def list(self) -> builtins.list[GroupConfig]:
+        """Every config, sorted by name."""
+        with self._lock:
+            return [self._groups[name] for name in sorted(self._groups)]

@@ -1,0 +1,388 @@
+"""Long polling: a pull that finds nothing is parked until dispatch brings a match.
+
+A consumer at the end of its queue would otherwise spin on empty pulls. Instead the
+request is *parked*, keyed by ``(topic, queue_id)``, and answered
+
+* when dispatch reports that queue grew and re-running the pull now delivers messages
+  (or finds the offset illegal), or
+* at its deadline, with NO_NEW_MESSAGE and the offset it reached, or
+* when the service stops, the same way.
+
+A parked pull whose filter rejects the new messages stays parked; its offset advances
+past the rejected units so they are not scanned again, and its answer carries that
+offset. Each parked request is answered exactly once (or never, if cancelled).
+
+Threads. The store's dispatch thread calls the listener, which only marks the queue
+"woken" and signals the *hold thread*; it never reads the store, so many parked pulls or
+a costly SQL92 filter cannot slow dispatch. The hold thread (``start``/``stop``; one
+thread, no thread per request) re-runs the pulls of woken queues and completes expired
+requests from a heap of deadlines. Tests drive it with ``run_once(now_ms)`` and an
+injected clock instead. ``park``, ``cancel``, ``pull_blocking`` and ``pull_async`` may be
+called from any thread; callbacks run on the hold thread (or on the caller's thread when
+``park`` answers at once), outside every lock, and must be quick — set an event, post to
+a loop. A callback that raises is logged and ignored.
+
+Durability: none. Parked requests live in memory; after a restart consumers simply pull
+again from their offsets. Stop this service before closing its store.
+
+>>> import tempfile, threading
+>>> from broker_core.config import StoreConfig
+>>> from broker_core.message import Message
+>>> from broker_core.store.message_store import MessageStore
+>>> store = MessageStore(StoreConfig(store_dir=tempfile.mkdtemp(), segment_size_bytes=1 << 20,
+...                                  max_body_bytes=1024))
+>>> _ = store.open()
+>>> polling = LongPollingService(store)
+>>> polling.start()
+>>> timer = threading.Timer(0.05, store.put_messages, [[Message("t", b"late")]])
+>>> timer.start()
+>>> [m.body for m in polling.pull_blocking("t", 0, 0, timeout_ms=5_000).messages]
+[b'late']
+>>> polling.stop(); store.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker_core.broker.filters import MessageFilter
+from broker_core.broker.pull import (
+    DEFAULT_PULL_MAX_BYTES,
+    DEFAULT_PULL_MAX_COUNT,
+    PullRequest,
+    PullResult,
+    PullService,
+    PullStatus,
+)
+from broker_core.errors import RocketMQError
+from broker_core.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+PullCallback = Callable[[PullResult], None]
+QueueKey = tuple[str, int]  # (topic, queue id)
+
+DEFAULT_MAX_PARKED = 100_000
+_MAX_WAIT_S = 1.0  # the hold thread re-reads the clock at least this often
+_BLOCKING_GRACE_S = 2.0  # pull_blocking's safety margin when the hold thread is not running
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(eq=False, slots=True)
+class ParkedPull:
+    """One parked request; ``request.offset`` advances past units its filter rejected."""
+
+    request: PullRequest
+    deadline_ms: int
+    callback: PullCallback
+    seq: int
+    done: bool = False
+
+    @property
+    def key(self) -> QueueKey:
+        return self.request.topic, self.request.queue_id
+
+
+class LongPollingService:
+    """Parks empty pulls per queue and answers them on dispatch or at their deadline."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        pull_service: PullService | None = None,
+        *,
+        clock_ms: Callable[[], int] = monotonic_ms,
+        max_parked: int = DEFAULT_MAX_PARKED,
+    ) -> None:
+        self._store = store
+        self._pull = pull_service or PullService(store)
+        self._clock_ms = clock_ms
+        self._max_parked = max_parked
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._round_lock = threading.Lock()  # one run_once at a time
+        self._by_queue: dict[QueueKey, dict[int, ParkedPull]] = {}
+        self._deadlines: list[tuple[int, int, ParkedPull]] = []
+        self._woken: set[QueueKey] = set()
+        self._count = 0
+        self._seq = itertools.count()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        store.add_dispatch_listener(self._on_dispatch)
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the hold thread (daemon)."""
+        with self._lock:
+            if self._thread is not None or self._stopped:
+                return
+            self._thread = threading.Thread(target=self._run, name="long-polling", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the hold thread and answer every parked request with NO_NEW_MESSAGE.
+
+        Later ``park`` calls are answered at once; dispatch events are ignored.
+        """
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            rest = [p for parked in self._by_queue.values() for p in parked.values()]
+            for p in rest:
+                self._claim_locked(p)
+            self._deadlines.clear()
+            self._woken.clear()
+        for p in rest:
+            self._answer_empty(p)
+
+    @property
+    def parked_count(self) -> int:
+        with self._lock:
+            return self._count
+
+    # ---- parking ------------------------------------------------------------------------
+
+    def park(
+        self, request: PullRequest, deadline_ms: int, callback: PullCallback
+    ) -> ParkedPull | None:
+        """Hold ``request`` until messages for it arrive or ``deadline_ms`` (service clock).
+
+        Call it after a pull came back empty. Returns the handle (for :meth:`cancel`),
+        or None when the request was answered at once with NO_NEW_MESSAGE because the
+        service is stopped or ``max_parked`` requests are already held.
+        """
+        parked = ParkedPull(request, deadline_ms, callback, next(self._seq))
+        with self._cond:
+            stopped, full = self._stopped, self._count >= self._max_parked
+            if not (stopped or full):
+                self._by_queue.setdefault(parked.key, {})[parked.seq] = parked
+                self._count += 1
+                heapq.heappush(self._deadlines, (deadline_ms, parked.seq, parked))
+                if self._deadlines[0][2] is parked:
+                    self._cond.notify()  # an earlier deadline than the hold thread waits for
+        if stopped or full:
+            if full and not stopped:
+                log.warning("long polling full (%d parked): answering at once", self._max_parked)
+            _call(callback, self._pull.empty_result(request, PullStatus.NO_NEW_MESSAGE))
+            return None
+        # A message dispatched between the caller's pull and the registration above
+        # signalled nobody; look once more now that the request is visible to the listener.
+        if self._store.max_offset(request.topic, request.queue_id) > request.offset:
+            self._wake(parked.key)
+        return parked
+
+    def cancel(self, parked: ParkedPull) -> bool:
+        """Forget a parked request without answering it; False if it was already answered."""
+        with self._lock:
+            return self._claim_locked(parked)
+
+    def pull_or_park(
+        self, request: PullRequest, deadline_ms: int, callback: PullCallback
+    ) -> ParkedPull | None:
+        """Pull now; answer at once if that delivers, else park until ``deadline_ms``.
+
+        The immediate answer runs ``callback`` on the caller's thread.
+        """
+        result = self._pull.execute(request)
+        if not result.status.empty or self._clock_ms() >= deadline_ms:
+            _call(callback, result)
+            return None
+        return self.park(request.at(result.next_offset), deadline_ms, callback)
+
+    def pull_blocking(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = DEFAULT_PULL_MAX_COUNT,
+        *,
+        filter: MessageFilter | None = None,
+        max_bytes: int = DEFAULT_PULL_MAX_BYTES,
+        timeout_ms: int,
+    ) -> PullResult:
+        """Pull, waiting up to ``timeout_ms`` for messages (thread-per-request servers)."""
+        request = PullRequest(topic, queue_id, offset, max_count, filter, max_bytes)
+        answered = threading.Event()
+        box: list[PullResult] = []
+
+        def deliver(result: PullResult) -> None:
+            box.append(result)
+            answered.set()
+
+        parked = self.pull_or_park(request, self._clock_ms() + timeout_ms, deliver)
+        if not answered.wait(timeout_ms / 1000 + _BLOCKING_GRACE_S):
+            assert parked is not None  # an immediate answer sets the event before returning
+            if self.cancel(parked):  # the hold thread is not running
+                return self._pull.empty_result(parked.request, PullStatus.NO_NEW_MESSAGE)
+            answered.wait()  # claimed by the hold thread: its callback is on its way
+        return box[0]
+
+    async def pull_async(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = DEFAULT_PULL_MAX_COUNT,
+        *,
+        filter: MessageFilter | None = None,
+        max_bytes: int = DEFAULT_PULL_MAX_BYTES,
+        timeout_ms: int,
+    ) -> PullResult:
+        """Pull, waiting up to ``timeout_ms`` for messages, without blocking the event loop.
+
+        The first pull runs in the loop's default executor; the answer is handed back with
+        ``loop.call_soon_threadsafe``. Cancelling the awaiting task cancels the parked request.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[PullResult] = loop.create_future()
+        request = PullRequest(topic, queue_id, offset, max_count, filter, max_bytes)
+        deadline_ms = self._clock_ms() + timeout_ms
+
+        def deliver(result: PullResult) -> None:
+            loop.call_soon_threadsafe(_resolve, future, result)
+
+        parked = await loop.run_in_executor(None, self.pull_or_park, request, deadline_ms, deliver)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if parked is not None:
+                self.cancel(parked)
+            raise
+
+    # ---- the hold thread's work ----------------------------------------------------------
+
+    def run_once(self, now_ms: int) -> int:
+        """Re-run the pulls of woken queues, then expire deadlines ``<= now_ms``.
+
+        Returns how many requests were answered. Called by the hold thread, or by tests
+        that have not started it.
+        """
+        with self._round_lock:
+            return self._serve_woken() + self._expire(now_ms)
+
+    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Store dispatch listener (dispatch thread): mark the queue, never read here."""
+        key = (topic, queue_id)
+        with self._cond:
+            if key in self._by_queue and not self._stopped:
+                self._woken.add(key)
+                self._cond.notify()
+
+    def _wake(self, key: QueueKey) -> None:
+        with self._cond:
+            self._woken.add(key)
+            self._cond.notify()
+
+    def _serve_woken(self) -> int:
+        with self._lock:
+            woken, self._woken = self._woken, set()
+        answered = 0
+        for key in woken:
+            max_offset = self._store.max_offset(*key)
+            with self._lock:
+                ready = [p for p in self._by_queue.get(key, {}).values()
+                         if p.request.offset < max_offset]  # fmt: skip
+            for parked in ready:
+                answered += self._retry(parked)
+        return answered
+
+    def _retry(self, parked: ParkedPull) -> int:
+        """Re-run one parked pull; answer it if it now delivers. Returns 1 if answered."""
+        try:
+            result = self._pull.execute(parked.request)
+        except RocketMQError:
+            log.exception("parked pull of %s:%d failed; it waits for its deadline", *parked.key)
+            return 0
+        if result.status.empty:
+            progressed = result.next_offset > parked.request.offset
+            with self._lock:
+                if progressed and not parked.done:
+                    parked.request = parked.request.at(result.next_offset)
+            if progressed and result.next_offset < result.max_offset:
+                self._wake(parked.key)  # the bounded scan stopped early: go on next round
+            return 0
+        with self._lock:
+            claimed = self._claim_locked(parked)
+        if claimed:
+            _call(parked.callback, result)
+        return int(claimed)
+
+    def _expire(self, now_ms: int) -> int:
+        due: list[ParkedPull] = []
+        with self._lock:
+            heap = self._deadlines
+            while heap and heap[0][0] <= now_ms:
+                parked = heapq.heappop(heap)[2]
+                if self._claim_locked(parked):
+                    due.append(parked)
+            if len(heap) > 2 * self._count + 1024:  # drop entries answered early
+                self._deadlines = [e for e in heap if not e[2].done]
+                heapq.heapify(self._deadlines)
+        for parked in due:
+            self._answer_empty(parked)
+        return len(due)
+
+    def _claim_locked(self, parked: ParkedPull) -> bool:
+        """Take ``parked`` out of the table so exactly one party answers it (lock held)."""
+        if parked.done:
+            return False
+        parked.done = True
+        self._count -= 1
+        queue = self._by_queue.get(parked.key)
+        if queue is not None:
+            queue.pop(parked.seq, None)
+            if not queue:
+                del self._by_queue[parked.key]
+        return True
+
+    def _answer_empty(self, parked: ParkedPull) -> None:
+        _call(parked.callback, self._pull.empty_result(parked.request, PullStatus.NO_NEW_MESSAGE))
+
+    def _wait_s(self, now_ms: int) -> float:
+        if self._woken:
+            return 0.0
+        if not self._deadlines:
+            return _MAX_WAIT_S
+        return min(max(self._deadlines[0][0] - now_ms, 0) / 1000, _MAX_WAIT_S)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                wait_s = self._wait_s(self._clock_ms())
+                if wait_s > 0:
+                    self._cond.wait(wait_s)
+                if self._stopped:
+                    return
+            try:
+                self.run_once(self._clock_ms())
+            except Exception:  # the hold thread must outlive one bad round
+                log.exception("long polling round failed")
+
+
+def _call(callback: PullCallback, result: PullResult) -> None:
+    try:
+        callback(result)
+    except Exception:  # a caller's bug must not kill the hold thread
+        log.exception("long polling callback failed")
+
+
+def _resolve(future: asyncio.Future[PullResult], result: PullResult) -> None:
+    if not future.done():  # the awaiting task may have been cancelled
+        future.set_result(result)

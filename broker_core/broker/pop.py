@@ -1,0 +1,454 @@
+"""POP consumption (RocketMQ 5 SimpleConsumer / PushConsumer): receive, ack, invisible time.
+
+``receive`` takes visible messages from a group's position in the queues of a topic
+and in the group's retry topic ``%RETRY%{group}`` (shared by every topic the group
+consumes, so a receive may return retries of another of its topics; ``PoppedMessage.topic``
+names the original one), makes them invisible until ``now + invisible_ms`` and returns
+each with a receipt handle (``receipt.py``) and its delivery attempt. ``ack`` ends a
+delivery; ``change_invisible_duration`` moves its deadline and issues a new handle (the
+old one becomes stale); ``nack`` and ``forward_to_dlq`` serve the PushConsumer paths.
+Messages a filter rejects are skipped and count as consumed.
+
+Expiry (``run_revive``): a delivery not acked by its deadline is revived as decided by
+``pop_policy.revive_decision``: a copy to the retry topic (non-FIFO), the same offset
+visible again (FIFO), or a copy to ``%DLQ%{group}`` once retries are exhausted. FIFO
+groups deliver a message group's next message only after the previous one is acked or
+dead-lettered; other message groups in the queue flow (at most ``max_withheld_per_queue``
+messages are held back per queue while scanning past busy groups).
+
+Durability (details in ``pop_state.py``): each checkpoint, ack, invisible change and
+revive is a record in ``REVIVE_TOPIC`` written before the call returns; the consume
+offset of each (group, topic, queue) and the revive replay start are committed to the
+ConsumerOffsetManager as they advance (``close()`` persists it). ``open()`` replays the
+log from the committed replay start, then revives whatever expired while the broker was
+down. After a restart acked messages are not redelivered, un-acked ones come back when
+their invisible time ends, attempt counts are kept, and receipt handles keep their
+meaning: a handle current before the restart is still accepted; a stale one stays stale.
+A handle becomes stale when superseded, acked, dead-lettered, or once ``run_revive`` has
+processed its expiry (until then an ack after the deadline is still accepted).
+
+Threads: every public method may be called from any thread; one lock serialises them
+(store reads and appends happen under it). ``start()`` runs ``run_revive`` on a daemon
+thread every ``revive_interval_ms``. ``retry_policy_for`` and ``is_fifo`` are called
+under the lock and must not call back into the service.
+
+>>> import tempfile
+>>> from pathlib import Path
+>>> from broker_core.config import StoreConfig
+>>> from broker_core.message import Message
+>>> d = Path(tempfile.mkdtemp())
+>>> store = MessageStore(StoreConfig(store_dir=str(d), segment_size_bytes=1 << 20,
+...                                  max_body_bytes=1024)); _ = store.open()
+>>> pop = PopService(store, ConsumerOffsetManager(d / "offsets.json"), clock_ms=lambda: 0)
+>>> pop.open()
+>>> _ = store.put_messages([Message("orders", b"hi")]); _ = store.wait_dispatched()
+>>> [got] = pop.receive("g", "orders", [0], max_count=8, invisible_ms=30_000)
+>>> (got.message.body, got.delivery_attempt)
+(b'hi', 1)
+>>> pop.ack("g", "orders", got.receipt_handle); pop.consume_offset("g", "orders", 0)
+1
+>>> pop.close(); store.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from broker_core.broker.filters import MessageFilter
+from broker_core.broker.offsets import ConsumerOffsetManager
+from broker_core.broker.pop_policy import Destination, revive_copy, revive_decision
+from broker_core.broker.pop_scan import QueuePlan, QueueScanner
+from broker_core.broker.pop_state import (
+    InFlight,
+    PopRecord,
+    PopState,
+    QueueKey,
+    QueueState,
+    RecordKind,
+    ReviveLog,
+)
+from broker_core.broker.receipt import ReceiptHandle, decode_handle
+from broker_core.broker.retry import DeadLetter, RetryPolicy, next_delivery, retry_topic
+from broker_core.broker.system_topics import REVIVE_TOPIC
+from broker_core.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    InvalidReceiptHandleError,
+    RocketMQError,
+    StaleReceiptHandleError,
+    StoreClosedError,
+)
+from broker_core.message import Message, StoredMessage, validate_group_name, validate_topic_name
+from broker_core.store.message_store import MessageStore, now_ms
+
+log = logging.getLogger(__name__)
+
+REVIVE_GROUP = "CID_RMQ_SYS_POP_REVIVE"  # its offset in REVIVE_TOPIC is the replay start
+
+
+@dataclass(frozen=True, slots=True)
+class PopConfig:
+    """Settings of the POP service; every field name carries its unit."""
+
+    broker_name: str = "broker-a"
+    revive_interval_ms: int = 1_000
+    max_receive_count: int = 1_024
+    max_invisible_ms: int = 12 * 3_600_000  # RocketMQ proxy's limit
+    max_withheld_per_queue: int = 1_024
+    revive_batch: int = 256
+
+    def __post_init__(self) -> None:
+        if not self.broker_name or len(self.broker_name.encode()) > 255:
+            raise ConfigError("broker_name must be 1..255 bytes")
+        for name in ("revive_interval_ms", "max_receive_count", "max_invisible_ms",
+                     "max_withheld_per_queue", "revive_batch"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, slots=True)
+class PoppedMessage:
+    """One message handed to a consumer, with what it needs to ack it."""
+
+    message: StoredMessage
+    topic: str  # the topic it was produced to (the original one for retry copies)
+    receipt_handle: str
+    delivery_attempt: int  # 1 on the first delivery
+    invisible_until_ms: int
+
+    @property
+    def message_id(self) -> str:
+        return self.message.message_id
+
+
+def _check_int(name: str, value: int, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be an int in {low}..{high}, got {value!r}")
+    return value
+
+
+class PopService:
+    """In-flight POP deliveries of every group over one store (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        offsets: ConsumerOffsetManager,
+        config: PopConfig | None = None,
+        *,
+        clock_ms: Callable[[], int] = now_ms,
+        retry_policy_for: Callable[[str], RetryPolicy] = lambda _group: RetryPolicy(),
+        is_fifo: Callable[[str], bool] = lambda _group: False,
+    ) -> None:
+        self.config = config or PopConfig()
+        self._store = store
+        self._offsets = offsets
+        self._clock_ms = clock_ms
+        self._policy_for = retry_policy_for
+        self._is_fifo = is_fifo
+        self._lock = threading.Lock()
+        self._log = ReviveLog(store)
+        self._state = PopState()
+        self._scanner = QueueScanner(store, self._state, self.config.max_withheld_per_queue)
+        self._committed_start = 0
+        self._open = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failure: RocketMQError | None = None  # last error of the revive thread
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Rebuild in-flight state from the revive log, then revive what expired meanwhile."""
+        with self._lock:
+            self._log.open()
+            start = self._offsets.query(REVIVE_GROUP, REVIVE_TOPIC, 0) or 0
+            for revive_offset, record in self._log.replay(start):
+                self._state.apply(revive_offset, record, self._start_offset(record.key))
+            self._committed_start = start
+            self._open = True
+        self.run_revive()
+        with self._lock:
+            self._commit(self._state.queues.values())
+
+    def close(self) -> None:
+        """Stop the revive thread, commit progress and persist the offsets."""
+        self.stop()
+        with self._lock:
+            if self._open:
+                self._commit(self._state.queues.values())
+                self._open = False
+        self._offsets.persist()
+
+    def start(self) -> None:
+        """Run ``run_revive`` every ``revive_interval_ms`` on a daemon thread."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="pop-revive", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.revive_interval_ms / 1000):
+            try:
+                self.run_revive()
+            except RocketMQError as exc:  # e.g. BusyError: the due entries wait a tick
+                self.failure = exc
+                log.warning("pop revive failed, retrying next tick: %s", exc)
+
+    # ---- consuming ---------------------------------------------------------------------
+
+    def receive(
+        self,
+        group: str,
+        topic: str,
+        queue_ids: Iterable[int],
+        *,
+        max_count: int,
+        invisible_ms: int,
+        filter: MessageFilter | None = None,
+    ) -> list[PoppedMessage]:
+        """Pop up to ``max_count`` visible messages; empty when nothing is visible."""
+        validate_group_name(group)
+        validate_topic_name(topic)
+        qids = list(dict.fromkeys(_check_int("queue id", q, 0, 2**31 - 1) for q in queue_ids))
+        _check_int("max_count", max_count, 1, self.config.max_receive_count)
+        _check_int("invisible_ms", invisible_ms, 1, self.config.max_invisible_ms)
+        with self._lock:
+            self._check_open()
+            now, fifo = self._clock_ms(), self._is_fifo(group)
+            rtopic = retry_topic(group)
+            sources = [(rtopic, q, None) for q in self._store.queue_ids(rtopic)]
+            sources += [(topic, q, filter) for q in qids]
+            plans: list[QueuePlan] = []
+            budget = max_count
+            for src, qid, flt in sources:
+                if budget == 0:
+                    break
+                qs = self._queue((group, src, qid))
+                plan = self._scanner.plan(qs, budget, flt, self._log.next_offset, fifo=fifo)
+                budget -= len(plan.picks)
+                plans.append(plan)
+            return self._deliver(plans, now, invisible_ms)
+
+    def _deliver(self, plans: list[QueuePlan], now: int, invisible_ms: int
+                 ) -> list[PoppedMessage]:  # fmt: skip
+        records: list[PopRecord] = []
+        for plan in plans:
+            group, topic, qid = plan.qs.key
+            records += [PopRecord(
+                RecordKind.CHECKPOINT, group, topic, qid, p.message.queue_offset, anchor=p.anchor,
+                time_ms=now, invisible_ms=invisible_ms, attempt=p.attempt,
+                message_group=p.message_group,
+            ) for p in plan.picks]  # fmt: skip
+            records += [self._resolution(RecordKind.DROPPED, e, now) for e in plan.gone]
+        versions = iter(self._log.append(records) if records else [])
+        out: list[PoppedMessage] = []
+        for plan in plans:
+            self._scanner.apply(plan)
+            for pick in plan.picks:
+                entry = InFlight(plan.qs.key, pick.message.queue_offset, next(versions),
+                                 pick.anchor, now, invisible_ms, pick.attempt, pick.message_group)
+                self._state.deliver(plan.qs, entry)
+                out.append(PoppedMessage(pick.message, pick.topic, self._handle(entry),
+                                         pick.attempt, entry.deadline_ms))  # fmt: skip
+            for entry in plan.gone:
+                next(versions)
+                self._state.resolve(plan.qs, entry)
+        self._commit(plan.qs for plan in plans)
+        return out
+
+    def ack(self, group: str, topic: str, receipt_handle: str) -> None:
+        """End the delivery named by the handle; StaleReceiptHandleError if it is not current."""
+        handle = decode_handle(receipt_handle)
+        with self._lock:
+            qs, entry = self._current(group, topic, handle)
+            self._log.append([self._resolution(RecordKind.ACK, entry, self._clock_ms())])
+            self._state.resolve(qs, entry)
+            self._commit([qs])
+
+    def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
+                                  invisible_ms: int) -> str:  # fmt: skip
+        """Make the message invisible for ``invisible_ms`` from now; returns the new handle."""
+        _check_int("invisible_ms", invisible_ms, 0, self.config.max_invisible_ms)
+        handle = decode_handle(receipt_handle)
+        with self._lock:
+            qs, entry = self._current(group, topic, handle)
+            return self._handle(self._extend(qs, entry, invisible_ms))
+
+    def nack(self, group: str, topic: str, receipt_handle: str,
+             delay_ms: int | None = None) -> None:  # fmt: skip
+        """Consumption failed: redeliver after ``delay_ms`` (default: the group's backoff).
+
+        With the default, a delivery that has used up the group's retries goes to the
+        DLQ at once. An explicit ``delay_ms`` only sets the invisible time.
+        """
+        if delay_ms is not None:
+            _check_int("delay_ms", delay_ms, 0, self.config.max_invisible_ms)
+        handle = decode_handle(receipt_handle)
+        with self._lock:
+            qs, entry = self._current(group, topic, handle)
+            if delay_ms is None:
+                decision = next_delivery(self._policy_for(group), entry.attempt, self._clock_ms())
+                if isinstance(decision, DeadLetter):
+                    self._revive([(qs, entry)], self._clock_ms(), force_dlq=True)
+                    return
+                delay_ms = min(decision.delay_ms, self.config.max_invisible_ms)
+            self._extend(qs, entry, delay_ms)
+
+    def forward_to_dlq(self, group: str, topic: str, receipt_handle: str) -> None:
+        """Move the message to ``%DLQ%{group}`` now (the client gave up on it)."""
+        handle = decode_handle(receipt_handle)
+        with self._lock:
+            qs, entry = self._current(group, topic, handle)
+            self._revive([(qs, entry)], self._clock_ms(), force_dlq=True)
+
+    # ---- expiry --------------------------------------------------------------------------
+
+    def run_revive(self, now_ms: int | None = None) -> int:
+        """Revive every delivery whose deadline is ``<= now_ms``; returns how many."""
+        with self._lock:
+            self._check_open()
+            now = self._clock_ms() if now_ms is None else now_ms
+            total = 0
+            while due := self._state.pop_due(now, self.config.revive_batch):
+                try:
+                    self._revive(due, now)
+                except BaseException:
+                    for _qs, entry in due:
+                        self._state.requeue(entry)
+                    raise
+                total += len(due)
+            return total
+
+    def _revive(self, due: list[tuple[QueueState, InFlight]], now: int, *,
+                force_dlq: bool = False) -> None:  # fmt: skip
+        """Resolve or re-expose ``due`` deliveries with one append; commits progress."""
+        copies: list[Message] = []
+        records: list[PopRecord] = []
+        resolved: list[tuple[QueueState, InFlight]] = []
+        in_place: list[tuple[QueueState, InFlight]] = []
+        for qs, entry in due:
+            group, topic, qid = qs.key
+            policy = RetryPolicy(max_retries=0) if force_dlq else self._policy_for(group)
+            decision = revive_decision(group, topic, entry.attempt, policy,
+                                       fifo=self._is_fifo(group), now_ms=now)  # fmt: skip
+            if decision.destination is Destination.IN_PLACE:
+                in_place.append((qs, entry))
+                continue
+            message = self._scanner.read(topic, qid, entry.offset)
+            kind = RecordKind.REVIVED if decision.destination is Destination.RETRY else (
+                RecordKind.DEAD_LETTERED)  # fmt: skip
+            if message is None:
+                kind = RecordKind.DROPPED
+            else:
+                copies.append(revive_copy(message, decision.topic, decision.reconsume_times))
+            records.append(self._resolution(kind, entry, now))
+            resolved.append((qs, entry))
+        if records:
+            self._log.append(records, copies)
+        for qs, entry in resolved:
+            self._state.resolve(qs, entry)
+        for qs, entry in in_place:
+            self._state.expire(qs, entry)
+        self._commit(qs for qs, _entry in due)
+
+    # ---- inspection --------------------------------------------------------------------
+
+    def consume_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Lowest offset the group has not finished in the queue (what is committed)."""
+        with self._lock:
+            qs = self._state.queues.get((group, topic, queue_id))
+            if qs is not None:
+                return qs.consume_offset()
+            return self._start_offset((group, topic, queue_id))()
+
+    def inflight_count(self) -> int:
+        """Deliveries not yet acked or resolved, across all groups."""
+        with self._lock:
+            return self._state.inflight_count()
+
+    # ---- helpers (called with the lock held) --------------------------------------------
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise StoreClosedError("pop service is not open")
+
+    def _start_offset(self, key: QueueKey) -> Callable[[], int]:
+        def start() -> int:
+            committed = self._offsets.query(*key)
+            return committed if committed is not None else self._store.min_offset(*key[1:])
+
+        return start
+
+    def _queue(self, key: QueueKey) -> QueueState:
+        return self._state.queue(key, self._start_offset(key))
+
+    def _current(self, group: str, topic: str, handle: ReceiptHandle
+                 ) -> tuple[QueueState, InFlight]:  # fmt: skip
+        """The in-flight delivery ``handle`` names; Stale... if it is not the current one."""
+        self._check_open()
+        validate_group_name(group)
+        if handle.broker_name != self.config.broker_name:
+            raise InvalidReceiptHandleError(
+                f"receipt handle is from broker {handle.broker_name!r}, "
+                f"not {self.config.broker_name!r}"
+            )
+        if handle.topic not in (topic, retry_topic(group)):
+            raise InvalidReceiptHandleError(
+                f"receipt handle belongs to topic {handle.topic!r}, not {topic!r}"
+            )
+        qs = self._state.queues.get((group, handle.topic, handle.queue_id))
+        entry = qs.inflight.get(handle.queue_offset) if qs else None
+        if qs is None or entry is None or entry.version != handle.checkpoint_offset or (
+            entry.expired
+        ):
+            raise StaleReceiptHandleError(
+                f"receipt handle for {handle.topic}:{handle.queue_id} offset "
+                f"{handle.queue_offset} is stale (acked, superseded or redelivered)"
+            )
+        return qs, entry
+
+    def _extend(self, qs: QueueState, entry: InFlight, invisible_ms: int) -> InFlight:
+        now = self._clock_ms()
+        group, topic, qid = qs.key
+        record = PopRecord(RecordKind.CHECKPOINT, group, topic, qid, entry.offset,
+                           anchor=entry.anchor, time_ms=now, invisible_ms=invisible_ms,
+                           attempt=entry.attempt, message_group=entry.message_group)  # fmt: skip
+        (version,) = self._log.append([record])
+        new = InFlight(qs.key, entry.offset, version, entry.anchor, now, invisible_ms,
+                       entry.attempt, entry.message_group)  # fmt: skip
+        self._state.deliver(qs, new)
+        return new
+
+    def _handle(self, entry: InFlight) -> str:
+        _group, topic, qid = entry.key
+        return ReceiptHandle(topic, qid, entry.offset, entry.version, entry.pop_time_ms,
+                             entry.invisible_ms, self.config.broker_name).encode()  # fmt: skip
+
+    @staticmethod
+    def _resolution(kind: RecordKind, entry: InFlight, now: int) -> PopRecord:
+        group, topic, qid = entry.key
+        return PopRecord(kind, group, topic, qid, entry.offset, resolves=entry.version,
+                         time_ms=now)  # fmt: skip
+
+    def _commit(self, queues: Iterable[QueueState]) -> None:
+        """Commit consume offsets that advanced, then the replay start (in that order)."""
+        for qs in queues:  # a queue listed twice commits once: ``committed`` is updated
+            offset = qs.consume_offset()
+            if offset != qs.committed:
+                self._offsets.commit(*qs.key, offset)
+                qs.committed = offset
+        start = self._state.replay_start(self._log.next_offset)
+        if start != self._committed_start:
+            self._offsets.commit(REVIVE_GROUP, REVIVE_TOPIC, 0, start)
+            self._committed_start = start
