@@ -227,7 +227,9 @@ class PopService:
             self._check_open()
             now, fifo = self._clock_ms(), self._is_fifo(group)
             rtopic = retry_topic(group)
-            sources = [(rtopic, q, None) for q in self._store.queue_ids(rtopic)]
+            sources: list[tuple[str, int, MessageFilter | None]] = [
+                (rtopic, q, None) for q in self._store.queue_ids(rtopic)
+            ]
             sources += [(topic, q, filter) for q in qids]
             plans: list[QueuePlan] = []
             budget = max_count

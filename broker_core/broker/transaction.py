@@ -273,8 +273,7 @@ class TransactionService:
         try:
             resolution = Resolution(resolution)
         except ValueError:
-            raise InvalidArgumentError(f"resolution must be commit or rollback: {resolution!r}")\
-                from None
+            raise InvalidArgumentError(f"unknown resolution {resolution!r}") from None
         with self._lock:
             half = self._ledger.live_by_id(message_id)
             if half is None:
@@ -369,8 +368,9 @@ class TransactionService:
         live = live_half_from(copy.properties, copy_put.queue_offset, copy_put.physical_offset,
                               self._check_timeout_ms)  # fmt: skip
         self._ledger.add_live(live)
+        now_stored = self._store.read_message(copy_put.physical_offset)
         return CheckRequest(live.producer_group, live.transaction_id, live.message_id,
-                            live.check_times, self._store.read_message(copy_put.physical_offset))  # fmt: skip
+                            live.check_times, now_stored)  # fmt: skip
 
     def _give_up(self, half: LiveHalf, now_ms: int) -> None:
         op = self._store.put_message(op_message(half.queue_offset, now_ms))

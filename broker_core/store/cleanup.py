@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from broker_core.store.commitlog import CommitLog
 from broker_core.store.consume_queue import ConsumeQueueSet
-from broker_core.store.index_file import IndexService
+from broker_core.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection
 from broker_core.store import codec
 from broker_core.store.commitlog import AppendResult, CommitLog
 from broker_core.store.consume_queue import ConsumeQueueSet
-from broker_core.store.index_file import IndexService
+from broker_core.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
 

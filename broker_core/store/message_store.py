@@ -51,7 +51,7 @@ from broker_core.store.commitlog import CommitLog
 from broker_core.store.consume_queue import UNIT, ConsumeQueueSet
 from broker_core.store.dispatch import Dispatcher, Listener
 from broker_core.store.flush import Checkpoint, CommitLogFlusher, DerivedFlusher
-from broker_core.store.index_file import IndexService
+from broker_core.store.index_service import IndexService
 from broker_core.store.recovery import RecoveryReport, recover
 
 log = logging.getLogger(__name__)

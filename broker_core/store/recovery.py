@@ -28,7 +28,7 @@ from broker_core.store.commitlog import CommitLog, CommitLogRecovery
 from broker_core.store.consume_queue import ConsumeQueue, ConsumeQueueSet
 from broker_core.store.dispatch import Dispatcher
 from broker_core.store.flush import Checkpoint
-from broker_core.store.index_file import IndexService
+from broker_core.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,7 @@ def recover(
         cq.truncate_from_physical(replay_from)
     index.truncate_from(index_from)
     dispatcher.dispatch_range(index_from, end, verify=True)
+    index.mark_rebuilt()
     report.replayed_bytes = end - index_from
     if checkpoint is not None and end >= checkpoint.dispatched:
         damaged.update(_check_against_snapshot(queues, checkpoint))

@@ -19,13 +19,9 @@ from broker_core.errors import (
     StoreClosedError,
 )
 from broker_core.message import key_hash
-from broker_core.store.index_file import (
-    ENTRY,
-    HEADER,
-    INT32_MAX,
+from broker_core.store.index_file import ENTRY, HEADER, INT32_MAX, SLOT, IndexFile
+from broker_core.store.index_service import (
     MANIFEST_NAME,
-    SLOT,
-    IndexFile,
     IndexService,
     ms_for_name,
     name_for_ms,

@@ -1,0 +1,451 @@
+"""The index service: a directory of index files, rolled, queried and repaired as one.
+
+:class:`IndexService` rolls to a new :class:`~broker_core.store.index_file.IndexFile`
+when the current one fills, answers queries across files (newest first), and repairs the
+set after a crash. Files are named by creation time, 17 digits ``yyyyMMddHHmmssSSS``.
+
+Crash contract:
+
+* :class:`IndexService` deletes files that fail validation and notices sealed files that
+  went missing through ``manifest.json`` (version, then one record per sealed file: name,
+  begin/end phys, index_count; written atomically: temp file, fsync, rename, fsync of the
+  directory; a lost manifest is re-derived, since every file but the newest is sealed).
+  It then truncates the whole index at the lowest phys offset that was lost, so the index
+  is always a prefix of the commitlog and re-dispatched puts stay in phys order, and
+  reports that offset as ``rebuild_from``.
+* Recovery recipe for the store: ``validate_and_repair()``; then if ``rebuild_from`` is
+  set, re-dispatch from it; else ``truncate_from(max_phys_offset)`` and re-dispatch from
+  ``max_phys_offset`` (its message may be only partly indexed); from the commitlog's start
+  when ``max_phys_offset`` is -1. Because the index is a prefix, ``max_phys_offset`` alone
+  is a safe restart point even if a crash loses ``rebuild_from``; ``mark_rebuilt()``
+  clears it once the store has re-dispatched.
+
+Threads: every public method holds one lock, so a query never sees a half-done put or
+truncation. The store's dispatch thread is the only writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from broker_core.errors import (
+    CorruptionError,
+    InvalidOffsetError,
+    StoreClosedError,
+    StoreError,
+)
+from broker_core.store.index_file import (
+    NAME_RE,
+    IndexFile,
+    _check_dimensions,
+)
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 1
+
+
+def name_for_ms(epoch_ms: int) -> str:
+    """The 17-digit ``yyyyMMddHHmmssSSS`` (UTC) name for a creation time."""
+    seconds, millis = divmod(epoch_ms, 1000)
+    stamp = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y%m%d%H%M%S")
+    return f"{stamp}{millis:03d}"
+
+
+def ms_for_name(name: str) -> int | None:
+    """Inverse of :func:`name_for_ms`; None if ``name`` is not an index file name."""
+    if not NAME_RE.match(name):
+        return None
+    try:
+        moment = datetime.strptime(name[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return int(moment.timestamp()) * 1000 + int(name[14:])
+
+
+@dataclass(frozen=True, slots=True)
+class SealedFile:
+    """A manifest record: a file that filled (or ran out of time span) and was rolled."""
+
+    name: str
+    begin_phys: int
+    end_phys: int
+    index_count: int
+
+    @classmethod
+    def of(cls, index: IndexFile) -> SealedFile:
+        return cls(index.name, index.begin_phys_offset, index.end_phys_offset, index.index_count)
+
+    def matches(self, index: IndexFile) -> bool:
+        return self == SealedFile.of(index)
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(directory: Path, sealed: Iterable[SealedFile]) -> None:
+    """Atomically replace ``manifest.json``: temp file, fsync, rename, fsync the directory."""
+    doc = {
+        "version": MANIFEST_VERSION,
+        "sealed": [
+            {
+                "name": s.name,
+                "begin_phys": s.begin_phys,
+                "end_phys": s.end_phys,
+                "index_count": s.index_count,
+            }
+            for s in sorted(sealed, key=lambda s: s.name)
+        ],
+    }
+    target = directory / MANIFEST_NAME
+    tmp = directory / (MANIFEST_NAME + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, target)
+    fsync_directory(directory)
+
+
+def read_manifest(directory: Path) -> tuple[dict[str, SealedFile], str]:
+    """The manifest's records by name, and a problem description ("" if none)."""
+    path = directory / MANIFEST_NAME
+    try:
+        doc: Any = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}, ""
+    except (OSError, ValueError) as exc:
+        return {}, f"{MANIFEST_NAME} unreadable ({exc}); sealed-file losses cannot be checked"
+    try:
+        if doc["version"] != MANIFEST_VERSION:
+            raise ValueError(f"version {doc['version']!r}")
+        records = [
+            SealedFile(
+                str(r["name"]), int(r["begin_phys"]), int(r["end_phys"]), int(r["index_count"])
+            )
+            for r in doc["sealed"]
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        return {}, f"{MANIFEST_NAME} malformed ({exc!r}); sealed-file losses cannot be checked"
+    return {r.name: r for r in records}, ""
+
+
+# -- the service -------------------------------------------------------------------------
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class IndexService:
+    """All index files of one store: put, query, roll, truncate, retain and repair."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        slot_count: int,
+        max_entries: int,
+        *,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        _check_dimensions(slot_count, max_entries)
+        self._dir = Path(directory)
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._slot_count = slot_count
+        self._max_entries = max_entries
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._files: list[IndexFile] = []
+        self._sealed: dict[str, SealedFile] = {}
+        self._rebuild_from: int | None = None
+        self._closed = False
+        self._pending_report = self._load()
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def file_names(self) -> list[str]:
+        with self._lock:
+            return [f.name for f in self._files]
+
+    @property
+    def sealed_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._sealed)
+
+    @property
+    def max_phys_offset(self) -> int:
+        """Phys offset of the newest entry, -1 when the index is empty."""
+        with self._lock:
+            return self._max_phys_locked()
+
+    @property
+    def rebuild_from(self) -> int | None:
+        """Lowest phys offset whose entries were lost and must be re-dispatched, or None."""
+        with self._lock:
+            return self._rebuild_from
+
+    def mark_rebuilt(self) -> None:
+        """The store re-dispatched from :attr:`rebuild_from`; forget it."""
+        with self._lock:
+            self._rebuild_from = None
+
+    # -- loading and repair --------------------------------------------------------------
+
+    def _load(self) -> list[str]:
+        """Open every file, dropping bad ones; truncate at the lowest loss. Returns notes."""
+        (self._dir / (MANIFEST_NAME + ".tmp")).unlink(missing_ok=True)
+        self._sealed, problem = read_manifest(self._dir)
+        as_read = dict(self._sealed)
+        notes = [problem] if problem else []
+        names = sorted(n for n in os.listdir(self._dir) if ms_for_name(n) is not None)
+        lost: list[int] = []
+        for name in names:
+            self._open_one(name, lost, notes)
+        for record in [r for r in self._sealed.values() if r.name not in names]:
+            notes.append(
+                f"sealed index file {record.name} is missing: its {record.index_count} "
+                f"entries for phys [{record.begin_phys}, {record.end_phys}] must be rebuilt"
+            )
+            lost.append(record.begin_phys)
+            del self._sealed[record.name]
+        self._drop_inner_empty_files(notes)
+        if lost:
+            notes.extend(self._truncate_locked(min(lost)))
+            low = min(lost)
+            self._rebuild_from = low if self._rebuild_from is None else min(low, self._rebuild_from)
+        self._sealed = {n: r for n, r in self._sealed.items() if self._file_named(n)}
+        for index in self._files[:-1]:  # only the newest file is written: the rest are sealed
+            self._sealed.setdefault(index.name, SealedFile.of(index))
+        if self._sealed != as_read or problem:
+            write_manifest(self._dir, self._sealed.values())
+        return notes
+
+    def _open_one(self, name: str, lost: list[int], notes: list[str]) -> None:
+        path = self._dir / name
+        record = self._sealed.get(name)
+        try:
+            index = IndexFile.open(path, self._slot_count, self._max_entries)
+            if record is not None and not record.matches(index):
+                index.close()
+                raise CorruptionError(
+                    f"header disagrees with its manifest record {record}",
+                    path=str(path),
+                    position=0,
+                )
+        except CorruptionError as exc:
+            if record is not None:
+                low, what = record.begin_phys, f"[{record.begin_phys}, {record.end_phys}]"
+            else:  # unknown range: everything after the last good entry (inclusive)
+                low = max(self._max_phys_locked(), 0)
+                what = f">= {low}"
+            path.unlink(missing_ok=True)
+            self._sealed.pop(name, None)
+            lost.append(low)
+            notes.append(
+                f"index file {name} failed validation ({exc}); deleted, phys {what} must be rebuilt"
+            )
+            return
+        if index.repaired_tail:
+            notes.append(f"index file {name}: rolled back one put a crash interrupted")
+        self._files.append(index)
+
+    def _drop_inner_empty_files(self, notes: list[str]) -> None:
+        """Only the newest file may be empty (a crash right after creating it)."""
+        for index in [f for f in self._files[:-1] if f.is_empty]:
+            self._delete_file(index)
+            notes.append(f"index file {index.name} was empty and not the newest; deleted")
+
+    def _file_named(self, name: str) -> IndexFile | None:
+        return next((f for f in self._files if f.name == name), None)
+
+    def validate_and_repair(self) -> list[str]:
+        """Re-open and re-check every file; return what was dropped since the last call.
+
+        Files failing validation are deleted, missing sealed files are noticed via the
+        manifest, everything at or after the lowest lost phys offset is truncated, and
+        :attr:`rebuild_from` tells the store where to re-dispatch from.
+        """
+        with self._lock:
+            self._check_open()
+            for index in self._files:
+                index.flush()
+                index.close()
+            self._files = []
+            notes = self._pending_report + self._load()
+            self._pending_report = []
+            return notes
+
+    # -- writing -------------------------------------------------------------------------
+
+    def put_keys(self, keys: Iterable[str], phys_offset: int, store_timestamp_ms: int) -> int:
+        """Index every distinct non-empty key of one message; return entries written."""
+        unique = list(dict.fromkeys(k for k in keys if k))
+        with self._lock:
+            self._check_open()
+            newest = self._max_phys_locked()
+            if phys_offset < max(newest, 0):
+                raise InvalidOffsetError(
+                    f"index put at phys {phys_offset} is before the newest entry {newest}"
+                )
+            for key in unique:
+                self._put_one(key, phys_offset, store_timestamp_ms)
+            return len(unique)
+
+    def _put_one(self, key: str, phys_offset: int, store_timestamp_ms: int) -> None:
+        if not self._files or self._files[-1].name in self._sealed:
+            self._create_file()  # a sealed newest file: crash between seal and create
+        if self._files[-1].put(key, phys_offset, store_timestamp_ms):
+            return
+        index = self._roll()
+        if not index.put(key, phys_offset, store_timestamp_ms):
+            raise StoreError(f"a fresh index file {index.name} refused an entry")
+
+    def _roll(self) -> IndexFile:
+        """Seal the newest file (flush, record in the manifest) and start a new one."""
+        old = self._files[-1]
+        old.flush()
+        self._sealed[old.name] = SealedFile.of(old)
+        write_manifest(self._dir, self._sealed.values())
+        return self._create_file()
+
+    def _create_file(self) -> IndexFile:
+        last = ms_for_name(self._files[-1].name) if self._files else None
+        epoch_ms = self._clock_ms() if last is None else max(self._clock_ms(), last + 1)
+        while True:
+            try:
+                index = IndexFile.create(
+                    self._dir / name_for_ms(epoch_ms), self._slot_count, self._max_entries
+                )
+                break
+            except FileExistsError:
+                epoch_ms += 1
+        fsync_directory(self._dir)
+        self._files.append(index)
+        return index
+
+    # -- reading -------------------------------------------------------------------------
+
+    def query(self, key: str, begin_ms: int, end_ms: int, max_results: int) -> list[int]:
+        """Phys offsets for ``key`` stored in [begin_ms, end_ms], newest first, deduplicated.
+
+        May include messages whose other keys share ``key``'s hash; confirm by reading.
+        """
+        found: list[int] = []
+        with self._lock:
+            self._check_open()
+            for index in reversed(self._files):
+                if len(found) >= max_results:
+                    break
+                if index.is_empty:
+                    continue
+                if index.end_timestamp_ms < begin_ms or index.begin_timestamp_ms > end_ms:
+                    continue
+                for phys in index.query(key, begin_ms, end_ms, max_results):
+                    if phys not in found and len(found) < max_results:
+                        found.append(phys)
+        return found
+
+    def _max_phys_locked(self) -> int:
+        return next((f.end_phys_offset for f in reversed(self._files) if not f.is_empty), -1)
+
+    # -- truncation and retention --------------------------------------------------------
+
+    def truncate_from(self, phys_offset: int) -> None:
+        """Recovery: drop every entry with phys >= ``phys_offset``."""
+        with self._lock:
+            self._check_open()
+            self._truncate_locked(phys_offset)
+
+    def _truncate_locked(self, phys_offset: int) -> list[str]:
+        notes: list[str] = []
+        while self._files:
+            index = self._files[-1]
+            if index.is_empty or index.begin_phys_offset >= phys_offset:
+                notes.append(
+                    f"index file {index.name} ({index.index_count} entries) dropped "
+                    f"by truncation at phys {phys_offset}"
+                )
+                self._forget_sealed(index.name)
+                self._delete_file(index)
+                continue
+            if index.end_phys_offset >= phys_offset:
+                self._forget_sealed(index.name)
+                removed = index.truncate_from(phys_offset)
+                notes.append(
+                    f"index file {index.name}: {removed} entries at phys >= {phys_offset} truncated"
+                )
+            break
+        return notes
+
+    def delete_before(self, min_phys_offset: int) -> list[str]:
+        """Retention: delete whole files whose newest phys < ``min_phys_offset``.
+
+        Never deletes the newest file. Returns the names deleted.
+        """
+        deleted: list[str] = []
+        with self._lock:
+            self._check_open()
+            while len(self._files) > 1 and self._files[0].end_phys_offset < min_phys_offset:
+                index = self._files[0]
+                self._forget_sealed(index.name)
+                self._delete_file(index)
+                deleted.append(index.name)
+        return deleted
+
+    def _forget_sealed(self, name: str) -> None:
+        """Drop a manifest record before its file changes, so a crash can't flag a loss."""
+        if self._sealed.pop(name, None) is not None:
+            write_manifest(self._dir, self._sealed.values())
+
+    def _delete_file(self, index: IndexFile) -> None:
+        index.close()
+        with contextlib.suppress(FileNotFoundError):
+            index.path.unlink()
+        self._files.remove(index)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"index service for {self._dir} is closed")
+
+    def flush(self) -> None:
+        with self._lock:
+            self._check_open()
+            for index in self._files:
+                index.flush()
+
+    def close(self) -> None:
+        """Flush and unmap every file (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            for index in self._files:
+                index.flush()
+                index.close()
+            self._files = []
+            self._closed = True
+
+    def __enter__(self) -> IndexService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
