@@ -37,7 +37,9 @@ class CommitLogFlusher:
         self._commitlog = commitlog
         self.sync = sync
         self._interval_s = interval_ms / 1000
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the flush thread waits here for work
+        self._flushed = threading.Condition(lock)  # appenders wait here for durability
         self._wanted = 0  # highest offset an appender waits for
         self._running = False
         self._thread: threading.Thread | None = None
@@ -67,18 +69,22 @@ class CommitLogFlusher:
             log.exception("commitlog flush failed")
             self.failure = exc
             flushed = -1
-        with self._cond:
-            self._cond.notify_all()
+        with self._flushed:
+            self._flushed.notify_all()
         if flushed < 0:
             time.sleep(self._interval_s)
 
     def wait_durable(self, offset: int, timeout_ms: int) -> None:
-        """Block until the commitlog is durable up to ``offset`` (sync mode)."""
+        """Block until the commitlog is durable up to ``offset`` (sync mode).
+
+        Appenders that arrive while a flush runs are covered by the next one, so a
+        burst of concurrent appends shares one fdatasync (group commit).
+        """
         deadline = time.monotonic() + timeout_ms / 1000
         with self._cond:
             if offset > self._wanted:
                 self._wanted = offset
-                self._cond.notify_all()
+                self._cond.notify()
             while self._commitlog.flushed_offset < offset:
                 if self.failure is not None:
                     raise StoreError(f"commitlog flush failed: {self.failure}")
@@ -87,12 +93,13 @@ class CommitLogFlusher:
                     raise FlushTimeoutError(
                         f"sync flush did not reach offset {offset} within {timeout_ms} ms"
                     )
-                self._cond.wait(remaining)
+                self._flushed.wait(remaining)
 
     def stop(self) -> None:
         self._running = False
         with self._cond:
             self._cond.notify_all()
+            self._flushed.notify_all()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
