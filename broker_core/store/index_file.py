@@ -88,6 +88,7 @@ OFF_SLOTS_USED, OFF_COUNT = 32, 36
 ENTRY_OFF_PHYS, ENTRY_OFF_DIFF, ENTRY_OFF_PREV = 4, 12, 16
 
 INT32_MAX = 2**31 - 1
+_HEADER_SIZE, _SLOT_SIZE, _ENTRY_SIZE = HEADER.size, SLOT.size, ENTRY.size
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
 NAME_RE = re.compile(r"^\d{17}$")
@@ -402,33 +403,40 @@ class IndexFile:
     # -- operations ----------------------------------------------------------------------
 
     def put(self, key: str, phys_offset: int, store_timestamp_ms: int) -> bool:
-        """Append one entry; False if the file is full or the time span would overflow."""
+        """Append one entry; False if the file is full or the time span would overflow.
+
+        The hot path of dispatch: positions are computed inline, one header write.
+        """
         h = self._h
-        self._map()
-        if phys_offset < 0 or (h.index_count and phys_offset < h.end_phys_offset):
+        mm = self._map()
+        count = h.index_count
+        if phys_offset < 0 or (count and phys_offset < h.end_phys_offset):
             raise InvalidOffsetError(
                 f"index put at phys {phys_offset} after {h.end_phys_offset}: out of order"
             )
-        if self.is_full:
+        if count >= self._max_entries:
             return False
-        if h.index_count == 0:
-            begin, stored = store_timestamp_ms, store_timestamp_ms
+        if count == 0:
+            begin = stored = store_timestamp_ms
+            h.begin_timestamp_ms, h.begin_phys_offset = begin, phys_offset
         else:
-            begin, stored = h.begin_timestamp_ms, max(store_timestamp_ms, h.end_timestamp_ms)
+            begin = h.begin_timestamp_ms
+            stored = store_timestamp_ms if store_timestamp_ms > h.end_timestamp_ms \
+                else h.end_timestamp_ms
             if stored - begin > INT32_MAX:
                 return False
-        number = h.index_count + 1
+        number = count + 1
         khash = key_hash(key)
-        slot = khash % self._slot_count
-        prev = self._read_slot(slot)
-        self._write_entry(number, khash, phys_offset, stored - begin, prev)
-        self._write_slot(slot, number)
-        if number == 1:
-            h.begin_timestamp_ms, h.begin_phys_offset = begin, phys_offset
+        slot_pos = _HEADER_SIZE + (khash % self._slot_count) * _SLOT_SIZE
+        prev = SLOT.unpack_from(mm, slot_pos)[0]
+        ENTRY.pack_into(mm, self._entries_at + count * _ENTRY_SIZE, khash, phys_offset,
+                        stored - begin, prev)  # fmt: skip
+        SLOT.pack_into(mm, slot_pos, number)
         h.end_timestamp_ms, h.end_phys_offset, h.index_count = stored, phys_offset, number
         if prev == 0:
             h.hash_slot_count_used += 1
-        h.pack_into(self._map())
+        HEADER.pack_into(mm, 0, h.begin_timestamp_ms, stored, h.begin_phys_offset, phys_offset,
+                         h.hash_slot_count_used, number)  # fmt: skip
         self._dirty = True
         return True
 

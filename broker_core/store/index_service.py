@@ -297,17 +297,24 @@ class IndexService:
 
     def put_keys(self, keys: Iterable[str], phys_offset: int, store_timestamp_ms: int) -> int:
         """Index every distinct non-empty key of one message; return entries written."""
-        unique = list(dict.fromkeys(k for k in keys if k))
+        unique = keys if isinstance(keys, list) and len(keys) == 1 else list(
+            dict.fromkeys(k for k in keys if k)
+        )
         with self._lock:
             self._check_open()
-            newest = self._max_phys_locked()
-            if phys_offset < max(newest, 0):
-                raise InvalidOffsetError(
-                    f"index put at phys {phys_offset} is before the newest entry {newest}"
-                )
+            files = self._files
+            if not files or files[-1].is_empty:  # the newest file checks order itself
+                newest = self._max_phys_locked()
+                if phys_offset < max(newest, 0):
+                    raise InvalidOffsetError(
+                        f"index put at phys {phys_offset} is before the newest entry {newest}"
+                    )
+            written = 0
             for key in unique:
-                self._put_one(key, phys_offset, store_timestamp_ms)
-            return len(unique)
+                if key:
+                    self._put_one(key, phys_offset, store_timestamp_ms)
+                    written += 1
+            return written
 
     def _put_one(self, key: str, phys_offset: int, store_timestamp_ms: int) -> None:
         if not self._files or self._files[-1].name in self._sealed:
