@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from bench.report import Result
-from broker_core.config import MIB, StoreConfig
+from broker_core.config import MIB, FlushMode, StoreConfig
 from broker_core.message import Message
 from broker_core.store.message_store import MessageStore
 
@@ -42,7 +42,7 @@ def _messages(count: int) -> list[Message]:
 def _store(directory: Path, sync: bool, segment_bytes: int) -> MessageStore:
     store = MessageStore(StoreConfig(
         store_dir=str(directory), segment_size_bytes=segment_bytes,
-        flush_mode="sync" if sync else "async", max_dispatch_lag_bytes=1 << 40,
+        flush_mode=FlushMode.SYNC if sync else FlushMode.ASYNC, max_dispatch_lag_bytes=1 << 40,
         max_flush_lag_bytes=1 << 40, index_max_entries=1_000_000,
     ))  # fmt: skip
     store.open()

@@ -32,12 +32,13 @@ def config(store_dir: Path, flush_mode: str = "async") -> StoreConfig:
 
 
 def order_event(i: int, rng: random.Random) -> Message:
-    order = {"order_id": f"o-{i:06d}", "customer": f"c-{rng.randrange(50):03d}",
-             "amount_cents": rng.randrange(100, 50_000),
-             "status": rng.choice(["created", "paid", "shipped"])}  # fmt: skip
+    order_id, customer = f"o-{i:06d}", f"c-{rng.randrange(50):03d}"
+    status = rng.choice(["created", "paid", "shipped"])
+    order = {"order_id": order_id, "customer": customer, "status": status,
+             "amount_cents": rng.randrange(100, 50_000)}  # fmt: skip
     return Message(TOPIC, json.dumps(order).encode(), queue_id=i % QUEUES,
-                   properties={"TAGS": order["status"], "KEYS": order["order_id"],
-                               "UNIQ_KEY": new_message_id(), "customer": order["customer"]})
+                   properties={"TAGS": status, "KEYS": order_id,
+                               "UNIQ_KEY": new_message_id(), "customer": customer})
 
 
 def write_and_read(store_dir: Path) -> None:

@@ -59,29 +59,21 @@ from dataclasses import dataclass
 
 from broker_core.broker.filters import MessageFilter
 from broker_core.broker.offsets import ConsumerOffsetManager
-from broker_core.broker.pop_policy import Destination, revive_copy, revive_decision
+from broker_core.broker.pop_log import PopRecord, QueueKey, RecordKind, ReviveLog
+from broker_core.broker.pop_revive import Reviver, resolution
 from broker_core.broker.pop_scan import QueuePlan, QueueScanner
-from broker_core.broker.pop_state import (
-    InFlight,
-    PopRecord,
-    PopState,
-    QueueKey,
-    QueueState,
-    RecordKind,
-    ReviveLog,
-)
-from broker_core.broker.receipt import ReceiptHandle, decode_handle
+from broker_core.broker.pop_state import InFlight, PopState, QueueState
+from broker_core.broker.receipt import ReceiptHandle, check_scope, decode_handle
 from broker_core.broker.retry import DeadLetter, RetryPolicy, next_delivery, retry_topic
 from broker_core.broker.system_topics import REVIVE_TOPIC
 from broker_core.errors import (
     ConfigError,
     InvalidArgumentError,
-    InvalidReceiptHandleError,
     RocketMQError,
     StaleReceiptHandleError,
     StoreClosedError,
 )
-from broker_core.message import Message, StoredMessage, validate_group_name, validate_topic_name
+from broker_core.message import StoredMessage, validate_group_name, validate_topic_name
 from broker_core.store.message_store import MessageStore, now_ms
 
 log = logging.getLogger(__name__)
@@ -151,23 +143,32 @@ class PopService:
         self._is_fifo = is_fifo
         self._lock = threading.Lock()
         self._log = ReviveLog(store)
-        self._state = PopState()
-        self._scanner = QueueScanner(store, self._state, self.config.max_withheld_per_queue)
-        self._committed_start = 0
+        self._reset()
         self._open = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: RocketMQError | None = None  # last error of the revive thread
+
+    def _reset(self) -> None:
+        self._state = PopState()
+        self._scanner = QueueScanner(self._store, self._state, self.config.max_withheld_per_queue)
+        self._reviver = Reviver(self._log, self._state, self._scanner, self._policy_for,
+                                self._is_fifo)  # fmt: skip
+        self._committed_start = 0
 
     # ---- lifecycle ---------------------------------------------------------------------
 
     def open(self) -> None:
         """Rebuild in-flight state from the revive log, then revive what expired meanwhile."""
         with self._lock:
+            if self._open:
+                return
+            self._reset()
             self._log.open()
             start = self._offsets.query(REVIVE_GROUP, REVIVE_TOPIC, 0) or 0
             for revive_offset, record in self._log.replay(start):
                 self._state.apply(revive_offset, record, self._start_offset(record.key))
+            self._state.finish_replay(self._log.next_offset)
             self._committed_start = start
             self._open = True
         self.run_revive()
@@ -192,6 +193,7 @@ class PopService:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the revive thread (if running) and wait for it."""
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()
@@ -217,7 +219,7 @@ class PopService:
         invisible_ms: int,
         filter: MessageFilter | None = None,
     ) -> list[PoppedMessage]:
-        """Pop up to ``max_count`` visible messages; empty when nothing is visible."""
+        """Pop up to ``max_count`` visible messages (retry topic first); [] when none."""
         validate_group_name(group)
         validate_topic_name(topic)
         qids = list(dict.fromkeys(_check_int("queue id", q, 0, 2**31 - 1) for q in queue_ids))
@@ -225,8 +227,7 @@ class PopService:
         _check_int("invisible_ms", invisible_ms, 1, self.config.max_invisible_ms)
         with self._lock:
             self._check_open()
-            now, fifo = self._clock_ms(), self._is_fifo(group)
-            rtopic = retry_topic(group)
+            fifo, rtopic = self._is_fifo(group), retry_topic(group)
             sources: list[tuple[str, int, MessageFilter | None]] = [
                 (rtopic, q, None) for q in self._store.queue_ids(rtopic)
             ]
@@ -240,10 +241,11 @@ class PopService:
                 plan = self._scanner.plan(qs, budget, flt, self._log.next_offset, fifo=fifo)
                 budget -= len(plan.picks)
                 plans.append(plan)
-            return self._deliver(plans, now, invisible_ms)
+            return self._deliver(plans, self._clock_ms(), invisible_ms)
 
     def _deliver(self, plans: list[QueuePlan], now: int, invisible_ms: int
                  ) -> list[PoppedMessage]:  # fmt: skip
+        """Record the plans' checkpoints, then apply them; returns what was picked."""
         records: list[PopRecord] = []
         for plan in plans:
             group, topic, qid = plan.qs.key
@@ -252,14 +254,15 @@ class PopService:
                 time_ms=now, invisible_ms=invisible_ms, attempt=p.attempt,
                 message_group=p.message_group,
             ) for p in plan.picks]  # fmt: skip
-            records += [self._resolution(RecordKind.DROPPED, e, now) for e in plan.gone]
+            records += [resolution(RecordKind.DROPPED, e, now) for e in plan.gone]
         versions = iter(self._log.append(records) if records else [])
         out: list[PoppedMessage] = []
         for plan in plans:
             self._scanner.apply(plan)
             for pick in plan.picks:
                 entry = InFlight(plan.qs.key, pick.message.queue_offset, next(versions),
-                                 pick.anchor, now, invisible_ms, pick.attempt, pick.message_group)
+                                 pick.anchor, now, invisible_ms, pick.attempt,
+                                 pick.message_group)  # fmt: skip
                 self._state.deliver(plan.qs, entry)
                 out.append(PoppedMessage(pick.message, pick.topic, self._handle(entry),
                                          pick.attempt, entry.deadline_ms))  # fmt: skip
@@ -274,7 +277,7 @@ class PopService:
         handle = decode_handle(receipt_handle)
         with self._lock:
             qs, entry = self._current(group, topic, handle)
-            self._log.append([self._resolution(RecordKind.ACK, entry, self._clock_ms())])
+            self._log.append([resolution(RecordKind.ACK, entry, self._clock_ms())])
             self._state.resolve(qs, entry)
             self._commit([qs])
 
@@ -299,10 +302,12 @@ class PopService:
         handle = decode_handle(receipt_handle)
         with self._lock:
             qs, entry = self._current(group, topic, handle)
+            now = self._clock_ms()
             if delay_ms is None:
-                decision = next_delivery(self._policy_for(group), entry.attempt, self._clock_ms())
+                decision = next_delivery(self._policy_for(group), entry.attempt, now)
                 if isinstance(decision, DeadLetter):
-                    self._revive([(qs, entry)], self._clock_ms(), force_dlq=True)
+                    self._reviver.revive([(qs, entry)], now, force_dlq=True)
+                    self._commit([qs])
                     return
                 delay_ms = min(decision.delay_ms, self.config.max_invisible_ms)
             self._extend(qs, entry, delay_ms)
@@ -312,62 +317,33 @@ class PopService:
         handle = decode_handle(receipt_handle)
         with self._lock:
             qs, entry = self._current(group, topic, handle)
-            self._revive([(qs, entry)], self._clock_ms(), force_dlq=True)
-
-    # ---- expiry --------------------------------------------------------------------------
+            self._reviver.revive([(qs, entry)], self._clock_ms(), force_dlq=True)
+            self._commit([qs])
 
     def run_revive(self, now_ms: int | None = None) -> int:
-        """Revive every delivery whose deadline is ``<= now_ms``; returns how many."""
+        """Revive every delivery whose deadline is ``<= now_ms`` (default: the clock).
+
+        Returns how many were revived. On a store error the due deliveries stay due.
+        """
         with self._lock:
             self._check_open()
             now = self._clock_ms() if now_ms is None else now_ms
             total = 0
             while due := self._state.pop_due(now, self.config.revive_batch):
                 try:
-                    self._revive(due, now)
+                    self._reviver.revive(due, now)
                 except BaseException:
                     for _qs, entry in due:
                         self._state.requeue(entry)
                     raise
+                self._commit(qs for qs, _entry in due)
                 total += len(due)
             return total
-
-    def _revive(self, due: list[tuple[QueueState, InFlight]], now: int, *,
-                force_dlq: bool = False) -> None:  # fmt: skip
-        """Resolve or re-expose ``due`` deliveries with one append; commits progress."""
-        copies: list[Message] = []
-        records: list[PopRecord] = []
-        resolved: list[tuple[QueueState, InFlight]] = []
-        in_place: list[tuple[QueueState, InFlight]] = []
-        for qs, entry in due:
-            group, topic, qid = qs.key
-            policy = RetryPolicy(max_retries=0) if force_dlq else self._policy_for(group)
-            decision = revive_decision(group, topic, entry.attempt, policy,
-                                       fifo=self._is_fifo(group), now_ms=now)  # fmt: skip
-            if decision.destination is Destination.IN_PLACE:
-                in_place.append((qs, entry))
-                continue
-            message = self._scanner.read(topic, qid, entry.offset)
-            kind = RecordKind.REVIVED if decision.destination is Destination.RETRY else (
-                RecordKind.DEAD_LETTERED)  # fmt: skip
-            if message is None:
-                kind = RecordKind.DROPPED
-            else:
-                copies.append(revive_copy(message, decision.topic, decision.reconsume_times))
-            records.append(self._resolution(kind, entry, now))
-            resolved.append((qs, entry))
-        if records:
-            self._log.append(records, copies)
-        for qs, entry in resolved:
-            self._state.resolve(qs, entry)
-        for qs, entry in in_place:
-            self._state.expire(qs, entry)
-        self._commit(qs for qs, _entry in due)
 
     # ---- inspection --------------------------------------------------------------------
 
     def consume_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """Lowest offset the group has not finished in the queue (what is committed)."""
+        """Lowest offset the group has not finished in the queue (what gets committed)."""
         with self._lock:
             qs = self._state.queues.get((group, topic, queue_id))
             if qs is not None:
@@ -397,30 +373,22 @@ class PopService:
 
     def _current(self, group: str, topic: str, handle: ReceiptHandle
                  ) -> tuple[QueueState, InFlight]:  # fmt: skip
-        """The in-flight delivery ``handle`` names; Stale... if it is not the current one."""
+        """The in-flight delivery ``handle`` names; StaleReceiptHandleError if not current."""
         self._check_open()
         validate_group_name(group)
-        if handle.broker_name != self.config.broker_name:
-            raise InvalidReceiptHandleError(
-                f"receipt handle is from broker {handle.broker_name!r}, "
-                f"not {self.config.broker_name!r}"
-            )
-        if handle.topic not in (topic, retry_topic(group)):
-            raise InvalidReceiptHandleError(
-                f"receipt handle belongs to topic {handle.topic!r}, not {topic!r}"
-            )
+        check_scope(handle, broker_name=self.config.broker_name,
+                    topics=(topic, retry_topic(group)))  # fmt: skip
         qs = self._state.queues.get((group, handle.topic, handle.queue_id))
         entry = qs.inflight.get(handle.queue_offset) if qs else None
-        if qs is None or entry is None or entry.version != handle.checkpoint_offset or (
-            entry.expired
-        ):
-            raise StaleReceiptHandleError(
-                f"receipt handle for {handle.topic}:{handle.queue_id} offset "
-                f"{handle.queue_offset} is stale (acked, superseded or redelivered)"
-            )
+        if qs is None or entry is None or entry.expired:
+            raise StaleReceiptHandleError(f"{handle.topic}:{handle.queue_id} offset "
+                                          f"{handle.queue_offset} is not in flight")  # fmt: skip
+        if entry.version != handle.checkpoint_offset:
+            raise StaleReceiptHandleError("receipt handle was superseded by a newer one")
         return qs, entry
 
     def _extend(self, qs: QueueState, entry: InFlight, invisible_ms: int) -> InFlight:
+        """A new delivery version of ``entry``, invisible for ``invisible_ms`` from now."""
         now = self._clock_ms()
         group, topic, qid = qs.key
         record = PopRecord(RecordKind.CHECKPOINT, group, topic, qid, entry.offset,
@@ -436,12 +404,6 @@ class PopService:
         _group, topic, qid = entry.key
         return ReceiptHandle(topic, qid, entry.offset, entry.version, entry.pop_time_ms,
                              entry.invisible_ms, self.config.broker_name).encode()  # fmt: skip
-
-    @staticmethod
-    def _resolution(kind: RecordKind, entry: InFlight, now: int) -> PopRecord:
-        group, topic, qid = entry.key
-        return PopRecord(kind, group, topic, qid, entry.offset, resolves=entry.version,
-                         time_ms=now)  # fmt: skip
 
     def _commit(self, queues: Iterable[QueueState]) -> None:
         """Commit consume offsets that advanced, then the replay start (in that order)."""

@@ -45,10 +45,10 @@ class Pick:
 @dataclass(slots=True)
 class QueuePlan:
     qs: QueueState
-    anchor: int  # revive-log end when the scan began: the anchor of what it passes
+    anchor: int  # revive-log end when the scan began: the usual anchor of what it passes
     popped_to: int
     picks: list[Pick] = field(default_factory=list)
-    withhold: dict[int, str] = field(default_factory=dict)  # new offset -> message group
+    withhold: dict[int, tuple[str, int]] = field(default_factory=dict)  # -> (group, anchor)
     dropped_withheld: list[int] = field(default_factory=list)
     gone: list[InFlight] = field(default_factory=list)  # expired entries with no message
     taken_groups: set[str] = field(default_factory=set)
@@ -89,8 +89,10 @@ class QueueScanner:
         qs.popped_to = plan.popped_to
         for offset in [o for o in qs.skip if o < qs.popped_to]:
             self._state.pass_skip(qs, offset)
-        for offset, message_group in plan.withhold.items():
-            self._state.withhold(qs, offset, plan.anchor, message_group)
+        for offset, (message_group, anchor) in plan.withhold.items():
+            self._state.withhold(qs, offset, anchor, message_group)
+        if qs.popped_to >= qs.rescan_end:
+            qs.rescan_end = 0
 
     def read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         """The message at ``offset``, or None when the store no longer (or never) had it."""
@@ -154,10 +156,11 @@ class QueueScanner:
         if offset in qs.skip or offset in qs.inflight or offset in qs.withheld:
             return
         message_group = message.properties.get(PROPERTY_MESSAGE_GROUP, "") if fifo else ""
+        anchor = qs.anchor_for(offset, plan.anchor)
         if plan.blocked(message_group):
-            plan.withhold[offset] = message_group
+            plan.withhold[offset] = (message_group, anchor)
             return
-        plan.take(Pick(message, original_topic(message), delivery_attempt(message), plan.anchor,
+        plan.take(Pick(message, original_topic(message), delivery_attempt(message), anchor,
                        message_group))  # fmt: skip
 
     def _withheld_full(self, plan: QueuePlan) -> bool:

@@ -1,185 +1,37 @@
-"""POP in-flight state: the revive log that makes it durable and the table it rebuilds.
+"""POP in-flight state: the table of deliveries, rebuilt from the revive log on open.
 
-**Revive log.** Every POP state change is appended as one record, the body of a message
-in ``REVIVE_TOPIC`` queue 0 of the store itself, so the commitlog stays the only truth
-(its unit CRC covers these bytes; no second checksum). Only :class:`ReviveLog` writes that
-queue. A record's queue offset there is its *revive offset*; the revive offset of a
-CHECKPOINT is the *version* of the delivery it starts and goes into the receipt handle.
-Records, big-endian::
+Per (group, queue topic, queue id) a :class:`QueueState` holds the scan frontier, the
+deliveries in flight, FIFO messages withheld behind a busy message group, and (after a
+restart) offsets known done ahead of the frontier. :class:`PopState` adds a heap of
+invisible deadlines (``pop_due`` never scans every entry) and the *anchors* that bound
+how far back a replay must start.
 
-    offset size field
-    0      1    format         uint8   RECORD_FORMAT (1)
-    1      1    kind           uint8   RecordKind: CHECKPOINT, or a resolution (ACK, ...)
-    2      4    queue_id       int32
-    6      8    queue_offset   int64   the message's offset in (topic, queue_id)
-    14     8    anchor         int64   CHECKPOINT: replay must start at or before this
-                                       revive offset to know everything popped after the
-                                       message was first scanned; resolutions: -1
-    22     8    resolves       int64   resolutions: version (checkpoint) they end; else -1
-    30     8    time_ms        int64   CHECKPOINT: pop time; resolutions: when resolved
-    38     8    invisible_ms   int64   CHECKPOINT: invisible duration from time_ms; else 0
-    46     4    attempt        int32   CHECKPOINT: delivery attempt it starts (1 = first)
-    50     1    group_length   uint8
-    51     g    group          UTF-8   consumer group
-    …      1    topic_length   uint8
-    …      t    topic          UTF-8   queue topic (an original topic or ``%RETRY%{group}``)
-    …      2    mgroup_length  uint16
-    …      m    message_group  UTF-8   FIFO message group ("" when none)
+**Recovery.** The service commits, per queue, the *consume offset* ``C`` (lowest offset
+in flight, withheld or not yet scanned) and then the *replay start* ``R`` (least anchor
+of everything live) to the ConsumerOffsetManager. Both only grow and ``C`` is committed
+first, so a persisted snapshot never pairs a ``C`` with a larger ``R`` than belongs to
+it. The invariant: for every offset at or above ``C`` that was taken, the records that
+tell its fate (its last CHECKPOINT while in flight, or the resolution that ended it)
+are at or after ``R``. It holds because an offset's anchor is the revive-log end when
+it was first scanned and scans move forward, except in the region a restart rescans,
+where :meth:`QueueState.anchor_for` uses an older anchor. :meth:`PopState.apply`
+replays records from ``R``: CHECKPOINTs rebuild in-flight entries (attempt counts and
+handle versions included), resolutions end them, and offsets resolved at or above ``C``
+go to ``skip`` so the rescan from ``C`` neither loses an un-acked message nor redelivers
+an acked one; records below ``C`` are ignored. FIFO withheld messages are not recorded:
+the rescan finds them again. Memory is bounded by what is in flight, the FIFO
+look-ahead window, and (after a restart, until the rescan passes them) the skip set.
 
-**Recovery.** The service commits, per (group, topic, queue), the *consume offset* ``C``
-(lowest offset in flight, withheld or not yet popped) and then a *replay start* ``R``
-(the least anchor of everything live) to the ConsumerOffsetManager. Both only grow, and
-``C`` is committed before ``R``, so any persisted snapshot pairs a ``C`` with an ``R`` at
-or below the matching one: replaying from ``R`` sees a CHECKPOINT for every message at
-or above ``C`` that was popped, and its resolution if it had one. :meth:`PopState.apply`
-rebuilds the in-flight entries from those records and remembers offsets resolved at or
-above ``C`` (``skip``), so the rescan from ``C`` neither loses an un-acked message nor
-redelivers an acked one. Records below ``C`` are ignored. Memory is bounded by what is
-in flight (plus the FIFO look-ahead window and, after a restart, the skip set).
-
-Crash between records: a resolution written in the same ``put_messages`` call as the
-retry/DLQ copy it accompanies comes after the copy, so a torn tail can only cause a
-duplicate delivery, never a loss. Records are as durable as the store's flush mode.
-
-Threads: none of these classes lock; the POP service calls them under its own lock.
+Threads: no locking here; the POP service calls it under its own lock.
 """
 
 from __future__ import annotations
 
 import heapq
-import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import IntEnum
 
-from broker_core.broker.system_topics import REVIVE_TOPIC
-from broker_core.errors import CorruptionError
-from broker_core.message import Message
-from broker_core.store.message_store import MessageStore
-
-RECORD_FORMAT = 1
-REVIVE_QUEUE_ID = 0
-RECORD = struct.Struct(
-    ">"
-    "B"  # 0   format
-    "B"  # 1   kind
-    "i"  # 2   queue_id
-    "q"  # 6   queue_offset
-    "q"  # 14  anchor
-    "q"  # 22  resolves
-    "q"  # 30  time_ms
-    "q"  # 38  invisible_ms
-    "i"  # 46  attempt
-)
-_U8 = struct.Struct(">B")
-_U16 = struct.Struct(">H")
-_REPLAY_BATCH = 256
-
-QueueKey = tuple[str, str, int]  # (group, queue topic, queue id)
-
-
-class RecordKind(IntEnum):
-    CHECKPOINT = 1  # a delivery starts (first pop, FIFO redelivery or invisible change)
-    ACK = 2  # the consumer acked the delivery
-    REVIVED = 3  # invisible time ended; a copy went to the retry topic
-    DEAD_LETTERED = 4  # a copy went to the DLQ (retries exhausted or forwarded)
-    DROPPED = 5  # the message left the store (retention) before it could be redelivered
-
-
-@dataclass(frozen=True, slots=True)
-class PopRecord:
-    """One revive-log record; see the module docstring for the bytes."""
-
-    kind: RecordKind
-    group: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    anchor: int = -1
-    resolves: int = -1
-    time_ms: int = 0
-    invisible_ms: int = 0
-    attempt: int = 0
-    message_group: str = ""
-
-    @property
-    def key(self) -> QueueKey:
-        return (self.group, self.topic, self.queue_id)
-
-    def encode(self) -> bytes:
-        group, topic, mgroup = self.group.encode(), self.topic.encode(), self.message_group.encode()
-        return b"".join((
-            RECORD.pack(RECORD_FORMAT, self.kind, self.queue_id, self.queue_offset, self.anchor,
-                        self.resolves, self.time_ms, self.invisible_ms, self.attempt),
-            _U8.pack(len(group)), group, _U8.pack(len(topic)), topic,
-            _U16.pack(len(mgroup)), mgroup,
-        ))  # fmt: skip
-
-    @classmethod
-    def decode(cls, raw: bytes, revive_offset: int = -1) -> PopRecord:
-        """Inverse of :meth:`encode`; CorruptionError names the revive offset if it fails."""
-        try:
-            fmt, kind, qid, offset, anchor, resolves, time_ms, inv_ms, attempt = (
-                RECORD.unpack_from(raw)
-            )
-            group, pos = _name(raw, RECORD.size, _U8)
-            topic, pos = _name(raw, pos, _U8)
-            mgroup, pos = _name(raw, pos, _U16)
-            if fmt != RECORD_FORMAT or pos != len(raw):
-                raise ValueError(f"format {fmt}, {len(raw) - pos} trailing bytes")
-            return cls(RecordKind(kind), group, topic, qid, offset, anchor, resolves, time_ms,
-                       inv_ms, attempt, mgroup)  # fmt: skip
-        except (struct.error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-            raise CorruptionError(
-                f"revive record at revive offset {revive_offset} does not decode: {exc}"
-            ) from exc
-
-
-def _name(raw: bytes, pos: int, length: struct.Struct) -> tuple[str, int]:
-    (size,) = length.unpack_from(raw, pos)
-    start = pos + length.size
-    if start + size > len(raw):
-        raise ValueError("name runs past the end of the record")
-    return raw[start : start + size].decode(), start + size
-
-
-class ReviveLog:
-    """Appends and replays records in ``REVIVE_TOPIC`` queue 0 of a store."""
-
-    def __init__(self, store: MessageStore) -> None:
-        self._store = store
-        self.next_offset = 0  # revive offset the next appended record will get
-
-    def open(self) -> None:
-        """Learn where the log ends (call once the store is open and dispatched)."""
-        self._store.wait_dispatched()
-        self.next_offset = self._store.max_offset(REVIVE_TOPIC, REVIVE_QUEUE_ID)
-
-    def append(self, records: list[PopRecord], companions: list[Message] | None = None
-               ) -> list[int]:  # fmt: skip
-        """Append ``companions`` then ``records`` in one call; return the records' offsets."""
-        head = list(companions or ())
-        messages = head + [
-            Message(REVIVE_TOPIC, r.encode(), queue_id=REVIVE_QUEUE_ID) for r in records
-        ]
-        results = self._store.put_messages(messages)[len(head) :]
-        offsets = [r.queue_offset for r in results]
-        if offsets:
-            self.next_offset = offsets[-1] + 1
-        return offsets
-
-    def replay(self, start: int) -> Iterator[tuple[int, PopRecord]]:
-        """Yield ``(revive offset, record)`` from ``start`` (clamped to what is retained)."""
-        store = self._store
-        offset = max(start, store.min_offset(REVIVE_TOPIC, REVIVE_QUEUE_ID))
-        end = store.max_offset(REVIVE_TOPIC, REVIVE_QUEUE_ID)
-        while offset < end:
-            got = store.get_messages(REVIVE_TOPIC, REVIVE_QUEUE_ID, offset, _REPLAY_BATCH)
-            for msg in got.messages:
-                yield msg.queue_offset, PopRecord.decode(msg.body, msg.queue_offset)
-            if got.next_offset <= offset:
-                break
-            offset = got.next_offset
+from broker_core.broker.pop_log import PopRecord, QueueKey, RecordKind
 
 
 @dataclass(slots=True)
@@ -226,6 +78,17 @@ class QueueState:
     expired: set[int] = field(default_factory=set)  # FIFO: in-flight offsets visible again
     busy_groups: dict[str, int] = field(default_factory=dict)  # FIFO: unexpired deliveries
     low_heap: list[int] = field(default_factory=list)  # over inflight ∪ withheld, lazy
+    rescan_end: int = 0  # after a restart: below this, done offsets may still be ahead
+    rescan_anchor: int = 0  # ... so what is newly scanned there is anchored no later
+
+    def anchor_for(self, offset: int, fresh: int) -> int:
+        """Anchor of an offset first scanned now, when the revive log ends at ``fresh``.
+
+        Normally ``fresh``: everything done above it was popped later. In the region a
+        restart rescans, done offsets above it were popped *earlier* (they are in
+        ``skip``), so it takes the replay position that still covers their records.
+        """
+        return min(fresh, self.rescan_anchor) if offset < self.rescan_end else fresh
 
     def consume_offset(self) -> int:
         """Lowest offset not yet done: everything below it may be forgotten."""
@@ -314,11 +177,15 @@ class PopState:
         self._live += 1
         self._push_deadline(entry)
 
-    def resolve(self, qs: QueueState, entry: InFlight, *, remember: bool = False) -> None:
-        """The delivery ended for good (ack, retry copy, DLQ). ``remember`` keeps a skip."""
+    def resolve(self, qs: QueueState, entry: InFlight) -> None:
+        """The delivery ended for good (ack, retry copy, DLQ, gone).
+
+        An offset the frontier has not passed yet (only after a restart, which rescans
+        from the consume offset) goes to ``skip`` so the rescan does not deliver it again.
+        """
         del qs.inflight[entry.offset]
         self._forget(qs, entry)
-        if remember and entry.offset >= qs.popped_to:
+        if entry.offset >= qs.popped_to:
             qs.skip[entry.offset] = entry.version
             self._anchors.add(entry.version)
 
@@ -379,6 +246,19 @@ class PopState:
 
     # ---- replay --------------------------------------------------------------------------
 
+    def finish_replay(self, log_end: int) -> None:
+        """Mark each queue's rescan region (see :meth:`QueueState.anchor_for`).
+
+        The region ends above the highest offset taken before the restart. Offsets done
+        there are proved by records at or after their skip pin; those still in flight
+        will be resolved by records at or after ``log_end``.
+        """
+        for qs in self.queues.values():
+            taken = [*qs.skip, *qs.inflight]
+            if taken:
+                qs.rescan_end = max(taken) + 1
+                qs.rescan_anchor = min([*qs.skip.values(), log_end])
+
     def apply(self, revive_offset: int, record: PopRecord, start_offset: Callable[[], int]
               ) -> None:  # fmt: skip
         """Replay one record; ``start_offset`` gives a new queue's committed offset."""
@@ -392,5 +272,11 @@ class PopState:
             ))  # fmt: skip
             return
         entry = qs.inflight.get(record.queue_offset)
-        if entry is not None and entry.version == record.resolves:
-            self.resolve(qs, entry, remember=True)
+        if entry is not None:
+            if entry.version == record.resolves:
+                self.resolve(qs, entry)
+        elif record.queue_offset not in qs.skip:
+            # A resolution alone proves the offset done: its checkpoint may predate the
+            # replay start when the message was taken before an earlier restart.
+            qs.skip[record.queue_offset] = revive_offset
+            self._anchors.add(revive_offset)

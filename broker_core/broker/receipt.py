@@ -95,6 +95,22 @@ class ReceiptHandle:
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
+def check_scope(handle: ReceiptHandle, *, broker_name: str, topics: tuple[str, ...]) -> None:
+    """InvalidReceiptHandleError unless ``handle`` is from ``broker_name`` for one of ``topics``.
+
+    A handle from another broker or for another topic decodes but can never match an
+    in-flight delivery here: it is a caller error, not a stale handle.
+    """
+    if handle.broker_name != broker_name:
+        raise InvalidReceiptHandleError(
+            f"receipt handle is from broker {handle.broker_name!r}, not {broker_name!r}"
+        )
+    if handle.topic not in topics:
+        raise InvalidReceiptHandleError(
+            f"receipt handle belongs to topic {handle.topic!r}, not {' or '.join(topics)}"
+        )
+
+
 def _b64decode(text: str) -> bytes:
     """URL-safe base64 with the padding put back; InvalidReceiptHandleError if malformed."""
     if not isinstance(text, str) or not text or len(text) > MAX_HANDLE_CHARS:

@@ -31,12 +31,13 @@ that changed anything, whenever the read time runs ``min(checkpoint_interval_ms,
 turn)`` ahead of the last one, and on ``close`` — always after the records it covers are
 fsynced and the deliveries it covers were accepted by the store. The wheel's horizon is
 measured from the checkpointed read time, so no link made before a crash can overwrite a
-chain that a replay from the checkpoint still needs. After a crash the service re-ingests from the
-checkpointed offset (duplicate records are dropped at firing, by commitlog offset) and
-re-fires from the checkpointed read time, so timers due during downtime are delivered
-by the first ``run_once`` and a delivery just before a crash may repeat: at-least-once,
-nothing lost. Changing ``precision_ms`` or ``wheel_slots`` of an existing directory is a
-ConfigError. Not implemented: retention of the timer log, and rebuilding the directory
+chain that a replay from the checkpoint still needs. After a crash the service
+re-ingests from the checkpointed offset (duplicate records are dropped at firing, by
+commitlog offset) and re-fires from the checkpointed read time, so timers due during
+downtime are delivered by the first ``run_once`` and a delivery just before a crash may
+repeat: at-least-once, nothing lost. Stop the service before closing the store.
+Changing ``precision_ms`` or ``wheel_slots`` of an existing directory is a ConfigError.
+Not implemented: retention of the timer log, and rebuilding the directory
 from the commitlog if it is lost (recall records live only in the timer log).
 
 Threads: ``run_once``, ``recall``, ``schedule`` and ``close`` may be called from any
@@ -274,18 +275,19 @@ class TimerService:
             if not got.messages and got.next_offset == self._ingest_offset:
                 return delivered
             links: list[tuple[int, TimerRecord]] = []
-            due_now: list[StoredMessage] = []
+            due_now: list[tuple[int, StoredMessage]] = []
             for stored in got.messages:
                 deliver_ms = self._deliver_ms_of(stored)
                 target = link_target_ms(deliver_ms, self._read_time, self._horizon_ms(),
                                         self.precision_ms)  # fmt: skip
                 if target is None:
-                    due_now.append(stored)
+                    due_now.append((deliver_ms, stored))
                 else:
                     rec = TimerRecord(deliver_ms, stored.physical_offset, stored.stored_size)
                     links.append((target, rec))
             self._wheel.link(self._log, links)
-            delivered += self._put_real(due_now)
+            due_now.sort(key=lambda item: item[0])
+            delivered += self._put_real([stored for _, stored in due_now])
             self.stats.ingested += len(got.messages)
             self._ingest_offset, self._dirty = got.next_offset, True
 

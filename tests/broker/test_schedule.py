@@ -50,9 +50,7 @@ def user_message(i: int, topic: str = "orders", queue_id: int = 0) -> Message:
     return msg
 
 
-@pytest.mark.parametrize(
-    ("level", "queue_id"), [(1, 0), (2, 1), (5, 4), (17, 16), (18, 17)]
-)
+@pytest.mark.parametrize(("level", "queue_id"), [(1, 0), (2, 1), (5, 4), (17, 16), (18, 17)])
 def test_to_schedule_message_rewrites_to_the_level_queue(level: int, queue_id: int) -> None:
     msg = user_message(3, topic="orders", queue_id=2)
     before = dict(msg.properties)
