@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker_core.config import MIB, StoreConfig
+from broker_core.config import MIB, FlushMode, StoreConfig
 from broker_core.message import Message, new_message_id
 from broker_core.store.message_store import MessageStore
 
@@ -26,7 +26,7 @@ TOPIC = "orders"
 QUEUES = 4
 
 
-def config(store_dir: Path, flush_mode: str = "async") -> StoreConfig:
+def config(store_dir: Path, flush_mode: FlushMode = FlushMode.ASYNC) -> StoreConfig:
     return StoreConfig(store_dir=str(store_dir), segment_size_bytes=MIB // 4,
                        max_body_bytes=64 * 1024, flush_mode=flush_mode)  # fmt: skip
 
@@ -90,7 +90,7 @@ def crash_and_recover(store_dir: Path) -> None:
 
 def child(store_dir: Path) -> None:
     rng = random.Random(7)
-    store = MessageStore(config(store_dir, flush_mode="sync"))
+    store = MessageStore(config(store_dir, flush_mode=FlushMode.SYNC))
     store.open()
     for i in range(10_000):
         store.put_message(order_event(10_000 + i, rng))
