@@ -111,13 +111,56 @@ def from_mapping(cls: type[T], values: dict[str, Any], *, section: str = "") -> 
         raise ConfigError(f"bad config{' in [' + section + ']' if section else ''}: {exc}") from exc
 
 
-def load_store_config(path: str | Path, **overrides: Any) -> StoreConfig:
-    """Read the ``[store]`` table of a TOML file; keyword overrides win."""
-    try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
-    values = dict(doc.get("store", {}))
-    values.update(overrides)
-    return from_mapping(StoreConfig, values, section="store")
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Settings of the broker's policy layer (``broker_core.broker``)."""
+
+    broker_name: str = "broker-a"
+    endpoint: str = "127.0.0.1:8081"  # advertised to clients in routes
+    auto_create_topics: bool = True
+    auto_create_groups: bool = True
+    default_queue_nums: int = 8
+    client_expiry_ms: int = 120_000
+    offsets_persist_interval_ms: int = 5_000
+    transaction_check_timeout_ms: int = 6_000
+    transaction_max_checks: int = 15
+    transaction_check_interval_ms: int = 1_000
+    timer_precision_ms: int = 1_000
+    pop_revive_interval_ms: int = 1_000
+    queue_lock_expiry_ms: int = 60_000
+    max_pull_batch: int = 1_024
+    max_long_polling_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        _require(bool(self.broker_name) and len(self.broker_name) <= 255,
+                 "broker_name must be 1..255 chars")  # fmt: skip
+        host, _, port = self.endpoint.rpartition(":")
+        _require(bool(host) and port.isdigit() and 0 < int(port) < 65536,
+                 f"endpoint must be host:port, got {self.endpoint!r}")  # fmt: skip
+        _require(1 <= self.default_queue_nums <= 1024, "default_queue_nums must be in 1..1024")
+        for name in ("client_expiry_ms", "offsets_persist_interval_ms",
+                     "transaction_check_timeout_ms", "transaction_max_checks",
+                     "transaction_check_interval_ms", "timer_precision_ms",
+                     "pop_revive_interval_ms", "queue_lock_expiry_ms", "max_pull_batch",
+                     "max_long_polling_ms"):  # fmt: skip
+            _require(getattr(self, name) >= 1, f"{name} must be ≥ 1")
+
+
+def load_config(
+    path: str | Path | None, **store_overrides: Any
+) -> tuple[BrokerConfig, StoreConfig]:
+    """Read ``[broker]`` and ``[store]`` from a TOML file (None: defaults + overrides)."""
+    doc: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    unknown = sorted(set(doc) - {"broker", "store"})
+    if unknown:
+        raise ConfigError(f"unknown config table(s): {', '.join(unknown)} (use [broker], [store])")
+    store_values = dict(doc.get("store", {}))
+    store_values.update(store_overrides)
+    return (from_mapping(BrokerConfig, dict(doc.get("broker", {})), section="broker"),
+            from_mapping(StoreConfig, store_values, section="store"))  # fmt: skip

@@ -181,8 +181,12 @@ class QueueLockManager:
         """The queues ``client_id`` holds live locks on in ``group``."""
         with self._lock:
             now_ms = self._clock_ms()
-            return {q for q, e in self._table.get(group, {}).items()
-                    if e.client_id == client_id and not is_expired(e, now_ms, self.expiry_ms)}  # fmt: skip
+            table = self._table.get(group, {})
+            return {
+                q
+                for q, e in table.items()
+                if e.client_id == client_id and not is_expired(e, now_ms, self.expiry_ms)
+            }
 
     def purge_expired(self) -> int:
         """Forget expired locks (of clients that vanished); returns how many."""

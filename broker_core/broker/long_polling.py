@@ -256,13 +256,24 @@ class LongPollingService:
         def deliver(result: PullResult) -> None:
             loop.call_soon_threadsafe(_resolve, future, result)
 
-        parked = await loop.run_in_executor(None, self.pull_or_park, request, deadline_ms, deliver)
+        parking = loop.run_in_executor(None, self.pull_or_park, request, deadline_ms, deliver)
+        try:
+            parked = await asyncio.shield(parking)
+        except asyncio.CancelledError:  # the first pull still runs: unpark when it is done
+            parking.add_done_callback(self._cancel_when_parked)
+            raise
         try:
             return await future
         except asyncio.CancelledError:
             if parked is not None:
                 self.cancel(parked)
             raise
+
+    def _cancel_when_parked(self, parking: asyncio.Future[ParkedPull | None]) -> None:
+        if not parking.cancelled() and parking.exception() is None:
+            parked = parking.result()
+            if parked is not None:
+                self.cancel(parked)
 
     # ---- the hold thread's work ----------------------------------------------------------
 

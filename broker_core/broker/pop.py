@@ -7,7 +7,8 @@ names the original one), makes them invisible until ``now + invisible_ms`` and r
 each with a receipt handle (``receipt.py``) and its delivery attempt. ``ack`` ends a
 delivery; ``change_invisible_duration`` moves its deadline and issues a new handle (the
 old one becomes stale); ``nack`` and ``forward_to_dlq`` serve the PushConsumer paths.
-Messages a filter rejects are skipped and count as consumed.
+Messages a filter rejects are skipped and count as consumed. A group new to a queue
+starts at the queue's minimum offset.
 
 Expiry (``run_revive``): a delivery not acked by its deadline is revived as decided by
 ``pop_policy.revive_decision``: a copy to the retry topic (non-FIFO), the same offset

@@ -74,7 +74,8 @@ class QueueState:
     committed: int
     inflight: dict[int, InFlight] = field(default_factory=dict)
     withheld: dict[int, Withheld] = field(default_factory=dict)
-    skip: dict[int, int] = field(default_factory=dict)  # offset -> checkpoint version
+    skip: dict[int, int] = field(default_factory=dict)  # offset -> pin: a revive offset at
+    # or before the records proving it done
     expired: set[int] = field(default_factory=set)  # FIFO: in-flight offsets visible again
     busy_groups: dict[str, int] = field(default_factory=dict)  # FIFO: unexpired deliveries
     low_heap: list[int] = field(default_factory=list)  # over inflight ∪ withheld, lazy
@@ -84,9 +85,10 @@ class QueueState:
     def anchor_for(self, offset: int, fresh: int) -> int:
         """Anchor of an offset first scanned now, when the revive log ends at ``fresh``.
 
-        Normally ``fresh``: everything done above it was popped later. In the region a
-        restart rescans, done offsets above it were popped *earlier* (they are in
-        ``skip``), so it takes the replay position that still covers their records.
+        Normally ``fresh``: everything taken above it was taken later. In the region a
+        restart rescans, offsets above it were taken *earlier* (they are in ``skip`` or
+        were replayed in flight), so it takes a replay position that still covers the
+        records of their fate.
         """
         return min(fresh, self.rescan_anchor) if offset < self.rescan_end else fresh
 

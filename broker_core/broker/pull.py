@@ -24,6 +24,9 @@ offset to 0 when the queue's minimum was 0; current versions use the maximum, an
 we, so a consumer never re-reads a queue from the start because it ran ahead. A negative
 offset or a batch size below 1 is malformed and raises InvalidOffsetError.
 
+A batch stops at ``max_count`` messages or before exceeding ``max_bytes``, but always
+holds at least one message when one matches.
+
 NO_MATCHED_MESSAGE can come back with ``next_offset < max_offset``: the store inspects a
 bounded number of units per read, so a very selective filter may need several pulls.
 
@@ -62,10 +65,6 @@ from broker_core.store.message_store import MessageFilter as StoredMessageFilter
 
 DEFAULT_PULL_MAX_COUNT = 32
 DEFAULT_PULL_MAX_BYTES = 4 << 20
-# The byte budget is applied here (trim_to_bytes), not by the store: MessageStore.get_messages
-# makes no progress when the next message does not fit a partly used budget, so it is given
-# one no batch can reach and max_count bounds the read.
-_STORE_MAX_BYTES = 1 << 62
 
 
 class PullStatus(enum.Enum):
@@ -203,11 +202,11 @@ class PullService:
         try:
             got = self._store.get_messages(
                 request.topic, request.queue_id, request.offset, request.max_count,
-                max_bytes=_STORE_MAX_BYTES, tag_filter=tag_filter, message_filter=message_filter,
+                max_bytes=request.max_bytes, tag_filter=tag_filter, message_filter=message_filter,
             )  # fmt: skip
         except OffsetOutOfRangeError as exc:
             return self._out_of_range(request, exc)
-        return _result_of(trim_to_bytes(got, request.max_bytes), request.offset)
+        return _result_of(got, request.offset)
 
     def empty_result(self, request: PullRequest, status: PullStatus) -> PullResult:
         """An answer with no messages at ``request.offset`` and the queue's current bounds."""
@@ -226,26 +225,6 @@ class PullService:
         if not status.offset_illegal:
             return PullResult(status, next_offset, lo, hi)  # the queue moved meanwhile
         return PullResult(status, next_offset, lo, hi, error=exc)
-
-
-def trim_to_bytes(got: GetResult, max_bytes: int) -> GetResult:
-    """Keep the longest prefix of messages within ``max_bytes`` (at least one message).
-
-    ``next_offset`` moves back to just after the last message kept, so the next pull
-    re-reads what was dropped.
-    """
-    kept, total_bytes = 0, 0
-    for message in got.messages:
-        if kept and total_bytes + message.stored_size > max_bytes:
-            break
-        kept += 1
-        total_bytes += message.stored_size
-    if kept == len(got.messages):
-        return got
-    next_offset = got.messages[kept - 1].queue_offset + 1
-    scanned = got.scanned - (got.next_offset - next_offset)
-    return GetResult(got.messages[:kept], next_offset, got.min_offset, got.max_offset,
-                     scanned=scanned, filtered=scanned - kept, total_bytes=total_bytes)  # fmt: skip
 
 
 def _result_of(got: GetResult, offset: int) -> PullResult:

@@ -277,9 +277,9 @@ class MessageStore:
             if result.scanned >= _MAX_SCAN_UNITS or result.total_bytes >= max_bytes:
                 break
             raw = cq.read_units(result.next_offset, min(max_count * 4, 4096))
-            if not raw:
+            if not raw or self._read_units(raw, result, max_count, max_bytes, tag_filter,
+                                           message_filter):  # fmt: skip
                 break
-            self._read_units(raw, result, max_count, max_bytes, tag_filter, message_filter)
         return result
 
     def _read_units(
@@ -290,12 +290,13 @@ class MessageStore:
         max_bytes: int,
         tag_filter: TagCodeFilter | None,
         message_filter: MessageFilter | None,
-    ) -> None:
+    ) -> bool:
+        """Read units into ``result``; True when a count or byte limit stopped it."""
         for phys, size, tag_code in UNIT.iter_unpack(raw):
             if len(result.messages) >= max_count:
-                return
+                return True
             if result.messages and result.total_bytes + size > max_bytes:
-                return
+                return True
             result.scanned += 1
             result.next_offset += 1
             if tag_filter is not None and not tag_filter(tag_code):
@@ -307,6 +308,7 @@ class MessageStore:
                 continue
             result.messages.append(msg)
             result.total_bytes += size
+        return False
 
     def read_message(self, physical_offset: int, size: int = 0) -> StoredMessage:
         """The message at a commitlog offset (verified)."""

@@ -163,8 +163,8 @@ def test_non_matching_messages_do_not_answer_a_filtered_pull(
 ) -> None:
     only_a = MessageFilter("TAG", "TagA")
     answers = Answers()
-    polling.pull_or_park(PullRequest("t", 0, 0, filter=only_a),
-                         time.monotonic_ns() // 10**6 + LONG_TIMEOUT_MS, answers.callback())  # fmt: skip
+    deadline_ms = time.monotonic_ns() // 10**6 + LONG_TIMEOUT_MS
+    polling.pull_or_park(PullRequest("t", 0, 0, filter=only_a), deadline_ms, answers.callback())
     store.put_messages([msg("TagB"), msg("TagC")])
     store.put_messages([msg("TagB"), msg("TagA", body=b"wanted")])
     assert answers.wait(1)
@@ -255,9 +255,7 @@ def test_pull_async_times_out(polling: LongPollingService) -> None:
     assert result.status is PullStatus.NO_NEW_MESSAGE
 
 
-def test_many_async_pulls_share_one_loop(
-    store: MessageStore, polling: LongPollingService
-) -> None:
+def test_many_async_pulls_share_one_loop(store: MessageStore, polling: LongPollingService) -> None:
     async def scenario() -> list[PullResult]:
         pulls = [polling.pull_async("t", qid, 0, timeout_ms=LONG_TIMEOUT_MS) for qid in range(20)]
         tasks = [asyncio.create_task(p) for p in pulls]
@@ -274,13 +272,28 @@ def test_many_async_pulls_share_one_loop(
 def test_cancelled_async_pull_is_unparked(polling: LongPollingService) -> None:
     async def scenario() -> None:
         task = asyncio.create_task(polling.pull_async("t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
-        while polling.parked_count == 0:  # an await point per turn, not a timed sleep
-            await asyncio.sleep(0.001)
+        async with asyncio.timeout(5):
+            while polling.parked_count == 0:  # yields to the loop each turn
+                await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert polling.parked_count == 0
+
+    asyncio.run(scenario())
+
+
+def test_async_pull_cancelled_during_its_first_pull_is_unparked(
+    polling: LongPollingService,
+) -> None:
+    async def scenario() -> None:
+        task = asyncio.create_task(polling.pull_async("t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
+        await asyncio.sleep(0)  # the task is now waiting for its first pull in the executor
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    asyncio.run(scenario())
+    asyncio.run(scenario())  # returns after the executor finished and its callbacks ran
     assert polling.parked_count == 0
 
 

@@ -562,6 +562,38 @@ def test_replay_start_advances_so_memory_follows_in_flight(broker: Broker) -> No
     assert broker.receive() == []
 
 
+def test_filter_with_restart_in_between(broker: Broker) -> None:
+    broker.produce([make_message(i) for i in range(6)])
+    even = MessageFilter("TAG", "even")
+    first, *rest = broker.receive(flt=even)
+    broker.pop.ack("g", "orders", first.receipt_handle)
+    broker.restart()
+    assert broker.receive(flt=even) == []
+    assert broker.revive_at(INVISIBLE_MS) == 2
+    assert sorted(ns(broker.receive(flt=even))) == [2, 4]
+    assert broker.pop.consume_offset("g", "orders", 0) == 6
+
+
+def test_message_gone_from_store_is_dropped(broker: Broker) -> None:
+    broker.fifo_groups.add("f")
+    broker.produce([make_message(0), grouped(1, "A"), grouped(2, "A")])
+    assert ns(broker.receive(max_count=1)) == [0]
+    assert ns(broker.receive(group="f", qids=(0,), max_count=8)) == [0, 1]
+    assert broker.revive_at(INVISIBLE_MS) == 3  # f's are visible again in place
+    assert broker.pop.inflight_count() == 2 and len(broker.topic_messages("%RETRY%g")) == 1
+    (retried,) = broker.receive(max_count=1)  # the retry topic is read first
+    assert retried.delivery_attempt == 2
+    assert broker.store is not None
+    broker.store.delete_topic("orders")  # as if retention removed the messages
+    broker.store.delete_topic("%RETRY%g")
+    assert broker.receive(group="f") == []  # nothing left to redeliver: dropped
+    assert broker.revive_at(2 * INVISIBLE_MS) == 1  # the retry copy is gone too
+    assert broker.topic_messages("%RETRY%g") == [] and broker.topic_messages("%DLQ%g") == []
+    assert broker.pop.inflight_count() == 0
+    broker.restart()
+    assert broker.pop.inflight_count() == 0 and broker.receive(group="f") == []
+
+
 # --------------------------------------------------------------------------- pure parts
 
 

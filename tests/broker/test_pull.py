@@ -87,8 +87,12 @@ def test_classify_offset(
 
 @pytest.mark.parametrize(
     ("found", "scanned", "status"),
-    [(1, 1, PullStatus.FOUND), (2, 9, PullStatus.FOUND), (0, 5, PullStatus.NO_MATCHED_MESSAGE),
-     (0, 0, PullStatus.NO_NEW_MESSAGE)],
+    [
+        (1, 1, PullStatus.FOUND),
+        (2, 9, PullStatus.FOUND),
+        (0, 5, PullStatus.NO_MATCHED_MESSAGE),
+        (0, 0, PullStatus.NO_NEW_MESSAGE),
+    ],
 )
 def test_status_of_read(found: int, scanned: int, status: PullStatus) -> None:
     assert status_of_read(found, scanned) is status
@@ -96,9 +100,13 @@ def test_status_of_read(found: int, scanned: int, status: PullStatus) -> None:
 
 @pytest.mark.parametrize(
     ("status", "illegal", "empty"),
-    [(PullStatus.FOUND, False, False), (PullStatus.NO_NEW_MESSAGE, False, True),
-     (PullStatus.NO_MATCHED_MESSAGE, False, True), (PullStatus.OFFSET_TOO_SMALL, True, False),
-     (PullStatus.OFFSET_OVERFLOW_BADLY, True, False)],
+    [
+        (PullStatus.FOUND, False, False),
+        (PullStatus.NO_NEW_MESSAGE, False, True),
+        (PullStatus.NO_MATCHED_MESSAGE, False, True),
+        (PullStatus.OFFSET_TOO_SMALL, True, False),
+        (PullStatus.OFFSET_OVERFLOW_BADLY, True, False),
+    ],
 )
 def test_status_flags(status: PullStatus, illegal: bool, empty: bool) -> None:
     assert (status.offset_illegal, status.empty) == (illegal, empty)
@@ -272,7 +280,9 @@ def test_pull_after_restart(tmp_path: Path) -> None:
         store.close()
 
 
-@pytest.mark.parametrize(("budget_units", "kept"), [(0.0, 1), (1.0, 1), (2.5, 2), (3.0, 3), (99, 5)])
+@pytest.mark.parametrize(
+    ("budget_units", "kept"), [(0.0, 1), (1.0, 1), (2.5, 2), (3.0, 3), (99, 5)]
+)
 def test_byte_budget_trims_and_next_pull_resumes(
     store: MessageStore, budget_units: float, kept: int
 ) -> None:

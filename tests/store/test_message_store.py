@@ -169,3 +169,14 @@ def test_batches_spanning_segments_are_dispatched_whole(open_store: Open) -> Non
             assert len(store.get_messages("orders", q, 0, 1000).messages) == 100
         store.close()
         shutil.rmtree(store.config.store_dir)
+
+
+def test_byte_limit_stops_a_read_midway_and_the_next_read_resumes(open_store: Open) -> None:
+    store = open_store()
+    store.put_messages([make_message(i, size=800) for i in range(10)])
+    assert store.wait_dispatched()
+    unit = store.get_messages("orders", 0, 0, 1).total_bytes
+    got = store.get_messages("orders", 0, 0, 10, max_bytes=unit * 3 + unit // 2)
+    assert len(got.messages) == 3 and got.next_offset == 3
+    rest = store.get_messages("orders", 0, got.next_offset, 10)
+    assert [m.queue_offset for m in rest.messages] == list(range(3, 10))
