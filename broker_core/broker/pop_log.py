@@ -67,7 +67,6 @@ _U16 = struct.Struct(">H")
 _REPLAY_BATCH = 256
 
 
-
 class RecordKind(IntEnum):
     CHECKPOINT = 1  # a delivery starts (first pop, FIFO redelivery or invisible change)
     ACK = 2  # the consumer acked the delivery
@@ -109,9 +108,8 @@ class PopRecord:
     def decode(cls, raw: bytes, revive_offset: int = -1) -> PopRecord:
         """Inverse of :meth:`encode`; CorruptionError names the revive offset if it fails."""
         try:
-            fmt, kind, qid, offset, anchor, resolves, time_ms, inv_ms, attempt = (
-                RECORD.unpack_from(raw)
-            )
+            header = RECORD.unpack_from(raw)
+            fmt, kind, qid, offset, anchor, resolves, time_ms, inv_ms, attempt = header
             group, pos = _name(raw, RECORD.size, _U8)
             topic, pos = _name(raw, pos, _U8)
             mgroup, pos = _name(raw, pos, _U16)

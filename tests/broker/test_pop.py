@@ -565,7 +565,7 @@ def test_replay_start_advances_so_memory_follows_in_flight(broker: Broker) -> No
 def test_filter_with_restart_in_between(broker: Broker) -> None:
     broker.produce([make_message(i) for i in range(6)])
     even = MessageFilter("TAG", "even")
-    first, *rest = broker.receive(flt=even)
+    first, *_rest = broker.receive(flt=even)
     broker.pop.ack("g", "orders", first.receipt_handle)
     broker.restart()
     assert broker.receive(flt=even) == []
@@ -658,13 +658,14 @@ def test_revive_copy_keeps_identity_and_drops_delay() -> None:
     assert again.properties[PROPERTY_RETRY_TOPIC] == "orders"
 
 
+CHECKPOINT = PopRecord(RecordKind.CHECKPOINT, "g", "orders", 3, 17, anchor=5, time_ms=T0,
+                       invisible_ms=30_000, attempt=2, message_group="A")  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "record",
     [
-        PopRecord(
-            RecordKind.CHECKPOINT, "g", "orders", 3, 17, anchor=5, time_ms=T0,
-            invisible_ms=30_000, attempt=2, message_group="A",
-        ),
+        CHECKPOINT,
         PopRecord(RecordKind.ACK, "g", "%RETRY%g", 0, 1, resolves=9, time_ms=T0),
         PopRecord(RecordKind.DEAD_LETTERED, "组", "订单", 1, 2, resolves=3, message_group="组"),
     ],

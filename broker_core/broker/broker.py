@@ -1,0 +1,412 @@
+"""The broker: every policy service over one message store, behind one object.
+
+This is what the gRPC server calls; it knows nothing of sockets. It owns the store, the
+metadata managers (topics, groups, consumer offsets, live clients) and the services
+(pull and long polling, POP, delay levels, timers, transactions, queue locks), starts
+them in dependency order and stops them in reverse.
+
+Sends are routed here: a transactional message becomes a half message, a delay level
+goes to the schedule topic, a future delivery time to the timer, everything else is
+appended in one batch. Reads check topic permissions; groups and topics are created on
+first use when the config allows it.
+
+Threads: every public method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from broker_core.broker.clients import ClientKind, ClientRegistry
+from broker_core.broker.filters import MessageFilter
+from broker_core.broker.groups import GroupConfig, GroupManager
+from broker_core.broker.locks import QueueLockManager
+from broker_core.broker.long_polling import LongPollingService
+from broker_core.broker.offsets import ConsumerOffsetManager
+from broker_core.broker.pop import PopConfig, PoppedMessage, PopService
+from broker_core.broker.pull import PullResult, PullService
+from broker_core.broker.rebalance import MessageQueue
+from broker_core.broker.retry import delay_level_ms
+from broker_core.broker.schedule import ScheduleService
+from broker_core.broker.timer import TimerService
+from broker_core.broker.topic_waiter import TopicWaiter
+from broker_core.broker.topics import TopicConfig, TopicManager
+from broker_core.broker.transaction import (
+    CheckRequest,
+    EndResult,
+    Resolution,
+    TransactionService,
+)
+from broker_core.config import BrokerConfig, StoreConfig
+from broker_core.errors import InvalidArgumentError
+from broker_core.message import (
+    PROPERTY_DELAY_LEVEL,
+    PROPERTY_DELIVER_TIME_MS,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    StoredMessage,
+    new_message_id,
+)
+from broker_core.store.message_store import MessageStore, now_ms
+from broker_core.store.recovery import RecoveryReport
+
+log = logging.getLogger(__name__)
+
+Checker = Callable[[CheckRequest], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """What a producer is told about one sent message."""
+
+    message_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int  # in the queue it went to now (the schedule/timer/half topic if held)
+    transaction_id: str = ""
+    recall_handle: str = ""  # set for messages held by the timer; cancels their delivery
+
+
+def message_type(msg: Message) -> str:
+    """RocketMQ 5 topic message type a message needs: TRANSACTION, DELAY, FIFO or NORMAL."""
+    props = msg.properties
+    if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        return "TRANSACTION"
+    if props.get(PROPERTY_DELAY_LEVEL) or props.get(PROPERTY_DELIVER_TIME_MS):
+        return "DELAY"
+    if props.get(PROPERTY_MESSAGE_GROUP):
+        return "FIFO"
+    return "NORMAL"
+
+
+class Broker:
+    """One broker: store, metadata and services (see the module docstring)."""
+
+    def __init__(self, config: BrokerConfig, store_config: StoreConfig, *,
+                 clock_ms: Callable[[], int] = now_ms) -> None:  # fmt: skip
+        self.config = config
+        self._clock_ms = clock_ms
+        self.store = MessageStore(store_config, clock_ms)
+        cfg_dir = store_config.config_dir
+        self.topics = TopicManager(cfg_dir / "topics.json", auto_create=config.auto_create_topics,
+                                   default_queue_nums=config.default_queue_nums)  # fmt: skip
+        self.groups = GroupManager(cfg_dir / "subscriptionGroup.json",
+                                   auto_create=config.auto_create_groups)  # fmt: skip
+        self.offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
+        self.clients = ClientRegistry(expiry_ms=config.client_expiry_ms)
+        self.locks = QueueLockManager(expiry_ms=config.queue_lock_expiry_ms)
+        self.pulls = PullService(self.store)
+        self.long_polling = LongPollingService(self.store, self.pulls)
+        self.waiter = TopicWaiter()
+        self.schedule = ScheduleService(self.store, cfg_dir / "delayOffset.json", clock_ms)
+        self.timer = TimerService(self.store, cfg_dir.parent / "timerwheel",
+                                  precision_ms=config.timer_precision_ms, clock_ms=clock_ms)
+        self._checker: Checker | None = None
+        self.transactions = TransactionService(
+            self.store, self.offsets, self._check_back,
+            check_timeout_ms=config.transaction_check_timeout_ms,
+            max_check_times=config.transaction_max_checks,
+            check_interval_ms=config.transaction_check_interval_ms, clock_ms=clock_ms,
+        )  # fmt: skip
+        self.pop = PopService(
+            self.store, self.offsets,
+            PopConfig(broker_name=config.broker_name,
+                      revive_interval_ms=config.pop_revive_interval_ms),
+            clock_ms=clock_ms, retry_policy_for=lambda g: self.group(g).retry_policy,
+            is_fifo=lambda g: self.group(g).fifo,
+        )  # fmt: skip
+        self._stop = threading.Event()
+        self._housekeeper: threading.Thread | None = None
+        self.recovery: RecoveryReport | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> RecoveryReport:
+        """Open the store (recovering it), then start every service."""
+        self.recovery = self.store.open()
+        self.topics.ensure_system_topics()
+        self.store.add_dispatch_listener(self.waiter.notify)
+        self.pop.open()
+        for service in (self.long_polling, self.schedule, self.timer, self.transactions,
+                        self.pop, self.clients):  # fmt: skip
+            service.start()
+        self._stop.clear()
+        self._housekeeper = threading.Thread(target=self._housekeep, name="broker-housekeeping",
+                                             daemon=True)  # fmt: skip
+        self._housekeeper.start()
+        return self.recovery
+
+    def stop(self) -> None:
+        """Stop services (answering parked requests), persist offsets, close the store."""
+        self._stop.set()
+        if self._housekeeper is not None:
+            self._housekeeper.join()
+            self._housekeeper = None
+        self.waiter.close()
+        for service in (self.clients, self.transactions, self.timer, self.schedule,
+                        self.long_polling):  # fmt: skip
+            service.stop()
+        self.pop.close()
+        self.timer.close()
+        self.schedule.close()
+        self.offsets.persist()
+        self.store.close()
+
+    def _housekeep(self) -> None:
+        while not self._stop.wait(self.config.offsets_persist_interval_ms / 1000):
+            try:
+                self.offsets.persist()
+            except Exception:
+                log.exception("persisting consumer offsets failed; will retry")
+
+    def set_transaction_checker(self, checker: Checker | None) -> None:
+        """Who asks producers about unresolved transactions (the server's Telemetry)."""
+        self._checker = checker
+
+    def _check_back(self, request: CheckRequest) -> None:
+        if self._checker is None:
+            log.info("no producer reachable to check transaction %s", request.transaction_id)
+            return
+        self._checker(request)
+
+    # ---- metadata -----------------------------------------------------------------------
+
+    def group(self, name: str) -> GroupConfig:
+        return self.groups.get_or_create(name)
+
+    def topic_for_read(self, topic: str) -> TopicConfig:
+        return self.topics.for_read(topic)
+
+    def read_queues(self, topic: str) -> list[MessageQueue]:
+        return self.topics.for_read(topic).read_queues(self.config.broker_name)
+
+    # ---- sending ------------------------------------------------------------------------
+
+    def send(self, messages: Sequence[Message], *,
+             producer_group: str | None = None) -> list[SendResult]:  # fmt: skip
+        """Store messages (routing delayed and transactional ones); results in order."""
+        if not messages:
+            raise InvalidArgumentError("send needs at least one message")
+        results: list[SendResult | None] = [None] * len(messages)
+        plain: list[tuple[int, Message]] = []
+        now = self._clock_ms()
+        for i, msg in enumerate(messages):
+            self._prepare_for_send(msg, now)
+            held = self._send_held(msg, producer_group, now)
+            if held is None:
+                plain.append((i, msg))
+            else:
+                results[i] = held
+        if plain:
+            stored = self.store.put_messages([m for _, m in plain])
+            for (i, msg), put in zip(plain, stored, strict=True):
+                results[i] = SendResult(put.message_id, msg.topic, msg.queue_id, put.queue_offset)
+        return [r for r in results if r is not None]
+
+    def _prepare_for_send(self, msg: Message, now: int) -> None:
+        config = self.topics.for_send(msg.topic)
+        if not 0 <= msg.queue_id < config.write_queue_nums:
+            raise InvalidArgumentError(
+                f"queue {msg.queue_id} of topic {msg.topic} does not exist "
+                f"(it has {config.write_queue_nums} write queues)"
+            )
+        kind = message_type(msg)
+        if not config.accepts(kind):
+            raise InvalidArgumentError(
+                f"topic {msg.topic} takes {config.message_type} messages, not {kind}"
+            )
+        if not msg.properties.get(PROPERTY_UNIQ_KEY):
+            msg.properties[PROPERTY_UNIQ_KEY] = new_message_id()
+        if not msg.born_timestamp_ms:
+            msg.born_timestamp_ms = now
+
+    def _send_held(self, msg: Message, producer_group: str | None, now: int) -> SendResult | None:
+        """Route a message that is not delivered at once; None for a plain one."""
+        props = msg.properties
+        msg_id = props[PROPERTY_UNIQ_KEY]
+        if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+            if not producer_group:
+                raise InvalidArgumentError("a transactional message needs its producer group")
+            tx_id = props.get(PROPERTY_TRANSACTION_ID) or msg_id
+            prepared = self.transactions.prepare(msg, producer_group, tx_id)
+            return SendResult(prepared.message_id, msg.topic, msg.queue_id,
+                              prepared.queue_offset, transaction_id=tx_id)  # fmt: skip
+        level = props.get(PROPERTY_DELAY_LEVEL)
+        if level:
+            if not level.isdigit():
+                raise InvalidArgumentError(f"delay level must be 1..18, got {level!r}")
+            delay_level_ms(int(level))  # validates the range
+            put = self.schedule.schedule(msg, int(level))
+            return SendResult(msg_id, msg.topic, msg.queue_id, put.queue_offset)
+        deliver = props.get(PROPERTY_DELIVER_TIME_MS)
+        if deliver:
+            if not deliver.isdigit():
+                raise InvalidArgumentError(f"delivery timestamp must be ms, got {deliver!r}")
+            if int(deliver) > now:
+                put = self.timer.schedule(msg, int(deliver))
+                return SendResult(msg_id, msg.topic, msg.queue_id, put.queue_offset,
+                                  recall_handle=put.message_id)  # fmt: skip
+            del props[PROPERTY_DELIVER_TIME_MS]  # already due: deliver now
+        return None
+
+    def recall(self, recall_handle: str) -> bool:
+        """Cancel a timed message that has not been delivered yet."""
+        return self.timer.recall(recall_handle)
+
+    def end_transaction(self, message_id: str, transaction_id: str, commit: bool, *,
+                        from_check: bool = False) -> EndResult:  # fmt: skip
+        resolution = Resolution.COMMIT if commit else Resolution.ROLLBACK
+        return self.transactions.end(message_id, transaction_id, resolution,
+                                     from_check=from_check)  # fmt: skip
+
+    # ---- pull consumers -------------------------------------------------------------------
+
+    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, *,
+             filter: MessageFilter | None = None, timeout_ms: int = 0) -> PullResult:  # fmt: skip
+        """Offset-based pull; with ``timeout_ms`` it long-polls for new messages."""
+        self.group(group)
+        config = self.topics.for_read(topic)
+        if not 0 <= queue_id < config.read_queue_nums:
+            raise InvalidArgumentError(f"queue {queue_id} of topic {topic} does not exist")
+        max_count = min(max_count, self.config.max_pull_batch)
+        if timeout_ms <= 0:
+            return self.pulls.pull(topic, queue_id, offset, max_count, filter=filter)
+        return self.long_polling.pull_blocking(
+            topic, queue_id, offset, max_count, filter=filter,
+            timeout_ms=min(timeout_ms, self.config.max_long_polling_ms),
+        )  # fmt: skip
+
+    # ---- POP consumers ----------------------------------------------------------------------
+
+    def receive(self, group: str, topic: str, *, max_count: int, invisible_ms: int,
+                filter: MessageFilter | None = None, queue_ids: Sequence[int] | None = None,
+                timeout_ms: int = 0) -> list[PoppedMessage]:  # fmt: skip
+        """POP receive; with ``timeout_ms`` waits for messages to arrive (long polling)."""
+        config = self.group(group)
+        if not config.consume_enable:
+            raise InvalidArgumentError(f"consumer group {group} is disabled")
+        topic_config = self.topics.for_read(topic)
+        retry = self.topics.ensure_retry_topic(group).name
+        ids = list(range(topic_config.read_queue_nums)) if queue_ids is None else list(queue_ids)
+        deadline = self._clock_ms() + min(max(timeout_ms, 0), self.config.max_long_polling_ms)
+        while True:
+            seen = self.waiter.generation((topic, retry))
+            got = self.pop.receive(group, topic, ids, max_count=max_count,
+                                   invisible_ms=invisible_ms, filter=filter)  # fmt: skip
+            remaining = deadline - self._clock_ms()
+            if got or remaining <= 0:
+                return got
+            self.waiter.wait((topic, retry), seen, min(remaining, 1_000))
+
+    def ack(self, group: str, topic: str, receipt_handle: str) -> None:
+        self.pop.ack(group, topic, receipt_handle)
+
+    def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
+                                  invisible_ms: int) -> str:  # fmt: skip
+        return self.pop.change_invisible_duration(group, topic, receipt_handle, invisible_ms)
+
+    def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+        self.topics.ensure_dlq_topic(group)
+        self.pop.forward_to_dlq(group, topic, receipt_handle)
+
+    # ---- offsets ----------------------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.group(group)
+        self.topics.require(topic)
+        self.offsets.commit(group, topic, queue_id, offset)
+
+    def consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset, or where it starts (its consume-from-where)."""
+        committed = self.offsets.query(group, topic, queue_id)
+        if committed is not None:
+            return committed
+        config = self.group(group)
+        if config.consume_from_where == "first_offset":
+            return self.store.min_offset(topic, queue_id)
+        if config.consume_from_where == "timestamp":
+            return self.store.offset_for_timestamp(topic, queue_id, config.consume_timestamp_ms)
+        return self.store.max_offset(topic, queue_id)
+
+    def reset_offsets(self, group: str, topic: str, to: str | int) -> dict[int, int]:
+        """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue."""
+        self.group(group)
+        result = {}
+        for mq in self.read_queues(topic):
+            qid = mq.queue_id
+            if to == "earliest":
+                offset = self.store.min_offset(topic, qid)
+            elif to == "latest":
+                offset = self.store.max_offset(topic, qid)
+            elif isinstance(to, int) and not isinstance(to, bool) and to >= 0:
+                offset = self.store.offset_for_timestamp(topic, qid, to)
+            else:
+                raise InvalidArgumentError(f"reset to 'earliest', 'latest' or a ms time: {to!r}")
+            self.offsets.commit(group, topic, qid, offset)
+            result[qid] = offset
+        self.offsets.persist()
+        return result
+
+    # ---- clients, rebalance and locks ---------------------------------------------------------
+
+    def heartbeat(self, group: str, client_id: str, *, topics: Sequence[str],
+                  kind: ClientKind) -> bool:  # fmt: skip
+        if kind == "consumer":
+            self.group(group)
+        return self.clients.heartbeat(group, client_id, topics=topics, kind=kind)
+
+    def assignment(self, group: str, topic: str, client_id: str) -> list[MessageQueue]:
+        config = self.group(group)
+        return self.clients.assignment(group, topic, client_id, self.read_queues(topic),
+                                       config.rebalance_strategy, broadcast=config.broadcast)
+
+    def lock_queues(self, group: str, client_id: str,
+                    queues: Sequence[MessageQueue]) -> set[MessageQueue]:  # fmt: skip
+        return self.locks.lock(group, client_id, queues)
+
+    def unlock_queues(self, group: str, client_id: str, queues: Sequence[MessageQueue]) -> None:
+        self.locks.unlock(group, client_id, queues)
+
+    # ---- queries ------------------------------------------------------------------------------
+
+    def query_by_id(self, message_id: str, topic: str | None = None) -> StoredMessage:
+        return self.store.query_by_id(message_id, topic)
+
+    def query_by_key(self, topic: str, key: str, *, max_results: int = 64,
+                     begin_ms: int = 0, end_ms: int = 2**62) -> list[StoredMessage]:  # fmt: skip
+        return self.store.query_by_key(key, topic=topic, max_results=max_results,
+                                       begin_ms=begin_ms, end_ms=end_ms)  # fmt: skip
+
+    def query_by_time(self, topic: str, begin_ms: int, end_ms: int,
+                      max_results: int = 64) -> list[StoredMessage]:  # fmt: skip
+        """Messages of ``topic`` stored in ``[begin_ms, end_ms)``, oldest first per queue."""
+        found: list[StoredMessage] = []
+        for mq in self.read_queues(topic):
+            offset = self.store.offset_for_timestamp(topic, mq.queue_id, begin_ms)
+            got = self.store.get_messages(topic, mq.queue_id, offset, max_results)
+            found.extend(m for m in got.messages if m.store_timestamp_ms < end_ms)
+        found.sort(key=lambda m: (m.store_timestamp_ms, m.queue_id, m.queue_offset))
+        return found[:max_results]
+
+    # ---- administration -------------------------------------------------------------------------
+
+    def topic_status(self, topic: str) -> list[tuple[int, int, int]]:
+        """(queue id, min offset, max offset) of every read queue."""
+        return [(mq.queue_id, self.store.min_offset(topic, mq.queue_id),
+                 self.store.max_offset(topic, mq.queue_id)) for mq in self.read_queues(topic)]
+
+    def group_progress(self, group: str) -> list[tuple[str, int, int, int, int]]:
+        """(topic, queue id, broker max offset, consumer offset, lag) of every queue."""
+        rows = []
+        for (topic, qid), offset in sorted(self.offsets.queues_of(group).items()):
+            if topic.startswith(("%RETRY%", "%DLQ%")) or self.topics.get(topic) is None:
+                continue
+            high = self.store.max_offset(topic, qid)
+            rows.append((topic, qid, high, offset, max(0, high - offset)))
+        return rows

@@ -1,0 +1,213 @@
+"""The broker facade over a real store: routing, reads, POP, offsets, queries, restart."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker_core.broker.broker import Broker
+from broker_core.broker.filters import MessageFilter
+from broker_core.broker.pull import PullStatus
+from broker_core.broker.topics import Perm, TopicConfig
+from broker_core.broker.transaction import CheckRequest
+from broker_core.config import BrokerConfig
+from broker_core.errors import InvalidArgumentError, PermissionDeniedError
+from broker_core.message import Message
+from tests.store.conftest import small_config
+
+T0 = 1_800_000_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def broker(tmp_path: Path, clock: Clock) -> Iterator[Broker]:
+    b = Broker(BrokerConfig(default_queue_nums=2, transaction_check_timeout_ms=1_000),
+               small_config(tmp_path / "store"), clock_ms=clock)  # fmt: skip
+    b.start()
+    yield b
+    b.stop()
+
+
+def msg(topic: str, body: bytes, queue_id: int = 0, **props: str) -> Message:
+    return Message(topic, body, queue_id=queue_id, properties=dict(props))
+
+
+def bodies(broker: Broker, topic: str, queue_id: int = 0) -> list[bytes]:
+    broker.store.wait_dispatched()
+    return [m.body for m in broker.pull("g", topic, queue_id, 0, 100).messages]
+
+
+def test_send_auto_creates_the_topic_and_pull_reads_it(broker: Broker) -> None:
+    results = broker.send([msg("orders", b"a"), msg("orders", b"b", queue_id=1)])
+    assert [(r.queue_id, r.queue_offset) for r in results] == [(0, 0), (1, 0)]
+    assert all(len(r.message_id) == 34 for r in results)
+    assert broker.topics.require("orders").write_queue_nums == 2
+    assert bodies(broker, "orders") == [b"a"]
+    assert broker.query_by_id(results[1].message_id).body == b"b"
+
+
+def test_bad_sends_are_refused(broker: Broker) -> None:
+    with pytest.raises(InvalidArgumentError, match="queue 5"):
+        broker.send([msg("orders", b"x", queue_id=5)])
+    broker.topics.create_or_update(TopicConfig("readonly", perm=Perm.READ))
+    with pytest.raises(PermissionDeniedError):
+        broker.send([msg("readonly", b"x")])
+    with pytest.raises(InvalidArgumentError, match="delay level"):
+        broker.send([msg("orders", b"x", DELAY="99")])
+
+
+def test_long_polling_pull_is_answered_when_a_message_arrives(broker: Broker) -> None:
+    broker.send([msg("events", b"first")])
+    broker.store.wait_dispatched()
+    answered = threading.Event()
+    result = {}
+
+    def poll() -> None:
+        result["r"] = broker.pull("g", "events", 0, 1, 10, timeout_ms=20_000)
+        answered.set()
+
+    threading.Thread(target=poll).start()
+    broker.send([msg("events", b"second")])
+    assert answered.wait(10)
+    assert result["r"].status is PullStatus.FOUND
+    assert [m.body for m in result["r"].messages] == [b"second"]
+
+
+def test_tag_filter_on_pull(broker: Broker) -> None:
+    broker.send([msg("t", b"a", TAGS="A"), msg("t", b"b", TAGS="B"), msg("t", b"c", TAGS="A")])
+    broker.store.wait_dispatched()
+    got = broker.pull("g", "t", 0, 0, 10, filter=MessageFilter("TAG", "A"))
+    assert [m.body for m in got.messages] == [b"a", b"c"]
+
+
+def test_delay_level_holds_the_message_until_due(broker: Broker, clock: Clock) -> None:
+    broker.send([msg("orders", b"later", DELAY="2")])  # level 2 = 5 s
+    broker.send([msg("orders", b"now")])
+    assert bodies(broker, "orders") == [b"now"]
+    clock.now += 5_000
+    broker.schedule.run_once(clock.now)
+    assert bodies(broker, "orders") == [b"now", b"later"]
+
+
+def test_timed_message_and_recall(broker: Broker, clock: Clock) -> None:
+    due = str(T0 + 3_000)
+    kept = broker.send([msg("orders", b"kept", __STARTDELIVERTIME=due)])[0]
+    gone = broker.send([msg("orders", b"recalled", __STARTDELIVERTIME=due)])[0]
+    assert kept.recall_handle and broker.recall(gone.recall_handle)
+    broker.store.wait_dispatched()
+    broker.timer.run_once(clock.now)
+    assert bodies(broker, "orders") == []
+    clock.now += 4_000
+    broker.store.wait_dispatched()
+    broker.timer.run_once(clock.now)
+    assert bodies(broker, "orders") == [b"kept"]
+
+
+def test_transaction_commit_rollback_and_check_back(broker: Broker, clock: Clock) -> None:
+    asked: list[CheckRequest] = []
+    broker.set_transaction_checker(asked.append)
+    props = {"TRAN_MSG": "true"}
+    a = broker.send([msg("pay", b"commit-me", **props)], producer_group="pg")[0]
+    b = broker.send([msg("pay", b"roll-me", **props)], producer_group="pg")[0]
+    c = broker.send([msg("pay", b"ask-me", **props)], producer_group="pg")[0]
+    assert bodies(broker, "pay") == []
+    broker.end_transaction(a.message_id, a.transaction_id, commit=True)
+    broker.end_transaction(b.message_id, b.transaction_id, commit=False)
+    assert bodies(broker, "pay") == [b"commit-me"]
+    clock.now += 2_000
+    broker.transactions.run_checks(clock.now)
+    assert [r.message_id for r in asked] == [c.message_id]
+    broker.end_transaction(c.message_id, c.transaction_id, commit=True, from_check=True)
+    assert bodies(broker, "pay") == [b"commit-me", b"ask-me"]
+
+
+def test_pop_receive_ack_and_redelivery(broker: Broker, clock: Clock) -> None:
+    broker.send([msg("jobs", b"j1"), msg("jobs", b"j2")])
+    broker.store.wait_dispatched()
+    got = broker.receive("workers", "jobs", max_count=10, invisible_ms=10_000)
+    assert sorted(p.message.body for p in got) == [b"j1", b"j2"]
+    done = next(p for p in got if p.message.body == b"j1")
+    broker.ack("workers", "jobs", done.receipt_handle)
+    assert broker.receive("workers", "jobs", max_count=10, invisible_ms=10_000) == []
+    clock.now += 11_000
+    broker.pop.run_revive(clock.now)
+    broker.store.wait_dispatched()
+    again = broker.receive("workers", "jobs", max_count=10, invisible_ms=10_000)
+    assert [(p.message.body, p.delivery_attempt) for p in again] == [(b"j2", 2)]
+
+
+def test_pop_receive_long_polls(broker: Broker) -> None:
+    answered = threading.Event()
+    got: list = []
+
+    def receive() -> None:
+        got.extend(broker.receive("workers", "late", max_count=1, invisible_ms=5_000,
+                                  timeout_ms=20_000))  # fmt: skip
+        answered.set()
+
+    broker.topics.for_send("late")
+    threading.Thread(target=receive).start()
+    broker.send([msg("late", b"arrived")])
+    assert answered.wait(10)
+    assert [p.message.body for p in got] == [b"arrived"]
+
+
+def test_offsets_progress_and_reset_by_time(broker: Broker, clock: Clock) -> None:
+    for i in range(6):
+        clock.now = T0 + i * 1000
+        broker.send([msg("orders", f"m{i}".encode())])
+    broker.store.wait_dispatched()
+    assert broker.consumer_offset("g", "orders", 0) == 6  # new group starts at the end
+    broker.commit_offset("g", "orders", 0, 2)
+    assert ("orders", 0, 6, 2, 4) in broker.group_progress("g")
+    assert broker.reset_offsets("g", "orders", T0 + 3000)[0] == 3
+    assert broker.reset_offsets("g", "orders", "earliest")[0] == 0
+    with pytest.raises(InvalidArgumentError):
+        broker.reset_offsets("g", "orders", "yesterday")
+    in_range = broker.query_by_time("orders", T0 + 1000, T0 + 3000)
+    assert [m.body for m in in_range] == [b"m1", b"m2"]
+
+
+def test_heartbeat_and_assignment(broker: Broker) -> None:
+    broker.send([msg("orders", b"x")])
+    for client in ("c1", "c2"):
+        broker.heartbeat("g", client, topics=["orders"], kind="consumer")
+    mine = broker.assignment("g", "orders", "c1")
+    theirs = broker.assignment("g", "orders", "c2")
+    assert sorted(q.queue_id for q in mine + theirs) == [0, 1]
+
+
+def test_everything_survives_a_restart(tmp_path: Path, clock: Clock) -> None:
+    config = small_config(tmp_path / "store")
+    first = Broker(BrokerConfig(default_queue_nums=2), config, clock_ms=clock)
+    first.start()
+    first.send([msg("orders", b"kept", KEYS="k1")])
+    first.commit_offset("g", "orders", 0, 1)
+    first.send([msg("orders", b"later", DELAY="1")])
+    first.stop()
+    second = Broker(BrokerConfig(default_queue_nums=2), config, clock_ms=clock)
+    second.start()
+    try:
+        assert second.topics.require("orders").read_queue_nums == 2
+        assert second.consumer_offset("g", "orders", 0) == 1
+        assert [m.body for m in second.query_by_key("orders", "k1")] == [b"kept"]
+        clock.now += 1_000
+        second.schedule.run_once(clock.now)
+        assert bodies(second, "orders") == [b"kept", b"later"]
+    finally:
+        second.stop()
