@@ -42,7 +42,8 @@ class StoreConfig:
     max_body_bytes: int = 4 * MIB
     max_properties_bytes: int = 32 * KIB
     file_reserved_hours: float = 72.0
-    disk_max_used_ratio: float = 0.85
+    disk_max_used_ratio: float = 0.85  # above this, retention deletes the oldest segments
+    disk_full_ratio: float = 0.95  # above this, appends are refused with BusyError
     cleanup_interval_ms: int = 10_000
     max_dispatch_lag_bytes: int = 256 * MIB
     max_flush_lag_bytes: int = 512 * MIB
@@ -72,6 +73,7 @@ class StoreConfig:
         _require(self.max_body_bytes >= 1, "max_body_bytes must be ≥ 1")
         _require(self.file_reserved_hours > 0, "file_reserved_hours must be > 0")
         _require(0 < self.disk_max_used_ratio <= 1, "disk_max_used_ratio must be in (0, 1]")
+        _require(0 < self.disk_full_ratio <= 1, "disk_full_ratio must be in (0, 1]")
 
     @property
     def commitlog_dir(self) -> Path:

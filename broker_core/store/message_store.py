@@ -46,7 +46,7 @@ from broker_core.message import (
     offset_message_id,
 )
 from broker_core.store import codec
-from broker_core.store.cleanup import CleanupReport, CleanupService
+from broker_core.store.cleanup import CleanupReport, CleanupService, disk_used_ratio
 from broker_core.store.commitlog import CommitLog
 from broker_core.store.consume_queue import UNIT, ConsumeQueueSet
 from broker_core.store.dispatch import Dispatcher, Listener
@@ -130,6 +130,9 @@ class MessageStore:
         )  # fmt: skip
         self._open = False
         self.recovery: RecoveryReport | None = None
+        self.disk_ratio: Callable[[], float] = lambda: disk_used_ratio(str(root))
+        self._disk_checked_at = -1.0
+        self._disk_full = False
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -186,6 +189,15 @@ class MessageStore:
             raise BusyError("broker busy: dispatch is behind, retry later")
         if appended - self.commitlog.flushed_offset > self.config.max_flush_lag_bytes:
             raise BusyError("broker busy: flush is behind, retry later")
+        now = time.monotonic()
+        if now - self._disk_checked_at > 0.5:  # a statvfs at most twice a second
+            self._disk_checked_at = now
+            self._disk_full = self.disk_ratio() > self.config.disk_full_ratio
+        if self._disk_full:
+            raise BusyError(
+                f"broker busy: disk is more than {self.config.disk_full_ratio:.0%} full, "
+                "retry later"
+            )
 
     # ---- writing ------------------------------------------------------------------------
 

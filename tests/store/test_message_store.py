@@ -180,3 +180,15 @@ def test_byte_limit_stops_a_read_midway_and_the_next_read_resumes(open_store: Op
     assert len(got.messages) == 3 and got.next_offset == 3
     rest = store.get_messages("orders", 0, got.next_offset, 10)
     assert [m.queue_offset for m in rest.messages] == list(range(3, 10))
+
+
+def test_a_nearly_full_disk_refuses_appends_until_space_returns(open_store: Open) -> None:
+    store = open_store()
+    ratio = [0.99]
+    store.disk_ratio = lambda: ratio[0]
+    store._disk_checked_at = -1.0
+    with pytest.raises(BusyError, match="disk is more than 95% full"):
+        store.put_message(make_message(1))
+    ratio[0] = 0.5
+    store._disk_checked_at = -1.0
+    assert store.put_message(make_message(2)).queue_offset == 0
