@@ -93,7 +93,7 @@ class Message:
 
     topic: str
     body: bytes
-    queue_id: int = 0
+    queue_id: int = 0  # the broker's send chooses one when this is negative
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
     sys_flag: int = 0

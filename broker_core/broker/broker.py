@@ -124,6 +124,9 @@ class Broker:
         self._stop = threading.Event()
         self._housekeeper: threading.Thread | None = None
         self.recovery: RecoveryReport | None = None
+        self._send_counter = 0
+        self._rebalance_listeners: list[Callable[[str], None]] = []
+        self.clients.add_listener(self._on_membership_change)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -177,6 +180,26 @@ class Broker:
 
     # ---- metadata -----------------------------------------------------------------------
 
+    def add_rebalance_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(group)`` runs when a group's members or its topics' queues change."""
+        self._rebalance_listeners.append(listener)
+
+    def _on_membership_change(self, group: str) -> None:
+        for listener in list(self._rebalance_listeners):
+            try:
+                listener(group)
+            except Exception:
+                log.exception("rebalance listener failed for group %s", group)
+
+    def update_topic(self, config: TopicConfig) -> TopicConfig:
+        """Create or change a topic; groups consuming it are told to rebalance."""
+        old = self.topics.get(config.name)
+        new = self.topics.create_or_update(config)
+        if old is not None and old.read_queue_nums != new.read_queue_nums:
+            for group in self.clients.groups_of_topic(config.name):
+                self._on_membership_change(group)
+        return new
+
     def group(self, name: str) -> GroupConfig:
         return self.groups.get_or_create(name)
 
@@ -211,6 +234,11 @@ class Broker:
 
     def _prepare_for_send(self, msg: Message, now: int) -> None:
         config = self.topics.for_send(msg.topic)
+        if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
+            self._send_counter += 1
+            msg.queue_id = self.topics.write_queue_for(
+                msg.topic, msg.properties.get(PROPERTY_MESSAGE_GROUP), self._send_counter
+            )
         if not 0 <= msg.queue_id < config.write_queue_nums:
             raise InvalidArgumentError(
                 f"queue {msg.queue_id} of topic {msg.topic} does not exist "

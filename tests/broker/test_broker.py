@@ -211,3 +211,26 @@ def test_everything_survives_a_restart(tmp_path: Path, clock: Clock) -> None:
         assert bodies(second, "orders") == [b"kept", b"later"]
     finally:
         second.stop()
+
+
+def test_broker_chooses_queues_by_message_group(broker: Broker) -> None:
+    sent = broker.send([msg("fifo", f"{g}-{i}".encode(), queue_id=-1, __SHARDINGKEY=g)
+                        for i in range(3) for g in ("alice", "bob", "carol")])  # fmt: skip
+    by_group: dict[str, set[int]] = {}
+    for result, body in zip(sent, [f"{g}-{i}" for i in range(3) for g in ("alice", "bob", "carol")],
+                            strict=True):  # fmt: skip
+        by_group.setdefault(body.split("-")[0], set()).add(result.queue_id)
+    assert all(len(queues) == 1 for queues in by_group.values())
+    spread = broker.send([msg("rr", b"x", queue_id=-1) for _ in range(4)])
+    assert sorted(r.queue_id for r in spread) == [0, 0, 1, 1]
+
+
+def test_queue_count_change_asks_consumers_to_rebalance(broker: Broker) -> None:
+    told: list[str] = []
+    broker.add_rebalance_listener(told.append)
+    broker.send([msg("orders", b"x")])
+    broker.heartbeat("g", "c1", topics=["orders"], kind="consumer")
+    assert told == ["g"]  # joined
+    broker.update_topic(TopicConfig("orders", read_queue_nums=4, write_queue_nums=4))
+    assert told == ["g", "g"]
+    assert len(broker.assignment("g", "orders", "c1")) == 4
