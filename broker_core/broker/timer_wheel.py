@@ -41,6 +41,7 @@ from pathlib import Path
 
 from broker_core.broker.timer_log import NO_PREV, RECORD_BYTES, TimerLog, TimerRecord
 from broker_core.errors import ConfigError, CorruptionError
+from broker_core.store.mapped_file import fdatasync_path
 
 SLOT = struct.Struct(
     ">"
@@ -137,7 +138,7 @@ class TimingWheel:
         log.flush()
         for slot in pending.values():
             self._put(slot)
-        self._map.flush()
+        fdatasync_path(self.path)
         return positions
 
     def walk(self, log: TimerLog, slot_time_ms: int) -> list[tuple[int, TimerRecord]]:
@@ -163,9 +164,9 @@ class TimingWheel:
         return out
 
     def flush(self) -> None:
-        self._map.flush()
+        fdatasync_path(self.path)  # not mmap.flush: msync holds the GIL while it waits
 
     def close(self) -> None:
         if not self._map.closed:
-            self._map.flush()
+            self.flush()
             self._map.close()

@@ -41,6 +41,7 @@ unit's position, which catches stale units left behind a truncation.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import socket
 import struct
@@ -57,6 +58,7 @@ from broker_core.errors import (
 from broker_core.message import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
+    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     Message,
     StoredMessage,
@@ -193,23 +195,31 @@ def encode(msg: Message, *, max_body_bytes: int, max_properties_bytes: int) -> E
         raise MessageTooLargeError(
             f"message body is {len(body)} bytes, over the limit of {max_body_bytes}"
         )
-    topic = msg.topic.encode()
-    if not 0 < len(topic) <= 127:
-        raise InvalidTopicError(f"topic {msg.topic!r} must be 1..127 bytes")
+    topic_head = _topic_head(msg.topic)
     props = encode_properties(msg.properties)
     if len(props) > max_properties_bytes or len(props) > 0xFFFF:
         raise PropertiesTooLargeError(
             f"properties are {len(props)} bytes encoded, over the limit of "
             f"{min(max_properties_bytes, 0xFFFF)}"
         )
-    tail = b"".join((TOPIC_LEN.pack(len(topic)), topic, PROPS_LEN.pack(len(props)), props))
+    tail = topic_head + len(props).to_bytes(2, "big") + props
     host, port = msg.born_host
     return EncodedMessage(
         msg.topic, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp_ms,
         _LOOPBACK_IP if host == "127.0.0.1" else _ip4(host), port, msg.reconsume_times,
-        msg.prepared_transaction_offset, tag_hash(msg.tag), body, zlib.crc32(body), tail,
-        zlib.crc32(tail), HEADER_SIZE + len(body) + len(tail), _index_keys(msg.properties),
+        msg.prepared_transaction_offset, tag_hash(msg.properties.get(PROPERTY_TAGS)), body,
+        zlib.crc32(body), tail, zlib.crc32(tail), HEADER_SIZE + len(body) + len(tail),
+        _index_keys(msg.properties),
     )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_head(topic: str) -> bytes:
+    """Topic length byte + UTF-8 topic (cached: a broker sees few distinct topics)."""
+    raw = topic.encode()
+    if not 0 < len(raw) <= 127:
+        raise InvalidTopicError(f"topic {topic!r} must be 1..127 bytes")
+    return TOPIC_LEN.pack(len(raw)) + raw
 
 
 def _index_keys(props: dict[str, str]) -> list[str]:

@@ -49,7 +49,7 @@ Crash contract:
   ``index_count``; ``open`` rolls it back (``repaired_tail``). Bytes past ``index_count``
   must otherwise be zero. Any other damage (power loss reordering mmap pages, a crash in
   ``truncate_from``, disk corruption) fails validation. Pages reach disk on ``flush``
-  (msync), when a file is sealed, or whenever the kernel writes them back.
+  (fdatasync), when a file is sealed, or whenever the kernel writes them back.
 Threads: :class:`IndexFile` is not thread-safe; it is owned by an :class:`IndexService`,
 which serialises every public method with one lock, so a query never sees a half-done put
 or truncation. The store's dispatch thread is the only writer (``put_keys``,
@@ -76,6 +76,7 @@ from broker_core.errors import (
     StoreClosedError,
 )
 from broker_core.message import key_hash
+from broker_core.store.mapped_file import fdatasync_path
 
 HEADER = struct.Struct(">qqqqii")
 SLOT = struct.Struct(">i")
@@ -503,10 +504,15 @@ class IndexFile:
         return removed
 
     def flush(self) -> None:
-        """msync the mapping if anything changed since the last flush."""
+        """fdatasync the file if anything changed since the last flush.
+
+        Not ``mmap.flush``: CPython's msync holds the GIL for the whole disk wait and
+        would stall every appender; fdatasync writes back the same dirty pages without.
+        """
         if self._dirty:
-            self._map().flush()
+            self._map()
             self._dirty = False
+            fdatasync_path(self._path)
 
     def close(self) -> None:
         """Unmap (idempotent). Does not flush; call :meth:`flush` first for durability."""

@@ -42,6 +42,7 @@ class MappedFile:
             os.close(fd)
         self.wrote_position = 0
         self.flushed_position = 0
+        self._fd = -1  # opened by the first append, kept for appends and flushes
 
     @property
     def end_offset(self) -> int:
@@ -53,12 +54,22 @@ class MappedFile:
         return self.size - self.wrote_position
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
-        """Write ``data`` at the write position; returns the file-relative position."""
+        """Write ``data`` at the write position; returns the file-relative position.
+
+        Appends go through ``pwrite`` on a file descriptor, not the mapping: the kernel
+        copies into the page cache without a page fault per fresh page (the mapping
+        shares that cache, so readers see the bytes at once), and the GIL is released
+        during the copy.
+        """
         pos = self.wrote_position
         end = pos + len(data)
         if end > self.size:
             raise StoreError(f"append of {len(data)} bytes overruns {self.path}")
-        self._mm[pos:end] = data
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR)
+        written = os.pwrite(self._fd, data, pos)
+        if written != len(data):
+            raise StoreError(f"short write to {self.path}: {written} of {len(data)} bytes")
         self.wrote_position = end
         return pos
 
@@ -84,14 +95,16 @@ class MappedFile:
         if target > self.flushed_position:
             self._fdatasync()
             self.flushed_position = target
+            if target == self.size and self._fd >= 0:  # full: no more appends or syncs
+                os.close(self._fd)
+                self._fd = -1
         return self.flushed_position
 
     def _fdatasync(self) -> None:
-        fd = os.open(self.path, os.O_RDWR)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        if self._fd >= 0:
+            os.fdatasync(self._fd)
+        else:
+            fdatasync_path(self.path)
 
     def truncate_to(self, pos: int) -> None:
         """Drop everything from ``pos`` on and zero it, so no stale bytes are rescanned."""
@@ -111,6 +124,9 @@ class MappedFile:
     def close(self) -> None:
         if not self._mm.closed:
             self._mm.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def destroy(self) -> None:
         self.close()
@@ -129,6 +145,19 @@ def _create_file(path: Path, size: int) -> None:
         raise StoreError(f"cannot create {path}: {exc}") from exc
     os.close(fd)
     fsync_dir(path.parent)
+
+
+def fdatasync_path(path: Path) -> None:
+    """fdatasync a file by path: writes back pages dirtied through any mapping of it.
+
+    Use this, not ``mmap.flush``: CPython's msync holds the GIL for the whole disk wait,
+    stalling every other thread; fdatasync releases it.
+    """
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -219,7 +219,7 @@ class MessageStore:
         if not encoded:
             return []
         batch = self.commitlog.append_batch(encoded, self._clock_ms())
-        self.dispatcher.notify_appended()
+        self.dispatcher.dispatch_inline()
         if self.flusher.sync:
             self.flusher.wait_durable(batch.end_offset, cfg.sync_flush_timeout_ms)
         ts, host = batch.store_timestamp_ms, self._store_host
