@@ -87,8 +87,24 @@ def key_hash(key: str) -> int:
     return zlib.crc32(key.encode())
 
 
+class _TagAndKeys:
+    """``tag`` and ``keys`` read from the properties (shared by both message classes)."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def tag(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS) or None
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROPERTY_KEYS, "")
+        return [k for k in raw.split(KEY_SEPARATOR) if k]
+
+
 @dataclass(slots=True)
-class Message:
+class Message(_TagAndKeys):
     """A message as produced: what the store is asked to append."""
 
     topic: str
@@ -102,18 +118,9 @@ class Message:
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
 
-    @property
-    def tag(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS) or None
-
-    @property
-    def keys(self) -> list[str]:
-        raw = self.properties.get(PROPERTY_KEYS, "")
-        return [k for k in raw.split(KEY_SEPARATOR) if k]
-
 
 @dataclass(slots=True)
-class StoredMessage:
+class StoredMessage(_TagAndKeys):
     """A message read back from the commitlog, with where and when it was stored."""
 
     topic: str
@@ -132,15 +139,6 @@ class StoredMessage:
     prepared_transaction_offset: int
     body_crc: int
     stored_size: int
-
-    @property
-    def tag(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS) or None
-
-    @property
-    def keys(self) -> list[str]:
-        raw = self.properties.get(PROPERTY_KEYS, "")
-        return [k for k in raw.split(KEY_SEPARATOR) if k]
 
     @property
     def message_id(self) -> str:

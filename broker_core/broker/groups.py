@@ -37,13 +37,12 @@ from broker_core.broker.rebalance import STRATEGY_NAMES, AllocateStrategy, strat
 from broker_core.broker.retry import RetryPolicy
 from broker_core.errors import (
     ConfigError,
-    CorruptionError,
     GroupNotFoundError,
     InvalidArgumentError,
     InvalidGroupError,
 )
 from broker_core.message import validate_group_name
-from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
+from broker_core.store.atomic_file import read_json_table, write_json_atomic
 
 CONSUME_FROM: Final = ("last_offset", "first_offset", "timestamp")
 DEFAULT_STRATEGY: Final = "averagely"
@@ -149,14 +148,9 @@ class GroupManager:
         self._load()
 
     def _load(self) -> None:
-        loaded = read_json_atomic(self._path)
+        loaded = read_json_table(self._path, "group configs")
         self.load_problem = loaded.problem
         if loaded.data is None:
-            backup = self._path.with_name(self._path.name + ".bak")
-            if self._path.exists() or backup.exists():
-                raise CorruptionError(
-                    f"group configs unreadable, backup too: {loaded.problem}", path=str(self._path)
-                )
             return
         try:
             configs = [GroupConfig.from_dict(item) for item in loaded.data["groups"]]

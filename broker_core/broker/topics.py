@@ -56,14 +56,13 @@ from broker_core.broker.system_topics import (
 )
 from broker_core.errors import (
     ConfigError,
-    CorruptionError,
     InvalidArgumentError,
     InvalidTopicError,
     PermissionDeniedError,
     TopicNotFoundError,
 )
 from broker_core.message import validate_group_name, validate_topic_name
-from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
+from broker_core.store.atomic_file import read_json_table, write_json_atomic
 
 
 class Perm:
@@ -221,14 +220,9 @@ class TopicManager:
         self._load()
 
     def _load(self) -> None:
-        loaded = read_json_atomic(self._path)
+        loaded = read_json_table(self._path, "topic configs")
         self.load_problem = loaded.problem
         if loaded.data is None:
-            backup = self._path.with_name(self._path.name + ".bak")
-            if self._path.exists() or backup.exists():
-                raise CorruptionError(
-                    f"topic configs unreadable, backup too: {loaded.problem}", path=str(self._path)
-                )
             return
         try:
             configs = [TopicConfig.from_dict(item) for item in loaded.data["topics"]]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker_core.errors import CorruptionError
 from broker_core.store.mapped_file import fsync_dir
 
 FORMAT = 1
@@ -76,3 +77,15 @@ def read_json_atomic(path: Path) -> Loaded:
     if not bak_problem:
         return Loaded(backup, "backup", problem)
     return Loaded(None, "missing", problem)
+
+
+def read_json_table(path: Path, what: str) -> Loaded:
+    """Like :func:`read_json_atomic` for a table a component cannot start without.
+
+    A file (or backup) that exists but does not load raises CorruptionError rather than
+    starting empty and losing the table on the next write; a missing file is a new table.
+    """
+    loaded = read_json_atomic(path)
+    if loaded.data is None and (path.exists() or path.with_name(path.name + ".bak").exists()):
+        raise CorruptionError(f"{what} unreadable, backup too: {loaded.problem}", path=str(path))
+    return loaded

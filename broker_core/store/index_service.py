@@ -48,6 +48,7 @@ from broker_core.store.index_file import (
     IndexFile,
     _check_dimensions,
 )
+from broker_core.store.mapped_file import fsync_dir
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
@@ -88,14 +89,6 @@ class SealedFile:
         return self == SealedFile.of(index)
 
 
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_manifest(directory: Path, sealed: Iterable[SealedFile]) -> None:
     """Atomically replace ``manifest.json``: temp file, fsync, rename, fsync the directory."""
     doc = {
@@ -117,7 +110,7 @@ def write_manifest(directory: Path, sealed: Iterable[SealedFile]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, target)
-    fsync_directory(directory)
+    fsync_dir(directory)
 
 
 def read_manifest(directory: Path) -> tuple[dict[str, SealedFile], str]:
@@ -344,7 +337,7 @@ class IndexService:
                 break
             except FileExistsError:
                 epoch_ms += 1
-        fsync_directory(self._dir)
+        fsync_dir(self._dir)
         self._files.append(index)
         return index
 
