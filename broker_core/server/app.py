@@ -1,0 +1,113 @@
+"""The broker process: a gRPC server over one ``Broker``, with graceful shutdown.
+
+``BrokerServer`` owns the gRPC server (a thread-pool server; see docs/ARCHITECTURE.md for
+why) and the broker. ``run(...)`` is the process entry point used by ``rmq broker start``
+and ``python -m broker_core.server``: it prints one line ``READY <endpoint>`` once it
+accepts requests, and on SIGTERM or SIGINT stops accepting, lets in-flight calls finish
+(up to the grace period), then flushes and closes the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+from broker_core.broker.broker import Broker
+from broker_core.config import load_config
+from broker_core.server.admin import admin_handler
+from broker_core.server.context import ServerContext
+from broker_core.server.service import MessagingService
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 256 << 20  # a batch of large messages; the store enforces body limits
+
+
+class BrokerServer:
+    """gRPC front end plus the broker it serves."""
+
+    def __init__(self, broker: Broker, listen: str, *, advertise: str | None = None,
+                 max_workers: int = 128) -> None:  # fmt: skip
+        self.broker = broker
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.so_reuseport", 0)],
+        )  # fmt: skip
+        self.port = self._server.add_insecure_port(listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {listen}")
+        host = listen.rpartition(":")[0] or "127.0.0.1"
+        self.endpoint = advertise or f"{host}:{self.port}"
+        self.ctx = ServerContext(broker, self.endpoint, broker.config.broker_name)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(
+            MessagingService(self.ctx), self._server
+        )
+
+    def add_generic_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        """Register more services (the admin service) before ``start``."""
+        self._server.add_generic_rpc_handlers(tuple(handlers))
+
+    def start(self) -> None:
+        self.broker.start()
+        self._server.start()
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Refuse new calls, let running ones finish for ``grace_s``, then close the broker."""
+        self._server.stop(grace_s).wait()
+        self.broker.stop()
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m broker_core.server", description=__doc__)
+    p.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT (port 0 = any)")
+    p.add_argument("--advertise", default=None, help="endpoint given to clients in routes")
+    p.add_argument("--store-dir", default=".rocketmq/store")
+    p.add_argument("--flush", choices=("sync", "async"), default=None)
+    p.add_argument("--config", default=None, help="TOML file with [broker] and [store]")
+    return p.parse_args(argv)
+
+
+def build(args: argparse.Namespace) -> BrokerServer:
+    overrides: dict[str, Any] = {"store_dir": args.store_dir}
+    if args.flush:
+        overrides["flush_mode"] = args.flush
+    broker_config, store_config = load_config(args.config, **overrides)
+    server = BrokerServer(Broker(broker_config, store_config), args.listen,
+                          advertise=args.advertise)  # fmt: skip
+    server.add_generic_handlers([admin_handler(server.ctx)])
+    return server
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Start a broker and block until SIGTERM/SIGINT; returns the exit code."""
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    server = build(parse_args(argv))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    recovery = server.broker.recovery
+    if recovery is not None:
+        log.info("store opened: %s", recovery.summary())
+    print(f"READY {server.endpoint}", flush=True)
+    stop.wait()
+    log.info("shutting down")
+    server.stop()
+    log.info("stopped cleanly")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,28 @@
+"""What every handler gets: the broker, the server's settings and its client sessions."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from broker_core.broker.broker import Broker
+
+
+@dataclass
+class ServerContext:
+    """Shared by all handlers of one server (thread-safe where noted)."""
+
+    broker: Broker
+    endpoint: str  # host:port advertised in routes and assignments
+    broker_name: str
+    # Telemetry sessions by client id (see handlers/telemetry.py); guarded by ``lock``.
+    sessions: dict[str, object] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def host(self) -> str:
+        return self.endpoint.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rpartition(":")[2])

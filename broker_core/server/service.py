@@ -1,0 +1,103 @@
+"""``apache.rocketmq.v2.MessagingService``: one handler module per RPC, one error wrapper.
+
+Handlers live in ``broker_core.server.handlers``; each exposes
+``handle(ctx: ServerContext, request, context: grpc.ServicerContext)`` returning the
+response (or, for streaming RPCs, an iterator of responses). The wrapper here turns any
+exception into a response whose ``status`` carries the mapped code (``status.py``), so
+a bad request never kills the server and never leaves a client without an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
+
+from broker_core.errors import RocketMQError, UnsupportedError
+from broker_core.server import handlers as h
+from broker_core.server.context import ServerContext
+from broker_core.server.status import status_of
+
+log = logging.getLogger(__name__)
+
+SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+
+Handler = Callable[[ServerContext, Any, grpc.ServicerContext], Any]
+
+
+def _lite_unsupported(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
+    raise UnsupportedError("lite topics are not supported by this broker")
+
+
+HANDLERS: dict[str, Handler] = {
+    "QueryRoute": h.query_route.handle,
+    "Heartbeat": h.heartbeat.handle,
+    "SendMessage": h.send_message.handle,
+    "QueryAssignment": h.query_assignment.handle,
+    "ReceiveMessage": h.receive_message.handle,
+    "AckMessage": h.ack_message.handle,
+    "ForwardMessageToDeadLetterQueue": h.forward_to_dlq.handle,
+    "PullMessage": h.pull_message.handle,
+    "UpdateOffset": h.offsets.update_offset,
+    "GetOffset": h.offsets.get_offset,
+    "QueryOffset": h.offsets.query_offset,
+    "EndTransaction": h.end_transaction.handle,
+    "Telemetry": h.telemetry.handle,
+    "NotifyClientTermination": h.notify_client_termination.handle,
+    "ChangeInvisibleDuration": h.change_invisible_duration.handle,
+    "RecallMessage": h.recall_message.handle,
+    "SyncLiteSubscription": _lite_unsupported,
+}
+
+
+def _response_class(method: str) -> type:
+    return message_factory.GetMessageClass(SERVICE.methods_by_name[method].output_type)
+
+
+def _log_failure(method: str, exc: BaseException) -> None:
+    if isinstance(exc, RocketMQError):
+        log.info("%s refused: %s", method, exc)
+    else:
+        log.exception("%s failed", method)
+
+
+def _unary(method: str, handler: Handler) -> Callable[..., Any]:
+    response = _response_class(method)
+
+    def call(self: MessagingService, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return handler(self.ctx, request, context)
+        except Exception as exc:
+            _log_failure(method, exc)
+            return response(status=status_of(exc))
+
+    return call
+
+
+def _streaming(method: str, handler: Handler) -> Callable[..., Iterator[Any]]:
+    response = _response_class(method)
+
+    def call(self: MessagingService, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from handler(self.ctx, request, context)
+        except Exception as exc:
+            _log_failure(method, exc)
+            yield response(status=status_of(exc))
+
+    return call
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    """The servicer; its methods are generated from ``HANDLERS`` below."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+
+for _method in SERVICE.methods:
+    _wrap = _streaming if _method.server_streaming else _unary
+    setattr(MessagingService, _method.name, _wrap(_method.name, HANDLERS[_method.name]))
