@@ -6,11 +6,12 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import store_append
+from bench import produce, store_append
 from bench.report import Result, print_result
 
 WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "store-append": store_append.run,
+    "produce": produce.run,
 }
 
 

@@ -1,0 +1,323 @@
+"""A thin synchronous client for our broker: batch send, offset pull, offsets, admin.
+
+What the official ``rocketmq`` client lacks and the Spark connector needs: many messages
+in one SendMessage request, offset-based PullMessage of an exact range, the group offset
+RPCs, and the admin service. It speaks the same ``apache.rocketmq.v2`` protocol.
+
+Contract:
+
+* **Lazy, per-process channel.** Nothing connects until the first call. The client
+  pickles without its channel, and a process that did not create the channel (a forked
+  or unpickled copy on a Spark executor) makes its own, so one client object can be
+  shipped to executors. ``close()`` drops the channel; the next call reopens one.
+* **Errors** are ``broker_core.errors`` classes, from the response's status code
+  (``errors.error_for``); an unreachable broker is ``BrokerUnavailableError``.
+* **Retries.** Retriable errors (busy broker, broker unreachable, flush timeout) are
+  retried up to ``max_attempts`` times with exponential backoff from ``retry_backoff_s``
+  (capped at 2 s). A retried send resends the same message ids, so a send whose answer
+  was lost may store a message twice (at least once); reads and offset calls are
+  idempotent.
+* **Threads.** A client may be shared between threads (gRPC channels are thread-safe).
+
+Example (needs a running broker)::
+
+    with RocketMQClient("127.0.0.1:8081") as client:
+        client.create_topic("orders", queues=4)
+        receipts = client.send_batch("orders", [(b"hello", "TagA"), (b"world",)])
+        batch = client.pull("GID_reader", "orders", 0, 0, 32)
+        client.update_offset("GID_reader", "orders", 0, batch.next_offset)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, TypeVar
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
+
+from broker_core.client import convert
+from broker_core.client.admin import ADMIN_SERVICE, AdminCalls, decode_response, encode_request
+from broker_core.client.errors import check, transport_error
+from broker_core.client.model import OutgoingMessage, PullBatch, QueueInfo, SendReceipt
+from broker_core.errors import InvalidArgumentError, InvalidOffsetError, RocketMQError
+
+T = TypeVar("T")
+
+CLIENT_VERSION: Final = "broker_core-0.1.0"
+MAX_MESSAGE_BYTES: Final = 256 << 20
+MAX_BACKOFF_S: Final = 2.0
+QUERY_POLICIES: Final = {"BEGINNING": pb.QueryOffsetPolicy.BEGINNING,
+                         "END": pb.QueryOffsetPolicy.END,
+                         "TIMESTAMP": pb.QueryOffsetPolicy.TIMESTAMP}  # fmt: skip
+FILTER_TYPES: Final = {"TAG": pb.FilterType.TAG, "SQL": pb.FilterType.SQL}
+
+
+def parse_endpoint(endpoints: str) -> str:
+    """``host:port`` from ``"host:port"`` (a ``;``/``,`` list uses its first entry)."""
+    first = endpoints.replace(",", ";").split(";")[0].strip()
+    for prefix in ("http://", "https://", "dns:///", "ipv4:"):
+        first = first.removeprefix(prefix)
+    host, _, port = first.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidArgumentError(f"endpoint must be HOST:PORT, got {endpoints!r}")
+    return first
+
+
+class RocketMQClient(AdminCalls):
+    """One broker endpoint; see the module docstring for the contract."""
+
+    def __init__(self, endpoints: str, *, timeout_s: float = 10.0, client_id: str | None = None,
+                 max_attempts: int = 3, retry_backoff_s: float = 0.1,
+                 namespace: str = "") -> None:  # fmt: skip
+        if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0:
+            raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0")
+        self.endpoint = parse_endpoint(endpoints)
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+        self.retry_backoff_s = retry_backoff_s
+        self.namespace = namespace
+        self._given_client_id = client_id
+        self._generated_id: tuple[int, str] | None = None  # (pid, id) made in that process
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub: Any = None
+        self._owner_pid = -1
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str:
+        """The given id, else one made per process (``host@pid@random``)."""
+        if self._given_client_id:
+            return self._given_client_id
+        pid = os.getpid()
+        if self._generated_id is None or self._generated_id[0] != pid:
+            self._generated_id = (pid, f"{socket.gethostname()}@{pid}@{uuid.uuid4().hex[:8]}")
+        return self._generated_id[1]
+
+    def _channel_for_process(self) -> grpc.Channel:
+        with self._lock:
+            if self._channel is None or self._owner_pid != os.getpid():
+                # A channel made by another process (fork) is never used nor closed here.
+                self._channel = grpc.insecure_channel(self.endpoint, options=[
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ])  # fmt: skip
+                self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
+                self._owner_pid = os.getpid()
+            return self._channel
+
+    @property
+    def stub(self) -> Any:
+        """The ``MessagingService`` stub of this process's channel."""
+        self._channel_for_process()
+        return self._stub
+
+    def close(self) -> None:
+        """Close this process's channel (idempotent); later calls open a new one."""
+        with self._lock:
+            if self._channel is not None and self._owner_pid == os.getpid():
+                self._channel.close()
+            self._channel, self._stub, self._owner_pid = None, None, -1
+
+    def __enter__(self) -> RocketMQClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in ("_lock", "_channel", "_stub"):
+            state.pop(name, None)
+        state["_owner_pid"] = -1
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._channel, self._stub = None, None
+
+    def __repr__(self) -> str:
+        return f"RocketMQClient({self.endpoint!r})"
+
+    # ---- plumbing --------------------------------------------------------------------------
+
+    def _metadata(self) -> list[tuple[str, str]]:
+        return [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"),
+                ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", CLIENT_VERSION),
+                ("x-mq-request-id", uuid.uuid4().hex), ("x-mq-namespace", self.namespace)]
+
+    def _retrying(self, what: str, attempt: Callable[[], T]) -> T:
+        """Run ``attempt`` until it succeeds, fails for good, or attempts run out."""
+        for number in range(1, self.max_attempts + 1):
+            try:
+                try:
+                    return attempt()
+                except grpc.RpcError as exc:
+                    raise transport_error(exc, self.endpoint, what) from None
+            except RocketMQError as exc:
+                if not exc.retriable or number == self.max_attempts:
+                    raise
+                time.sleep(min(MAX_BACKOFF_S, self.retry_backoff_s * 2 ** (number - 1)))
+        raise AssertionError("unreachable")  # the loop always returns or raises
+
+    def _unary(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
+        """Call a unary MessagingService RPC; raise unless its status is OK."""
+
+        def attempt() -> Any:
+            response = getattr(self.stub, method)(
+                request, timeout=timeout_s or self.timeout_s, metadata=self._metadata()
+            )
+            check(response.status)
+            return response
+
+        return self._retrying(method, attempt)
+
+    def _admin(self, method: str, payload: Mapping[str, Any]) -> Any:
+        # Raw bytes in and out: an error raised inside a (de)serializer would reach us as
+        # a bare gRPC INTERNAL instead of the broker's status.
+        call = self._channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/{method}")
+        request = encode_request(payload)
+        return self._retrying(method, lambda: decode_response(
+            call(request, timeout=self.timeout_s, metadata=self._metadata())))  # fmt: skip
+
+    def _resource(self, name: str) -> Any:
+        return pb.Resource(name=name, resource_namespace=self.namespace)
+
+    # ---- producing -------------------------------------------------------------------------
+
+    def send_batch(self, topic: str, messages: Iterable[Any]) -> list[SendReceipt]:
+        """Send many messages to ``topic`` in ONE SendMessage request; receipts in order.
+
+        Each item is an :class:`OutgoingMessage`, a tuple in its field order
+        ``(body, tag, keys, properties, message_group, delivery_timestamp_ms)`` or a bare
+        body. The broker stores the whole batch or none of it (a bad message fails the
+        request with its error, e.g. MessageTooLargeError).
+        """
+        request = service_pb2.SendMessageRequest()
+        for item in messages:
+            request.messages.append(convert.to_protobuf(topic, OutgoingMessage.of(item),
+                                                        namespace=self.namespace))  # fmt: skip
+        if not request.messages:
+            raise InvalidArgumentError("send_batch needs at least one message")
+        response = self._unary("SendMessage", request)
+        if len(response.entries) != len(request.messages):
+            raise RocketMQError(f"broker answered {len(response.entries)} entries for "
+                                f"{len(request.messages)} messages")  # fmt: skip
+        receipts = []
+        for entry in response.entries:
+            check(entry.status)
+            receipts.append(SendReceipt(entry.message_id, entry.offset, entry.transaction_id,
+                                        entry.recall_handle))  # fmt: skip
+        return receipts
+
+    def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
+        """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""
+        data = body.encode("utf-8") if isinstance(body, str) else body
+        return self.send_batch(topic, [OutgoingMessage(data, **fields)])[0]
+
+    # ---- routes and offsets ----------------------------------------------------------------
+
+    def query_route(self, topic: str) -> list[QueueInfo]:
+        """The topic's message queues (TopicNotFoundError when it does not exist)."""
+        request = service_pb2.QueryRouteRequest(topic=self._resource(topic))
+        host, _, port = self.endpoint.rpartition(":")
+        request.endpoints.scheme = pb.AddressScheme.IPv4
+        request.endpoints.addresses.add(host=host, port=int(port))
+        response = self._unary("QueryRoute", request)
+        return sorted((convert.queue_from_protobuf(q) for q in response.message_queues),
+                      key=lambda q: q.queue_id)  # fmt: skip
+
+    def get_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The offset ``group`` committed in the queue."""
+        request = service_pb2.GetOffsetRequest(
+            group=self._resource(group), message_queue=convert.message_queue(topic, queue_id))
+        return int(self._unary("GetOffset", request).offset)
+
+    def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit ``offset`` (the next message to consume) for ``group`` in the queue."""
+        request = service_pb2.UpdateOffsetRequest(
+            group=self._resource(group), message_queue=convert.message_queue(topic, queue_id),
+            offset=offset)  # fmt: skip
+        self._unary("UpdateOffset", request)
+
+    def query_offset(self, topic: str, queue_id: int, policy: str = "END", *,
+                     timestamp_ms: int | None = None) -> int:  # fmt: skip
+        """The queue's first offset (BEGINNING), next offset (END), or the first offset
+        stored at or after ``timestamp_ms`` (TIMESTAMP)."""
+        if policy not in QUERY_POLICIES:
+            raise InvalidArgumentError(f"policy must be one of {sorted(QUERY_POLICIES)}")
+        if (policy == "TIMESTAMP") != (timestamp_ms is not None):
+            raise InvalidArgumentError("timestamp_ms goes with policy TIMESTAMP, and only it")
+        request = service_pb2.QueryOffsetRequest(
+            message_queue=convert.message_queue(topic, queue_id),
+            query_offset_policy=QUERY_POLICIES[policy])  # fmt: skip
+        if timestamp_ms is not None:
+            request.timestamp.FromMilliseconds(timestamp_ms)
+        return int(self._unary("QueryOffset", request).offset)
+
+    # ---- pulling ---------------------------------------------------------------------------
+
+    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, *,
+             filter_expression: str | None = None, filter_type: str = "TAG",
+             long_polling_timeout_ms: int = 0, with_bounds: bool = True) -> PullBatch:  # fmt: skip
+        """Up to ``max_count`` messages of one queue from ``offset``, in offset order.
+
+        To read exactly ``[start, end)``, pull from ``start`` with ``max_count = end -
+        offset`` until ``next_offset >= end`` (a pull never returns more than asked). An
+        offset outside the queue raises InvalidOffsetError (its ``next_offset`` attribute,
+        when the broker gave one, is the nearest valid offset); an empty batch with
+        ``next_offset == offset`` means the queue holds nothing newer. With
+        ``long_polling_timeout_ms`` the broker waits that long for new messages.
+        ``with_bounds`` fills ``min_offset``/``max_offset`` (-1 otherwise).
+        """
+        if filter_type not in FILTER_TYPES:
+            raise InvalidArgumentError(f"filter_type must be TAG or SQL, got {filter_type!r}")
+        if max_count < 1 or offset < 0:
+            raise InvalidArgumentError("pull needs max_count >= 1 and offset >= 0")
+        request = service_pb2.PullMessageRequest(
+            group=self._resource(group), message_queue=convert.message_queue(topic, queue_id),
+            offset=offset, batch_size=max_count)  # fmt: skip
+        if filter_expression:
+            request.filter_expression.type = FILTER_TYPES[filter_type]
+            request.filter_expression.expression = filter_expression
+        request.long_polling_timeout.FromMilliseconds(max(0, long_polling_timeout_ms))
+        deadline_s = self.timeout_s + max(0, long_polling_timeout_ms) / 1000
+        messages, next_offset = self._retrying(
+            "PullMessage", lambda: self._pull_once(request, deadline_s))
+        # The PullMessage stream does not carry the queue's bounds: two cheap calls do.
+        low, high = (self.query_offset(topic, queue_id, "BEGINNING"),
+                     self.query_offset(topic, queue_id, "END")) if with_bounds else (-1, -1)
+        return PullBatch(messages, next_offset, low, high)
+
+    def _pull_once(self, request: Any, deadline_s: float) -> tuple[list[Any], int]:
+        """One PullMessage stream: status, messages, next_offset (read to its end)."""
+        messages, next_offset, status = [], None, None
+        stream = self.stub.PullMessage(request, timeout=deadline_s, metadata=self._metadata())
+        for response in stream:
+            kind = response.WhichOneof("content")
+            if kind == "status":
+                status = response.status
+            elif kind == "message":
+                messages.append(convert.from_protobuf(response.message))
+            elif kind == "next_offset":
+                next_offset = response.next_offset
+        if status is None:
+            raise RocketMQError("PullMessage answered without a status")
+        if status.code != pb.Code.MESSAGE_NOT_FOUND:  # MESSAGE_NOT_FOUND: nothing new
+            try:
+                check(status)
+            except InvalidOffsetError as exc:
+                exc.next_offset = next_offset  # type: ignore[attr-defined]
+                raise
+        if next_offset is None:
+            next_offset = messages[-1].queue_offset + 1 if messages else request.offset
+        return messages, next_offset
