@@ -321,6 +321,7 @@ class Broker:
             raise InvalidArgumentError(f"consumer group {group} is disabled")
         topic_config = self.topics.for_read(topic)
         retry = self.topics.ensure_retry_topic(group).name
+        self.topics.ensure_dlq_topic(group)  # revive may dead-letter; readers need the topic
         ids = list(range(topic_config.read_queue_nums)) if queue_ids is None else list(queue_ids)
         deadline = self._clock_ms() + min(max(timeout_ms, 0), self.config.max_long_polling_ms)
         while True:

@@ -358,6 +358,9 @@ class TransactionService:
         except RocketMQError as exc:  # e.g. no producer of the group online: asked again later
             log.warning("check-back of %s failed: %s", request.message_id, exc)
             return False
+        except Exception:  # a checker's bug must not stop checking: asked again later
+            log.exception("check-back of %s raised", request.message_id)
+            return False
         return True
 
     def _recheck(self, half: LiveHalf, now_ms: int) -> CheckRequest:

@@ -1,11 +1,33 @@
-"""Placeholder: replaced by the handler's implementation."""
+"""``ChangeInvisibleDuration``: keep a delivery invisible for longer (or release it sooner).
+
+The delivery named by ``receipt_handle`` becomes invisible for ``invisible_duration``
+from now and the response carries a *new* receipt handle; the old one is stale from then
+on (acking it answers INVALID_RECEIPT_HANDLE). A zero duration makes the message visible
+again at once (the next receive gets it with its delivery attempt increased). The
+PushConsumer calls this with its backoff delay when a listener fails.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from broker_core.errors import UnsupportedError
+import grpc
+from rocketmq.grpc_protocol import service_pb2
+
+from broker_core.server.context import ServerContext
+from broker_core.server.convert_out import ms_of_duration
+from broker_core.server.handlers.ack_message import require_group_and_topic
+from broker_core.server.status import bad_request, ok
 
 
-def handle(ctx: Any, request: Any, context: Any) -> Any:
-    raise UnsupportedError("change_invisible_duration is not implemented yet")
+def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
+    """Move the delivery's deadline; answer with the new handle."""
+    group, topic = require_group_and_topic(ctx, request)
+    if not request.HasField("invisible_duration"):
+        return service_pb2.ChangeInvisibleDurationResponse(
+            status=bad_request("invisible_duration is required")
+        )
+    new_handle = ctx.broker.change_invisible_duration(
+        group, topic, request.receipt_handle, ms_of_duration(request.invisible_duration)
+    )
+    return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=new_handle)

@@ -1,11 +1,168 @@
-"""Placeholder: replaced by the handler's implementation."""
+"""``ReceiveMessage`` (server streaming): POP receive for SimpleConsumer and PushConsumer.
+
+Request → ``Broker.receive(group, topic, max_count=batch_size, invisible_ms=…,
+filter=…, timeout_ms=…)`` over every read queue of the topic (and the group's retry
+topic). Like RocketMQ's proxy, the queue id in ``message_queue`` is not a restriction:
+POP consumers share all queues of a broker, and a receive that named one queue would
+long-poll on it while messages wait in the others.
+
+The stream, in the order the official clients expect (the Java proxy's
+``ReceiveMessageResponseStreamWriter``)::
+
+    status OK, one ``message`` per delivery, ``delivery_timestamp``   when messages came
+    status MESSAGE_NOT_FOUND, ``delivery_timestamp``                  after an empty poll
+    status <error code>                                               a refused request
+
+The clients treat MESSAGE_NOT_FOUND as "no message" (an empty list), not an error.
+
+Timing: ``long_polling_timeout`` bounds the wait (default: as long as the gRPC deadline
+allows); the answer always goes out :data:`ANSWER_MARGIN_MS` before the deadline, so a
+client never times out waiting for it, and a deadline too close for any wait gets a
+single non-blocking look.
+
+Invisible time: ``invisible_duration`` when given; with ``auto_renew`` and no duration
+(what the PushConsumer sends) :data:`AUTO_RENEW_INVISIBLE_MS`, RocketMQ's renew slice.
+The broker does not renew deliveries in the background: a listener busy for longer than
+that should call ChangeInvisibleDuration. Neither given is a BAD_REQUEST.
+
+A client that gives up: the long poll checks every :data:`POLL_SLICE_MS` that its
+client still waits and stops when it does not. Deliveries the client never got (it left
+just as messages arrived, or the stream broke) are made visible again after
+:data:`NACK_INVISIBLE_MS` instead of staying invisible for the whole invisible time; a
+message may then be delivered twice, never lost.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from broker_core.errors import UnsupportedError
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2
+
+from broker_core.broker.filters import SQL92, TAG, MessageFilter
+from broker_core.broker.pop import PoppedMessage
+from broker_core.errors import FilterSyntaxError, MessageNotFoundError, RocketMQError
+from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.server.context import ServerContext
+from broker_core.server.convert_out import ms_of_duration, now_timestamp, popped_to_pb
+from broker_core.server.status import bad_request, ok, status_of
+
+log = logging.getLogger(__name__)
+
+ANSWER_MARGIN_MS = 1_000  # answer this long before the client's deadline
+DEFAULT_POLLING_MS = 20_000  # without a deadline or a long_polling_timeout
+AUTO_RENEW_INVISIBLE_MS = 60_000
+NACK_INVISIBLE_MS = 1_000
+POLL_SLICE_MS = 1_000  # how often a long poll checks that its client is still there
+
+Response = service_pb2.ReceiveMessageResponse
+
+_FILTER_TYPES = {pb.FilterType.FILTER_TYPE_UNSPECIFIED: TAG, pb.FilterType.TAG: TAG,
+                 pb.FilterType.SQL: SQL92}  # fmt: skip
 
 
-def handle(ctx: Any, request: Any, context: Any) -> Any:
-    raise UnsupportedError("receive_message is not implemented yet")
+def message_filter(expression: Any) -> MessageFilter | None:
+    """Our filter for a protobuf ``FilterExpression``; None when it accepts everything.
+
+    An unspecified type means TAG and an empty expression means ``*``. Raises
+    FilterSyntaxError (ILLEGAL_FILTER_EXPRESSION) for an unknown type or a bad expression.
+    """
+    kind = _FILTER_TYPES.get(expression.type)
+    if kind is None:
+        raise FilterSyntaxError(f"unknown filter type {expression.type}; expected TAG or SQL")
+    if kind == SQL92 and not expression.expression.strip():
+        raise FilterSyntaxError("an SQL filter needs an expression")
+    flt = MessageFilter(kind, expression.expression)
+    return None if flt.match_all else flt
+
+
+def polling_budget_ms(context: grpc.ServicerContext, requested_ms: int | None) -> int:
+    """How long a long poll may wait and still answer before the client's deadline.
+
+    ``requested_ms`` is the request's long-polling timeout (None: not given). The result
+    is ≥ 0; 0 means look once without waiting.
+    """
+    remaining_s = context.time_remaining()
+    if remaining_s is None:
+        return max(0, DEFAULT_POLLING_MS if requested_ms is None else requested_ms)
+    remaining_ms = int(remaining_s * 1_000)
+    margin_ms = min(ANSWER_MARGIN_MS, remaining_ms // 2)
+    allowed_ms = max(0, remaining_ms - margin_ms)
+    return allowed_ms if requested_ms is None else max(0, min(requested_ms, allowed_ms))
+
+
+def _invisible_ms(request: Any) -> int | None:
+    """The invisible time the request asks for; None when it names none (a bad request)."""
+    if request.HasField("invisible_duration"):
+        return ms_of_duration(request.invisible_duration)
+    return AUTO_RENEW_INVISIBLE_MS if request.auto_renew else None
+
+
+def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    """Stream the answer to one ReceiveMessageRequest (see the module docstring)."""
+    group = validate_group_name(request.group.name)
+    topic = validate_topic_name(request.message_queue.topic.name)
+    invisible_ms = _invisible_ms(request)
+    if invisible_ms is None:
+        yield Response(status=bad_request("invisible_duration is required unless auto_renew"))
+        return
+    if request.batch_size < 1:
+        yield Response(status=bad_request(f"batch_size must be ≥ 1, got {request.batch_size}"))
+        return
+    flt = message_filter(request.filter_expression)
+    requested = (ms_of_duration(request.long_polling_timeout)
+                 if request.HasField("long_polling_timeout") else None)  # fmt: skip
+    popped = _long_poll(ctx, context, group, topic, request.batch_size, invisible_ms, flt,
+                        polling_budget_ms(context, requested))  # fmt: skip
+    if not popped:
+        yield Response(status=status_of(MessageNotFoundError("no new message")))
+        yield Response(delivery_timestamp=now_timestamp())
+        return
+    if not context.is_active():  # the client left during the long poll
+        _nack(ctx, group, popped)
+        return
+    yield from _stream(ctx, group, popped, invisible_ms)
+
+
+def _long_poll(ctx: ServerContext, context: grpc.ServicerContext, group: str, topic: str,
+               batch_size: int, invisible_ms: int, flt: MessageFilter | None,
+               budget_ms: int) -> list[PoppedMessage]:  # fmt: skip
+    """``Broker.receive`` in slices of :data:`POLL_SLICE_MS`, so a client that gives up
+    stops the poll within a slice instead of having messages popped for nobody."""
+    deadline_ms = time.monotonic_ns() // 1_000_000 + budget_ms
+    while True:
+        remaining_ms = max(0, deadline_ms - time.monotonic_ns() // 1_000_000)
+        popped = ctx.broker.receive(group, topic, max_count=batch_size,
+                                    invisible_ms=invisible_ms, filter=flt,
+                                    timeout_ms=min(remaining_ms, POLL_SLICE_MS))  # fmt: skip
+        if popped or remaining_ms <= POLL_SLICE_MS or not context.is_active():
+            return popped
+
+
+def _stream(ctx: ServerContext, group: str, popped: list[PoppedMessage],
+            invisible_ms: int) -> Iterator[Any]:  # fmt: skip
+    """Status, messages, delivery timestamp; undelivered messages are nacked on a break."""
+    sent = 0
+    try:
+        yield Response(status=ok())
+        for item in popped:
+            yield Response(message=popped_to_pb(item, invisible_ms))
+            sent += 1
+        yield Response(delivery_timestamp=now_timestamp())
+    finally:
+        if sent < len(popped):
+            _nack(ctx, group, popped[sent:])
+
+
+def _nack(ctx: ServerContext, group: str, popped: Sequence[PoppedMessage]) -> None:
+    """Make deliveries the client did not get visible again soon (best effort)."""
+    for item in popped:
+        try:
+            ctx.broker.change_invisible_duration(group, item.topic, item.receipt_handle,
+                                                 NACK_INVISIBLE_MS)  # fmt: skip
+        except RocketMQError as exc:  # it stays invisible until its own deadline
+            log.info("could not release undelivered message %s: %s", item.message_id, exc)

@@ -1,11 +1,70 @@
-"""Placeholder: replaced by the handler's implementation."""
+"""SendMessage: store a request's messages (one or many) and say where each went.
+
+Every message is converted and validated first (``convert_in``); any bad message fails
+the whole request with its code (ILLEGAL_TOPIC, MESSAGE_BODY_TOO_LARGE,
+ILLEGAL_MESSAGE_PROPERTY_KEY, MESSAGE_CORRUPTED for a wrong body digest, BAD_REQUEST for a
+message type that conflicts with its fields, …) and nothing is stored. The valid batch
+then goes to ``Broker.send`` in one call, which routes each message: FIFO ones to their
+message group's queue, timed ones to the timer, transactional ones to the half topic.
+
+The answer has one OK entry per message, in request order: the client's message id,
+the transaction id (transactional messages), the queue offset (in the queue it went to
+now — the timer's or the half topic's for held messages), and the recall handle of a
+timed message.
+
+Transactional messages are prepared under their topic as producer group (RocketMQ 5
+producers have none; RocketMQ's proxy does the same), so the check-back goes to a live
+producer of that topic. All transactional messages of one request must share a topic.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from broker_core.errors import UnsupportedError
+import grpc
+from rocketmq.grpc_protocol import service_pb2
+
+from broker_core.errors import InvalidArgumentError
+from broker_core.message import PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, Message
+from broker_core.server import sessions
+from broker_core.server.context import ServerContext
+from broker_core.server.convert_in import Limits, peer_address, to_message
+from broker_core.server.status import ok
+from broker_core.store.message_store import now_ms
 
 
-def handle(ctx: Any, request: Any, context: Any) -> Any:
-    raise UnsupportedError("send_message is not implemented yet")
+def transaction_group(messages: Sequence[Message]) -> str | None:
+    """The producer group of the request's transactional messages (their topic), or None."""
+    topics = {m.topic for m in messages if m.properties.get(PROPERTY_TRANSACTION_PREPARED)}
+    if len(topics) > 1:
+        raise InvalidArgumentError(
+            f"transactional messages of one request must share a topic, got {sorted(topics)}"
+        )
+    return topics.pop() if topics else None
+
+
+def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
+    """Validate every message, send them in one batch, answer one entry per message."""
+    if not request.messages:
+        raise InvalidArgumentError("SendMessage carries no message")
+    store_config = ctx.broker.store.config
+    limits = Limits(store_config.max_body_bytes, store_config.max_properties_bytes)
+    peer, now = peer_address(context.peer()), now_ms()
+    messages = [to_message(m, limits=limits, peer=peer, now_ms=now) for m in request.messages]
+    ids = [m.properties[PROPERTY_UNIQ_KEY] for m in messages]
+    group = transaction_group(messages)
+    results = ctx.broker.send(messages, producer_group=group)
+    if group is not None:
+        sessions.note_publishing(ctx, sessions.client_id_of(context, required=False), group)
+    entries = [
+        service_pb2.SendResultEntry(
+            status=ok(),
+            message_id=message_id,
+            transaction_id=result.transaction_id,
+            offset=result.queue_offset,
+            recall_handle=result.recall_handle,
+        )
+        for message_id, result in zip(ids, results, strict=True)
+    ]
+    return service_pb2.SendMessageResponse(status=ok(), entries=entries)

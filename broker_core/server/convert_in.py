@@ -1,0 +1,345 @@
+"""protobuf ``apache.rocketmq.v2.Message`` → our :class:`~broker_core.message.Message`.
+
+:func:`to_message` validates everything a producer controls before the broker sees it, so
+a bad message fails the whole ``SendMessage`` request before any message of it is stored
+(the broker stores held messages — delayed, transactional — one by one, so a late failure
+would leave the earlier ones behind).
+
+What goes where (RocketMQ's property names, see ``broker_core.message``)::
+
+    topic.name                              Message.topic (resource_namespace is ignored)
+    body (+ body_encoding GZIP: inflated)   Message.body, at most ``max_body_bytes``
+    system_properties.body_digest           checked against the body as sent; not stored
+    system_properties.message_id            UNIQ_KEY (required: the id the client knows)
+    system_properties.tag                   TAGS
+    system_properties.keys                  KEYS (joined with a space)
+    system_properties.message_group         __SHARDINGKEY (FIFO: the broker picks the queue)
+    system_properties.delivery_timestamp    __STARTDELIVERTIME (ms; the broker's timer)
+    system_properties.message_type          TRANSACTION → TRAN_MSG=true (a half message)
+    …orphaned_transaction_recovery_duration CHECK_IMMUNITY_TIME_IN_SECONDS
+    system_properties.born_timestamp/host   Message.born_timestamp_ms / born_host
+    user_properties                         properties, unless a key is a system key
+
+The queue id is always left to the broker (-1): RocketMQ 5 clients choose a queue only to
+pick an endpoint and do not send it.
+
+Compatibility: the official Python client 5.1 writes a delivery time in *milliseconds*
+into ``Timestamp.seconds``. Such a value lies beyond the largest valid protobuf Timestamp
+(year 9999), so :func:`timestamp_ms` reads any ``seconds`` past that limit as ms.
+
+Everything here is pure (no I/O, no broker); errors are ``broker_core.errors`` classes
+that ``server/status.py`` maps to codes.
+
+>>> proto = pb.Message(topic=pb.Resource(name="orders"), body=b"paid",
+...                    user_properties={"region": "eu"},
+...                    system_properties=pb.SystemProperties(
+...                        message_id="01AB", tag="paid", keys=["o-1"],
+...                        message_type=pb.MessageType.NORMAL))
+>>> m = to_message(proto, limits=Limits(4 << 20, 32 << 10), peer=("10.0.0.9", 5555),
+...                now_ms=1_000)
+>>> m.topic, m.tag, m.keys, m.properties["UNIQ_KEY"], m.properties["region"], m.queue_id
+('orders', 'paid', ['o-1'], '01AB', 'eu', -1)
+>>> m.born_host, m.born_timestamp_ms
+(('10.0.0.9', 5555), 1000)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from broker_core.broker.timer_policy import PROPERTY_TIMER_DELIVER_MS
+from broker_core.broker.transaction_check import PROPERTY_CHECK_BASE_MS, PROPERTY_CHECK_IMMUNITY_S
+from broker_core.errors import (
+    CorruptionError,
+    InvalidArgumentError,
+    InvalidPropertyError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+    UnsupportedError,
+)
+from broker_core.message import (
+    KEY_SEPARATOR,
+    PROPERTY_CHECK_TIMES,
+    PROPERTY_CONSUME_START_TIME,
+    PROPERTY_DELAY_LEVEL,
+    PROPERTY_DELIVER_TIME_MS,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MESSAGE_GROUP,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TIMER_ID,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    Message,
+    validate_topic_name,
+)
+
+# Keys the broker gives meaning to: a producer may not set them as user properties
+# (RocketMQ's MessageConst.STRING_HASH_SET plays this part).
+SYSTEM_PROPERTY_KEYS: Final = frozenset({
+    PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY_LEVEL,
+    PROPERTY_DELIVER_TIME_MS, PROPERTY_TIMER_ID, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_ID, PROPERTY_CHECK_TIMES,
+    PROPERTY_MESSAGE_GROUP, PROPERTY_CONSUME_START_TIME, PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_TIMER_DELIVER_MS, PROPERTY_CHECK_IMMUNITY_S, PROPERTY_CHECK_BASE_MS,
+    "WAIT", "RECONSUME_TIME", "MIN_OFFSET", "MAX_OFFSET", "TRACE_ON", "MSG_REGION",
+    "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+    "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "POP_CK", "1ST_POP_TIME",
+    "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRACE_CONTEXT", "BORNHOST", "CLUSTER",
+    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "MSG_TYPE",
+})  # fmt: skip
+
+MAX_MESSAGE_GROUP_CHARS: Final = 64  # RocketMQ proxy's default maxMessageGroupSize
+MAX_MESSAGE_ID_CHARS: Final = 128
+MAX_TAG_CHARS: Final = 255
+MAX_TIMESTAMP_SECONDS: Final = 253_402_300_799  # 9999-12-31T23:59:59Z, the protobuf maximum
+_RESERVED_CHARS = re.compile("[\x00\x01\x02]")  # the store's property separators (and NUL)
+
+Type = pb.MessageType
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The store's size limits a message is checked against (``StoreConfig``)."""
+
+    max_body_bytes: int
+    max_properties_bytes: int
+
+
+# ---- small conversions -------------------------------------------------------------------
+
+
+def timestamp_ms(ts: Any) -> int:
+    """A protobuf Timestamp in ms since the epoch (see the module note on the Python client).
+
+    Raises InvalidArgumentError for a time before the epoch.
+    """
+    seconds, nanos = int(ts.seconds), int(ts.nanos)
+    if seconds < 0 or nanos < 0:
+        raise InvalidArgumentError(f"timestamp before 1970: {seconds}s {nanos}ns")
+    if seconds > MAX_TIMESTAMP_SECONDS:  # milliseconds written into the seconds field
+        return seconds
+    return seconds * 1000 + nanos // 1_000_000
+
+
+def duration_ms(d: Any) -> int:
+    """A protobuf Duration in ms; InvalidArgumentError when it is negative."""
+    ms = int(d.seconds) * 1000 + int(d.nanos) // 1_000_000
+    if ms < 0:
+        raise InvalidArgumentError(f"duration must not be negative, got {ms} ms")
+    return ms
+
+
+def peer_address(peer: str) -> tuple[str, int]:
+    """``grpc.ServicerContext.peer()`` (``ipv4:1.2.3.4:5678``, ``ipv6:[::1]:5678``) → (host, port).
+
+    Anything else (a unix socket, an unknown form) gives ``("127.0.0.1", 0)``.
+    """
+    scheme, _, rest = peer.partition(":")
+    if scheme not in ("ipv4", "ipv6"):
+        return ("127.0.0.1", 0)
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    return (host, int(port)) if host and port.isdigit() else ("127.0.0.1", 0)
+
+
+# ---- body --------------------------------------------------------------------------------
+
+
+def body_digest(body: bytes, digest_type: int) -> str:
+    """The digest the RocketMQ clients compute: CRC32 as 8 hex digits, or MD5/SHA1 hex.
+
+    Upper case, as the clients send it. InvalidArgumentError for an unknown type.
+    """
+    if digest_type == pb.DigestType.CRC32:
+        return f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
+    if digest_type == pb.DigestType.MD5:
+        return hashlib.md5(body).hexdigest().upper()
+    if digest_type == pb.DigestType.SHA1:
+        return hashlib.sha1(body).hexdigest().upper()
+    raise InvalidArgumentError(f"unknown body digest type {digest_type}")
+
+
+def verify_digest(body: bytes, digest: Any, message_id: str) -> None:
+    """Raise CorruptionError (MESSAGE_CORRUPTED) when the body does not match its digest."""
+    if digest.type == pb.DigestType.DIGEST_TYPE_UNSPECIFIED:
+        return
+    expected = digest.checksum.strip().upper()
+    actual = body_digest(body, digest.type)
+    if expected != actual:
+        kind = pb.DigestType.Name(digest.type)
+        raise CorruptionError(
+            f"message {message_id}: body {kind} digest is {actual}, the client sent "
+            f"{expected or 'an empty one'}; the body was damaged on its way"
+        )
+
+
+def decode_body(body: bytes, encoding: int, max_body_bytes: int) -> bytes:
+    """The stored body: IDENTITY as sent, GZIP (or zlib) inflated to at most the limit.
+
+    Raises MessageTooLargeError past ``max_body_bytes`` (without inflating further),
+    CorruptionError when a compressed body does not inflate, InvalidArgumentError for an
+    unknown encoding.
+    """
+    if encoding in (pb.Encoding.IDENTITY, pb.Encoding.ENCODING_UNSPECIFIED):
+        plain, inflated = body, False
+    elif encoding == pb.Encoding.GZIP:
+        wbits = 31 if body[:2] == b"\x1f\x8b" else 15  # gzip header, else zlib (as clients do)
+        inflater = zlib.decompressobj(wbits)
+        try:
+            plain = inflater.decompress(body, max_body_bytes + 1)
+        except zlib.error as exc:
+            raise CorruptionError(f"GZIP message body does not inflate: {exc}") from None
+        if len(plain) <= max_body_bytes and not inflater.eof:
+            raise CorruptionError("GZIP message body is truncated")
+        inflated = True
+    else:
+        raise InvalidArgumentError(f"unknown body encoding {encoding}")
+    if len(plain) > max_body_bytes:
+        size = f"more than {max_body_bytes} bytes inflated" if inflated else f"{len(plain)} bytes"
+        raise MessageTooLargeError(
+            f"message body is {size}, over the limit of {max_body_bytes} bytes"
+        )
+    return plain
+
+
+# ---- properties --------------------------------------------------------------------------
+
+
+def _check_text(what: str, value: str, max_chars: int) -> str:
+    """Return ``value`` if it is non-blank, short enough and free of reserved characters."""
+    if not value.strip():
+        raise InvalidPropertyError(f"{what} is blank")
+    if len(value) > max_chars:
+        raise InvalidPropertyError(f"{what} is {len(value)} chars, over {max_chars}")
+    if _RESERVED_CHARS.search(value):
+        raise InvalidPropertyError(f"{what} {value[:40]!r} contains \\x00, \\x01 or \\x02")
+    return value
+
+
+def user_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """The user properties, refusing system keys and characters the store reserves."""
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        _check_text("user property key", key, 1024)
+        if key in SYSTEM_PROPERTY_KEYS:
+            raise InvalidPropertyError(f"user property key {key!r} is reserved by the broker")
+        if _RESERVED_CHARS.search(value):
+            raise InvalidPropertyError(f"user property {key!r}: value contains \\x00-\\x02")
+        out[key] = value
+    return out
+
+
+def _system_properties(sp: Any) -> dict[str, str]:
+    """Tag, keys, message id and message group as broker properties (validated)."""
+    props: dict[str, str] = {}
+    message_id = sp.message_id
+    if not message_id:
+        raise InvalidArgumentError("message id is empty: every message needs the client's id")
+    props[PROPERTY_UNIQ_KEY] = _check_text("message id", message_id, MAX_MESSAGE_ID_CHARS)
+    if sp.HasField("tag"):
+        tag = _check_text("tag", sp.tag, MAX_TAG_CHARS)
+        if "|" in tag:
+            raise InvalidPropertyError(f"tag {tag!r} contains '|' (it separates tags in filters)")
+        props[PROPERTY_TAGS] = tag
+    keys = [_check_text("key", k, MAX_TAG_CHARS) for k in sp.keys]
+    for key in keys:
+        if KEY_SEPARATOR in key:
+            raise InvalidPropertyError(f"key {key!r} contains a space (keys are space-separated)")
+    if keys:
+        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
+    if sp.HasField("message_group"):
+        props[PROPERTY_MESSAGE_GROUP] = _check_text(
+            "message group", sp.message_group, MAX_MESSAGE_GROUP_CHARS
+        )
+    return props
+
+
+def _check_type(declared: int, *, has_group: bool, has_delivery: bool) -> bool:
+    """Check the declared message type against the fields; True for a transactional one.
+
+    ``MESSAGE_TYPE_UNSPECIFIED`` is taken from the fields. Conflicts are BAD_REQUEST.
+    """
+    name = Type.Name(declared) if declared in Type.values() else str(declared)
+    if declared in (Type.LITE, Type.PRIORITY) or declared not in Type.values():
+        raise UnsupportedError(f"message type {name} is not supported by this broker")
+    if has_group and has_delivery:
+        raise InvalidArgumentError("a message cannot have both a message group and a "
+                                   "delivery timestamp")  # fmt: skip
+    wants = {Type.NORMAL: (False, False), Type.FIFO: (True, False), Type.DELAY: (False, True)}
+    if declared in wants and wants[declared] != (has_group, has_delivery):
+        raise InvalidArgumentError(
+            f"message type {name} conflicts with the message: "
+            f"{'a' if has_group else 'no'} message group, "
+            f"{'a' if has_delivery else 'no'} delivery timestamp"
+        )
+    if declared == Type.TRANSACTION and has_delivery:
+        raise InvalidArgumentError("a transactional message cannot have a delivery timestamp")
+    return bool(declared == Type.TRANSACTION)
+
+
+def _check_properties_size(props: Mapping[str, str], limit_bytes: int) -> None:
+    """Refuse properties whose encoding (``name \\x01 value \\x02`` each) exceeds the limit."""
+    size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items())
+    if size > limit_bytes:
+        raise PropertiesTooLargeError(
+            f"message properties are {size} bytes encoded, over the limit of {limit_bytes}"
+        )
+
+
+# ---- the message -------------------------------------------------------------------------
+
+
+def to_message(proto: Any, *, limits: Limits, peer: tuple[str, int], now_ms: int) -> Message:
+    """Convert and validate one protobuf message (see the module docstring for the mapping).
+
+    ``peer`` is the client's address (born host when the message names none, and the born
+    port); ``now_ms`` is the born time when the message carries none.
+    """
+    topic = validate_topic_name(proto.topic.name)
+    sp = proto.system_properties
+    props = _system_properties(sp)
+    message_id = props[PROPERTY_UNIQ_KEY]
+    if sp.HasField("body_digest"):
+        verify_digest(proto.body, sp.body_digest, message_id)
+    body = decode_body(proto.body, sp.body_encoding, limits.max_body_bytes)
+    if not body:
+        raise InvalidArgumentError(f"message {message_id} has an empty body")
+    has_delivery = sp.HasField("delivery_timestamp")
+    transactional = _check_type(sp.message_type, has_group=sp.HasField("message_group"),
+                                has_delivery=has_delivery)  # fmt: skip
+    if has_delivery:
+        props[PROPERTY_DELIVER_TIME_MS] = str(timestamp_ms(sp.delivery_timestamp))
+    if transactional:
+        props[PROPERTY_TRANSACTION_PREPARED] = "true"
+        if sp.HasField("orphaned_transaction_recovery_duration"):
+            immunity_s = duration_ms(sp.orphaned_transaction_recovery_duration) // 1000
+            props[PROPERTY_CHECK_IMMUNITY_S] = str(immunity_s)
+    props.update(user_properties(proto.user_properties))
+    _check_properties_size(props, limits.max_properties_bytes)
+    born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else now_ms
+    return Message(topic, body, queue_id=-1, properties=props,
+                   born_timestamp_ms=born_ms or now_ms,
+                   born_host=(_born_host(sp.born_host, peer[0]), peer[1]))  # fmt: skip
+
+
+def _born_host(claimed: str, peer_host: str) -> str:
+    """The born host to store: the client's own IPv4 address if it gave one, else the peer."""
+    parts = claimed.split(".")
+    if len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts):
+        return claimed
+    return peer_host
