@@ -90,6 +90,9 @@ def build(args: argparse.Namespace) -> BrokerServer:
     overrides: dict[str, Any] = {"store_dir": args.store_dir}
     if args.flush:
         overrides["flush_mode"] = args.flush
+    host, _, port = (args.advertise or args.listen).rpartition(":")
+    if port.isdigit() and int(port) > 0:  # stored messages record where they were stored
+        overrides.update(store_host=host or "127.0.0.1", store_port=int(port))
     broker_config, store_config = load_config(args.config, **overrides)
     server = BrokerServer(Broker(broker_config, store_config), args.listen,
                           advertise=args.advertise)  # fmt: skip
