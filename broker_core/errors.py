@@ -13,6 +13,14 @@ class here names a distinct situation, never a generic "something failed".
     │   ├── MessageTooLargeError        body over max_body_bytes
     │   ├── PropertiesTooLargeError     encoded properties over the limit
     │   ├── InvalidPropertyError        forbidden characters in a property
+    │   │   ├── InvalidTagError             a bad tag
+    │   │   ├── InvalidKeyError             a bad message key
+    │   │   └── InvalidMessageGroupError    a bad message group
+    │   ├── InvalidMessageIdError       missing or malformed message id
+    │   ├── EmptyBodyError              a message without a body
+    │   ├── MessageTypeConflictError    declared type disagrees with the message's fields
+    │   ├── MessageCorruptedError       body digest mismatch, undecodable body
+    │   ├── InvalidTransactionIdError   transaction id missing or not the half's
     │   ├── FilterSyntaxError           tag or SQL92 expression does not parse
     │   ├── InvalidOffsetError          offset negative or otherwise meaningless
     │   ├── InvalidReceiptHandleError   receipt handle does not decode
@@ -64,6 +72,38 @@ class PropertiesTooLargeError(InvalidArgumentError):
 
 class InvalidPropertyError(InvalidArgumentError):
     """A property name or value contains characters the codec reserves."""
+
+
+class InvalidTagError(InvalidPropertyError):
+    """A message tag is blank, too long, or contains reserved characters."""
+
+
+class InvalidKeyError(InvalidPropertyError):
+    """A message key is blank, too long, or contains reserved characters."""
+
+
+class InvalidMessageGroupError(InvalidPropertyError):
+    """A message group (FIFO) is blank, too long, or contains reserved characters."""
+
+
+class InvalidMessageIdError(InvalidArgumentError):
+    """A message id is missing or malformed."""
+
+
+class EmptyBodyError(InvalidArgumentError):
+    """A message has an empty body."""
+
+
+class MessageTypeConflictError(InvalidArgumentError):
+    """The declared message type conflicts with the message (group, delivery time)."""
+
+
+class MessageCorruptedError(InvalidArgumentError):
+    """A message arrived damaged: its body digest does not match, or it does not decode."""
+
+
+class InvalidTransactionIdError(InvalidArgumentError):
+    """A transaction id is missing or does not belong to the half message."""
 
 
 class FilterSyntaxError(InvalidArgumentError):

@@ -84,6 +84,7 @@ from broker_core.errors import (
     ConfigError,
     InvalidArgumentError,
     InvalidTopicError,
+    InvalidTransactionIdError,
     MessageNotFoundError,
     RocketMQError,
 )
@@ -158,7 +159,7 @@ def half_message(msg: Message, producer_group: str, transaction_id: str, now_ms:
         raise InvalidTopicError(f"cannot send a transactional message to system topic {msg.topic}")
     validate_group_name(producer_group)
     if not transaction_id:
-        raise InvalidArgumentError("transaction id is empty")
+        raise InvalidTransactionIdError("transaction id is empty")
     if msg.queue_id < 0:
         raise InvalidArgumentError(f"queue id must be >= 0, got {msg.queue_id}")
     props = dict(msg.properties)
@@ -279,7 +280,7 @@ class TransactionService:
             if half is None:
                 raise self._not_found(message_id)
             if half.transaction_id != transaction_id:
-                raise InvalidArgumentError(
+                raise InvalidTransactionIdError(
                     f"message {message_id} belongs to transaction {half.transaction_id}, "
                     f"not {transaction_id}")  # fmt: skip
             batch = [op_message(half.queue_offset, self._clock_ms())]

@@ -57,10 +57,16 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from broker_core.broker.timer_policy import PROPERTY_TIMER_DELIVER_MS
 from broker_core.broker.transaction_check import PROPERTY_CHECK_BASE_MS, PROPERTY_CHECK_IMMUNITY_S
 from broker_core.errors import (
-    CorruptionError,
+    EmptyBodyError,
     InvalidArgumentError,
+    InvalidKeyError,
+    InvalidMessageGroupError,
+    InvalidMessageIdError,
     InvalidPropertyError,
+    InvalidTagError,
+    MessageCorruptedError,
     MessageTooLargeError,
+    MessageTypeConflictError,
     PropertiesTooLargeError,
     UnsupportedError,
 )
@@ -175,14 +181,14 @@ def body_digest(body: bytes, digest_type: int) -> str:
 
 
 def verify_digest(body: bytes, digest: Any, message_id: str) -> None:
-    """Raise CorruptionError (MESSAGE_CORRUPTED) when the body does not match its digest."""
+    """Raise MessageCorruptedError (MESSAGE_CORRUPTED) when the body fails its digest."""
     if digest.type == pb.DigestType.DIGEST_TYPE_UNSPECIFIED:
         return
     expected = digest.checksum.strip().upper()
     actual = body_digest(body, digest.type)
     if expected != actual:
         kind = pb.DigestType.Name(digest.type)
-        raise CorruptionError(
+        raise MessageCorruptedError(
             f"message {message_id}: body {kind} digest is {actual}, the client sent "
             f"{expected or 'an empty one'}; the body was damaged on its way"
         )
@@ -192,7 +198,7 @@ def decode_body(body: bytes, encoding: int, max_body_bytes: int) -> bytes:
     """The stored body: IDENTITY as sent, GZIP (or zlib) inflated to at most the limit.
 
     Raises MessageTooLargeError past ``max_body_bytes`` (without inflating further),
-    CorruptionError when a compressed body does not inflate, InvalidArgumentError for an
+    MessageCorruptedError when a compressed body does not inflate, InvalidArgumentError for an
     unknown encoding.
     """
     if encoding in (pb.Encoding.IDENTITY, pb.Encoding.ENCODING_UNSPECIFIED):
@@ -203,9 +209,9 @@ def decode_body(body: bytes, encoding: int, max_body_bytes: int) -> bytes:
         try:
             plain = inflater.decompress(body, max_body_bytes + 1)
         except zlib.error as exc:
-            raise CorruptionError(f"GZIP message body does not inflate: {exc}") from None
+            raise MessageCorruptedError(f"GZIP message body does not inflate: {exc}") from None
         if len(plain) <= max_body_bytes and not inflater.eof:
-            raise CorruptionError("GZIP message body is truncated")
+            raise MessageCorruptedError("GZIP message body is truncated")
         inflated = True
     else:
         raise InvalidArgumentError(f"unknown body encoding {encoding}")
@@ -220,14 +226,15 @@ def decode_body(body: bytes, encoding: int, max_body_bytes: int) -> bytes:
 # ---- properties --------------------------------------------------------------------------
 
 
-def _check_text(what: str, value: str, max_chars: int) -> str:
+def _check_text(what: str, value: str, max_chars: int,
+                error: type[InvalidArgumentError] = InvalidPropertyError) -> str:  # fmt: skip
     """Return ``value`` if it is non-blank, short enough and free of reserved characters."""
     if not value.strip():
-        raise InvalidPropertyError(f"{what} is blank")
+        raise error(f"{what} is blank")
     if len(value) > max_chars:
-        raise InvalidPropertyError(f"{what} is {len(value)} chars, over {max_chars}")
+        raise error(f"{what} is {len(value)} chars, over {max_chars}")
     if _RESERVED_CHARS.search(value):
-        raise InvalidPropertyError(f"{what} {value[:40]!r} contains \\x00, \\x01 or \\x02")
+        raise error(f"{what} {value[:40]!r} contains \\x00, \\x01 or \\x02")
     return value
 
 
@@ -249,22 +256,23 @@ def _system_properties(sp: Any) -> dict[str, str]:
     props: dict[str, str] = {}
     message_id = sp.message_id
     if not message_id:
-        raise InvalidArgumentError("message id is empty: every message needs the client's id")
-    props[PROPERTY_UNIQ_KEY] = _check_text("message id", message_id, MAX_MESSAGE_ID_CHARS)
+        raise InvalidMessageIdError("message id is empty: every message needs the client's id")
+    props[PROPERTY_UNIQ_KEY] = _check_text("message id", message_id, MAX_MESSAGE_ID_CHARS,
+                                           InvalidMessageIdError)  # fmt: skip
     if sp.HasField("tag"):
-        tag = _check_text("tag", sp.tag, MAX_TAG_CHARS)
+        tag = _check_text("tag", sp.tag, MAX_TAG_CHARS, InvalidTagError)
         if "|" in tag:
-            raise InvalidPropertyError(f"tag {tag!r} contains '|' (it separates tags in filters)")
+            raise InvalidTagError(f"tag {tag!r} contains '|' (it separates tags in filters)")
         props[PROPERTY_TAGS] = tag
-    keys = [_check_text("key", k, MAX_TAG_CHARS) for k in sp.keys]
+    keys = [_check_text("key", k, MAX_TAG_CHARS, InvalidKeyError) for k in sp.keys]
     for key in keys:
         if KEY_SEPARATOR in key:
-            raise InvalidPropertyError(f"key {key!r} contains a space (keys are space-separated)")
+            raise InvalidKeyError(f"key {key!r} contains a space (keys are space-separated)")
     if keys:
         props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
     if sp.HasField("message_group"):
         props[PROPERTY_MESSAGE_GROUP] = _check_text(
-            "message group", sp.message_group, MAX_MESSAGE_GROUP_CHARS
+            "message group", sp.message_group, MAX_MESSAGE_GROUP_CHARS, InvalidMessageGroupError
         )
     return props
 
@@ -272,23 +280,24 @@ def _system_properties(sp: Any) -> dict[str, str]:
 def _check_type(declared: int, *, has_group: bool, has_delivery: bool) -> bool:
     """Check the declared message type against the fields; True for a transactional one.
 
-    ``MESSAGE_TYPE_UNSPECIFIED`` is taken from the fields. Conflicts are BAD_REQUEST.
+    ``MESSAGE_TYPE_UNSPECIFIED`` is taken from the fields. A conflict is
+    MessageTypeConflictError (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
     """
     name = Type.Name(declared) if declared in Type.values() else str(declared)
     if declared in (Type.LITE, Type.PRIORITY) or declared not in Type.values():
         raise UnsupportedError(f"message type {name} is not supported by this broker")
     if has_group and has_delivery:
-        raise InvalidArgumentError("a message cannot have both a message group and a "
+        raise MessageTypeConflictError("a message cannot have both a message group and a "
                                    "delivery timestamp")  # fmt: skip
     wants = {Type.NORMAL: (False, False), Type.FIFO: (True, False), Type.DELAY: (False, True)}
     if declared in wants and wants[declared] != (has_group, has_delivery):
-        raise InvalidArgumentError(
+        raise MessageTypeConflictError(
             f"message type {name} conflicts with the message: "
             f"{'a' if has_group else 'no'} message group, "
             f"{'a' if has_delivery else 'no'} delivery timestamp"
         )
     if declared == Type.TRANSACTION and has_delivery:
-        raise InvalidArgumentError("a transactional message cannot have a delivery timestamp")
+        raise MessageTypeConflictError("a transactional message cannot have a delivery timestamp")
     return bool(declared == Type.TRANSACTION)
 
 
@@ -318,7 +327,7 @@ def to_message(proto: Any, *, limits: Limits, peer: tuple[str, int], now_ms: int
         verify_digest(proto.body, sp.body_digest, message_id)
     body = decode_body(proto.body, sp.body_encoding, limits.max_body_bytes)
     if not body:
-        raise InvalidArgumentError(f"message {message_id} has an empty body")
+        raise EmptyBodyError(f"message {message_id} has an empty body")
     has_delivery = sp.HasField("delivery_timestamp")
     transactional = _check_type(sp.message_type, has_group=sp.HasField("message_group"),
                                 has_delivery=has_delivery)  # fmt: skip

@@ -110,7 +110,7 @@ def test_from_protobuf_verifies_the_digest_and_inflates_gzip() -> None:
     (Code.FORBIDDEN, errors.PermissionDeniedError),
     (Code.TOO_MANY_REQUESTS, errors.BusyError),
     (Code.MASTER_PERSISTENCE_TIMEOUT, errors.FlushTimeoutError),
-    (Code.MESSAGE_CORRUPTED, errors.CorruptionError),
+    (Code.MESSAGE_CORRUPTED, errors.MessageCorruptedError),
     (Code.UNSUPPORTED, errors.UnsupportedError),
     (Code.INTERNAL_ERROR, errors.RocketMQError),
 ])  # fmt: skip

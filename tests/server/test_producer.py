@@ -318,22 +318,25 @@ BAD_MESSAGES = {
     "empty topic": (proto_message("", b"x", "BAD-1"), Code.ILLEGAL_TOPIC),
     "illegal topic": (proto_message("no spaces", b"x", "BAD-2"), Code.ILLEGAL_TOPIC),
     "5 MiB body": (proto_message("bad", b"x" * (5 * MIB), "BAD-3"), Code.MESSAGE_BODY_TOO_LARGE),
-    "empty body": (proto_message("bad", b"", "BAD-4"), Code.BAD_REQUEST),
-    "no message id": (proto_message("bad", b"x", ""), Code.BAD_REQUEST),
+    "empty body": (proto_message("bad", b"", "BAD-4"), Code.MESSAGE_BODY_EMPTY),
+    "no message id": (proto_message("bad", b"x", ""), Code.ILLEGAL_MESSAGE_ID),
     "system property": (pb.Message(topic=pb.Resource(name="bad"), body=b"x",
                                    user_properties={"UNIQ_KEY": "mine"},
                                    system_properties=pb.SystemProperties(message_id="BAD-5")),
                         Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
-    "tag with |": (proto_message("bad", b"x", "BAD-6", tag="a|b"),
-                   Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    "tag with |": (proto_message("bad", b"x", "BAD-6", tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
+    "key with a space": (proto_message("bad", b"x", "BAD-13", keys=["a b"]),
+                         Code.ILLEGAL_MESSAGE_KEY),
     "transaction with delivery time": (
         proto_message("bad", b"x", "BAD-7", message_type=pb.MessageType.TRANSACTION,
                       delivery_timestamp=Timestamp(seconds=int(time.time()) + 60)),
-        Code.BAD_REQUEST),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     "DELAY without delivery time": (
-        proto_message("bad", b"x", "BAD-8", message_type=pb.MessageType.DELAY), Code.BAD_REQUEST),
+        proto_message("bad", b"x", "BAD-8", message_type=pb.MessageType.DELAY),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     "FIFO without group": (
-        proto_message("bad", b"x", "BAD-9", message_type=pb.MessageType.FIFO), Code.BAD_REQUEST),
+        proto_message("bad", b"x", "BAD-9", message_type=pb.MessageType.FIFO),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     "delay level property": (pb.Message(
         topic=pb.Resource(name="bad"), body=b"x", user_properties={"DELAY": "3"},
         system_properties=pb.SystemProperties(
@@ -390,8 +393,11 @@ def test_end_transaction_of_unknown_or_wrong_ids(broker_process, stub) -> None:
     sent = send(stub, half)
     assert sent.status.code == Code.OK and sent.entries[0].transaction_id
     wrong = end_transaction(stub, "raw-tx", "RAW-TX-1", "NOT-ITS-TX")
-    assert wrong.status.code == Code.BAD_REQUEST and "transaction" in wrong.status.message
-    assert end_transaction(stub, "raw-tx", "RAW-TX-1", "").status.code == Code.BAD_REQUEST
+    assert wrong.status.code == Code.INVALID_TRANSACTION_ID
+    assert "transaction" in wrong.status.message
+    assert end_transaction(stub, "raw-tx", "RAW-TX-1", "").status.code == (
+        Code.INVALID_TRANSACTION_ID
+    )
     unspecified = end_transaction(stub, "raw-tx", "RAW-TX-1", sent.entries[0].transaction_id,
                                   pb.TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
     assert unspecified.status.code == Code.BAD_REQUEST

@@ -4,7 +4,8 @@ Sent by the producer after its local transaction (source CLIENT), or in answer t
 check-back we pushed over Telemetry (source SERVER_CHECK). A commit makes the message
 visible in its topic; a rollback discards it. A message with no unresolved half (unknown,
 or ended before) is MESSAGE_NOT_FOUND; a transaction id that is not the half's is
-BAD_REQUEST, as are a missing id or an unspecified resolution.
+INVALID_TRANSACTION_ID; a missing message id is ILLEGAL_MESSAGE_ID, an unspecified
+resolution BAD_REQUEST.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.errors import InvalidArgumentError
+from broker_core.errors import (
+    InvalidArgumentError,
+    InvalidMessageIdError,
+    InvalidTransactionIdError,
+)
 from broker_core.message import validate_topic_name
 from broker_core.server.context import ServerContext
 from broker_core.server.status import ok
@@ -27,9 +32,9 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
     """End the transaction; answer OK."""
     validate_topic_name(request.topic.name)
     if not request.message_id:
-        raise InvalidArgumentError("EndTransaction needs the message id")
+        raise InvalidMessageIdError("EndTransaction needs the message id")
     if not request.transaction_id:
-        raise InvalidArgumentError("EndTransaction needs the transaction id")
+        raise InvalidTransactionIdError("EndTransaction needs the transaction id")
     if request.resolution not in _RESOLUTIONS:
         raise InvalidArgumentError(
             f"resolution must be COMMIT or ROLLBACK, got {request.resolution}"
