@@ -1,0 +1,129 @@
+"""The source's row schema and the Arrow record batches ``read()`` yields.
+
+One row per message, columns in this order (``SCHEMA``)::
+
+    column          Spark type            null?  from the pulled message
+    --------------  --------------------  -----  -------------------------------------------
+    topic           string                no     topic it was read from
+    broker          string                no     broker name (the ``broker-a`` of ``broker-a:0``)
+    queueId         int                   no     message queue id
+    queueOffset     long                  no     logical offset in the queue
+    messageId       string                no     RocketMQ message id
+    tag             string                yes    tag, null when the message has none
+    keys            array<string>         no     index keys ([] when none)
+    body            binary                no     payload bytes
+    properties      map<string,string>    yes    user properties; null when
+                                                 ``includeProperties=false``
+    bornTimestamp   timestamp             no     when the producer made it
+    storeTimestamp  timestamp             no     when the broker stored it
+    messageGroup    string                yes    FIFO message group, null when none
+
+Spark checks that every ``pyarrow.RecordBatch`` a reader yields has exactly the schema
+``to_arrow_schema(schema, timezone="UTC")`` — nullability included — so batches are
+built against the schema Spark handed to the reader (:func:`arrow_schema_of`), never a
+schema of our own. Everything here is pure and stateless.
+
+>>> from broker_core.client.model import ReceivedMessage
+>>> msg = ReceivedMessage("ID1", "orders", 0, 7, b"{}", tag="paid", born_timestamp_ms=1000,
+...                       store_timestamp_ms=2000)
+>>> batch = to_record_batch([msg], "broker-a", arrow_schema_of(SCHEMA))
+>>> batch.num_rows, batch.column(3).to_pylist(), batch.column(9).type
+(1, [7], TimestampType(timestamp[us, tz=UTC]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from broker_core.client.model import ReceivedMessage
+from broker_core.errors import ConfigError
+
+SCHEMA: Final = StructType([
+    StructField("topic", StringType(), False),
+    StructField("broker", StringType(), False),
+    StructField("queueId", IntegerType(), False),
+    StructField("queueOffset", LongType(), False),
+    StructField("messageId", StringType(), False),
+    StructField("tag", StringType(), True),
+    StructField("keys", ArrayType(StringType(), False), False),
+    StructField("body", BinaryType(), False),
+    StructField("properties", MapType(StringType(), StringType(), False), True),
+    StructField("bornTimestamp", TimestampType(), False),
+    StructField("storeTimestamp", TimestampType(), False),
+    StructField("messageGroup", StringType(), True),
+])  # fmt: skip
+
+US_PER_MS: Final = 1_000
+
+
+def _without_nullability(data_type: DataType) -> str:
+    """A type's shape, ignoring nullability (``containsNull`` & co. print as booleans)."""
+    if isinstance(data_type, ArrayType):
+        return f"array<{_without_nullability(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        key, value = data_type.keyType, data_type.valueType
+        return f"map<{_without_nullability(key)},{_without_nullability(value)}>"
+    return data_type.simpleString()
+
+
+def check_schema(schema: StructType) -> None:
+    """Accept ``SCHEMA`` or a copy that differs only in nullability; ConfigError otherwise.
+
+    The source's schema is fixed (as Kafka's is); a user schema given with ``.schema()``
+    must name the same columns, in the same order, with the same types.
+    """
+    want = [(f.name, _without_nullability(f.dataType)) for f in SCHEMA.fields]
+    got = [(f.name, _without_nullability(f.dataType)) for f in schema.fields]
+    if got != want:
+        raise ConfigError(
+            f"the rocketmq source has a fixed schema ({SCHEMA.simpleString()}); "
+            f"got {schema.simpleString()} — do not set a schema with .schema()"
+        )
+
+
+def arrow_schema_of(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects of batches read with ``schema``."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def message_size_bytes(msg: ReceivedMessage) -> int:
+    """What a message weighs for ``maxBytesPerTrigger``: body, tag, keys and properties."""
+    size = len(msg.body) + len(msg.tag or "") + sum(len(k) for k in msg.keys)
+    return size + sum(len(k) + len(v) for k, v in msg.properties.items())
+
+
+def to_record_batch(messages: Sequence[ReceivedMessage], broker: str, schema: pa.Schema, *,
+                    include_properties: bool = True) -> pa.RecordBatch:  # fmt: skip
+    """One record batch of ``messages`` (all from ``broker``) with exactly ``schema``."""
+    columns: list[list[Any]] = [
+        [m.topic for m in messages],
+        [broker] * len(messages),
+        [m.queue_id for m in messages],
+        [m.queue_offset for m in messages],
+        [m.message_id for m in messages],
+        [m.tag for m in messages],
+        [list(m.keys) for m in messages],
+        [m.body for m in messages],
+        [list(m.properties.items()) if include_properties else None for m in messages],
+        [m.born_timestamp_ms * US_PER_MS for m in messages],
+        [m.store_timestamp_ms * US_PER_MS for m in messages],
+        [m.message_group for m in messages],
+    ]
+    arrays = [pa.array(values, type=schema.field(i).type) for i, values in enumerate(columns)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -1,0 +1,311 @@
+"""Read options of the ``rocketmq`` source: parsed once, checked completely, named in errors.
+
+Names mirror Spark's Kafka source where the two overlap. Spark hands options over
+case-insensitively; every error is a :class:`~broker_core.errors.ConfigError` whose
+message starts with the option's name, and an unknown option is an error too.
+
+==========================  =======================================================  ========
+option                      value                                                     default
+==========================  =======================================================  ========
+endpoints                   ``host:port[,host:port]``: the brokers (required)
+topic / topics /            exactly one: a topic, a comma list, or a regex matched
+topicPattern                against the whole name of every topic the brokers list
+startingOffsets             ``earliest``, ``latest`` or JSON per queue                 batch
+                            ``{"t": {"broker-a:0": 12}}`` (-2 earliest, -1 latest)      earliest,
+                            queues not named start at the default                     stream
+                                                                                      latest
+startingTimestamp           epoch ms: each queue starts at its first message stored
+                            at or after it (not with startingOffsets)
+endingOffsets               batch only: ``latest`` or JSON as above                    latest
+endingTimestamp             batch only: epoch ms, end before the first message
+                            stored at or after it (not with endingOffsets)
+maxMessagesPerTrigger       stream only: at most N messages per micro-batch, split
+                            across queues by backlog
+minMessagesPerTrigger       stream only: wait for N messages before a micro-batch …
+maxTriggerDelay             … but no longer than this duration (``15m``, ``30s``)      15m
+maxBytesPerTrigger          stream only: about N bytes per micro-batch (``64m``),
+                            from sampled message sizes (a soft limit)
+tagExpression               broker-side tag filter: ``*`` or ``TagA || TagB``
+sqlFilter                   broker-side SQL92 filter on properties (not with
+                            tagExpression)
+failOnDataLoss              ``true``: offsets removed by retention fail the query;     true
+                            ``false``: skip them and log a warning
+consumerGroup               group the pulls are made as (and commits go to); default
+                            ``spark-rocketmq-source``
+commitOffsets               stream only: after each batch, commit its end offsets as   false
+                            the group's offsets (needs consumerGroup)
+includeProperties           ``false`` leaves the ``properties`` column null            true
+==========================  =======================================================  ========
+
+>>> opts = parse_read_options({"endpoints": "127.0.0.1:8081", "topic": "orders"},
+...                           streaming=False)
+>>> opts.topics, opts.starting.kind, opts.ending.kind
+(('orders',), 'earliest', 'latest')
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from broker_core.broker.filters import TagFilter, compile_sql
+from broker_core.broker.retry import parse_duration_ms
+from broker_core.client import parse_endpoint
+from broker_core.errors import ConfigError, InvalidArgumentError
+from broker_core.message import validate_group_name, validate_topic_name
+from connector.offsets import EARLIEST, LATEST, Offsets, from_json
+
+DEFAULT_GROUP: Final = "spark-rocketmq-source"
+DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60_000
+
+KNOWN_OPTIONS: Final = {name.lower(): name for name in (
+    "endpoints", "topic", "topics", "topicPattern", "startingOffsets", "startingTimestamp",
+    "endingOffsets", "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger",
+    "maxTriggerDelay", "maxBytesPerTrigger", "tagExpression", "sqlFilter", "failOnDataLoss",
+    "consumerGroup", "commitOffsets", "includeProperties",
+)}  # fmt: skip
+STREAM_ONLY: Final = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
+                      "maxBytesPerTrigger", "commitOffsets")  # fmt: skip
+BATCH_ONLY: Final = ("endingOffsets", "endingTimestamp")
+_BYTE_UNITS: Final = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+                      "g": 1 << 30, "gb": 1 << 30}  # fmt: skip
+_BYTES_RE: Final = re.compile(r"(\d+)\s*([a-z]*)")
+
+SpecKind = Literal["earliest", "latest", "offsets", "timestamp"]
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where reading starts or ends: a policy, explicit offsets, or a store timestamp.
+
+    ``offsets`` (kind ``offsets``) may hold -2/-1 for earliest/latest per queue;
+    queues it does not name use ``default`` (``earliest`` or ``latest``).
+    """
+
+    kind: SpecKind
+    offsets: Offsets = field(default_factory=dict)
+    timestamp_ms: int | None = None
+    default: Literal["earliest", "latest"] = "latest"
+    option: str = ""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Every read option, parsed and checked (see the module docstring for meanings)."""
+
+    endpoints: tuple[str, ...]
+    topics: tuple[str, ...] | None
+    topic_pattern: str | None
+    starting: OffsetSpec
+    ending: OffsetSpec | None  # None for streaming reads
+    max_messages_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    max_bytes_per_trigger: int | None = None
+    filter_expression: str | None = None
+    filter_type: Literal["TAG", "SQL"] = "TAG"
+    tags: frozenset[str] | None = None  # the tags tagExpression accepts; None = all
+    fail_on_data_loss: bool = True
+    consumer_group: str = DEFAULT_GROUP
+    commit_offsets: bool = False
+    include_properties: bool = True
+
+    def matches_topic(self, topic: str) -> bool:
+        """Whether ``topic`` is subscribed (by name or by ``topicPattern``)."""
+        if self.topics is not None:
+            return topic in self.topics
+        pattern = self.topic_pattern
+        return pattern is not None and re.fullmatch(pattern, topic) is not None
+
+
+def _error(option: str, problem: str) -> ConfigError:
+    return ConfigError(f"option {option!r}: {problem}")
+
+
+def _positive_int(option: str, text: str) -> int:
+    value = text.strip()
+    if not value.isdigit() or int(value) < 1:
+        raise _error(option, f"must be a positive integer, got {text!r}")
+    return int(value)
+
+
+def _epoch_ms(option: str, text: str) -> int:
+    value = text.strip()
+    if not value.isdigit():
+        raise _error(option, f"must be epoch milliseconds (a non-negative integer), got {text!r}")
+    return int(value)
+
+
+def _boolean(option: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise _error(option, f"must be true or false, got {text!r}")
+    return value == "true"
+
+
+def _byte_count(option: str, text: str) -> int:
+    match = _BYTES_RE.fullmatch(text.strip().lower())
+    if match is None or match.group(2) not in _BYTE_UNITS or int(match.group(1)) < 1:
+        raise _error(option, f"must be a positive byte count such as 1048576, 512k, 64m or "
+                             f"1g, got {text!r}")  # fmt: skip
+    return int(match.group(1)) * _BYTE_UNITS[match.group(2)]
+
+
+def _duration_ms(option: str, text: str) -> int:
+    try:
+        value = parse_duration_ms(text)
+    except InvalidArgumentError as exc:
+        raise _error(option, str(exc)) from None
+    if value < 1:
+        raise _error(option, f"must be longer than 0, got {text!r}")
+    return value
+
+
+def _endpoints(text: str) -> tuple[str, ...]:
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(not p for p in parts):
+        raise _error("endpoints", f"must be host:port[,host:port], got {text!r}")
+    try:
+        return tuple(dict.fromkeys(parse_endpoint(p) for p in parts))
+    except InvalidArgumentError as exc:
+        raise _error("endpoints", str(exc)) from None
+
+
+def _topic_names(option: str, text: str) -> tuple[str, ...]:
+    names = [t.strip() for t in text.split(",")] if option == "topics" else [text.strip()]
+    for name in names:
+        try:
+            validate_topic_name(name)
+        except InvalidArgumentError as exc:
+            raise _error(option, f"{exc} (in {text!r})") from None
+    return tuple(dict.fromkeys(names))
+
+
+def _subscription(given: Mapping[str, str]) -> tuple[tuple[str, ...] | None, str | None]:
+    chosen = [name for name in ("topic", "topics", "topicPattern") if name in given]
+    if len(chosen) != 1:
+        raise ConfigError("option 'topic' / 'topics' / 'topicPattern': exactly one is "
+                          f"required, got {chosen or 'none'}")  # fmt: skip
+    name = chosen[0]
+    if name != "topicPattern":
+        return _topic_names(name, given[name]), None
+    try:
+        re.compile(given[name])
+    except re.error as exc:
+        raise _error(name, f"not a valid regular expression: {exc}") from None
+    return None, given[name]
+
+
+def _offset_spec(given: Mapping[str, str], *, start: bool, streaming: bool) -> OffsetSpec:
+    """startingOffsets/startingTimestamp (``start``) or endingOffsets/endingTimestamp."""
+    offsets_opt, ts_opt = (("startingOffsets", "startingTimestamp") if start
+                           else ("endingOffsets", "endingTimestamp"))  # fmt: skip
+    default: Literal["earliest", "latest"] = "earliest" if start and not streaming else "latest"
+    if offsets_opt in given and ts_opt in given:
+        raise _error(offsets_opt, f"give either {offsets_opt} or {ts_opt}, not both")
+    if ts_opt in given:
+        return OffsetSpec("timestamp", timestamp_ms=_epoch_ms(ts_opt, given[ts_opt]),
+                          default=default, option=ts_opt)  # fmt: skip
+    text = given.get(offsets_opt, default).strip()
+    forbidden = "latest" if start and not streaming else ("earliest" if not start else "")
+    if text.lower() in ("earliest", "latest"):
+        if text.lower() == forbidden:
+            raise _error(offsets_opt, f"{text!r} is not allowed in a "
+                                      f"{'batch' if not streaming else 'stream'} query")
+        return OffsetSpec(text.lower(), default=default, option=offsets_opt)  # type: ignore[arg-type]
+    if not text.startswith("{"):
+        raise _error(offsets_opt, f"must be earliest, latest or a JSON object "
+                                  f"{{topic: {{'broker:queueId': offset}}}}, got {text!r}")
+    offsets = from_json(text, what=f"option {offsets_opt!r}", allow_special=True)
+    bad = LATEST if forbidden == "latest" else (EARLIEST if forbidden == "earliest" else None)
+    for ref, value in offsets.items():
+        if value == bad:
+            raise _error(offsets_opt, f"{value} ({forbidden}) is not allowed for {ref} here")
+    return OffsetSpec("offsets", offsets=offsets, default=default, option=offsets_opt)
+
+
+def _filter(given: Mapping[str, str]) -> tuple[str | None, Literal["TAG", "SQL"],
+                                               frozenset[str] | None]:  # fmt: skip
+    if "tagExpression" in given and "sqlFilter" in given:
+        raise _error("sqlFilter", "give either tagExpression or sqlFilter, not both")
+    if "sqlFilter" in given:
+        try:
+            compile_sql(given["sqlFilter"])
+        except InvalidArgumentError as exc:
+            raise _error("sqlFilter", str(exc)) from None
+        return given["sqlFilter"], "SQL", None
+    if "tagExpression" not in given:
+        return None, "TAG", None
+    try:
+        parsed = TagFilter.parse(given["tagExpression"])
+    except InvalidArgumentError as exc:
+        raise _error("tagExpression", str(exc)) from None
+    if parsed.match_all:
+        return None, "TAG", None
+    return parsed.expression, "TAG", parsed.tags
+
+
+def canonical_names(options: Mapping[str, str]) -> dict[str, str]:
+    """Options keyed by their documented spelling; ConfigError for an unknown one."""
+    given: dict[str, str] = {}
+    for key, value in options.items():
+        name = KNOWN_OPTIONS.get(key.lower())
+        if name is None:
+            raise ConfigError(f"option {key!r}: unknown option of the rocketmq source; known "
+                              f"options are {', '.join(KNOWN_OPTIONS.values())}")  # fmt: skip
+        if value is None:
+            raise _error(name, "must have a value")
+        given[name] = str(value)
+    return given
+
+
+def _check_mode(given: Mapping[str, str], streaming: bool) -> None:
+    for name in BATCH_ONLY if streaming else STREAM_ONLY:
+        if name in given:
+            raise _error(name, f"applies to {'batch' if streaming else 'streaming'} "
+                               f"reads only")  # fmt: skip
+    if "endpoints" not in given:
+        raise _error("endpoints", "is required (host:port[,host:port] of the brokers)")
+    if "maxTriggerDelay" in given and "minMessagesPerTrigger" not in given:
+        raise _error("maxTriggerDelay", "only applies together with minMessagesPerTrigger")
+    if _boolean("commitOffsets", given.get("commitOffsets", "false")) and (
+            "consumerGroup" not in given):
+        raise _error("commitOffsets", "needs consumerGroup: the group whose offsets to commit")
+
+
+def _group(given: Mapping[str, str]) -> str:
+    name = given.get("consumerGroup", DEFAULT_GROUP).strip()
+    try:
+        return validate_group_name(name)
+    except InvalidArgumentError as exc:
+        raise _error("consumerGroup", str(exc)) from None
+
+
+def _optional(given: Mapping[str, str], name: str,
+              parse: Callable[[str, str], int]) -> int | None:  # fmt: skip
+    return parse(name, given[name]) if name in given else None
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Parse and check every option of a batch (``streaming=False``) or stream read."""
+    given = canonical_names(options)
+    _check_mode(given, streaming)
+    topics, pattern = _subscription(given)
+    expression, filter_type, tags = _filter(given)
+    return ReadOptions(
+        endpoints=_endpoints(given["endpoints"]), topics=topics, topic_pattern=pattern,
+        starting=_offset_spec(given, start=True, streaming=streaming),
+        ending=None if streaming else _offset_spec(given, start=False, streaming=False),
+        max_messages_per_trigger=_optional(given, "maxMessagesPerTrigger", _positive_int),
+        min_messages_per_trigger=_optional(given, "minMessagesPerTrigger", _positive_int),
+        max_trigger_delay_ms=_optional(given, "maxTriggerDelay", _duration_ms)
+        or DEFAULT_MAX_TRIGGER_DELAY_MS,
+        max_bytes_per_trigger=_optional(given, "maxBytesPerTrigger", _byte_count),
+        filter_expression=expression, filter_type=filter_type, tags=tags,
+        fail_on_data_loss=_boolean("failOnDataLoss", given.get("failOnDataLoss", "true")),
+        consumer_group=_group(given),
+        commit_offsets=_boolean("commitOffsets", given.get("commitOffsets", "false")),
+        include_properties=_boolean("includeProperties", given.get("includeProperties", "true")),
+    )  # fmt: skip

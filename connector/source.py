@@ -1,0 +1,403 @@
+"""Reading queues: the driver's view of the brokers, one partition's read, the batch reader.
+
+* :class:`BrokerSet` is the driver side: broker names, topics, each queue's
+  ``[min, max)`` (one ``TopicStatus`` call per broker and topic), offsets by timestamp,
+  offset commits. Its clients connect lazily, so it pickles and costs nothing until used.
+* :class:`QueueRange` is one Spark partition: one queue, ``[start, end)``, the endpoint
+  to pull from and the broker-side filter.
+* :func:`read_range` is what an executor runs for a partition: it opens its own channel,
+  pulls exactly ``[start, end)`` and yields one ``pyarrow.RecordBatch`` per pull. It is
+  stateless and idempotent: the same partition always yields the same messages (minus
+  what retention removed, see ``failOnDataLoss``).
+* :class:`RocketMQBatchReader` plans one partition per queue with work and pushes
+  ``tag = …`` / ``tag IN (…)`` to the broker, and ``topic``/``broker``/``queueId``
+  equalities and ``queueOffset`` bounds into the plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import StructType
+
+from broker_core.client import RocketMQClient
+from broker_core.errors import (
+    ConfigError,
+    InvalidOffsetError,
+    OffsetOutOfRangeError,
+    RocketMQError,
+    TopicNotFoundError,
+)
+from connector.arrow import arrow_schema_of, to_record_batch
+from connector.offsets import EARLIEST, LATEST, Offsets, QueueRef
+from connector.options import OffsetSpec, ReadOptions
+
+log = logging.getLogger(__name__)
+
+PULL_MAX_COUNT: Final = 1024  # the broker caps a pull at max_pull_batch (1024) anyway
+STALL_RETRIES: Final = 20
+STALL_SLEEP_S: Final = 0.05
+
+Bounds = dict[QueueRef, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """What every partition read shares; immutable and picklable."""
+
+    group: str
+    fail_on_data_loss: bool
+    include_properties: bool
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """One partition: messages ``[start, end)`` of one queue, pulled from ``endpoint``."""
+
+    endpoint: str
+    ref: QueueRef
+    start: int
+    end: int
+    filter_expression: str | None = None
+    filter_type: str = "TAG"
+
+
+def data_loss(ref: QueueRef, lost_from: int, lost_to: int, settings: ReadSettings,
+              reason: str) -> None:  # fmt: skip
+    """Fail with OffsetOutOfRangeError (failOnDataLoss) or log that ``[from, to)`` is lost."""
+    text = (f"rocketmq source: data loss in {ref}: offsets [{lost_from}, {lost_to}) {reason} "
+            f"before they were read")  # fmt: skip
+    if settings.fail_on_data_loss:
+        raise OffsetOutOfRangeError(
+            f"{text}. Set failOnDataLoss=false to skip them and continue.",
+            min_offset=lost_to, max_offset=lost_to)  # fmt: skip
+    log.warning("%s; skipping them (failOnDataLoss=false)", text)
+
+
+def _after_illegal_offset(part: QueueRange, offset: int, exc: InvalidOffsetError,
+                          settings: ReadSettings) -> int:  # fmt: skip
+    """Where to continue after the broker refused ``offset`` (``end`` = give up)."""
+    moved_to = getattr(exc, "next_offset", None)
+    if moved_to is not None and moved_to > offset:  # below the queue's minimum now
+        data_loss(part.ref, offset, min(moved_to, part.end), settings,
+                  "were removed by retention")  # fmt: skip
+        return min(moved_to, part.end)
+    data_loss(part.ref, offset, part.end, settings,
+              f"are beyond the queue's end ({moved_to}): the queue was reset")  # fmt: skip
+    return part.end
+
+
+def _after_stall(client: RocketMQClient, part: QueueRange, offset: int, stalls: int,
+                 settings: ReadSettings) -> int:  # fmt: skip
+    """An empty pull inside ``[start, end)``: retention moved the queue, or a slow broker."""
+    low = client.query_offset(part.ref.topic, part.ref.queue_id, "BEGINNING")
+    high = client.query_offset(part.ref.topic, part.ref.queue_id, "END")
+    if low > offset:
+        data_loss(part.ref, offset, min(low, part.end), settings, "were removed by retention")
+        return min(low, part.end)
+    if high <= offset:
+        data_loss(part.ref, offset, part.end, settings,
+                  f"are beyond the queue's end ({high}): the queue was reset")  # fmt: skip
+        return part.end
+    if stalls >= STALL_RETRIES:
+        raise RocketMQError(f"rocketmq source: {part.ref} returns nothing at offset {offset} "
+                            f"although it holds [{low}, {high})")  # fmt: skip
+    time.sleep(STALL_SLEEP_S)
+    return offset
+
+
+def read_range(part: QueueRange, settings: ReadSettings,
+               schema: pa.Schema) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """Yield the messages ``[part.start, part.end)`` of one queue, one batch per pull.
+
+    Opens (and closes) its own client, so it runs anywhere the partition is shipped.
+    Messages the broker filters out are skipped but still counted as read.
+    """
+    client = RocketMQClient(part.endpoint)
+    ref, offset, stalls = part.ref, part.start, 0
+    try:
+        while offset < part.end:
+            try:
+                batch = client.pull(settings.group, ref.topic, ref.queue_id, offset,
+                                    min(part.end - offset, PULL_MAX_COUNT),
+                                    filter_expression=part.filter_expression,
+                                    filter_type=part.filter_type, with_bounds=False)  # fmt: skip
+            except InvalidOffsetError as exc:
+                offset = _after_illegal_offset(part, offset, exc, settings)
+                continue
+            messages = [m for m in batch.messages if m.queue_offset < part.end]
+            if messages:
+                yield to_record_batch(messages, ref.broker, schema,
+                                      include_properties=settings.include_properties)
+            if batch.next_offset > offset:
+                offset, stalls = batch.next_offset, 0
+            else:
+                stalls += 1
+                offset = _after_stall(client, part, offset, stalls, settings)
+    finally:
+        client.close()
+
+
+class BrokerSet:
+    """The brokers named by the ``endpoints`` option, seen from the driver.
+
+    Lazy and picklable: clients open their channels on first use, per process.
+    A broker is known by its name (the ``broker`` of a queue key) and reached at the
+    endpoint the user gave for it, not the one it advertises.
+    """
+
+    def __init__(self, endpoints: Sequence[str]) -> None:
+        self._clients = {endpoint: RocketMQClient(endpoint) for endpoint in endpoints}
+        self._names: dict[str, str] | None = None
+
+    def names(self) -> dict[str, str]:
+        """Broker name → endpoint, for every endpoint given (asked once)."""
+        if self._names is None:
+            names: dict[str, str] = {}
+            for endpoint, client in self._clients.items():
+                names.setdefault(str(client.health()["broker_name"]), endpoint)
+            self._names = names
+        return self._names
+
+    def client_of(self, broker: str) -> RocketMQClient:
+        return self._clients[self.endpoint_of(broker)]
+
+    def endpoint_of(self, broker: str) -> str:
+        """The endpoint of ``broker``; ConfigError when no endpoint given is that broker."""
+        if broker not in self.names():
+            self._names = None  # a broker may have been renamed or restarted: ask again
+        if broker not in self.names():
+            raise ConfigError(f"option 'endpoints': no endpoint given is broker {broker!r} "
+                              f"(known: {sorted(self.names())})")  # fmt: skip
+        return self.names()[broker]
+
+    def topics(self, options: ReadOptions) -> list[str]:
+        """The subscribed topics: the names given, or every listed topic the pattern matches."""
+        if options.topics is not None:
+            return list(options.topics)
+        found = {str(t["name"]) for c in self._clients.values() for t in c.list_topics()}
+        return sorted(t for t in found if options.matches_topic(t))
+
+    def bounds(self, topics: Sequence[str], *, explicit: bool) -> Bounds:
+        """``[min, max)`` of every read queue of ``topics`` on every broker.
+
+        With ``explicit`` (topics named by the user), a topic no broker has is an error.
+        """
+        found: Bounds = {}
+        for broker, endpoint in self.names().items():
+            for topic in topics:
+                try:
+                    rows = self._clients[endpoint].topic_status(topic)
+                except TopicNotFoundError:
+                    continue
+                for row in rows:
+                    ref = QueueRef(topic, broker, int(row["queue_id"]))
+                    found[ref] = (int(row["min_offset"]), int(row["max_offset"]))
+        missing = sorted(set(topics) - {ref.topic for ref in found}) if explicit else []
+        if missing:
+            raise TopicNotFoundError(f"option 'topic'/'topics': {missing} not found on "
+                                     f"{sorted(self._clients)}")  # fmt: skip
+        return found
+
+    def offsets_at(self, refs: Sequence[QueueRef], timestamp_ms: int) -> Offsets:
+        """Per queue, the first offset stored at or after ``timestamp_ms`` (or its end)."""
+        return {ref: self.client_of(ref.broker).query_offset(
+            ref.topic, ref.queue_id, "TIMESTAMP", timestamp_ms=timestamp_ms) for ref in refs}
+
+    def commit(self, group: str, offsets: Offsets) -> None:
+        """Store ``offsets`` as ``group``'s consumer offsets (idempotent)."""
+        for ref, offset in sorted(offsets.items()):
+            self.client_of(ref.broker).update_offset(group, ref.topic, ref.queue_id, offset)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+
+
+def resolve(spec: OffsetSpec, bounds: Bounds, brokers: BrokerSet) -> Offsets:
+    """Concrete offsets of ``spec`` for every queue in ``bounds``.
+
+    JSON offsets naming a queue that is not subscribed are a ConfigError naming the option.
+    """
+    unknown = sorted(set(spec.offsets) - set(bounds))
+    if unknown:
+        raise ConfigError(f"option {spec.option!r}: {', '.join(map(str, unknown))} "
+                          f"is not a queue of the subscribed topics")  # fmt: skip
+    if spec.kind == "timestamp":
+        assert spec.timestamp_ms is not None
+        return brokers.offsets_at(sorted(bounds), spec.timestamp_ms)
+    default = EARLIEST if spec.kind == "earliest" or (
+        spec.kind == "offsets" and spec.default == "earliest") else LATEST  # fmt: skip
+    out: Offsets = {}
+    for ref, (low, high) in bounds.items():
+        wanted = spec.offsets.get(ref, default)
+        out[ref] = low if wanted == EARLIEST else high if wanted == LATEST else wanted
+    return out
+
+
+def settings_of(options: ReadOptions) -> ReadSettings:
+    return ReadSettings(options.consumer_group, options.fail_on_data_loss,
+                        options.include_properties)  # fmt: skip
+
+
+# ---- batch reads -------------------------------------------------------------------------
+
+_PRUNE_COLUMNS: Final = {("topic",): 0, ("broker",): 1, ("queueId",): 2}
+
+
+def _literal_set(flt: Filter, kinds: tuple[type, ...]) -> frozenset[Any] | None:
+    """The values ``col = v`` / ``col IN (…)`` allows, if all are of ``kinds``."""
+    values = (flt.value,) if isinstance(flt, EqualTo) else flt.value if isinstance(flt, In) else ()
+    ok = values and all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)
+    return frozenset(values) if ok else None
+
+
+def _pushable_tag(tag: Any) -> bool:
+    return isinstance(tag, str) and bool(tag) and tag == tag.strip() and "|" not in tag
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """The filters a batch read took over: allowed values per column and offset bounds."""
+
+    tags: frozenset[str] | None = None
+    queues: tuple[frozenset[Any] | None, ...] = (None, None, None)  # topic, broker, queueId
+    min_offset: int = 0
+    max_offset: int | None = None  # exclusive
+
+    def take(self, flt: Filter) -> Pushed | None:
+        """This plus ``flt``, or None when ``flt`` cannot be pushed."""
+        column = getattr(flt, "attribute", None)
+        if column == ("tag",):
+            tags = _literal_set(flt, (str,))
+            if tags is None or not all(_pushable_tag(t) for t in tags):
+                return None
+            return replace(self, tags=tags if self.tags is None else self.tags & tags)
+        if column in _PRUNE_COLUMNS:
+            index = _PRUNE_COLUMNS[column]
+            allowed = _literal_set(flt, (int,) if index == 2 else (str,))
+            if allowed is None:
+                return None
+            old = self.queues[index]
+            queues = list(self.queues)
+            queues[index] = allowed if old is None else old & allowed
+            return replace(self, queues=tuple(queues))
+        return self._take_offset(flt) if column == ("queueOffset",) else None
+
+    def _take_offset(self, flt: Filter) -> Pushed | None:
+        value = getattr(flt, "value", None)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None
+        low, high = {GreaterThan: (value + 1, None), GreaterThanOrEqual: (value, None),
+                     LessThan: (0, value), LessThanOrEqual: (0, value + 1),
+                     EqualTo: (value, value + 1)}.get(type(flt), (None, None))  # fmt: skip
+        if low is None:
+            return None
+        top = high if self.max_offset is None or high is None else min(high, self.max_offset)
+        return replace(self, min_offset=max(self.min_offset, low),
+                       max_offset=self.max_offset if high is None else top)  # fmt: skip
+
+    def admits(self, ref: QueueRef) -> bool:
+        return all(allowed is None or value in allowed
+                   for allowed, value in zip(self.queues, ref, strict=True))  # fmt: skip
+
+
+class RocketMQBatchReader(DataSourceReader):
+    """``spark.read.format("rocketmq")``: one partition per queue with messages in range.
+
+    Planning (``partitions``) runs once on the driver and reads each queue's bounds;
+    ``read`` is stateless (see :func:`read_range`).
+    """
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self.settings = settings_of(options)
+        self.pushed = Pushed()
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        """Take what the broker or the plan can answer exactly; return the rest."""
+        rest = []
+        for flt in filters:
+            taken = self.pushed.take(flt)
+            is_tag = getattr(flt, "attribute", None) == ("tag",)
+            if taken is None or (is_tag and self.options.filter_type == "SQL"):
+                rest.append(flt)  # a pull has one filter: SQL and tags do not combine
+            else:
+                self.pushed = taken
+        return rest
+
+    def _filter(self) -> tuple[str | None, str, bool]:
+        """(expression, type, anything left) of the broker-side filter."""
+        tags = self.options.tags
+        if self.pushed.tags is not None:
+            tags = self.pushed.tags if tags is None else tags & self.pushed.tags
+        if tags is None:
+            return self.options.filter_expression, self.options.filter_type, True
+        return "||".join(sorted(tags)), "TAG", bool(tags)
+
+    def partitions(self) -> list[QueueRange]:
+        """One :class:`QueueRange` per queue with work in ``[starting, ending)``."""
+        expression, filter_type, any_tag = self._filter()
+        brokers = BrokerSet(self.options.endpoints)
+        try:
+            ranges = plan_batch(self.options, brokers)
+            return [replace(r, filter_expression=expression, filter_type=filter_type)
+                    for r in self._pruned(ranges) if any_tag]  # fmt: skip
+        finally:
+            brokers.close()
+
+    def _pruned(self, ranges: list[QueueRange]) -> Iterator[QueueRange]:
+        top = self.pushed.max_offset
+        for r in ranges:
+            start = max(r.start, self.pushed.min_offset)
+            end = r.end if top is None else min(r.end, top)
+            if self.pushed.admits(r.ref) and start < end:
+                yield replace(r, start=start, end=end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, QueueRange):
+            return iter(())  # Spark's placeholder partition when the plan is empty
+        return read_range(partition, self.settings, arrow_schema_of(self.schema))
+
+
+def plan_batch(options: ReadOptions, brokers: BrokerSet) -> list[QueueRange]:
+    """The ranges a batch read covers; ConfigError for inconsistent start/end options."""
+    assert options.ending is not None, "a batch read always has an ending"
+    topics = brokers.topics(options)
+    bounds = brokers.bounds(topics, explicit=options.topics is not None)
+    start = resolve(options.starting, bounds, brokers)
+    end = resolve(options.ending, bounds, brokers)
+    settings = settings_of(options)
+    ranges = []
+    for ref in sorted(bounds):
+        low, high = bounds[ref]
+        first, last = start[ref], end[ref]
+        if last > high:
+            raise ConfigError(f"option {options.ending.option!r}: end {last} of {ref} is "
+                              f"beyond the queue's end {high}")  # fmt: skip
+        if first > last:
+            raise ConfigError(f"option {options.starting.option!r}: start {first} of {ref} "
+                              f"is after its end {last} ({options.ending.option})")  # fmt: skip
+        if first < min(low, last):
+            data_loss(ref, first, min(low, last), settings, "were removed by retention")
+            first = min(low, last)
+        if first < last:
+            ranges.append(QueueRange(brokers.endpoint_of(ref.broker), ref, first, last))
+    return ranges

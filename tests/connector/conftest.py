@@ -1,0 +1,129 @@
+"""Shared fixtures of the connector tests: one SparkSession per run, one broker per module.
+
+* ``spark`` (session): ``local[2]``, UI off, 2 shuffle partitions, UTC, Python filter
+  pushdown on; its Python workers run this virtualenv's interpreter. The ``rocketmq``
+  format is never registered by hand: Spark finds ``pyspark_rocketmq.DefaultSource``.
+* ``broker`` / ``client`` (module): a broker process on a loopback port and our client.
+* helpers: :func:`new_topic` (a fresh topic per test), :func:`produce`,
+  :func:`read_batch`, :func:`read_stream`, :func:`run_available_now`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, Row, SparkSession
+
+from broker_core.client import OutgoingMessage, RocketMQClient, SendReceipt
+from tests.server.conftest import BrokerProcess, start_broker
+
+__all__ = ["BrokerProcess", "StreamRun", "new_topic", "produce", "read_batch", "read_stream",
+           "run_available_now", "start_broker"]  # fmt: skip
+
+_NAMES = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("rocketmq-connector-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker for the module (default config: 4 queues per auto-created topic)."""
+    proc = start_broker(tmp_path_factory.mktemp("connector-broker"))
+    yield proc
+    assert proc.stop() == 0, "".join(proc.output[-50:])
+
+
+@pytest.fixture(scope="module")
+def client(broker: BrokerProcess) -> Iterator[RocketMQClient]:
+    with RocketMQClient(broker.endpoint) as c:
+        yield c
+
+
+def new_topic(client: RocketMQClient, prefix: str = "t", *, queues: int = 2) -> str:
+    """Create a topic no other test uses, with ``queues`` queues."""
+    name = f"{prefix}-{next(_NAMES)}-{uuid.uuid4().hex[:6]}"
+    client.create_topic(name, queues=queues)
+    return name
+
+
+def produce(client: RocketMQClient, topic: str, count: int, *, tag: str | None = None,
+            prefix: str = "m", body_bytes: int = 0, keys: Sequence[str] = (),
+            properties: dict[str, str] | None = None) -> list[SendReceipt]:  # fmt: skip
+    """Send ``count`` messages in one request; bodies ``{prefix}-{i}`` (padded to
+    ``body_bytes``). The broker spreads them over the queues round robin."""
+    messages = [OutgoingMessage(f"{prefix}-{i}".encode().ljust(body_bytes, b"."), tag, keys,
+                                properties) for i in range(count)]  # fmt: skip
+    return client.send_batch(topic, messages)
+
+
+def read_batch(spark: SparkSession, endpoint: str, **options: str) -> DataFrame:
+    return spark.read.format("rocketmq").option("endpoints", endpoint).options(**options).load()
+
+
+def read_stream(spark: SparkSession, endpoint: str, **options: str) -> DataFrame:
+    return (spark.readStream.format("rocketmq").option("endpoints", endpoint)
+            .options(**options).load())  # fmt: skip
+
+
+@dataclass
+class StreamRun:
+    """What one available-now run saw: rows per batch id and the query's progress."""
+
+    batches: dict[int, list[Row]] = field(default_factory=dict)
+    progress: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[Row]:
+        return [row for batch_id in sorted(self.batches) for row in self.batches[batch_id]]
+
+    @property
+    def input_rows(self) -> list[int]:
+        """``numInputRows`` of every batch that read something."""
+        return [p["numInputRows"] for p in self.progress if p["numInputRows"]]
+
+
+def run_available_now(stream: DataFrame, checkpoint: Path,
+                      columns: Sequence[str] = ("topic", "queueId", "queueOffset", "body"),
+                      ) -> StreamRun:  # fmt: skip
+    """Run ``stream`` with ``trigger(availableNow=True)`` to the end; collect every batch."""
+    run = StreamRun()
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        run.batches[batch_id] = batch.select(*columns).collect()
+
+    query = (stream.writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())  # fmt: skip
+    query.awaitTermination(300)
+    run.progress = [dict(p) for p in query.recentProgress]
+    if query.exception() is not None:
+        raise query.exception()  # type: ignore[misc]
+    return run
