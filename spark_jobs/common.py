@@ -28,6 +28,7 @@ def session(app_name: str, master: str | None = None) -> SparkSession:
     """The active SparkSession or a new one (see the module docstring for the master)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run stays on loopback
     active = SparkSession.getActiveSession()
     if active is not None:
         return active

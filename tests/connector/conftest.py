@@ -35,6 +35,7 @@ _NAMES = itertools.count()
 def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark's traffic on loopback
     session = (
         SparkSession.builder.master("local[2]")
         .appName("rocketmq-connector-tests")
