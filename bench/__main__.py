@@ -6,12 +6,14 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from bench import produce, store_append
+from bench import produce, spark_rw, store_append
 from bench.report import Result, print_result
 
 WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "store-append": store_append.run,
     "produce": produce.run,
+    "spark-read": spark_rw.run_read,
+    "spark-write": spark_rw.run_write,
 }
 
 

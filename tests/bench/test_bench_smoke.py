@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("workload", ["store-append", "produce"])
+@pytest.mark.parametrize("workload", ["store-append", "produce", "spark-read", "spark-write"])
 def test_workload_runs_tiny_and_ends_with_a_json_result(workload: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench", workload, "--json", "--size", "tiny"],

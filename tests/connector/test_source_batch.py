@@ -143,6 +143,19 @@ def test_tag_filters_are_pushed_to_the_broker(spark: SparkSession, broker: Broke
         assert "tag#" in plan and " = A)" not in plan and "IN (A,B)" not in plan, plan
 
 
+def test_reads_work_with_spark_pushdown_config_off(spark: SparkSession, broker: BrokerProcess,
+                                                   mixed: str) -> None:  # fmt: skip
+    key = "spark.sql.python.filterPushdown.enabled"
+    spark.conf.set(key, "false")  # Spark's default: Spark then filters the rows itself
+    try:
+        only_a = read_batch(spark, broker.endpoint, topic=mixed).filter(F.col("tag") == "A")
+        assert sorted(r.tag for r in only_a.select("tag").collect()) == ["A"] * 10
+        plan = only_a._jdf.queryExecution().executedPlan().toString()
+        assert " = A)" in plan, plan  # not pushed: Spark evaluates the filter
+    finally:
+        spark.conf.set(key, "true")
+
+
 def test_pushed_tags_reduce_what_is_pulled(broker: BrokerProcess, mixed: str) -> None:
     """A counting check without Spark: the reader's own partitions and reads."""
     options = parse_read_options({"endpoints": broker.endpoint, "topic": mixed},

@@ -1,0 +1,113 @@
+"""spark-read / spark-write: the connector vs Spark's own Parquet source and sink.
+
+Both sides move the same rows through the same `local[2]` session in the same run:
+
+* **spark-read** — N messages of 128 B in 8 queues, read with ``format("rocketmq")`` into
+  the ``noop`` sink, vs the same rows (same schema) read from Parquet files into ``noop``.
+* **spark-write** — N rows (128 B body + topic) written with ``format("rocketmq")`` vs the
+  same DataFrame written as Parquet files.
+
+Throughput is rows per second over the timed action (the data is cached or produced
+before the clock starts).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.report import Result
+from broker_core.client import RocketMQClient
+from broker_core.server.launcher import launch_broker
+
+BODY_BYTES = 128
+QUEUES = 8
+SIZES = {"tiny": 2_000, "full": 1_000_000}
+
+
+def _spark() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+             .getOrCreate())  # fmt: skip
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _timed(action: Any) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def _produce(endpoint: str, topic: str, count: int) -> None:
+    body = bytes(range(BODY_BYTES))
+    with RocketMQClient(endpoint) as client:
+        client.create_topic(topic, queues=QUEUES)
+        for start in range(0, count, 512):
+            client.send_batch(topic, [body] * min(512, count - start))
+
+
+def _read(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, float]:
+    _produce(endpoint, "bench-read", count)
+    source = (spark.read.format("rocketmq").option("endpoints", endpoint)
+              .option("topic", "bench-read").load())  # fmt: skip
+    ours = _timed(lambda: source.write.format("noop").mode("overwrite").save())
+    parquet = str(root / "read.parquet")
+    source.write.parquet(parquet)  # the same rows, untimed
+    baseline = _timed(
+        lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()
+    )
+    return count / ours, count / baseline
+
+
+def _write(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, float]:
+    from pyspark.sql import functions as F
+
+    rows = (spark.range(count).select(
+        F.lit(bytes(range(BODY_BYTES))).alias("body"), F.lit("bench-write").alias("topic"))
+        .cache())  # fmt: skip
+    rows.count()
+    with RocketMQClient(endpoint) as client:
+        client.create_topic("bench-write", queues=QUEUES)
+    ours = _timed(lambda: rows.write.format("rocketmq").option("endpoints", endpoint)
+                  .mode("append").save())  # fmt: skip
+    baseline = _timed(lambda: rows.write.mode("overwrite").parquet(str(root / "write.parquet")))
+    return count / ours, count / baseline
+
+
+def _run(kind: str, size: str) -> list[Result]:
+    count = SIZES[size]
+    root = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
+    broker = launch_broker(root / "broker", config={"store": {"segment_size_bytes": 256 << 20}})
+    try:
+        spark = _spark()
+        run = _read if kind == "read" else _write
+        ours, baseline = run(spark, broker.endpoint, root, count)
+    finally:
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    result = Result(f"spark-{kind}", ours, baseline, "rows/s", goal=1.0,
+                    details={"rows": count, "body_bytes": BODY_BYTES, "queues": QUEUES})
+    result.rows = [
+        (f"format('rocketmq') {kind}", f"{ours:,.0f} rows/s", f"{count:,} rows of {BODY_BYTES} B"),
+        (f"Parquet {kind}", f"{baseline:,.0f} rows/s", "same rows, same session"),
+    ]
+    return [result]
+
+
+def run_read(size: str) -> list[Result]:
+    return _run("read", size)
+
+
+def run_write(size: str) -> list[Result]:
+    return _run("write", size)
