@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from pyspark.sql import DataFrameReader, SparkSession
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from broker_core.server.launcher import launch_broker
-from spark_jobs.common import session
+from examples._runner import run_example
 
 
 def run(spark: SparkSession, endpoint: str) -> None:
@@ -39,17 +36,7 @@ def run(spark: SparkSession, endpoint: str) -> None:
 
 
 def main(spark: SparkSession | None = None) -> int:
-    own = spark is None
-    spark = spark or session("example-batch-read")
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = launch_broker(Path(tmp))
-        try:
-            run(spark, broker.endpoint)
-        finally:
-            broker.stop()
-    if own:
-        spark.stop()
-    return 0
+    return run_example("example-batch-read", run, spark)
 
 
 if __name__ == "__main__":

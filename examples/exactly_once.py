@@ -10,15 +10,13 @@ again with the same checkpoint writes nothing new.
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from broker_core.server.launcher import launch_broker
-from spark_jobs.common import session
+from examples._runner import run_example
 
 
 def run(spark: SparkSession, endpoint: str, checkpoint: Path) -> None:
@@ -42,17 +40,7 @@ def run(spark: SparkSession, endpoint: str, checkpoint: Path) -> None:
 
 
 def main(spark: SparkSession | None = None) -> int:
-    own = spark is None
-    spark = spark or session("example-exactly-once")
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = launch_broker(Path(tmp) / "broker")
-        try:
-            run(spark, broker.endpoint, Path(tmp) / "checkpoint")
-        finally:
-            broker.stop()
-    if own:
-        spark.stop()
-    return 0
+    return run_example("example-exactly-once", run, spark, checkpoint=True)
 
 
 if __name__ == "__main__":

@@ -9,14 +9,11 @@ never leave it. The two options exclude each other.
 from __future__ import annotations
 
 import sys
-import tempfile
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from broker_core.server.launcher import launch_broker
-from spark_jobs.common import session
+from examples._runner import run_example
 
 
 def run(spark: SparkSession, endpoint: str) -> None:
@@ -34,17 +31,7 @@ def run(spark: SparkSession, endpoint: str) -> None:
 
 
 def main(spark: SparkSession | None = None) -> int:
-    own = spark is None
-    spark = spark or session("example-filters")
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = launch_broker(Path(tmp))
-        try:
-            run(spark, broker.endpoint)
-        finally:
-            broker.stop()
-    if own:
-        spark.stop()
-    return 0
+    return run_example("example-filters", run, spark)
 
 
 if __name__ == "__main__":

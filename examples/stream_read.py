@@ -8,14 +8,12 @@ stops. The checkpoint (a temporary directory here) is where a restart would cont
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from broker_core.server.launcher import launch_broker
-from spark_jobs.common import session
+from examples._runner import run_example
 
 
 def run(spark: SparkSession, endpoint: str, checkpoint: Path) -> None:
@@ -36,17 +34,7 @@ def run(spark: SparkSession, endpoint: str, checkpoint: Path) -> None:
 
 
 def main(spark: SparkSession | None = None) -> int:
-    own = spark is None
-    spark = spark or session("example-stream-read")
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = launch_broker(Path(tmp) / "broker")
-        try:
-            run(spark, broker.endpoint, Path(tmp) / "checkpoint")
-        finally:
-            broker.stop()
-    if own:
-        spark.stop()
-    return 0
+    return run_example("example-stream-read", run, spark, checkpoint=True)
 
 
 if __name__ == "__main__":

@@ -9,15 +9,12 @@ message per row, from the columns ``body`` (string or binary), ``tag``, ``keys``
 from __future__ import annotations
 
 import sys
-import tempfile
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from broker_core.client import RocketMQClient
-from broker_core.server.launcher import launch_broker
-from spark_jobs.common import session
+from examples._runner import run_example
 
 
 def run(spark: SparkSession, endpoint: str) -> None:
@@ -37,17 +34,7 @@ def run(spark: SparkSession, endpoint: str) -> None:
 
 
 def main(spark: SparkSession | None = None) -> int:
-    own = spark is None
-    spark = spark or session("example-write")
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = launch_broker(Path(tmp))
-        try:
-            run(spark, broker.endpoint)
-        finally:
-            broker.stop()
-    if own:
-        spark.stop()
-    return 0
+    return run_example("example-write", run, spark)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs.common import add_common, positive_int, session
+from spark_jobs.common import add_common, finish, positive_int, session
 
 COLUMNS = ("topic", "queueId", "queueOffset", "messageId", "tag", "keys", "body", "properties",
            "bornTimestamp", "storeTimestamp")  # fmt: skip
@@ -58,11 +58,7 @@ def run(spark: SparkSession, *, endpoints: str, topic: str, output: str, checkpo
     else:
         writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
     query = writer.start()
-    query.awaitTermination()
-    failure = query.exception()
-    if failure is not None:
-        raise failure
-    return query
+    return finish(query)
 
 
 def parser() -> argparse.ArgumentParser:

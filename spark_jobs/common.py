@@ -15,6 +15,7 @@ import sys
 from typing import Final
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 DEFAULT_MASTER: Final = "local[2]"
 
@@ -64,3 +65,12 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         help="broker host:port[,host:port]")
     parser.add_argument("--master", default=None,
                         help="Spark master (default: spark-submit's, else local[2])")
+
+
+def finish(query: StreamingQuery) -> StreamingQuery:
+    """Wait for a streaming query to end (availableNow ends by itself); raise its failure."""
+    query.awaitTermination()
+    failure = query.exception()
+    if failure is not None:
+        raise failure
+    return query

@@ -47,7 +47,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.common import add_common, positive_int, session
+from spark_jobs.common import add_common, finish, positive_int, session
 
 ORDER_SCHEMA = StructType([
     StructField("order_id", StringType()),
@@ -144,11 +144,7 @@ def run(spark: SparkSession, **kwargs: object) -> StreamingQuery:
     :func:`start_pipeline`.
     """
     query = start_pipeline(spark, **kwargs)  # type: ignore[arg-type]
-    query.awaitTermination()
-    failure = query.exception()
-    if failure is not None:
-        raise failure
-    return query
+    return finish(query)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -50,11 +50,9 @@ Crash contract:
   must otherwise be zero. Any other damage (power loss reordering mmap pages, a crash in
   ``truncate_from``, disk corruption) fails validation. Pages reach disk on ``flush``
   (fdatasync), when a file is sealed, or whenever the kernel writes them back.
-Threads: :class:`IndexFile` is not thread-safe; it is owned by an :class:`IndexService`,
-which serialises every public method with one lock, so a query never sees a half-done put
-or truncation. The store's dispatch thread is the only writer (``put_keys``,
-``truncate_from``, ``validate_and_repair`` at start-up); retention may call
-``delete_before``; any thread may call ``query``, ``max_phys_offset`` and ``flush``.
+
+Threads: :class:`IndexFile` is not thread-safe; its owner, ``index_service.IndexService``,
+serialises every call with one lock, so a query never sees a half-done put or truncation.
 """
 
 from __future__ import annotations
