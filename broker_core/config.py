@@ -131,6 +131,7 @@ class BrokerConfig:
     pop_revive_interval_ms: int = 1_000
     queue_lock_expiry_ms: int = 60_000
     max_pull_batch: int = 1_024
+    max_raw_pull_batch: int = 65_536  # raw pulls also stop at their byte budget
     max_long_polling_ms: int = 30_000
 
     def __post_init__(self) -> None:
@@ -144,7 +145,7 @@ class BrokerConfig:
                      "transaction_check_timeout_ms", "transaction_max_checks",
                      "transaction_check_interval_ms", "timer_precision_ms",
                      "pop_revive_interval_ms", "queue_lock_expiry_ms", "max_pull_batch",
-                     "max_long_polling_ms"):  # fmt: skip
+                     "max_raw_pull_batch", "max_long_polling_ms"):  # fmt: skip
             _require(getattr(self, name) >= 1, f"{name} must be ≥ 1")
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -51,8 +52,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from broker_core.client.columnar import UnitColumns, split_properties
 from broker_core.client.model import ReceivedMessage
 from broker_core.errors import ConfigError
+from broker_core.server.convert_out import SYSTEM_KEYS
 
 SCHEMA: Final = StructType([
     StructField("topic", StringType(), False),
@@ -126,4 +129,39 @@ def to_record_batch(messages: Sequence[ReceivedMessage], broker: str, schema: pa
         [m.message_group for m in messages],
     ]
     arrays = [pa.array(values, type=schema.field(i).type) for i, values in enumerate(columns)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _constant(text: str, count: int) -> pa.Array:
+    """A string column holding ``text`` ``count`` times (built from buffers, no Python list)."""
+    raw = text.encode()
+    offsets = np.arange(0, len(raw) * count + 1, len(raw) or 1, dtype=np.int32)[: count + 1]
+    if not raw:
+        offsets = np.zeros(count + 1, np.int32)
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(raw * count)]
+    return pa.Array.from_buffers(pa.string(), count, buffers)
+
+
+def _timestamps_us(epoch_ms: np.ndarray) -> pa.Array:
+    return pa.array(epoch_ms * US_PER_MS, pa.timestamp("us", tz="UTC"))
+
+
+def units_to_record_batch(cols: UnitColumns, broker: str, schema: pa.Schema, *,
+                          include_properties: bool = True) -> pa.RecordBatch:  # fmt: skip
+    """One record batch of bulk-decoded units (all from ``broker``) with exactly ``schema``.
+
+    Column for column the same rows :func:`to_record_batch` builds from messages, made
+    with Arrow kernels instead of Python lists.
+    """
+    props = split_properties(cols, SYSTEM_KEYS)
+    n = cols.count
+    columns = [
+        cols.topic, _constant(broker, n), pa.array(cols.queue_id, pa.int32()),
+        pa.array(cols.queue_offset, pa.int64()), props.message_id, props.tag, props.keys,
+        cols.body, props.user if include_properties else pa.nulls(n, schema.field(8).type),
+        _timestamps_us(cols.born_timestamp_ms), _timestamps_us(cols.store_timestamp_ms),
+        props.message_group,
+    ]  # fmt: skip
+    arrays = [a if a.type == schema.field(i).type else a.cast(schema.field(i).type)
+              for i, a in enumerate(columns)]  # fmt: skip
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

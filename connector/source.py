@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
@@ -37,6 +38,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_core.client import RocketMQClient
+from broker_core.client.columnar import check_placement, decode_units
 from broker_core.errors import (
     ConfigError,
     InvalidOffsetError,
@@ -44,13 +46,13 @@ from broker_core.errors import (
     RocketMQError,
     TopicNotFoundError,
 )
-from connector.arrow import arrow_schema_of, to_record_batch
+from connector.arrow import arrow_schema_of, units_to_record_batch
 from connector.offsets import EARLIEST, LATEST, Offsets, QueueRef
 from connector.options import OffsetSpec, ReadOptions
 
 log = logging.getLogger(__name__)
 
-PULL_MAX_COUNT: Final = 1024  # the broker caps a pull at max_pull_batch (1024) anyway
+PULL_MAX_BYTES: Final = 8 << 20  # per bulk pull: one Arrow batch of about this size
 STALL_RETRIES: Final = 20
 STALL_SLEEP_S: Final = 0.05
 
@@ -127,24 +129,31 @@ def read_range(part: QueueRange, settings: ReadSettings,
     """Yield the messages ``[part.start, part.end)`` of one queue, one batch per pull.
 
     Opens (and closes) its own client, so it runs anywhere the partition is shipped.
-    Messages the broker filters out are skipped but still counted as read.
+    Pulls are bulk pulls (``pull_raw``): the units are checked (CRCs, queue, order) and
+    decoded as columns. Messages the broker filters out are skipped but still counted
+    as read.
     """
     client = RocketMQClient(part.endpoint)
     ref, offset, stalls = part.ref, part.start, 0
     try:
         while offset < part.end:
             try:
-                batch = client.pull(settings.group, ref.topic, ref.queue_id, offset,
-                                    min(part.end - offset, PULL_MAX_COUNT),
-                                    filter_expression=part.filter_expression,
-                                    filter_type=part.filter_type, with_bounds=False)  # fmt: skip
+                batch = client.pull_raw(settings.group, ref.topic, ref.queue_id, offset,
+                                        part.end - offset, max_bytes=PULL_MAX_BYTES,
+                                        filter_expression=part.filter_expression,
+                                        filter_type=part.filter_type)  # fmt: skip
             except InvalidOffsetError as exc:
                 offset = _after_illegal_offset(part, offset, exc, settings)
                 continue
-            messages = [m for m in batch.messages if m.queue_offset < part.end]
-            if messages:
-                yield to_record_batch(messages, ref.broker, schema,
-                                      include_properties=settings.include_properties)
+            if batch.count:
+                cols = decode_units(batch.data, batch.sizes)
+                check_placement(cols, ref.topic, ref.queue_id, offset)
+                # A filtered pull counts matches, so it may run past the range's end.
+                keep = int(np.searchsorted(cols.queue_offset, part.end))
+                if keep:
+                    rows = units_to_record_batch(cols, ref.broker, schema,
+                                                 include_properties=settings.include_properties)
+                    yield rows if keep == cols.count else rows.slice(0, keep)
             if batch.next_offset > offset:
                 offset, stalls = batch.next_offset, 0
             else:

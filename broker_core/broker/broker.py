@@ -27,7 +27,7 @@ from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop import PopConfig, PoppedMessage, PopService
-from broker_core.broker.pull import PullResult, PullService
+from broker_core.broker.pull import DEFAULT_PULL_MAX_BYTES, PullResult, PullService
 from broker_core.broker.rebalance import MessageQueue
 from broker_core.broker.retry import delay_level_ms
 from broker_core.broker.schedule import ScheduleService
@@ -296,17 +296,24 @@ class Broker:
     # ---- pull consumers -------------------------------------------------------------------
 
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, *,
-             filter: MessageFilter | None = None, timeout_ms: int = 0) -> PullResult:  # fmt: skip
-        """Offset-based pull; with ``timeout_ms`` it long-polls for new messages."""
+             filter: MessageFilter | None = None, timeout_ms: int = 0, raw: bool = False,
+             max_bytes: int = DEFAULT_PULL_MAX_BYTES) -> PullResult:  # fmt: skip
+        """Offset-based pull; with ``timeout_ms`` it long-polls for new messages.
+
+        ``raw`` pulls hand out the stored units (``PullResult.raw``) for bulk readers, up
+        to ``max_raw_pull_batch`` of them; decoded pulls stop at ``max_pull_batch``.
+        """
         self.group(group)
         config = self.topics.for_read(topic)
         if not 0 <= queue_id < config.read_queue_nums:
             raise InvalidArgumentError(f"queue {queue_id} of topic {topic} does not exist")
-        max_count = min(max_count, self.config.max_pull_batch)
+        cap = self.config.max_raw_pull_batch if raw else self.config.max_pull_batch
+        max_count = min(max_count, cap)
         if timeout_ms <= 0:
-            return self.pulls.pull(topic, queue_id, offset, max_count, filter=filter)
+            return self.pulls.pull(topic, queue_id, offset, max_count, filter=filter,
+                                   max_bytes=max_bytes, raw=raw)  # fmt: skip
         return self.long_polling.pull_blocking(
-            topic, queue_id, offset, max_count, filter=filter,
+            topic, queue_id, offset, max_count, filter=filter, max_bytes=max_bytes, raw=raw,
             timeout_ms=min(timeout_ms, self.config.max_long_polling_ms),
         )  # fmt: skip
 

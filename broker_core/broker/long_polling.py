@@ -213,10 +213,11 @@ class LongPollingService:
         *,
         filter: MessageFilter | None = None,
         max_bytes: int = DEFAULT_PULL_MAX_BYTES,
+        raw: bool = False,
         timeout_ms: int,
     ) -> PullResult:
         """Pull, waiting up to ``timeout_ms`` for messages (thread-per-request servers)."""
-        request = PullRequest(topic, queue_id, offset, max_count, filter, max_bytes)
+        request = PullRequest(topic, queue_id, offset, max_count, filter, max_bytes, raw)
         answered = threading.Event()
         box: list[PullResult] = []
 

@@ -62,6 +62,7 @@ from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
 from broker_core.message import StoredMessage
 from broker_core.store.message_store import GetResult, MessageStore, TagCodeFilter
 from broker_core.store.message_store import MessageFilter as StoredMessageFilter
+from broker_core.store.raw_read import RawUnits
 
 DEFAULT_PULL_MAX_COUNT = 32
 DEFAULT_PULL_MAX_BYTES = 4 << 20
@@ -97,6 +98,7 @@ class PullRequest:
     max_count: int = DEFAULT_PULL_MAX_COUNT
     filter: MessageFilter | None = None
     max_bytes: int = DEFAULT_PULL_MAX_BYTES
+    raw: bool = False  # hand out the stored units (PullResult.raw), not decoded messages
 
     def __post_init__(self) -> None:
         """Reject what no queue could answer, with InvalidOffsetError."""
@@ -114,7 +116,7 @@ class PullRequest:
     def at(self, offset: int) -> PullRequest:
         """The same request from another offset."""
         return PullRequest(self.topic, self.queue_id, offset, self.max_count, self.filter,
-                           self.max_bytes)  # fmt: skip
+                           self.max_bytes, self.raw)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -133,6 +135,7 @@ class PullResult:
     error: OffsetOutOfRangeError | None = None
     scanned: int = 0
     filtered: int = 0
+    raw: RawUnits | None = None  # for raw requests: the units found, as stored
 
     @property
     def problem(self) -> str:
@@ -192,15 +195,18 @@ class PullService:
         *,
         filter: MessageFilter | None = None,
         max_bytes: int = DEFAULT_PULL_MAX_BYTES,
+        raw: bool = False,
     ) -> PullResult:
         """Pull up to ``max_count`` messages (and about ``max_bytes``) from ``offset``."""
-        return self.execute(PullRequest(topic, queue_id, offset, max_count, filter, max_bytes))
+        return self.execute(PullRequest(topic, queue_id, offset, max_count, filter, max_bytes,
+                                        raw))  # fmt: skip
 
     def execute(self, request: PullRequest) -> PullResult:
         """Run one :class:`PullRequest` (the form long polling re-runs)."""
         tag_filter, message_filter = store_filters(request.filter)
+        read = self._store.get_raw if request.raw else self._store.get_messages
         try:
-            got = self._store.get_messages(
+            got = read(
                 request.topic, request.queue_id, request.offset, request.max_count,
                 max_bytes=request.max_bytes, tag_filter=tag_filter, message_filter=message_filter,
             )  # fmt: skip
@@ -231,6 +237,6 @@ def _result_of(got: GetResult, offset: int) -> PullResult:
     if offset == got.max_offset:
         status = PullStatus.NO_NEW_MESSAGE
     else:
-        status = status_of_read(len(got.messages), got.scanned)
+        status = status_of_read(got.found, got.scanned)
     return PullResult(status, got.next_offset, got.min_offset, got.max_offset, got.messages,
-                      scanned=got.scanned, filtered=got.filtered)  # fmt: skip
+                      scanned=got.scanned, filtered=got.filtered, raw=got.raw)  # fmt: skip

@@ -45,7 +45,14 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 from broker_core.client import convert
 from broker_core.client.admin import ADMIN_SERVICE, AdminCalls, decode_response, encode_request
 from broker_core.client.errors import check, transport_error
-from broker_core.client.model import OutgoingMessage, PullBatch, QueueInfo, SendReceipt
+from broker_core.client.model import (
+    OutgoingMessage,
+    PullBatch,
+    QueueInfo,
+    RawPullBatch,
+    SendReceipt,
+)
+from broker_core.client.raw import RAW_PULL_METHOD, decode_raw_pull
 from broker_core.errors import InvalidArgumentError, InvalidOffsetError, RocketMQError
 
 T = TypeVar("T")
@@ -297,6 +304,35 @@ class RocketMQClient(AdminCalls):
         low, high = (self.query_offset(topic, queue_id, "BEGINNING"),
                      self.query_offset(topic, queue_id, "END")) if with_bounds else (-1, -1)
         return PullBatch(messages, next_offset, low, high)
+
+    def pull_raw(
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, *,
+        max_bytes: int | None = None, filter_expression: str | None = None,
+        filter_type: str = "TAG", long_polling_timeout_ms: int = 0,
+    ) -> RawPullBatch:  # fmt: skip
+        """Like :meth:`pull`, but the units come back as stored, for decoding in bulk.
+
+        One call can return up to the broker's ``max_raw_pull_batch`` units (and about
+        ``max_bytes``, default 8 MiB). Decode and verify the batch with
+        ``columnar.decode_units(batch.data, batch.sizes)``. Errors as for :meth:`pull`.
+        """
+        if filter_type not in FILTER_TYPES:
+            raise InvalidArgumentError(f"filter_type must be TAG or SQL, got {filter_type!r}")
+        if max_count < 1 or offset < 0:
+            raise InvalidArgumentError("pull needs max_count >= 1 and offset >= 0")
+        payload: dict[str, Any] = {"group": group, "topic": topic, "queue_id": queue_id,
+                                   "offset": offset, "max_count": max_count}  # fmt: skip
+        if max_bytes is not None:
+            payload["max_bytes"] = max_bytes
+        if filter_expression:
+            payload.update(filter_type=filter_type, filter_expression=filter_expression)
+        if long_polling_timeout_ms > 0:
+            payload["long_polling_timeout_ms"] = long_polling_timeout_ms
+        request = encode_request(payload)
+        call = self._channel_for_process().unary_unary(RAW_PULL_METHOD)
+        timeout_s = self.timeout_s + max(0, long_polling_timeout_ms) / 1000
+        return self._retrying("PullRaw", lambda: decode_raw_pull(
+            call(request, timeout=timeout_s, metadata=self._metadata()), offset))  # fmt: skip
 
     def _pull_once(self, request: Any, deadline_s: float) -> tuple[list[Any], int]:
         """One PullMessage stream: status, messages, next_offset (read to its end)."""

@@ -87,6 +87,26 @@ class PullBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class RawPullBatch:
+    """One bulk pull of one queue: the stored units, undecoded and unverified.
+
+    ``data`` holds ``len(sizes)`` units back to back (``sizes`` is an int32 numpy array);
+    ``broker_core.client.columnar.decode_units`` checks and decodes them. Offsets as in
+    :class:`PullBatch`.
+    """
+
+    data: bytes
+    sizes: Any  # numpy int32 array
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+    @property
+    def count(self) -> int:
+        return len(self.sizes)
+
+
+@dataclass(frozen=True, slots=True)
 class QueueInfo:
     """One message queue from a route: where it lives and what it permits."""
 

@@ -26,6 +26,7 @@ from broker_core.config import load_config
 from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
 from broker_core.server.context import ServerContext
+from broker_core.server.raw_pull import bulk_handler
 from broker_core.server.service import MessagingService
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def build(args: argparse.Namespace) -> BrokerServer:
     broker_config, store_config = load_config(args.config, **overrides)
     server = BrokerServer(Broker(broker_config, store_config), args.listen,
                           advertise=args.advertise)  # fmt: skip
-    server.add_generic_handlers([admin_handler(server.ctx)])
+    server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
     return server
 
 

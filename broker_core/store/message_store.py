@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from broker_core.config import FlushMode, StoreConfig
 from broker_core.errors import (
     BusyError,
@@ -48,10 +50,11 @@ from broker_core.message import (
 from broker_core.store import codec
 from broker_core.store.cleanup import CleanupReport, CleanupService, disk_used_ratio
 from broker_core.store.commitlog import CommitLog
-from broker_core.store.consume_queue import UNIT, ConsumeQueueSet
+from broker_core.store.consume_queue import UNIT, ConsumeQueue, ConsumeQueueSet
 from broker_core.store.dispatch import Dispatcher, Listener
 from broker_core.store.flush import Checkpoint, CommitLogFlusher, DerivedFlusher
 from broker_core.store.index_service import IndexService
+from broker_core.store.raw_read import RawUnits, queue_units, read_spans, within_bytes
 from broker_core.store.recovery import RecoveryReport, recover
 
 log = logging.getLogger(__name__)
@@ -99,6 +102,12 @@ class GetResult:
     scanned: int = 0
     filtered: int = 0
     total_bytes: int = field(default=0)
+    raw: RawUnits | None = None  # set by get_raw: the units instead of decoded messages
+
+    @property
+    def found(self) -> int:
+        """Messages delivered, decoded or raw."""
+        return self.raw.count if self.raw is not None else len(self.messages)
 
 
 class MessageStore:
@@ -272,6 +281,61 @@ class MessageStore:
         queue's minimum or above its maximum raise OffsetOutOfRangeError; ``offset ==
         max`` returns no messages. ``next_offset`` is where the following read starts.
         """
+        cq, result = self._start_read(topic, queue_id, offset, max_count)
+        if cq is None or offset == result.max_offset:
+            return result
+        hi = result.max_offset
+        while result.next_offset < hi and len(result.messages) < max_count:
+            if result.scanned >= _MAX_SCAN_UNITS or result.total_bytes >= max_bytes:
+                break
+            raw = cq.read_units(result.next_offset, min(max_count * 4, 4096))
+            if not raw or self._read_units(raw, result, max_count, max_bytes, tag_filter,
+                                           message_filter):  # fmt: skip
+                break
+        return result
+
+    def get_raw(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = 64 << 20,
+        tag_filter: TagCodeFilter | None = None,
+        message_filter: MessageFilter | None = None,
+    ) -> GetResult:
+        """:meth:`get_messages`, but the result's ``raw`` holds the units as stored.
+
+        Unfiltered reads never decode a message (see ``raw_read``); filtered reads decode
+        to filter, then hand out the matching units' bytes.
+        """
+        if tag_filter is not None or message_filter is not None:
+            got = self.get_messages(
+                topic, queue_id, offset, max_count, max_bytes=max_bytes,
+                tag_filter=tag_filter, message_filter=message_filter,
+            )  # fmt: skip
+            phys = np.array([m.physical_offset for m in got.messages], np.int64)
+            sizes = np.array([m.stored_size for m in got.messages], np.int32)
+            got.raw = RawUnits(read_spans(self.commitlog, phys, sizes), sizes)
+            got.messages = []
+            return got
+        cq, result = self._start_read(topic, queue_id, offset, max_count)
+        if cq is None or offset == result.max_offset:
+            result.raw = RawUnits.empty()
+            return result
+        units = queue_units(cq, offset, min(max_count, result.max_offset - offset))
+        units = units[: within_bytes(units["size"], max_bytes)]
+        sizes = units["size"].astype(np.int32)
+        result.raw = RawUnits(read_spans(self.commitlog, units["phys"], sizes), sizes)
+        result.scanned = len(units)
+        result.next_offset = offset + len(units)
+        result.total_bytes = len(result.raw.data)
+        return result
+
+    def _start_read(self, topic: str, queue_id: int, offset: int,
+                    max_count: int) -> tuple[ConsumeQueue | None, GetResult]:  # fmt: skip
+        """The queue and an empty result for a read at ``offset``; raises if it is illegal."""
         if offset < 0 or max_count < 1:
             raise InvalidOffsetError(f"bad read: offset {offset}, max_count {max_count}")
         cq = self.queues.get(topic, queue_id)
@@ -282,17 +346,7 @@ class MessageStore:
                 f"{topic}:{queue_id} offset {offset}",
                 min_offset=lo, max_offset=hi,
             )  # fmt: skip
-        result = GetResult([], offset, lo, hi)
-        if cq is None or offset == hi:
-            return result
-        while result.next_offset < hi and len(result.messages) < max_count:
-            if result.scanned >= _MAX_SCAN_UNITS or result.total_bytes >= max_bytes:
-                break
-            raw = cq.read_units(result.next_offset, min(max_count * 4, 4096))
-            if not raw or self._read_units(raw, result, max_count, max_bytes, tag_filter,
-                                           message_filter):  # fmt: skip
-                break
-        return result
+        return cq, GetResult([], offset, lo, hi)
 
     def _read_units(
         self,
