@@ -219,8 +219,12 @@ class Broker:
         results: list[SendResult | None] = [None] * len(messages)
         plain: list[tuple[int, Message]] = []
         now = self._clock_ms()
+        configs: dict[str, TopicConfig] = {}  # one lookup per topic, not per message
         for i, msg in enumerate(messages):
-            self._prepare_for_send(msg, now)
+            config = configs.get(msg.topic)
+            if config is None:
+                config = configs[msg.topic] = self.topics.for_send(msg.topic)
+            self._prepare_for_send(msg, config, now)
             held = self._send_held(msg, producer_group, now)
             if held is None:
                 plain.append((i, msg))
@@ -232,8 +236,7 @@ class Broker:
                 results[i] = SendResult(put.message_id, msg.topic, msg.queue_id, put.queue_offset)
         return [r for r in results if r is not None]
 
-    def _prepare_for_send(self, msg: Message, now: int) -> None:
-        config = self.topics.for_send(msg.topic)
+    def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
             self._send_counter += 1
             msg.queue_id = self.topics.write_queue_for(

@@ -209,10 +209,8 @@ class RocketMQClient(AdminCalls):
         body. The broker stores the whole batch or none of it (a bad message fails the
         request with its error, e.g. MessageTooLargeError).
         """
-        request = service_pb2.SendMessageRequest()
-        for item in messages:
-            request.messages.append(convert.to_protobuf(topic, OutgoingMessage.of(item),
-                                                        namespace=self.namespace))  # fmt: skip
+        request = service_pb2.SendMessageRequest(messages=convert.batch_to_protobuf(
+            topic, map(OutgoingMessage.of, messages), namespace=self.namespace))  # fmt: skip
         if not request.messages:
             raise InvalidArgumentError("send_batch needs at least one message")
         response = self._unary("SendMessage", request)

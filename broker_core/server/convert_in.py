@@ -45,14 +45,13 @@ that ``server/status.py`` maps to codes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-
-from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker_core.broker.timer_policy import PROPERTY_TIMER_DELIVER_MS
 from broker_core.broker.transaction_check import PROPERTY_CHECK_BASE_MS, PROPERTY_CHECK_IMMUNITY_S
@@ -92,6 +91,13 @@ from broker_core.message import (
     Message,
     validate_topic_name,
 )
+from broker_core.pb_enums import (
+    DIGEST_TYPE_NAMES,
+    MESSAGE_TYPE_NAMES,
+    DigestType,
+    Encoding,
+    MessageType,
+)
 
 # Keys the broker gives meaning to: a producer may not set them as user properties
 # (RocketMQ's MessageConst.STRING_HASH_SET plays this part).
@@ -115,7 +121,8 @@ MAX_TAG_CHARS: Final = 255
 MAX_TIMESTAMP_SECONDS: Final = 253_402_300_799  # 9999-12-31T23:59:59Z, the protobuf maximum
 _RESERVED_CHARS = re.compile("[\x00\x01\x02]")  # the store's property separators (and NUL)
 
-Type = pb.MessageType
+Type = MessageType
+_WANTS: Final = {Type.NORMAL: (False, False), Type.FIFO: (True, False), Type.DELAY: (False, True)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,23 +178,23 @@ def body_digest(body: bytes, digest_type: int) -> str:
 
     Upper case, as the clients send it. InvalidArgumentError for an unknown type.
     """
-    if digest_type == pb.DigestType.CRC32:
+    if digest_type == DigestType.CRC32:
         return f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
-    if digest_type == pb.DigestType.MD5:
+    if digest_type == DigestType.MD5:
         return hashlib.md5(body).hexdigest().upper()
-    if digest_type == pb.DigestType.SHA1:
+    if digest_type == DigestType.SHA1:
         return hashlib.sha1(body).hexdigest().upper()
     raise InvalidArgumentError(f"unknown body digest type {digest_type}")
 
 
 def verify_digest(body: bytes, digest: Any, message_id: str) -> None:
     """Raise MessageCorruptedError (MESSAGE_CORRUPTED) when the body fails its digest."""
-    if digest.type == pb.DigestType.DIGEST_TYPE_UNSPECIFIED:
+    if digest.type == DigestType.DIGEST_TYPE_UNSPECIFIED:
         return
     expected = digest.checksum.strip().upper()
     actual = body_digest(body, digest.type)
     if expected != actual:
-        kind = pb.DigestType.Name(digest.type)
+        kind = DIGEST_TYPE_NAMES.get(digest.type, str(digest.type))
         raise MessageCorruptedError(
             f"message {message_id}: body {kind} digest is {actual}, the client sent "
             f"{expected or 'an empty one'}; the body was damaged on its way"
@@ -201,9 +208,9 @@ def decode_body(body: bytes, encoding: int, max_body_bytes: int) -> bytes:
     MessageCorruptedError when a compressed body does not inflate, InvalidArgumentError for an
     unknown encoding.
     """
-    if encoding in (pb.Encoding.IDENTITY, pb.Encoding.ENCODING_UNSPECIFIED):
+    if encoding in (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED):
         plain, inflated = body, False
-    elif encoding == pb.Encoding.GZIP:
+    elif encoding == Encoding.GZIP:
         wbits = 31 if body[:2] == b"\x1f\x8b" else 15  # gzip header, else zlib (as clients do)
         inflater = zlib.decompressobj(wbits)
         try:
@@ -283,14 +290,13 @@ def _check_type(declared: int, *, has_group: bool, has_delivery: bool) -> bool:
     ``MESSAGE_TYPE_UNSPECIFIED`` is taken from the fields. A conflict is
     MessageTypeConflictError (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
     """
-    name = Type.Name(declared) if declared in Type.values() else str(declared)
-    if declared in (Type.LITE, Type.PRIORITY) or declared not in Type.values():
+    name = MESSAGE_TYPE_NAMES.get(declared, str(declared))
+    if declared in (Type.LITE, Type.PRIORITY) or declared not in MESSAGE_TYPE_NAMES:
         raise UnsupportedError(f"message type {name} is not supported by this broker")
     if has_group and has_delivery:
         raise MessageTypeConflictError("a message cannot have both a message group and a "
                                    "delivery timestamp")  # fmt: skip
-    wants = {Type.NORMAL: (False, False), Type.FIFO: (True, False), Type.DELAY: (False, True)}
-    if declared in wants and wants[declared] != (has_group, has_delivery):
+    if declared in _WANTS and _WANTS[declared] != (has_group, has_delivery):
         raise MessageTypeConflictError(
             f"message type {name} conflicts with the message: "
             f"{'a' if has_group else 'no'} message group, "
@@ -346,6 +352,7 @@ def to_message(proto: Any, *, limits: Limits, peer: tuple[str, int], now_ms: int
                    born_host=(_born_host(sp.born_host, peer[0]), peer[1]))  # fmt: skip
 
 
+@functools.lru_cache(maxsize=1024)  # a producer sends the same claim with every message
 def _born_host(claimed: str, peer_host: str) -> str:
     """The born host to store: the client's own IPv4 address if it gave one, else the peer."""
     parts = claimed.split(".")
