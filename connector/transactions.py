@@ -2,7 +2,7 @@
 
 Our client sends plain messages only; the exactly-once sink needs two more calls, built
 here with the ``rocketmq.grpc_protocol`` stubs and sent through the client's retrying
-unary call (so they get its channel, metadata, retries and error mapping):
+``call`` (so they get its channel, metadata, retries and error mapping):
 
 * :func:`prepare` — ONE ``SendMessage`` whose messages are all of type TRANSACTION: the
   broker stores each as an invisible *half* message. The broker takes the topic as the
@@ -82,18 +82,17 @@ def prepare(client: RocketMQClient, topic: str, messages: Sequence[OutgoingMessa
     """
     if recovery_ms < 1000:
         raise InvalidArgumentError(f"recovery_ms must be >= 1000, got {recovery_ms}")
-    request = service_pb2.SendMessageRequest()
-    for msg in messages:
-        if msg.delivery_timestamp_ms is not None:
-            raise InvalidArgumentError("a transactional message cannot have a delivery time")
-        proto = convert.to_protobuf(topic, msg, namespace=client.namespace)
+    if any(msg.delivery_timestamp_ms is not None for msg in messages):
+        raise InvalidArgumentError("a transactional message cannot have a delivery time")
+    protos = convert.batch_to_protobuf(topic, messages, namespace=client.namespace)
+    for proto in protos:
         props = proto.system_properties
         props.message_type = pb.MessageType.TRANSACTION
         props.orphaned_transaction_recovery_duration.FromMilliseconds(recovery_ms)
-        request.messages.append(proto)
+    request = service_pb2.SendMessageRequest(messages=protos)
     if not request.messages:
         raise InvalidArgumentError("prepare needs at least one message")
-    response = client._unary("SendMessage", request)
+    response = client.call("SendMessage", request)
     if len(response.entries) != len(request.messages):
         raise RocketMQError(f"broker answered {len(response.entries)} entries for "
                             f"{len(request.messages)} messages")  # fmt: skip
@@ -121,7 +120,7 @@ def end(client: RocketMQClient, half: HalfRef, *, commit: bool) -> EndOutcome:
     request.topic.name = half.topic
     request.topic.resource_namespace = client.namespace
     try:
-        client._unary("EndTransaction", request)
+        client.call("EndTransaction", request)
     except MessageNotFoundError as exc:
         text = str(exc)
         if "already committed" in text:

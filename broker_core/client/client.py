@@ -176,8 +176,13 @@ class RocketMQClient(AdminCalls):
                 time.sleep(min(MAX_BACKOFF_S, self.retry_backoff_s * 2 ** (number - 1)))
         raise AssertionError("unreachable")  # the loop always returns or raises
 
-    def _unary(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
-        """Call a unary MessagingService RPC; raise unless its status is OK."""
+    def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
+        """Call any unary ``MessagingService`` RPC; raise our error unless its status is OK.
+
+        The escape hatch for requests this client has no method for (built with the
+        ``rocketmq.grpc_protocol`` stubs, e.g. a transactional SendMessage): it brings
+        this client's channel, metadata, retries and error mapping.
+        """
 
         def attempt() -> Any:
             response = getattr(self.stub, method)(
@@ -213,7 +218,7 @@ class RocketMQClient(AdminCalls):
             topic, map(OutgoingMessage.of, messages), namespace=self.namespace))  # fmt: skip
         if not request.messages:
             raise InvalidArgumentError("send_batch needs at least one message")
-        response = self._unary("SendMessage", request)
+        response = self.call("SendMessage", request)
         if len(response.entries) != len(request.messages):
             raise RocketMQError(f"broker answered {len(response.entries)} entries for "
                                 f"{len(request.messages)} messages")  # fmt: skip
@@ -237,7 +242,7 @@ class RocketMQClient(AdminCalls):
         host, _, port = self.endpoint.rpartition(":")
         request.endpoints.scheme = pb.AddressScheme.IPv4
         request.endpoints.addresses.add(host=host, port=int(port))
-        response = self._unary("QueryRoute", request)
+        response = self.call("QueryRoute", request)
         return sorted((convert.queue_from_protobuf(q) for q in response.message_queues),
                       key=lambda q: q.queue_id)  # fmt: skip
 
@@ -245,14 +250,14 @@ class RocketMQClient(AdminCalls):
         """The offset ``group`` committed in the queue."""
         request = service_pb2.GetOffsetRequest(
             group=self._resource(group), message_queue=convert.message_queue(topic, queue_id))
-        return int(self._unary("GetOffset", request).offset)
+        return int(self.call("GetOffset", request).offset)
 
     def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Commit ``offset`` (the next message to consume) for ``group`` in the queue."""
         request = service_pb2.UpdateOffsetRequest(
             group=self._resource(group), message_queue=convert.message_queue(topic, queue_id),
             offset=offset)  # fmt: skip
-        self._unary("UpdateOffset", request)
+        self.call("UpdateOffset", request)
 
     def query_offset(self, topic: str, queue_id: int, policy: str = "END", *,
                      timestamp_ms: int | None = None) -> int:  # fmt: skip
@@ -267,7 +272,7 @@ class RocketMQClient(AdminCalls):
             query_offset_policy=QUERY_POLICIES[policy])  # fmt: skip
         if timestamp_ms is not None:
             request.timestamp.FromMilliseconds(timestamp_ms)
-        return int(self._unary("QueryOffset", request).offset)
+        return int(self.call("QueryOffset", request).offset)
 
     # ---- pulling ---------------------------------------------------------------------------
 
