@@ -165,13 +165,13 @@ class CommitLog:
             keep.pop()  # an empty segment at the tail: remove, it is recreated on demand
         for seg in self._segments[len(keep) :]:
             report.dropped_segments.append(seg.path.name)
-            report.dropped_bytes += _written_bytes(seg)
+            report.dropped_bytes += seg.written_end()
             seg.destroy()
         self._segments = keep
         if keep:
             last = keep[-1]
             local = offset - last.base_offset
-            report.dropped_bytes += max(0, _written_bytes(last) - local)
+            report.dropped_bytes += max(0, last.written_end(local) - local)
             last.truncate_to(local)
 
     # ---- writing --------------------------------------------------------------------
@@ -360,16 +360,3 @@ class CommitLog:
         self.flush()
         for seg in self._segments:
             seg.close()
-
-
-def _written_bytes(seg: MappedFile) -> int:
-    """Bytes of a segment up to its last non-zero byte (for loss reports)."""
-    buf = seg.buffer
-    end = seg.size
-    step = 1 << 16
-    while end > 0:
-        start = max(0, end - step)
-        if buf[start:end].strip(b"\x00"):
-            return start + len(buf[start:end].rstrip(b"\x00"))
-        end = start
-    return 0

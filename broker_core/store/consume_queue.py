@@ -70,7 +70,7 @@ class ConsumeQueue:
             if path.stat().st_size != self.file_bytes:
                 raise CorruptionError(f"consume queue file is not {self.file_bytes} bytes",
                                       path=str(path), position=0)  # fmt: skip
-            mf = MappedFile(path, self.file_bytes, create=False)
+            mf = MappedFile(path, self.file_bytes, create=False, random_access=True)
             mf.wrote_position = mf.flushed_position = self.file_bytes
             files.append(mf)
         self._files = files
@@ -124,7 +124,8 @@ class ConsumeQueue:
             return files[-1]
         base = byte_pos - byte_pos % self.file_bytes
         self.directory.mkdir(parents=True, exist_ok=True)
-        mf = MappedFile(self.directory / segment_name(base), self.file_bytes, create=True)
+        mf = MappedFile(self.directory / segment_name(base), self.file_bytes, create=True,
+                        random_access=True)  # fmt: skip
         if files:
             files[-1].wrote_position = self.file_bytes
         self._files = [*files, mf]

@@ -25,7 +25,8 @@ _ZERO_CHUNK = bytes(1 << 20)
 class MappedFile:
     """A fixed-size file mapped into memory, appended to at ``wrote_position``."""
 
-    def __init__(self, path: Path, size: int, *, create: bool) -> None:
+    def __init__(self, path: Path, size: int, *, create: bool,
+                 random_access: bool = False) -> None:  # fmt: skip
         self.path = path
         self.size = size
         self.base_offset = int(path.name)
@@ -40,6 +41,8 @@ class MappedFile:
             self._mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
+        if random_access:  # no readahead: a first write would fault the whole file in
+            self._mm.madvise(mmap.MADV_RANDOM)
         self.wrote_position = 0
         self.flushed_position = 0
         self._fd = -1  # opened by the first append, kept for appends and flushes
@@ -107,19 +110,52 @@ class MappedFile:
             fdatasync_path(self.path)
 
     def truncate_to(self, pos: int) -> None:
-        """Drop everything from ``pos`` on and zero it, so no stale bytes are rescanned."""
-        end = max(self.wrote_position, pos)
-        scan = pos
-        while scan < self.size:
-            chunk = min(len(_ZERO_CHUNK), self.size - scan)
-            if scan >= end and self._mm[scan : scan + chunk] == _ZERO_CHUNK[:chunk]:
-                break
-            self._mm[scan : scan + chunk] = _ZERO_CHUNK[:chunk]
-            scan += chunk
+        """Drop everything from ``pos`` on and zero it, so no stale bytes are rescanned.
+
+        Every non-zero byte after ``pos`` is zeroed, not only up to the first zero page:
+        after a crash, pages reach the disk in any order, so a stale but intact unit may
+        sit beyond a page that never made it; left there, a later append ending just
+        before it would bring it back to life.
+        """
+        end = self.written_end(pos)
+        with open(self.path, "r+b", buffering=0) as f:
+            for at in range(pos, end, len(_ZERO_CHUNK)):
+                f.seek(at)
+                f.write(_ZERO_CHUNK[: min(len(_ZERO_CHUNK), end - at)])
+            if end > pos:
+                os.fdatasync(f.fileno())
         self.wrote_position = pos
         self.flushed_position = min(self.flushed_position, pos)
-        if scan > pos:
-            self._fdatasync()
+
+    def written_end(self, start: int = 0) -> int:
+        """Just past the last non-zero byte at or after ``start`` (``start`` if there is none).
+
+        Reads with ``pread`` rather than through the mapping, so scanning the unused tail
+        of a 1 GiB segment adds nothing to the process's memory, and skips holes and
+        unwritten extents (``SEEK_DATA``) where the filesystem reports them.
+        """
+        last = start
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            pos = start
+            while pos < self.size:
+                try:
+                    pos = os.lseek(fd, pos, os.SEEK_DATA)
+                    hole = min(os.lseek(fd, pos, os.SEEK_HOLE), self.size)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:
+                        break  # no data after pos
+                    hole = self.size  # SEEK_DATA unsupported: read everything
+                while pos < hole:
+                    chunk = os.pread(fd, min(len(_ZERO_CHUNK), hole - pos), pos)
+                    if not chunk:
+                        return last
+                    if chunk != _ZERO_CHUNK[: len(chunk)]:
+                        last = pos + len(chunk.rstrip(b"\x00"))
+                    pos += len(chunk)
+        finally:
+            os.close(fd)
+        return last
 
     def close(self) -> None:
         if not self._mm.closed:
