@@ -1,29 +1,75 @@
-"""``python -m bench WORKLOAD [--json] [--size tiny|full]``: run one benchmark workload."""
+"""``python -m bench WORKLOAD [--json] [--size tiny|full]``: run one benchmark workload.
+
+``python -m bench all [--size tiny|full] [--out DIR] [--from-json FILE...]`` runs every
+workload and writes ``DIR/BENCHMARKS.md`` and ``DIR/bench/*.png`` (default DIR: docs).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from bench import produce, spark_rw, store_append
+from bench import (
+    backlog,
+    consume,
+    latency,
+    produce,
+    server_mode,
+    spark_rw,
+    store_append,
+    topics,
+)
 from bench.report import Result, print_result
 
 WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "store-append": store_append.run,
     "produce": produce.run,
+    "consume": consume.run,
+    "latency": latency.run,
+    "topics": topics.run,
+    "backlog": backlog.run,
     "spark-read": spark_rw.run_read,
     "spark-write": spark_rw.run_write,
+    "server-mode": server_mode.run,
 }
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("workload", choices=[*sorted(WORKLOADS), "all"])
     parser.add_argument("--json", action="store_true", help="end with one JSON result line")
-    parser.add_argument("--size", choices=("tiny", "full"), default="full",
-                        help="tiny: seconds, for the test suite; full: the real measurement")
+    parser.add_argument(
+        "--size",
+        choices=("tiny", "full"),
+        default="full",
+        help="tiny: seconds, for the test suite; full: the real measurement",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "docs",
+        help="all: where BENCHMARKS.md and bench/*.png go (default: docs/)",
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="all: redraw the docs from saved results instead of running",
+    )
     args = parser.parse_args(argv)
+    if args.workload == "all":
+        from bench import all as run_all
+
+        return run_all.main(args.size, args.out, args.from_json)
     results = WORKLOADS[args.workload](args.size)
     for result in results[:-1]:
         print_result(result, as_json=False)

@@ -1,8 +1,14 @@
 """Peer servers for benchmarks, started on loopback by the bench and stopped after.
 
-Redis 7 Streams with AOF ``appendfsync everysec`` (its usual durable setting), from
-Debian's ``redis-server``. Each peer gets its own data directory under the bench's temp
-directory and a free port; ``stop()`` shuts it down and waits.
+* Redis 7 Streams with AOF ``appendfsync everysec`` (its usual durable setting), from
+  Debian's ``redis-server``.
+* NATS JetStream (``nats-server -js``) with file storage, from Debian's ``nats-server``.
+  Its file store writes each message to its block file at once but fsyncs only on a
+  timer (``sync_interval``, 2 minutes by default), so it is the least durable of the
+  three setups; the figure is still the one users get out of the box.
+
+Each peer gets its own data directory under the bench's temp directory and a free port;
+``stop()`` shuts it down and waits. ``versions()`` names the binaries the bench used.
 """
 
 from __future__ import annotations
@@ -66,3 +72,33 @@ def start_redis(workdir: Path) -> Peer:
     )  # fmt: skip
     _wait_for_port(port, proc, "redis-server")
     return Peer("redis", port, proc)
+
+
+def start_nats(workdir: Path) -> Peer:
+    """nats-server with JetStream, file storage under ``workdir``, on a loopback port."""
+    binary = require("nats-server", "nats-server")
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    config = workdir / "nats.conf"
+    # A config file rather than flags: it pins the store directory and the listen
+    # address in one place, and keeps JetStream's default limits (no memory store).
+    config.write_text(
+        f'listen: "127.0.0.1:{port}"\njetstream {{\n  store_dir: "{workdir / "jetstream"}"\n}}\n'
+    )
+    proc = subprocess.Popen([binary, "-js", "-c", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    _wait_for_port(port, proc, "nats-server")
+    return Peer("nats", port, proc)
+
+
+def versions() -> dict[str, str]:
+    """``redis-server --version`` and ``nats-server --version`` (or "not installed")."""
+    found = {}
+    for binary in ("redis-server", "nats-server"):
+        path = shutil.which(binary)
+        if path is None:
+            found[binary] = "not installed"
+            continue
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+        found[binary] = (done.stdout or done.stderr).strip()
+    return found

@@ -1,0 +1,105 @@
+"""``python -m bench all``: run every workload, then write BENCHMARKS.md and the plots.
+
+Each workload runs as its own ``python -m bench WORKLOAD --json --size SIZE`` subprocess,
+one after the other (a fresh interpreter each, so one workload's threads, page cache
+habits or Spark JVM never leak into the next), with its output echoed as it comes. The
+last JSON line of each is its result. A workload that fails is recorded with the tail
+of its output and the others still run; the exit code is then 1.
+
+The results go to ``OUT/bench/results.json`` as well, and ``--from-json FILE...`` redraws
+the docs from saved results (a results.json, or files of JSON lines as the workloads
+print them) without running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import docs
+
+TIMEOUT_S = {"tiny": 300, "full": 3_600}
+
+
+def run_one(workload: str, size: str) -> dict[str, Any]:
+    """Run one workload in a subprocess; its JSON result, or ``{"workload", "error"}``."""
+    cmd = [sys.executable, "-m", "bench", workload, "--json", "--size", size]
+    print(f"### {workload} ({size})", flush=True)
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    watchdog = threading.Timer(TIMEOUT_S[size], proc.kill)  # a hung workload still ends
+    watchdog.start()
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if not line.startswith("{"):
+                print(line, end="", flush=True)
+        code = proc.wait()
+    finally:
+        watchdog.cancel()
+    result = _last_result(lines, workload)
+    if code != 0 or result is None:
+        print(f"!!! {workload} failed (exit code {code})", flush=True)
+        return {"workload": workload, "error": f"exit code {code}\n{_failure_text(lines)}"}
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    result["size"] = size
+    return result
+
+
+def _failure_text(lines: Sequence[str]) -> str:
+    """The error lines (a JVM trace buries the Python one) and the output's tail."""
+    errors = [ln for ln in lines if ("Error" in ln or "Exception" in ln)
+              and not ln.lstrip().startswith("at ")]  # fmt: skip
+    return "".join([*dict.fromkeys(errors[:20]), "...\n", *lines[-30:]])
+
+
+def _last_result(lines: Sequence[str], workload: str) -> dict[str, Any] | None:
+    for line in reversed(lines):
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict) and parsed.get("workload") == workload:
+            return parsed
+    return None
+
+
+def load(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """Results from saved files: a JSON list, or one JSON object per line."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        text = path.read_text()
+        try:
+            items = json.loads(text)
+            items = items if isinstance(items, list) else [items]
+        except ValueError:
+            items = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        for item in items:
+            found[item["workload"]] = item  # a later file wins
+    return [found[w] for w in docs.ORDER if w in found] + [
+        r for w, r in found.items() if w not in docs.ORDER]  # fmt: skip
+
+
+def main(size: str, out: Path, from_json: Sequence[Path] = ()) -> int:
+    """Run (or load) every result and write the docs under ``out``; 0 if none failed."""
+    results = load(from_json) if from_json else [run_one(w, size) for w in docs.ORDER]
+    sizes = {r.get("size", size) for r in results}
+    size = sizes.pop() if len(sizes) == 1 else size  # saved results know their size
+    (out / "bench").mkdir(parents=True, exist_ok=True)
+    if not from_json:
+        (out / "bench" / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    written = docs.write(results, out, size)
+    print("\n".join(["wrote:", *(f"  {p}" for p in written)]))
+    summary = [f"  {r['workload']:<13} " + ("FAILED" if "error" in r else
+               f"ratio {r['ratio']:.3f}  {r['goal_text']}: "
+               f"{'met' if r['meets_goal'] else 'NOT met'}") for r in results]  # fmt: skip
+    print("\n".join(["summary:", *summary]))
+    return 1 if any("error" in r for r in results) else 0

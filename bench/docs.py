@@ -1,0 +1,157 @@
+"""Write ``BENCHMARKS.md`` and its PNG plots from a list of workload results.
+
+Input: the JSON objects the workloads print (``Result.to_dict``), or for a workload that
+failed ``{"workload": name, "error": text}``. Output, under ``out``:
+
+* ``BENCHMARKS.md`` — one table (workload, ours, baseline, unit, ratio, goal, met?), the
+  conditions of each workload, the peers and their versions, the machine and the date;
+* ``bench/ratios.png`` — per workload, the figure its goal applies to against the goal;
+* ``bench/throughput.png`` — per throughput workload, ours against each peer;
+* ``bench/latency.png`` — p50/p99/p999 of the latency and backlog workloads.
+
+Plots use matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import platform
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.peers import versions
+
+ORDER = ("store-append", "produce", "consume", "latency", "topics", "backlog",
+         "spark-read", "spark-write", "server-mode")  # fmt: skip
+WHAT = {
+    "store-append": "1 KiB appends through the store (batch 64, async flush; sync group "
+    "commit with 64 appenders in details) vs raw `os.write` of the same bytes",
+    "produce": "gRPC batch send, 128 B, batch 256, 1 client vs Redis XADD pipelined "
+    "(JetStream publish in details)",
+    "consume": "drain a backlog by offset pull (8 queues, 10,000 per pull) vs Redis XREAD "
+    "COUNT 10000",
+    "latency": "send → long-poll receive of single 128 B messages at a fixed rate, p99 vs "
+    "Redis XADD → XREADGROUP BLOCK",
+    "topics": "batch-send throughput over 256 topics × 8 queues vs 64 topics × 8 queues",
+    "backlog": "random-offset single-pull p99 at the large vs the small backlog; broker RSS",
+    "server-mode": "grpc's thread-pool server vs its asyncio server (same handlers): 16 "
+    "threads of single sends (batch-256 rates in details)",
+    "spark-read": "8 queues → `noop` sink through `format('rocketmq')` vs the same rows "
+    "from Parquet",
+    "spark-write": "rows → topic through `format('rocketmq')` vs the same rows → Parquet",
+}
+CONDITIONS = [
+    "Message bodies: 128 B (store-append: 1 KiB). Batches: 256 per send (produce, topics), "
+    "1,024 per fill send, 10,000 per pull/XREAD (consume), single messages (latency, "
+    "backlog pulls).",
+    "Flush: our broker async (flush every 500 ms, the default); store-append also measures "
+    "`flush_mode=sync`. Redis: AOF `appendfsync everysec`, no RDB. JetStream: file storage "
+    "with the server's default sync interval.",
+    "Every system runs on loopback on this machine, started by the bench and stopped after; "
+    "every client is Python, one client process per side.",
+]
+
+
+def machine() -> dict[str, str]:
+    """CPU count and model, RAM, Python, OS, date (UTC)."""
+    info = {"cpus": str(os.cpu_count()), "cpu model": _cpuinfo("model name"),
+            "RAM": _meminfo_gib(), "python": platform.python_version(),
+            "platform": platform.platform(),
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}  # fmt: skip
+    for package in ("grpcio", "redis", "nats-py", "pyspark", "matplotlib"):
+        try:
+            info[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            info[package] = "not installed"
+    return info
+
+
+def _cpuinfo(field: str) -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(field):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _meminfo_gib() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def fmt(value: float) -> str:
+    """A readable figure: thousands separators for big numbers, 3 significant digits else."""
+    if value == 0 or not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _row(result: dict[str, Any]) -> str:
+    name = result["workload"]
+    if "error" in result:
+        return f"| {name} | {WHAT.get(name, '')} | failed | | | | | no |"
+    met = "**yes**" if result["meets_goal"] else "no"
+    goal = result.get("goal_text", f"ratio ≥ {result['goal']}")
+    checks = "".join(f"; {k}: {'yes' if ok else 'no'}"
+                     for k, ok in result.get("checks", {}).items())  # fmt: skip
+    return (f"| {name} | {WHAT.get(name, '')} | {fmt(result['ours'])} | "
+            f"{fmt(result['baseline'])} ({result.get('baseline_name', 'baseline')}) | "
+            f"{result['unit']} | {result['ratio']:.3f} | {goal}{checks} | {met} |")  # fmt: skip
+
+
+def _details(result: dict[str, Any]) -> list[str]:
+    if "error" in result:
+        return [f"- **{result['workload']}** failed:", "", "```", result["error"][-2000:], "```"]
+    shown = {k: v for k, v in result.get("details", {}).items() if k != "figures"}
+    parts = ", ".join(f"{k}: {v}" for k, v in shown.items())
+    return [f"- **{result['workload']}** — {parts}"]
+
+
+def markdown(results: Sequence[dict[str, Any]], size: str, pngs: Sequence[str]) -> str:
+    """The whole BENCHMARKS.md text."""
+    lines = ["# Benchmarks", "",
+             "Generated by `python -m bench all"
+             + ("" if size == "full" else f" --size {size}") + "`; every figure is ours "
+             "and a baseline measured in the same run on the same machine. `ratio` is "
+             "ours / baseline; the goal column says which way is better.", ""]  # fmt: skip
+    if size != "full":
+        lines += [f"**Size `{size}`: a smoke run. These figures are not measurements.**", ""]
+    lines += ["| workload | what | ours | baseline | unit | ratio | goal | met? |",
+              "|---|---|---:|---:|---|---:|---|---|"]  # fmt: skip
+    lines += [_row(r) for r in results]
+    lines += ["", *(f"![{Path(p).stem}]({p})" for p in pngs), "", "## Conditions", ""]
+    lines += [f"- {c}" for c in CONDITIONS]
+    lines += ["", "### Per workload", ""]
+    for result in results:
+        lines += _details(result)
+    lines += ["", "## Peers", ""]
+    lines += [f"- `{binary} --version`: {text}" for binary, text in versions().items()]
+    lines += ["", "## Machine", ""]
+    lines += [f"- {k}: {v}" for k, v in machine().items()]
+    return "\n".join(lines) + "\n"
+
+
+def write(results: Sequence[dict[str, Any]], out: Path, size: str) -> list[Path]:
+    """Write BENCHMARKS.md and the plots under ``out``; returns the files written."""
+    from bench import plots
+
+    png_dir = out / "bench"
+    png_dir.mkdir(parents=True, exist_ok=True)
+    ok = [r for r in results if "error" not in r]
+    pngs = plots.draw_all(ok, png_dir)
+    md = out / "BENCHMARKS.md"
+    md.write_text(markdown(results, size, [str(p.relative_to(out)) for p in pngs]))
+    return [md, *pngs]
