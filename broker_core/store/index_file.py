@@ -66,6 +66,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from broker_core.errors import (
     ConfigError,
     CorruptionError,
@@ -79,6 +81,7 @@ from broker_core.store.mapped_file import fdatasync_path
 HEADER = struct.Struct(">qqqqii")
 SLOT = struct.Struct(">i")
 ENTRY = struct.Struct(">Iqii")
+_ENTRY_DTYPE = np.dtype([("hash", ">u4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 
 # Byte offsets of the header fields, for CorruptionError positions.
 OFF_BEGIN_TS, OFF_END_TS, OFF_BEGIN_PHYS, OFF_END_PHYS = 0, 8, 16, 24
@@ -339,32 +342,65 @@ class IndexFile:
             )
 
     def _check_entries(self) -> list[int]:
-        """Check every entry against the header and its chain; return the slot heads."""
+        """Check every entry against the header and its chain; return the slot heads.
+
+        Vectorised over chunks of entries (a startup reads millions of them): each
+        entry's ``prev`` must be the previous entry of its slot, physical offsets and
+        time diffs must never go back and stay within the header's range.
+        """
         h = self._h
         span = h.end_timestamp_ms - h.begin_timestamp_ms
-        heads = [0] * self._slot_count
+        heads = np.zeros(self._slot_count, np.int64)
         last_phys, last_diff = h.begin_phys_offset, 0
-        for number, (khash, phys, diff, prev) in self._iter_entries():
-            pos = self._entry_pos(number)
-            slot = khash % self._slot_count
-            if prev != heads[slot]:
-                raise self._corrupt(
-                    f"entry {number} links to {prev}, expected {heads[slot]}",
-                    pos + ENTRY_OFF_PREV,
-                )
-            if not last_phys <= phys <= h.end_phys_offset or (number == 1 and phys != last_phys):
-                raise self._corrupt(
-                    f"entry {number} phys offset {phys} out of order", pos + ENTRY_OFF_PHYS
-                )
-            if not last_diff <= diff <= span or (number == 1 and diff != 0):
-                raise self._corrupt(
-                    f"entry {number} time diff {diff} out of order", pos + ENTRY_OFF_DIFF
-                )
-            heads[slot] = number
-            last_phys, last_diff = phys, diff
+        mm = self._map()
+        for first in range(1, h.index_count + 1, _CHUNK):
+            stop = min(h.index_count, first + _CHUNK - 1)
+            raw = mm[self._entry_pos(first) : self._entry_pos(stop + 1)]
+            entries = np.frombuffer(raw, _ENTRY_DTYPE)
+            numbers = np.arange(first, stop + 1, dtype=np.int64)
+            slots = entries["hash"].astype(np.int64) % self._slot_count
+            order = np.argsort(slots, kind="stable")
+            by_slot = slots[order]
+            follows = np.zeros(len(order), np.bool_)
+            follows[1:] = by_slot[1:] == by_slot[:-1]
+            expected = np.empty(len(order), np.int64)
+            expected[order] = np.where(follows, np.concatenate(([0], numbers[order][:-1])),
+                                       heads[by_slot])  # fmt: skip
+            phys = entries["phys"].astype(np.int64)
+            diff = entries["diff"].astype(np.int64)
+            before_phys = np.concatenate(([last_phys], phys[:-1]))
+            before_diff = np.concatenate(([last_diff], diff[:-1]))
+            bad_phys = (phys < before_phys) | (phys > h.end_phys_offset)
+            bad_diff = (diff < before_diff) | (diff > span)
+            if first == 1:
+                bad_phys[0] |= bool(phys[0] != last_phys)
+                bad_diff[0] |= bool(diff[0] != 0)
+            self._raise_first_bad(first, entries, expected, bad_phys, bad_diff)
+            ends_run = np.ones(len(order), np.bool_)
+            ends_run[:-1] = by_slot[1:] != by_slot[:-1]
+            heads[by_slot[ends_run]] = numbers[order][ends_run]
+            last_phys, last_diff = int(phys[-1]), int(diff[-1])
         if h.index_count and (last_phys != h.end_phys_offset or last_diff != span):
             raise self._corrupt("header end fields disagree with the newest entry", OFF_END_TS)
-        return heads
+        return [int(head) for head in heads.tolist()]
+
+    def _raise_first_bad(self, first: int, entries: np.ndarray, expected: np.ndarray,
+                         bad_phys: np.ndarray, bad_diff: np.ndarray) -> None:  # fmt: skip
+        """CorruptionError for the first entry of a chunk that fails a check, if any."""
+        bad_prev = entries["prev"] != expected
+        failing = np.flatnonzero(bad_prev | bad_phys | bad_diff)
+        if not len(failing):
+            return
+        i = int(failing[0])
+        number, pos = first + i, self._entry_pos(first + i)
+        if bad_prev[i]:
+            raise self._corrupt(f"entry {number} links to {int(entries['prev'][i])}, "
+                                f"expected {int(expected[i])}", pos + ENTRY_OFF_PREV)  # fmt: skip
+        if bad_phys[i]:
+            raise self._corrupt(f"entry {number} phys offset {int(entries['phys'][i])} out of "
+                                "order", pos + ENTRY_OFF_PHYS)  # fmt: skip
+        raise self._corrupt(f"entry {number} time diff {int(entries['diff'][i])} out of order",
+                            pos + ENTRY_OFF_DIFF)  # fmt: skip
 
     def _check_slots(self, heads: list[int]) -> None:
         mm = self._map()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import tempfile
 import threading
 from pathlib import Path
@@ -256,6 +257,23 @@ def test_open_rejects_broken_chain_and_slot(tmp_path: Path) -> None:
     with pytest.raises(CorruptionError) as info:
         IndexFile.open(index.path, 1, ENTRIES)
     assert info.value.position == HEADER.size
+
+
+@pytest.mark.parametrize(("field", "offset", "value", "text"), [
+    ("prev", 16, SLOT.pack(0), "links to"),
+    ("phys", 4, struct.pack(">q", 1), "phys offset"),
+    ("diff", 12, struct.pack(">i", 0), "time diff"),
+])  # fmt: skip
+def test_open_names_the_first_entry_out_of_line(tmp_path: Path, field: str, offset: int,
+                                                value: bytes, text: str) -> None:  # fmt: skip
+    index = new_file(tmp_path, slots=4)
+    for i in range(60):
+        index.put(f"k{i % 6}", 100 + i, T0 + i)
+    index.close()
+    patch(index.path, entry_pos(4, 37) + offset, value)
+    with pytest.raises(CorruptionError, match=text) as info:
+        IndexFile.open(index.path, 4, ENTRIES)
+    assert info.value.position == entry_pos(4, 37) + offset
 
 
 def test_query_stops_on_a_looping_chain(tmp_path: Path) -> None:
