@@ -36,7 +36,9 @@ nothing was written there yet.
 Crash contract: the unit CRC covers every header byte after itself, the topic and the
 properties; the body is covered by ``body_crc``, which the unit CRC covers in turn. So a
 unit decodes only if every byte is as written. The physical offset field must equal the
-unit's position, which catches stale units left behind a truncation.
+unit's position, which catches stale units left behind a truncation. Whatever the bytes,
+reading raises CorruptionError and nothing else: a unit whose CRCs match but whose
+lengths or text do not make sense (only a writer bug makes one) is corruption too.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from dataclasses import dataclass
 
 from broker_core.errors import (
     CorruptionError,
+    InvalidArgumentError,
     InvalidPropertyError,
     InvalidTopicError,
     MessageTooLargeError,
@@ -128,7 +131,10 @@ def encode_properties(props: dict[str, str]) -> bytes:
     n = len(props)
     if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n or "" in props:
         _explain_bad_properties(props)
-    return text.encode()
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate: not text UTF-8 can carry
+        raise InvalidPropertyError(f"properties are not valid Unicode text: {exc}") from None
 
 
 def _explain_bad_properties(props: dict[str, str]) -> None:
@@ -204,6 +210,7 @@ def encode(msg: Message, *, max_body_bytes: int, max_properties_bytes: int) -> E
         )
     tail = topic_head + len(props).to_bytes(2, "big") + props
     host, port = msg.born_host
+    _check_ranges(msg, port)
     return EncodedMessage(
         msg.topic, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp_ms,
         _LOOPBACK_IP if host == "127.0.0.1" else _ip4(host), port, msg.reconsume_times,
@@ -213,10 +220,30 @@ def encode(msg: Message, *, max_body_bytes: int, max_properties_bytes: int) -> E
     )  # fmt: skip
 
 
+_I32 = range(-(2**31), 2**31)
+_I64 = range(-(2**63), 2**63)
+
+
+def _check_ranges(msg: Message, born_port: int) -> None:
+    """Refuse integers the header cannot hold, before the commitlog assigns offsets."""
+    for name, value, allowed in (
+        ("queue_id", msg.queue_id, _I32), ("flag", msg.flag, _I32),
+        ("sys_flag", msg.sys_flag, _I32), ("born port", born_port, _I32),
+        ("reconsume_times", msg.reconsume_times, _I32),
+        ("born_timestamp_ms", msg.born_timestamp_ms, _I64),
+        ("prepared_transaction_offset", msg.prepared_transaction_offset, _I64),
+    ):  # fmt: skip
+        if value not in allowed:
+            raise InvalidArgumentError(f"message {name} {value} does not fit the unit header")
+
+
 @functools.lru_cache(maxsize=4096)
 def _topic_head(topic: str) -> bytes:
     """Topic length byte + UTF-8 topic (cached: a broker sees few distinct topics)."""
-    raw = topic.encode()
+    try:
+        raw = topic.encode()
+    except UnicodeEncodeError:
+        raise InvalidTopicError(f"topic {topic!r} is not valid Unicode text") from None
     if not 0 < len(raw) <= 127:
         raise InvalidTopicError(f"topic {topic!r} must be 1..127 bytes")
     return TOPIC_LEN.pack(len(raw)) + raw
@@ -277,10 +304,13 @@ def blank_unit(size: int) -> bytes:
 def check_unit(buf: Buffer, pos: int, expected_phys: int, path: str = "") -> int:
     """Verify the unit at ``buf[pos:]`` and return its total size.
 
-    Raises CorruptionError for a unit that does not verify. The caller handles blank
-    markers and zero (unwritten) sizes before calling.
+    Raises CorruptionError for a unit that does not verify, whatever ``buf`` holds. The
+    caller handles blank markers and zero (unwritten) sizes before calling.
     """
     limit = len(buf) - pos
+    if limit < SIZE_MAGIC.size:
+        raise CorruptionError(f"truncated unit: {max(0, limit)} bytes", path=path,
+                              position=expected_phys)  # fmt: skip
     total, magic = SIZE_MAGIC.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC:
         raise CorruptionError(f"bad magic {magic:#x}", path=path, position=expected_phys)
@@ -303,13 +333,40 @@ def check_unit(buf: Buffer, pos: int, expected_phys: int, path: str = "") -> int
             raise CorruptionError("unit CRC mismatch", path=path, position=expected_phys)
         if zlib.crc32(view[HEADER_SIZE : HEADER_SIZE + body_len]) != body_crc:
             raise CorruptionError("body CRC mismatch", path=path, position=expected_phys)
+        problem = _tail_problem(view[HEADER_SIZE + body_len :])
     finally:
         view.release()
+    if problem:  # checksums match what a buggy writer laid out: still not a unit
+        raise CorruptionError(problem, path=path, position=expected_phys)
     return int(total)
 
 
+def _tail_problem(tail: memoryview) -> str:
+    """Why the topic/properties tail does not fill its unit exactly ("" when it does)."""
+    topic_len = tail[0]
+    props_at = 1 + topic_len
+    if topic_len == 0 or props_at + PROPS_LEN.size > len(tail):
+        return f"bad topic length {topic_len}"
+    props_len = PROPS_LEN.unpack_from(tail, props_at)[0]
+    if props_at + PROPS_LEN.size + props_len != len(tail):
+        return f"bad properties length {props_len}"
+    return ""
+
+
 def decode(buf: Buffer, pos: int = 0) -> StoredMessage:
-    """Decode a unit known to be valid (see :func:`check_unit`)."""
+    """Decode a unit known to be valid (see :func:`check_unit`).
+
+    Text that is not UTF-8 (possible only in a unit a buggy writer checksummed) raises
+    CorruptionError.
+    """
+    try:
+        return _decode(buf, pos)
+    except UnicodeDecodeError as exc:
+        phys = HEADER.unpack_from(buf, pos)[7]
+        raise CorruptionError(f"unit text is not UTF-8: {exc}", position=phys) from None
+
+
+def _decode(buf: Buffer, pos: int) -> StoredMessage:
     f = HEADER.unpack_from(buf, pos)
     total, body_len = f[0], f[18]
     body_start = pos + HEADER_SIZE
@@ -360,7 +417,18 @@ def _prop_value(props: bytes, mark: bytes) -> str | None:
 
 
 def dispatch_request(buf: Buffer, pos: int) -> DispatchRequest:
-    """Read only what dispatch needs from the (already verified) unit at ``pos``."""
+    """Read only what dispatch needs from the (already verified) unit at ``pos``.
+
+    Like :func:`decode`, text that is not UTF-8 raises CorruptionError.
+    """
+    try:
+        return _dispatch_request(buf, pos)
+    except UnicodeDecodeError as exc:
+        phys = HEADER.unpack_from(buf, pos)[7]
+        raise CorruptionError(f"unit text is not UTF-8: {exc}", position=phys) from None
+
+
+def _dispatch_request(buf: Buffer, pos: int) -> DispatchRequest:
     f = HEADER.unpack_from(buf, pos)
     p = pos + HEADER_SIZE + f[18]
     topic_len = buf[p]

@@ -13,6 +13,11 @@ Steps, in order:
    sanity and its first and last unit against the commitlog; rebuild any that disagrees.
 6. Move each queue's minimum up to the commitlog's minimum (retention cut short).
 
+Steps 3-6 read units the scan of step 2 did not cover (below the checkpoint). One that
+fails verification there (bit rot, a zeroed page) ends the valid prefix as a torn tail
+does: the commitlog is cut at the first bad unit of its segment and everything derived
+is rebuilt from scratch up to the cut, rather than refusing to start.
+
 The report says what was dropped and what was rebuilt, so the broker can log it.
 """
 
@@ -77,12 +82,31 @@ def recover(
     report = RecoveryReport(abnormal_shutdown=abnormal, checkpoint_problem=problem)
     commitlog.load()
     if checkpoint is None and commitlog.segments():
-        shutil.rmtree(queues.root, ignore_errors=True)
-        index.truncate_from(0)
-        report.index_problems.append("rebuilt from scratch: no usable checkpoint")
+        _forget_derived(queues, index, report, "rebuilt from scratch: no usable checkpoint")
     elif checkpoint is None:
         report.checkpoint_problem = ""  # a new store
     report.commitlog = commitlog.recover(checkpoint.physical_flushed if checkpoint else 0)
+    while True:
+        try:
+            _derive(checkpoint, commitlog, queues, index, dispatcher, report)
+            return report
+        except CorruptionError as exc:
+            if not _cut_at(exc, commitlog, report):
+                raise
+            _forget_derived(queues, index, report, f"rebuilt from scratch: {exc}")
+            checkpoint = None  # its offsets and snapshot describe the longer log
+
+
+def _derive(
+    checkpoint: Checkpoint | None,
+    commitlog: CommitLog,
+    queues: ConsumeQueueSet,
+    index: IndexService,
+    dispatcher: Dispatcher,
+    report: RecoveryReport,
+) -> None:
+    """Steps 3-6: make queues and index agree with the recovered commitlog."""
+    assert report.commitlog is not None
     end = report.commitlog.end_offset
     damaged = dict(queues.load_all())
     for key in damaged:
@@ -94,7 +118,11 @@ def recover(
     if index.rebuild_from is not None:
         index_from = max(commitlog.min_offset, min(index.rebuild_from, replay_from))
     for cq in queues.all():
-        cq.truncate_from_physical(replay_from)
+        try:
+            cq.truncate_from_physical(replay_from)
+        except CorruptionError as exc:  # garbage units in a file that loaded: rebuild it
+            damaged[(cq.topic, cq.queue_id)] = str(exc)
+            queues.remove(cq.topic, cq.queue_id)
     index.truncate_from(index_from)
     dispatcher.dispatch_range(index_from, end, verify=True)
     index.mark_rebuilt()
@@ -108,7 +136,41 @@ def recover(
         cq.delete_below_physical(commitlog.min_offset)  # retention may have been cut short
         commitlog.queue_offsets.set(cq.topic, cq.queue_id, cq.max_offset)
     index.delete_before(commitlog.min_offset)
-    return report
+
+
+def _forget_derived(queues: ConsumeQueueSet, index: IndexService, report: RecoveryReport,
+                    why: str) -> None:  # fmt: skip
+    """Delete every consume queue and index entry: they are rebuilt from the commitlog."""
+    for cq in queues.all():
+        queues.remove(cq.topic, cq.queue_id)
+    shutil.rmtree(queues.root, ignore_errors=True)
+    index.truncate_from(0)
+    report.index_problems.append(why)
+
+
+def _cut_at(exc: CorruptionError, commitlog: CommitLog, report: RecoveryReport) -> bool:
+    """Cut the commitlog at the bad unit ``exc`` names; False when it names none there.
+
+    Rescans the unit's segment from its start (always a unit boundary), so the cut lands
+    on the first unit of that segment that does not verify, and folds what was dropped
+    into ``report.commitlog``. Each cut shortens the log, so recovery's retries end.
+    """
+    position, low, high = exc.position, commitlog.min_offset, commitlog.max_offset
+    in_log = Path(exc.path).parent == commitlog.directory  # not a queue or index file
+    if not in_log or not low <= position < high or report.commitlog is None:
+        return False
+    cut = commitlog.recover(position - (position - low) % commitlog.segment_size)
+    if cut.end_offset > position:
+        return False  # the unit verifies on a rescan: the error came from elsewhere
+    first = report.commitlog
+    log.warning("commitlog unit at %d below the checkpoint fails verification: %s; "
+                "cutting the log there", position, exc)  # fmt: skip
+    report.commitlog = CommitLogRecovery(
+        min(first.scanned_from, cut.scanned_from), cut.end_offset,
+        first.dropped_bytes + cut.dropped_bytes, first.dropped_segments + cut.dropped_segments,
+        cut.problem or str(exc),
+    )  # fmt: skip
+    return True
 
 
 def _check_against_snapshot(queues: ConsumeQueueSet, cp: Checkpoint) -> dict[tuple[str, int], str]:

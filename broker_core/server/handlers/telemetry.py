@@ -52,6 +52,7 @@ PRODUCER_BACKOFF_MAX_MS: Final = 1_000
 PRODUCER_BACKOFF_MULTIPLIER: Final = 2.0
 RECEIVE_BATCH_SIZE: Final = 32
 _IGNORED: Final = frozenset({"thread_stack_trace", "verify_message_result"})
+CALL_SETTLE_S: Final = 1.0  # how long an ended call may take to finish after a cancel
 
 
 def retry_policy_proto(policy: RetryPolicy) -> Any:
@@ -163,7 +164,9 @@ def handle(ctx: ServerContext, requests: Iterable[Any],
     """Serve one Telemetry stream: a reader thread answers, this generator writes."""
     session = sessions.Session(sessions.client_id_of(context), peer=context.peer())
     sessions.attach(ctx, session)
+    finished = threading.Event()
     context.add_callback(session.close)
+    context.add_callback(finished.set)
     reader = threading.Thread(target=_read, args=(ctx, session, requests), daemon=True,
                               name=f"telemetry-{session.client_id}")  # fmt: skip
     reader.start()
@@ -171,3 +174,21 @@ def handle(ctx: ServerContext, requests: Iterable[Any],
         yield from session.outgoing(context.is_active)
     finally:
         sessions.detach(ctx, session)
+    if not context.is_active():
+        _settle_ended_call(context, finished)
+
+
+def _settle_ended_call(context: grpc.ServicerContext, finished: threading.Event) -> None:
+    """Let gRPC finish a call it ended itself before this handler returns.
+
+    gRPC ends the call with INTERNAL when a client frame does not deserialize. If the
+    handler then returns before gRPC has finished that call, grpcio (1.85) sends a second
+    status, which the core refuses: the call never finishes and server shutdown waits for
+    it forever. So wait for the call to finish; if it does not, cancel it (gRPC then skips
+    the second status) and wait again.
+    """
+    if finished.wait(CALL_SETTLE_S):
+        return
+    context.cancel()
+    if not finished.wait(CALL_SETTLE_S):
+        log.warning("telemetry call from %s did not finish after a cancel", context.peer())
