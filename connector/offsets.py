@@ -59,7 +59,7 @@ Offsets = dict[QueueRef, int]
 def parse_label(topic: str, label: str, *, what: str) -> QueueRef:
     """``QueueRef`` of ``"broker-a:0"`` in ``topic``; ConfigError naming ``what`` otherwise."""
     broker, sep, queue = label.rpartition(":")
-    if not sep or not broker or not queue.isdigit():
+    if not sep or not broker or not (queue.isascii() and queue.isdigit()):
         raise ConfigError(f"{what}: queue key {label!r} of topic {topic!r} must be "
                           f"'<broker>:<queueId>', e.g. 'broker-a:0'")  # fmt: skip
     return QueueRef(topic, broker, int(queue))
@@ -74,7 +74,7 @@ def from_json(value: Any, *, what: str, allow_special: bool = False) -> Offsets:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ConfigError(f"{what}: not valid JSON ({exc})") from None
     if not isinstance(value, dict):
         raise ConfigError(f"{what}: expected an object {{topic: {{'broker:queueId': offset}}}}, "

@@ -126,14 +126,14 @@ def _error(option: str, problem: str) -> ConfigError:
 
 def _positive_int(option: str, text: str) -> int:
     value = text.strip()
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise _error(option, f"must be a positive integer, got {text!r}")
     return int(value)
 
 
 def _epoch_ms(option: str, text: str) -> int:
     value = text.strip()
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):
         raise _error(option, f"must be epoch milliseconds (a non-negative integer), got {text!r}")
     return int(value)
 

@@ -99,6 +99,9 @@ class Broker:
         self.groups = GroupManager(cfg_dir / "subscriptionGroup.json",
                                    auto_create=config.auto_create_groups)  # fmt: skip
         self.offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
+        for table in (self.topics, self.groups, self.offsets):
+            if table.load_problem:  # read from the .bak copy: say so, the operator may care
+                log.warning("config table loaded from its backup: %s", table.load_problem)
         self.clients = ClientRegistry(expiry_ms=config.client_expiry_ms)
         self.locks = QueueLockManager(expiry_ms=config.queue_lock_expiry_ms)
         self.pulls = PullService(self.store)

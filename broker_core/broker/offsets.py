@@ -3,7 +3,10 @@
 Offsets live in memory and are persisted to ``config/consumerOffset.json`` (atomically,
 with a ``.bak``) whenever ``persist()`` runs — the broker calls it periodically and on
 shutdown; ``commit(..., durable=True)`` persists at once. An offset is the next message
-the group will consume, so committing ``n`` acknowledges everything below ``n``.
+the group will consume, so committing ``n`` acknowledges everything below ``n``. A file
+read from its ``.bak`` keeps the reason in ``load_problem`` (the broker logs it); a file
+that exists but loads from neither copy raises CorruptionError instead of starting empty,
+which would silently send every group back to its consume-from-where.
 
 Threads: every method may be called from any thread (one lock).
 """
@@ -15,7 +18,7 @@ from pathlib import Path
 
 from broker_core.errors import ConfigError, InvalidOffsetError
 from broker_core.message import validate_group_name
-from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
+from broker_core.store.atomic_file import read_json_table, write_json_atomic
 
 Key = tuple[str, str, int]  # (group, topic, queue id)
 
@@ -33,7 +36,7 @@ class ConsumerOffsetManager:
         self._load()
 
     def _load(self) -> None:
-        loaded = read_json_atomic(self._path)
+        loaded = read_json_table(self._path, "consumer offsets")  # never forget them silently
         self.load_problem = loaded.problem if loaded.source != "file" else ""
         if loaded.data is None:
             return

@@ -72,7 +72,7 @@ def parse_endpoint(endpoints: str) -> str:
     for prefix in ("http://", "https://", "dns:///", "ipv4:"):
         first = first.removeprefix(prefix)
     host, _, port = first.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise InvalidArgumentError(f"endpoint must be HOST:PORT, got {endpoints!r}")
     return first
 

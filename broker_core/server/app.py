@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import signal
 import sys
 import threading
@@ -73,8 +74,21 @@ class BrokerServer:
         """
         done = self._server.stop(grace_s)
         sessions.close_all(self.ctx)
-        done.wait()
+        if not done.wait(grace_s + 5):  # the store must close even if a call never ends
+            log.warning("gRPC server did not stop within %.0f s; closing the store anyway",
+                        grace_s + 5)  # fmt: skip
         self.broker.stop()
+
+
+def _raise_open_files_limit() -> None:
+    """Lift the soft open-files limit to the hard one: every mapped segment and queue file
+    holds a descriptor (``mmap`` keeps its own), so a big store outgrows the usual 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard and hard != resource.RLIM_INFINITY:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-files limit from %d: %s", soft, exc)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -110,11 +124,15 @@ def run(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     server.start()
+    _raise_open_files_limit()
     recovery = server.broker.recovery
     if recovery is not None:
         log.info("store opened: %s", recovery.summary())
     print(f"READY {server.endpoint}", flush=True)
-    stop.wait()
+    # A signal may land on a gRPC thread; CPython runs its handler only when the main
+    # thread runs, so wait in slices instead of blocking until an event nobody sets.
+    while not stop.wait(0.5):
+        pass
     log.info("shutting down")
     server.stop()
     log.info("stopped cleanly")

@@ -297,14 +297,6 @@ def test_sink_options_are_parsed_or_refused_naming_the_option(budget: settings) 
     check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="digits that str.isdigit accepts but "
-    "int() refuses ('²') escape as ValueError, not ConfigError (connector/"
-    "options.py _positive_int/_epoch_ms, connector/offsets.py parse_label, "
-    "broker_core/client/client.py parse_endpoint); see the chaos-input report",
-)
 @pytest.mark.parametrize(("option", "value"), [
     ("maxMessagesPerTrigger", "²"), ("startingTimestamp", "²"),
     ("startingOffsets", '{"orders": {"broker-a:²": 1}}'), ("endpoints", "h:²"),
@@ -314,9 +306,6 @@ def test_superscript_digits_are_config_errors(option: str, value: str) -> None:
         parse_read_options({**READ_BASE, option: value}, streaming=True)
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="deeply nested JSON in "
-                   "startingOffsets raises RecursionError (connector/offsets.py from_json "
-                   "catches only ValueError); see the chaos-input report")  # fmt: skip
 def test_deeply_nested_offsets_json_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="'startingOffsets'"):
         parse_read_options({**READ_BASE, "startingOffsets": '{"t":' + "[" * 100_000},

@@ -510,9 +510,6 @@ def test_torn_config_files_fall_back_to_their_backups(
         assert [client.get_offset(GROUP, TOPIC, q) for q in range(QUEUES)] == [5, 6]
 
 
-@pytest.mark.xfail(strict=True, reason="config files read from their .bak (or lost) are not "
-                   "logged: load_problem of topics/groups/offsets is never reported "
-                   "(broker/broker.py); see the chaos-input report")  # fmt: skip
 def test_config_fallbacks_are_reported(stopped: Golden, restart: Any, tmp_path: Path) -> None:
     store = stopped.copy(tmp_path)
     for name in CONFIG_FILES:
@@ -534,10 +531,6 @@ def test_config_table_without_a_good_copy_stops_the_start(
     assert name in str(failed.value) and "unreadable" in str(failed.value)
 
 
-@pytest.mark.xfail(strict=True, reason="consumerOffset.json with no good copy is silently "
-                   "treated as empty: groups restart from their consume-from-where and may "
-                   "skip messages (broker/offsets.py uses read_json_atomic, not "
-                   "read_json_table); see the chaos-input report")  # fmt: skip
 def test_offsets_without_a_good_copy_are_not_silently_forgotten(
     stopped: Golden, restart: Any, tmp_path: Path
 ) -> None:

@@ -456,10 +456,6 @@ TGKILL = {"x86_64": 234, "aarch64": 131}.get(platform.machine())
 
 
 @pytest.mark.skipif(sys.platform != "linux" or TGKILL is None, reason="needs Linux tgkill")
-@pytest.mark.xfail(strict=True, reason="SIGTERM taken by a thread other than the main one is "
-                   "never acted on: run() blocks in stop.wait() with no timeout, and CPython "
-                   "runs the handler only when the main thread wakes (server/app.py); see the "
-                   "chaos-input report")  # fmt: skip
 def test_sigterm_taken_by_any_thread_stops_the_broker(tmp_path: Path) -> None:
     """The kernel gives a process-directed SIGTERM to any thread that does not block it;
     under load that is often a gRPC thread. One such SIGTERM hung a broker in the slow
