@@ -149,7 +149,7 @@ class GroupManager:
 
     def _load(self) -> None:
         loaded = read_json_table(self._path, "group configs")
-        self.load_problem = loaded.problem
+        self.load_problem = loaded.problem if loaded.source == "backup" else ""
         if loaded.data is None:
             return
         try:

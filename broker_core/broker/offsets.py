@@ -37,7 +37,7 @@ class ConsumerOffsetManager:
 
     def _load(self) -> None:
         loaded = read_json_table(self._path, "consumer offsets")  # never forget them silently
-        self.load_problem = loaded.problem if loaded.source != "file" else ""
+        self.load_problem = loaded.problem if loaded.source == "backup" else ""
         if loaded.data is None:
             return
         try:

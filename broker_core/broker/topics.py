@@ -221,7 +221,7 @@ class TopicManager:
 
     def _load(self) -> None:
         loaded = read_json_table(self._path, "topic configs")
-        self.load_problem = loaded.problem
+        self.load_problem = loaded.problem if loaded.source == "backup" else ""
         if loaded.data is None:
             return
         try:
