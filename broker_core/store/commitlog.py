@@ -120,7 +120,7 @@ class CommitLog:
                     "(a segment is missing or has the wrong size)",
                     path=str(path), position=0,
                 )  # fmt: skip
-            seg = MappedFile(path, self.segment_size, create=False)
+            seg = MappedFile(path, self.segment_size, create=False, pread_reads=True)
             seg.wrote_position = seg.flushed_position = self.segment_size
             self._segments = [*self._segments, seg]
 
@@ -228,7 +228,8 @@ class CommitLog:
         return last
 
     def _new_segment(self, base: int) -> MappedFile:
-        seg = MappedFile(self.directory / segment_name(base), self.segment_size, create=True)
+        seg = MappedFile(self.directory / segment_name(base), self.segment_size, create=True,
+                         pread_reads=True)  # fmt: skip
         self._segments = [*self._segments, seg]
         return seg
 
@@ -284,7 +285,7 @@ class CommitLog:
         seg = self.segment_at(offset)
         local = offset - seg.base_offset
         if size <= 0:
-            size = struct.unpack_from(">i", seg.buffer, local)[0]
+            size = struct.unpack(">i", seg.read(local, 4))[0]
             if size <= 0 or local + size > seg.size:
                 raise CorruptionError(f"bad unit size {size}", path=str(seg.path), position=offset)
         raw = seg.read(local, size)
@@ -293,7 +294,8 @@ class CommitLog:
 
     def read_store_timestamp(self, offset: int) -> int:
         seg = self.segment_at(offset)
-        return int(codec.STORE_TIME.unpack_from(seg.buffer, offset - seg.base_offset + 60)[0])
+        raw = seg.read(offset - seg.base_offset + codec.STORE_TIME_POS, codec.STORE_TIME.size)
+        return int(codec.STORE_TIME.unpack(raw)[0])
 
     def iter_units(
         self, start: int, end: int, *, verify: bool = False, progress: list[int] | None = None

@@ -12,6 +12,7 @@ time; readers may read below ``wrote_position`` concurrently.
 from __future__ import annotations
 
 import errno
+import io
 import mmap
 import os
 from pathlib import Path
@@ -25,8 +26,8 @@ _ZERO_CHUNK = bytes(1 << 20)
 class MappedFile:
     """A fixed-size file mapped into memory, appended to at ``wrote_position``."""
 
-    def __init__(self, path: Path, size: int, *, create: bool,
-                 random_access: bool = False) -> None:  # fmt: skip
+    def __init__(self, path: Path, size: int, *, create: bool, random_access: bool = False,
+                 pread_reads: bool = False) -> None:  # fmt: skip
         self.path = path
         self.size = size
         self.base_offset = int(path.name)
@@ -43,6 +44,10 @@ class MappedFile:
             os.close(fd)
         if random_access:  # no readahead: a first write would fault the whole file in
             self._mm.madvise(mmap.MADV_RANDOM)
+        # pread_reads: serve reads from the page cache with pread instead of the mapping,
+        # so what readers touch (a 10M-message backlog read at random) is not counted in
+        # the broker's RSS. The descriptor closes when the last reader drops it.
+        self._reader: io.FileIO | None = io.FileIO(path, "r") if pread_reads else None
         self.wrote_position = 0
         self.flushed_position = 0
         self._fd = -1  # opened by the first append, kept for appends and flushes
@@ -80,7 +85,12 @@ class MappedFile:
         self._mm[pos : pos + len(data)] = data
 
     def read(self, pos: int, size: int) -> bytes:
-        return self._mm[pos : pos + size]
+        """``size`` bytes from ``pos``: through the mapping, or with ``pread`` when the file
+        was opened with ``pread_reads`` (see ``__init__``)."""
+        reader = self._reader  # a local reference keeps the descriptor open while we read
+        if reader is None:
+            return self._mm[pos : pos + size]
+        return os.pread(reader.fileno(), size, pos)
 
     @property
     def buffer(self) -> mmap.mmap:
@@ -158,6 +168,7 @@ class MappedFile:
         return last
 
     def close(self) -> None:
+        self._reader = None  # closed by its last user (see read)
         if not self._mm.closed:
             self._mm.close()
         if self._fd >= 0:
