@@ -19,13 +19,17 @@ Threads: called by the POP service under its lock; reads the store only.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from broker_core.broker.filters import MessageFilter
 from broker_core.broker.pop_policy import delivery_attempt, original_topic
 from broker_core.broker.pop_state import InFlight, PopState, QueueState
+from broker_core.errors import CorruptionError
 from broker_core.message import PROPERTY_MESSAGE_GROUP, StoredMessage
 from broker_core.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
 
 _FIFO_BATCH = 64  # FIFO reads ahead: withheld messages do not fill the budget
 _MAX_SCAN_UNITS = 65_536  # per queue and receive, so a filtered backlog cannot stall a call
@@ -99,7 +103,11 @@ class QueueScanner:
         store = self._store
         if not store.min_offset(topic, queue_id) <= offset < store.max_offset(topic, queue_id):
             return None
-        got = store.get_messages(topic, queue_id, offset, 1)
+        try:
+            got = store.get_messages(topic, queue_id, offset, 1)
+        except CorruptionError as exc:
+            log.error("POP %s:%d cannot redeliver offset %d: %s", topic, queue_id, offset, exc)
+            return None
         return got.messages[0] if got.messages else None
 
     def _retake(self, plan: QueuePlan, budget: int) -> None:
@@ -133,11 +141,19 @@ class QueueScanner:
         scanned = 0
         while len(plan.picks) < budget and pos < hi and scanned < _MAX_SCAN_UNITS:
             want = budget - len(plan.picks)
-            got = self._store.get_messages(
-                topic, qid, pos, max(want, _FIFO_BATCH) if fifo else want,
-                tag_filter=flt.matches_hash if flt else None,
-                message_filter=(lambda m: flt.matches(m.tag, m.properties)) if flt else None,
-            )  # fmt: skip
+            try:
+                got = self._store.get_messages(
+                    topic, qid, pos, max(want, _FIFO_BATCH) if fifo else want,
+                    tag_filter=flt.matches_hash if flt else None,
+                    message_filter=(lambda m: flt.matches(m.tag, m.properties)) if flt else None,
+                )  # fmt: skip
+            except CorruptionError as exc:
+                # The unit at pos does not verify: it can never be delivered. Step over it
+                # (loudly) rather than stop every consumer of the group at it for good.
+                log.error("POP %s:%d skips offset %d, which does not verify: %s",
+                          topic, qid, pos, exc)  # fmt: skip
+                pos, scanned = pos + 1, scanned + 1
+                continue
             scanned += got.scanned
             stop: int | None = None
             for message in got.messages:

@@ -17,6 +17,8 @@ on one lock; flush on another). Reads of offsets below ``max_offset`` need no lo
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import socket
 import struct
@@ -29,6 +31,8 @@ from broker_core.errors import CorruptionError, OffsetOutOfRangeError, StoreErro
 from broker_core.message import StoredMessage
 from broker_core.store import codec
 from broker_core.store.mapped_file import MappedFile, segment_name
+
+log = logging.getLogger(__name__)
 
 _SEGMENT_RE = re.compile(r"^\d{20}$")
 _WINDOW_BYTES = 4 << 20
@@ -120,6 +124,13 @@ class CommitLog:
                     "(a segment is missing or has the wrong size)",
                     path=str(path), position=0,
                 )  # fmt: skip
+            if path.stat().st_size < self.segment_size:
+                # A segment cut short (a crash while it was created, a damaged disk): its
+                # missing end reads as zeros, which recovery treats as it treats a zeroed
+                # page — the log is cut there, as for a torn tail.
+                log.warning("commitlog segment %s is %d bytes short; reading the rest as "
+                            "empty", name, self.segment_size - path.stat().st_size)  # fmt: skip
+                os.truncate(path, self.segment_size)
             seg = MappedFile(path, self.segment_size, create=False, pread_reads=True)
             seg.wrote_position = seg.flushed_position = self.segment_size
             self._segments = [*self._segments, seg]

@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection
 
+from broker_core.errors import RocketMQError
 from broker_core.store import codec
 from broker_core.store.commitlog import AppendResult, CommitLog
 from broker_core.store.consume_queue import ConsumeQueueSet
@@ -58,6 +59,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
         self._handed: deque[_Appended] = deque()
+        self._indexed_to = -1  # index keys of units below this commitlog offset are written
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners = [*self._listeners, listener]
@@ -91,8 +93,9 @@ class Dispatcher:
                 cq = self._queues.find_or_create(req.topic, req.queue_id)
                 cq.put(req.queue_offset, req.physical_offset, req.size, req.tags_code)
                 grown[key] = cq.max_offset
-            if index and req.keys:
+            if index and req.keys and req.physical_offset >= self._indexed_to:
                 self._index.put_keys(req.keys, req.physical_offset, req.store_timestamp_ms)
+                self._indexed_to = req.physical_offset + 1
             if progress[0] - start >= max_bytes:
                 break
         return grown, progress[0]
@@ -108,15 +111,20 @@ class Dispatcher:
         reached = start
         handed = self._handed
         while handed and handed[0][0] == reached and reached - start < _CHUNK_BYTES:
-            _before, after, encoded, results, store_ts = handed.popleft()
+            # Peek, apply, then pop: a batch that fails midway (no room for a new queue
+            # file) stays first in line and is applied again; queue puts are idempotent
+            # and index keys already written are skipped (``_indexed_to``).
+            _before, after, encoded, results, store_ts = handed[0]
             for enc, res in zip(encoded, results, strict=True):
                 if (enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in _NOT_IN_QUEUE:
                     cq = self._queues.find_or_create(enc.topic, enc.queue_id)
                     cq.put(res.queue_offset, res.physical_offset, res.size, enc.tags_code)
                     grown[(enc.topic, enc.queue_id)] = cq.max_offset
-                if enc.index_keys:
+                if enc.index_keys and res.physical_offset >= self._indexed_to:
                     self._index.put_keys(enc.index_keys, res.physical_offset, store_ts)
-            reached = after
+                    self._indexed_to = res.physical_offset + 1
+            handed.popleft()
+            reached = self.dispatched_offset = after  # kept even if a later batch fails
         return grown, reached
 
     def dispatch_available(self, *, blocking: bool = True) -> int:
@@ -186,9 +194,17 @@ class Dispatcher:
             while self._running:
                 # Never block on the lock: appenders dispatch inline and must not have
                 # to hand the lock (and the GIL) back and forth with this thread.
-                if self.dispatch_available(blocking=False) == 0:
+                pause_s = 0.05
+                try:
+                    done = self.dispatch_available(blocking=False)
+                except RocketMQError as exc:
+                    if not exc.retriable:
+                        raise
+                    log.warning("dispatch waits: %s", exc)  # e.g. no room for a queue file
+                    done, pause_s = 0, 0.5
+                if done == 0:
                     with self._wakeup:
-                        self._wakeup.wait(0.05)
+                        self._wakeup.wait(pause_s)
         except BaseException as exc:  # recorded so the store refuses writes loudly
             log.exception("dispatch thread died")
             self.failure = exc

@@ -357,7 +357,8 @@ class MessageStore:
         tag_filter: TagCodeFilter | None,
         message_filter: MessageFilter | None,
     ) -> bool:
-        """Read units into ``result``; True when a count or byte limit stopped it."""
+        """Read units into ``result``; True when a count or byte limit stopped it, or a unit
+        that does not verify after some messages were read (they are served first)."""
         for phys, size, tag_code in UNIT.iter_unpack(raw):
             if len(result.messages) >= max_count:
                 return True
@@ -368,7 +369,14 @@ class MessageStore:
             if tag_filter is not None and not tag_filter(tag_code):
                 result.filtered += 1
                 continue
-            msg = self.commitlog.read_message(phys, size)
+            try:
+                msg = self.commitlog.read_message(phys, size)
+            except CorruptionError:
+                if not result.messages:
+                    raise  # the read starts at the bad unit: the caller must hear of it
+                result.scanned -= 1  # serve what came before it; the next read starts there
+                result.next_offset -= 1
+                return True
             if message_filter is not None and not message_filter(msg):
                 result.filtered += 1
                 continue

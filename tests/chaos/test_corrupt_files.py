@@ -367,9 +367,6 @@ def test_zeroed_page_in_a_cleanly_stopped_store_is_refused_when_read(
     assert refusals, "the broker did not log the refused reads"
 
 
-@pytest.mark.xfail(strict=True, reason="a pull whose batch reaches a corrupt unit fails whole: "
-                   "the good messages before it are not served (store/message_store.py "
-                   "_read_units); see the chaos-input report")  # fmt: skip
 def test_batch_pull_up_to_a_corrupt_unit_serves_the_messages_before_it(
     stopped: Golden, tmp_path: Path
 ) -> None:
@@ -390,9 +387,6 @@ def test_batch_pull_up_to_a_corrupt_unit_serves_the_messages_before_it(
         stop_or_explain(proc)
 
 
-@pytest.mark.xfail(strict=True, reason="a corrupt unit stops POP receives of the whole topic "
-                   "for good: every later receive answers MESSAGE_CORRUPTED (broker/pop*.py); "
-                   "see the chaos-input report")  # fmt: skip
 def test_pop_consumers_get_past_a_corrupt_unit(stopped: Golden, tmp_path: Path) -> None:
     store = stopped.copy(tmp_path)
     victim = stopped.units[len(stopped.units) // 2]
@@ -420,9 +414,6 @@ def test_pop_consumers_get_past_a_corrupt_unit(stopped: Golden, tmp_path: Path) 
         stop_or_explain(proc)
 
 
-@pytest.mark.xfail(strict=True, reason="a segment file shorter than segment_size_bytes stops "
-                   "the broker from starting (store/mapped_file.py refuses to map it); the "
-                   "last one could be read as a torn tail; see the chaos-input report")  # fmt: skip
 def test_short_last_segment_is_a_torn_tail(crashed: Golden, restart: Any, tmp_path: Path) -> None:
     store = crashed.copy(tmp_path)
     victim = len(crashed.units) - 5

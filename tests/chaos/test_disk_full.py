@@ -233,12 +233,6 @@ def test_full_disk_refuses_sends_keeps_data_and_recovers(
     chaos_figures(f"disk-full mode={mode}", **figures)
 
 
-@pytest.mark.xfail(strict=True, raises=(RocketMQError, AssertionError), reason=(
-    "bug in broker_core/store/dispatch.py: a DiskFullError while creating a consume-queue "
-    "file in the middle of a batch leaves the batch half dispatched; dispatching it again "
-    "puts its index keys twice, the index refuses them as out of order (ILLEGAL_OFFSET), "
-    "the dispatch thread dies and every later send gets INTERNAL_SERVER_ERROR until a "
-    "restart, even after space returns"))  # fmt: skip
 def test_no_room_for_derived_files_is_a_transient_refusal(tmp_path: Path) -> None:
     """The commitlog has room but a new consume-queue file does not fit: sends must be
     refused as for any full disk, and accepted again once space returns."""
