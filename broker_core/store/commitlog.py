@@ -197,6 +197,7 @@ class CommitLog:
         with self._put_lock:
             before = self.max_offset
             seg = self._writable_segment()
+            spare = self._make_room(seg, batch)  # all or nothing: files first, then bytes
             i = 0
             while i < len(batch):
                 start = seg.wrote_position
@@ -207,7 +208,8 @@ class CommitLog:
                 if j == i:  # the next unit does not fit: close this segment
                     seg.append(codec.blank_unit(seg.size - start))
                     seg.wrote_position = seg.size  # the blank covers the rest
-                    seg = self._new_segment(seg.base_offset + seg.size)
+                    seg = spare.pop(0)
+                    self._segments = [*self._segments, seg]
                     continue
                 chunk = bytearray(end - start)
                 self._pack(chunk, batch[i:j], seg.base_offset + start, now_ms, results)
@@ -229,6 +231,29 @@ class CommitLog:
                 codec.pack_unit_into(chunk, view, pos, enc, qoff, phys + pos, now_ms, host)
                 results.append(AppendResult(phys + pos, qoff, enc.size))
                 pos += enc.size
+
+    def _make_room(self, seg: MappedFile, batch: list[codec.EncodedMessage]) -> list[MappedFile]:
+        """Create (not yet register) the segments ``batch`` will spill into after ``seg``.
+
+        Done before any byte is written, so a full disk refuses the whole batch
+        (DiskFullError) instead of storing the part that fitted in ``seg``.
+        """
+        pos, bases = seg.wrote_position, list[int]()
+        for enc in batch:
+            if pos + enc.size + codec.MIN_BLANK_BYTES > seg.size:
+                bases.append((bases[-1] if bases else seg.base_offset) + self.segment_size)
+                pos = 0
+            pos += enc.size
+        spare: list[MappedFile] = []
+        try:
+            for base in bases:
+                spare.append(MappedFile(self.directory / segment_name(base), self.segment_size,
+                                        create=True, pread_reads=True))  # fmt: skip
+        except BaseException:
+            for made in spare:
+                made.destroy()
+            raise
+        return spare
 
     def _writable_segment(self) -> MappedFile:
         if not self._segments:
