@@ -54,6 +54,7 @@ from broker_core.message import (
     PROPERTY_UNIQ_KEY,
 )
 from broker_core.store import codec
+from broker_core.store.raw_read import gather_spans
 
 HEADER_BYTES: Final = codec.HEADER_SIZE
 _CRC_START: Final = codec.CRC_START
@@ -107,25 +108,11 @@ def headers_of(buf: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def _spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, bytes]:
-    """Arrow-style offsets and data of the byte spans ``[starts[i], starts[i] + lengths[i])``.
-
-    The spans must be disjoint and in order; one ``np.repeat`` builds the mask of the
-    buffer they cover, so the cost is per byte, not per span.
-    """
-    n = len(starts)
-    offsets = np.zeros(n + 1, np.int64)
+    """Arrow-style offsets and data of the byte spans ``[starts[i], starts[i] + lengths[i])``
+    (disjoint, in order)."""
+    offsets = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    if n == 0:
-        return offsets.astype(np.int32), b""
-    ends = starts + lengths
-    runs = np.empty(2 * n + 1, np.int64)
-    runs[0] = starts[0]
-    runs[1::2] = lengths
-    runs[2:-1:2] = starts[1:] - ends[:-1]
-    runs[-1] = len(buf) - ends[-1]
-    pattern = np.zeros(2 * n + 1, np.bool_)
-    pattern[1::2] = True
-    return offsets.astype(np.int32), buf[np.repeat(pattern, runs)].tobytes()
+    return offsets.astype(np.int32), gather_spans(buf, starts, lengths)
 
 
 def _cut(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, bytes]:
