@@ -107,29 +107,12 @@ def headers_of(buf: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return rows.view(HEADER_DTYPE).ravel()
 
 
-def _spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, bytes]:
+def _cut(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, bytes]:
     """Arrow-style offsets and data of the byte spans ``[starts[i], starts[i] + lengths[i])``
     (disjoint, in order)."""
     offsets = np.zeros(len(starts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return offsets.astype(np.int32), gather_spans(buf, starts, lengths)
-
-
-def _cut(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, bytes]:
-    """:func:`_spans`, faster when the spans are about the same length (topics, and
-    bodies of fixed-size records): copy a ``(count, widest)`` block of rows, then drop
-    the bytes past each span's length."""
-    n = len(starts)
-    width = int(lengths.max()) if n else 0
-    if n == 0 or width == 0 or width * n > 2 * int(lengths.sum()) + 64 or \
-            int(starts.max()) > len(buf) - width:  # fmt: skip
-        return _spans(buf, starts, lengths)
-    rows = sliding_window_view(buf, width)[starts]
-    same = bool((lengths == width).all())
-    data = rows.tobytes() if same else rows[np.arange(width) < lengths[:, None]].tobytes()
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets, data
 
 
 def _binary(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
