@@ -4,7 +4,8 @@ A normal read decodes every message (a Python object per message). Bulk consumer
 Spark source, a backlog drain — want thousands of messages at once and decode them as
 columns, so the store gives them the units themselves: the consume-queue units of the
 range are read as one numpy array, runs of units that sit next to each other in the
-commitlog are copied with one slice each, and the caller gets::
+commitlog are read with one call each (units spread among other queues' are cut out of
+one read of their region), and the caller gets::
 
     RawUnits.data    the units back to back, exactly as in the commitlog
     RawUnits.sizes   int32 per unit (its ``total_size``), so unit i starts at sum(sizes[:i])
