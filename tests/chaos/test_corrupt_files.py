@@ -367,16 +367,21 @@ def test_zeroed_page_in_a_cleanly_stopped_store_is_refused_when_read(
     assert refusals, "the broker did not log the refused reads"
 
 
-def test_batch_pull_up_to_a_corrupt_unit_serves_the_messages_before_it(
-    stopped: Golden, tmp_path: Path
-) -> None:
+def start_with_a_flipped_body_byte(stopped: Golden, tmp_path: Path) -> tuple[Any, Any]:
+    """A copy of the store with one body bit flipped in the middle unit, and a broker on it."""
     store = stopped.copy(tmp_path)
     victim = stopped.units[len(stopped.units) // 2]
     seg, local = stopped.segment_of(store, victim.phys)
     data = bytearray(seg.read_bytes())
     data[local + codec.HEADER_SIZE] ^= 0x01
     seg.write_bytes(bytes(data))
-    proc = start_broker(store.parent, config=CONFIG)
+    return victim, start_broker(store.parent, config=CONFIG)
+
+
+def test_batch_pull_up_to_a_corrupt_unit_serves_the_messages_before_it(
+    stopped: Golden, tmp_path: Path
+) -> None:
+    victim, proc = start_with_a_flipped_body_byte(stopped, tmp_path)
     try:
         with RocketMQClient(proc.endpoint, max_attempts=1) as client:
             start = max(0, victim.queue_offset - 3)
@@ -388,13 +393,7 @@ def test_batch_pull_up_to_a_corrupt_unit_serves_the_messages_before_it(
 
 
 def test_pop_consumers_get_past_a_corrupt_unit(stopped: Golden, tmp_path: Path) -> None:
-    store = stopped.copy(tmp_path)
-    victim = stopped.units[len(stopped.units) // 2]
-    seg, local = stopped.segment_of(store, victim.phys)
-    data = bytearray(seg.read_bytes())
-    data[local + codec.HEADER_SIZE] ^= 0x01
-    seg.write_bytes(bytes(data))
-    proc = start_broker(store.parent, config=CONFIG)
+    victim, proc = start_with_a_flipped_body_byte(stopped, tmp_path)
     try:
         with RocketMQClient(proc.endpoint) as client:
             stub = service_pb2_grpc.MessagingServiceStub(client._channel_for_process())
