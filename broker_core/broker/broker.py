@@ -33,7 +33,7 @@ from broker_core.broker.retry import delay_level_ms
 from broker_core.broker.schedule import ScheduleService
 from broker_core.broker.timer import TimerService
 from broker_core.broker.topic_waiter import TopicWaiter
-from broker_core.broker.topics import TopicConfig, TopicManager
+from broker_core.broker.topics import TopicConfig, TopicManager, select_write_queue
 from broker_core.broker.transaction import (
     CheckRequest,
     EndResult,
@@ -242,9 +242,9 @@ class Broker:
     def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
             self._send_counter += 1
-            msg.queue_id = self.topics.write_queue_for(
-                msg.topic, msg.properties.get(PROPERTY_MESSAGE_GROUP), self._send_counter
-            )
+            msg.queue_id = select_write_queue(config.write_queue_nums,
+                                              msg.properties.get(PROPERTY_MESSAGE_GROUP),
+                                              self._send_counter)  # fmt: skip
         if not 0 <= msg.queue_id < config.write_queue_nums:
             raise InvalidArgumentError(
                 f"queue {msg.queue_id} of topic {msg.topic} does not exist "

@@ -10,6 +10,7 @@ accepts requests, and on SIGTERM or SIGINT stops accepting, lets in-flight calls
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import resource
 import signal
@@ -115,6 +116,20 @@ def build(args: argparse.Namespace) -> BrokerServer:
     return server
 
 
+def _tune_garbage_collector() -> None:
+    """Keep the cyclic collector off the send path.
+
+    Every request allocates thousands of short-lived objects, and with the default
+    thresholds a young collection ran every 700 allocations and a full one, walking every
+    object the broker holds, every few hundred requests: about 10 % of a batch send.
+    What exists at start-up is frozen out of the collector's view, and young collections
+    wait for 50,000 allocations (acyclic garbage is freed at once by reference counting
+    either way; the collector only finds cycles).
+    """
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Start a broker and block until SIGTERM/SIGINT; returns the exit code."""
     logging.basicConfig(level=logging.INFO,
@@ -125,6 +140,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     server.start()
     _raise_open_files_limit()
+    _tune_garbage_collector()
     recovery = server.broker.recovery
     if recovery is not None:
         log.info("store opened: %s", recovery.summary())

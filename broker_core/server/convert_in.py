@@ -49,7 +49,7 @@ import functools
 import hashlib
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -325,31 +325,69 @@ def to_message(proto: Any, *, limits: Limits, peer: tuple[str, int], now_ms: int
     ``peer`` is the client's address (born host when the message names none, and the born
     port); ``now_ms`` is the born time when the message carries none.
     """
-    topic = validate_topic_name(proto.topic.name)
-    sp = proto.system_properties
-    props = _system_properties(sp)
-    message_id = props[PROPERTY_UNIQ_KEY]
-    if sp.HasField("body_digest"):
-        verify_digest(proto.body, sp.body_digest, message_id)
-    body = decode_body(proto.body, sp.body_encoding, limits.max_body_bytes)
-    if not body:
-        raise EmptyBodyError(f"message {message_id} has an empty body")
-    has_delivery = sp.HasField("delivery_timestamp")
-    transactional = _check_type(sp.message_type, has_group=sp.HasField("message_group"),
-                                has_delivery=has_delivery)  # fmt: skip
-    if has_delivery:
-        props[PROPERTY_DELIVER_TIME_MS] = str(timestamp_ms(sp.delivery_timestamp))
-    if transactional:
-        props[PROPERTY_TRANSACTION_PREPARED] = "true"
-        if sp.HasField("orphaned_transaction_recovery_duration"):
-            immunity_s = duration_ms(sp.orphaned_transaction_recovery_duration) // 1000
-            props[PROPERTY_CHECK_IMMUNITY_S] = str(immunity_s)
-    props.update(user_properties(proto.user_properties))
-    _check_properties_size(props, limits.max_properties_bytes)
-    born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else now_ms
-    return Message(topic, body, queue_id=-1, properties=props,
-                   born_timestamp_ms=born_ms or now_ms,
-                   born_host=(_born_host(sp.born_host, peer[0]), peer[1]))  # fmt: skip
+    return to_messages([proto], limits=limits, peer=peer, now_ms=now_ms)[0]
+
+
+# System properties a message always has (id, tag, group, the broker's own flags) encode
+# to less than this; only keys and user properties can make the encoding longer.
+_FIXED_PROPERTIES_BYTES: Final = 2048
+_PLAIN_BODY: Final = (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED)
+
+
+def to_messages(protos: Iterable[Any], *, limits: Limits, peer: tuple[str, int],
+                now_ms: int) -> list[Message]:  # fmt: skip
+    """:func:`to_message` for every message of a request, in order.
+
+    The checks are the same for each; what a batch repeats (its topic, message type and
+    born time) is checked or converted once.
+    """
+    topics: dict[str, str] = {}
+    kinds: dict[tuple[int, bool, bool], bool] = {}
+    borns: dict[tuple[int, int], int] = {}
+    check_size_always = limits.max_properties_bytes < _FIXED_PROPERTIES_BYTES
+    out = []
+    for proto in protos:
+        name = proto.topic.name
+        topic = topics.get(name)
+        if topic is None:
+            topic = topics[name] = validate_topic_name(name)
+        sp = proto.system_properties
+        props = _system_properties(sp)
+        body = proto.body
+        if sp.HasField("body_digest"):
+            digest = sp.body_digest
+            if digest.type != DigestType.CRC32 or digest.checksum != f"{zlib.crc32(body):08X}":
+                verify_digest(body, digest, props[PROPERTY_UNIQ_KEY])  # the general check
+        if sp.body_encoding not in _PLAIN_BODY or len(body) > limits.max_body_bytes:
+            body = decode_body(body, sp.body_encoding, limits.max_body_bytes)
+        if not body:
+            raise EmptyBodyError(f"message {props[PROPERTY_UNIQ_KEY]} has an empty body")
+        has_delivery = sp.HasField("delivery_timestamp")
+        kind = (sp.message_type, PROPERTY_MESSAGE_GROUP in props, has_delivery)
+        transactional = kinds.get(kind)
+        if transactional is None:
+            transactional = kinds[kind] = _check_type(kind[0], has_group=kind[1],
+                                                      has_delivery=has_delivery)  # fmt: skip
+        if has_delivery:
+            props[PROPERTY_DELIVER_TIME_MS] = str(timestamp_ms(sp.delivery_timestamp))
+        if transactional:
+            props[PROPERTY_TRANSACTION_PREPARED] = "true"
+            if sp.HasField("orphaned_transaction_recovery_duration"):
+                immunity_s = duration_ms(sp.orphaned_transaction_recovery_duration) // 1000
+                props[PROPERTY_CHECK_IMMUNITY_S] = str(immunity_s)
+        extra = proto.user_properties
+        if extra:
+            props.update(user_properties(extra))
+        if extra or check_size_always or PROPERTY_KEYS in props:
+            _check_properties_size(props, limits.max_properties_bytes)
+        born_ms = now_ms
+        if sp.HasField("born_timestamp"):
+            ts = sp.born_timestamp
+            at = (ts.seconds, ts.nanos)
+            born_ms = borns.get(at) or borns.setdefault(at, timestamp_ms(ts)) or now_ms
+        out.append(Message(topic, body, queue_id=-1, properties=props, born_timestamp_ms=born_ms,
+                           born_host=(_born_host(sp.born_host, peer[0]), peer[1])))  # fmt: skip
+    return out
 
 
 @functools.lru_cache(maxsize=1024)  # a producer sends the same claim with every message

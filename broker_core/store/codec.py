@@ -224,8 +224,17 @@ _I32 = range(-(2**31), 2**31)
 _I64 = range(-(2**63), 2**63)
 
 
+_RANGES = struct.Struct(">iiiiiqq")  # the header's fixed-width integers a message sets
+
+
 def _check_ranges(msg: Message, born_port: int) -> None:
     """Refuse integers the header cannot hold, before the commitlog assigns offsets."""
+    try:  # one pack checks them all (ints, in range); the loop below names the culprit
+        _RANGES.pack(msg.queue_id, msg.flag, msg.sys_flag, born_port, msg.reconsume_times,
+                     msg.born_timestamp_ms, msg.prepared_transaction_offset)  # fmt: skip
+        return
+    except struct.error:
+        pass
     for name, value, allowed in (
         ("queue_id", msg.queue_id, _I32), ("flag", msg.flag, _I32),
         ("sys_flag", msg.sys_flag, _I32), ("born port", born_port, _I32),
@@ -235,6 +244,7 @@ def _check_ranges(msg: Message, born_port: int) -> None:
     ):  # fmt: skip
         if value not in allowed:
             raise InvalidArgumentError(f"message {name} {value} does not fit the unit header")
+    raise InvalidArgumentError("message header fields must be integers")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size
 assert UNIT_SIZE == 20
-_UNIT_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tag", ">i8")])
+UNIT_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tag", ">i8")])
 _FILE_RE = re.compile(r"^\d{20}$")
 
 
@@ -116,6 +116,34 @@ class ConsumeQueue:
         UNIT.pack_into(mf.buffer, local, physical_offset, size, tag_code)
         mf.wrote_position = local + UNIT_SIZE
         self.max_offset = logical_offset + 1
+        self.dirty = True
+
+    def put_many(self, first_offset: int, units: np.ndarray) -> None:
+        """``put`` for consecutive logical offsets from ``first_offset`` (``UNIT_DTYPE`` rows).
+
+        Units already written are left alone; the rest go in one copy per file touched.
+        """
+        skip = self.max_offset - first_offset
+        if skip > 0:
+            units, first_offset = units[skip:], first_offset + skip
+        if not len(units):
+            return
+        if self._files and first_offset > self.max_offset:
+            log.warning("consume queue %s:%d: gap from %d to %d", self.topic, self.queue_id,
+                        self.max_offset, first_offset)  # fmt: skip
+        if not self._files:
+            self.min_offset = first_offset
+        raw = units.tobytes()
+        done = 0
+        while done < len(raw):
+            byte_pos = first_offset * UNIT_SIZE + done
+            mf = self._file_for_write(byte_pos)
+            local = byte_pos - mf.base_offset
+            step = min(len(raw) - done, self.file_bytes - local)
+            mf.buffer[local : local + step] = raw[done : done + step]
+            mf.wrote_position = local + step
+            done += step
+            self.max_offset = (byte_pos + step) // UNIT_SIZE  # kept if the next file fails
         self.dirty = True
 
     def _file_for_write(self, byte_pos: int) -> MappedFile:
@@ -223,7 +251,7 @@ class ConsumeQueue:
             hi = min(self.max_offset * UNIT_SIZE - mf.base_offset, mf.size)
             if hi <= lo:
                 continue
-            units = np.frombuffer(mf.read(lo, hi - lo), dtype=_UNIT_DTYPE)
+            units = np.frombuffer(mf.read(lo, hi - lo), dtype=UNIT_DTYPE)
             phys, size = units["phys"].astype(np.int64), units["size"].astype(np.int64)
             bad = np.flatnonzero(
                 (size <= 0) | (phys < np.concatenate(([prev_end], (phys + size)[:-1])))

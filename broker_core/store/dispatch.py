@@ -29,10 +29,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection
 
-from broker_core.errors import RocketMQError
+import numpy as np
+
+from broker_core.errors import RocketMQError, StoreError
 from broker_core.store import codec
 from broker_core.store.commitlog import AppendResult, CommitLog
-from broker_core.store.consume_queue import ConsumeQueueSet
+from broker_core.store.consume_queue import UNIT_DTYPE, ConsumeQueueSet
 from broker_core.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
@@ -115,17 +117,46 @@ class Dispatcher:
             # file) stays first in line and is applied again; queue puts are idempotent
             # and index keys already written are skipped (``_indexed_to``).
             _before, after, encoded, results, store_ts = handed[0]
-            for enc, res in zip(encoded, results, strict=True):
-                if (enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in _NOT_IN_QUEUE:
-                    cq = self._queues.find_or_create(enc.topic, enc.queue_id)
-                    cq.put(res.queue_offset, res.physical_offset, res.size, enc.tags_code)
-                    grown[(enc.topic, enc.queue_id)] = cq.max_offset
-                if enc.index_keys and res.physical_offset >= self._indexed_to:
-                    self._index.put_keys(enc.index_keys, res.physical_offset, store_ts)
-                    self._indexed_to = res.physical_offset + 1
+            grown.update(self._apply(encoded, results, store_ts))
             handed.popleft()
             reached = self.dispatched_offset = after  # kept even if a later batch fails
         return grown, reached
+
+    def _apply(self, encoded: list[codec.EncodedMessage], results: list[AppendResult],
+               store_timestamp_ms: int) -> dict[tuple[str, int], int]:  # fmt: skip
+        """Write one appended batch's queue units and index keys, a block per queue.
+
+        Idempotent, so a batch that failed midway can be applied again: queue units
+        already written are skipped, and so are the index keys of messages below
+        ``_indexed_to`` (a failure inside one index batch may leave a few keys filed
+        twice; queries drop duplicate offsets).
+        """
+        rows_of: dict[tuple[str, int], list[int]] = {}
+        keys: list[list[str]] = []
+        key_phys: list[int] = []
+        indexed_to = self._indexed_to
+        for row, (enc, res) in enumerate(zip(encoded, results, strict=True)):
+            if (enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in _NOT_IN_QUEUE:
+                rows_of.setdefault((enc.topic, enc.queue_id), []).append(row)
+            if enc.index_keys and res.physical_offset >= indexed_to:
+                keys.append(enc.index_keys)
+                key_phys.append(res.physical_offset)
+        grown: dict[tuple[str, int], int] = {}
+        for key, rows in rows_of.items():
+            units = np.empty(len(rows), UNIT_DTYPE)
+            units["phys"] = [results[r].physical_offset for r in rows]
+            units["size"] = [results[r].size for r in rows]
+            units["tag"] = [encoded[r].tags_code for r in rows]
+            first = results[rows[0]].queue_offset
+            if results[rows[-1]].queue_offset - first != len(rows) - 1:
+                raise StoreError(f"queue offsets of {key} are not consecutive in one batch")
+            cq = self._queues.find_or_create(*key)
+            cq.put_many(first, units)
+            grown[key] = cq.max_offset
+        if keys:
+            self._index.put_batch(keys, key_phys, store_timestamp_ms)
+            self._indexed_to = key_phys[-1] + 1
+        return grown
 
     def dispatch_available(self, *, blocking: bool = True) -> int:
         """Dispatch what has been appended since the last call; returns bytes dispatched.

@@ -44,9 +44,10 @@ Crash contract:
   store reading the (checksummed) message from the commitlog, and the structural checks
   on open (sizes, header ranges, every chain link, every slot head) catch torn or garbage
   files. A file that fails them raises :class:`CorruptionError` naming the file and byte.
-* ``put`` writes the entry, then the slot head, then the header. A process killed before
-  the header write leaves one entry (maybe already linked into its slot) past
-  ``index_count``; ``open`` rolls it back (``repaired_tail``). Bytes past ``index_count``
+* ``put`` (``put_many``) writes the entry (entries), then the slot heads, then the
+  header. A process killed before the header write leaves the entries of that one put
+  (maybe already linked into their slots) past ``index_count``; ``open`` rolls them back
+  (``repaired_tail``). Bytes past ``index_count``
   must otherwise be zero. Any other damage (power loss reordering mmap pages, a crash in
   ``truncate_from``, disk corruption) fails validation. Pages reach disk on ``flush``
   (fdatasync), when a file is sealed, or whenever the kernel writes them back.
@@ -134,6 +135,25 @@ def _reserve(fd: int, size: int, path: Path) -> None:
             raise DiskFullError(f"no room to create index file {path}") from exc
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise
+
+
+def _chain(slots: np.ndarray, numbers: np.ndarray,
+           heads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Link entries ``numbers`` (ascending) into their hash ``slots``, vectorised.
+
+    ``heads[s]`` is slot s's newest entry before these. Returns each entry's ``prev``
+    (the entry before it in its slot), the slots touched and the newest entry of each.
+    """
+    order = np.argsort(slots, kind="stable")
+    by_slot, by_number = slots[order], numbers[order]
+    follows = np.zeros(len(order), np.bool_)
+    follows[1:] = by_slot[1:] == by_slot[:-1]
+    prev = np.empty(len(order), np.int64)
+    prev[order] = np.where(follows, np.concatenate(([0], by_number[:-1])),
+                           heads[by_slot].astype(np.int64))  # fmt: skip
+    ends_run = np.ones(len(order), np.bool_)
+    ends_run[:-1] = ~follows[1:]
+    return prev, by_slot[ends_run], by_number[ends_run]
 
 
 class IndexFile:
@@ -299,20 +319,28 @@ class IndexFile:
     # -- validation ----------------------------------------------------------------------
 
     def _roll_back_torn_put(self) -> None:
-        """Undo a put a crash cut short: its entry (and maybe slot) written, not its header."""
-        number = self._h.index_count + 1
-        if not 1 <= number <= self._max_entries:
-            return
-        khash, phys, diff, prev = self._read_entry(number)
-        if khash == phys == diff == prev == 0:
-            return
-        slot = khash % self._slot_count
-        if self._read_slot(slot) == number:
-            if not 0 <= prev < number:
-                return  # not a put we wrote; validation will reject the slot
-            self._write_slot(slot, prev)
-        self._write_entry(number, 0, 0, 0, 0)
-        self.repaired_tail = True
+        """Undo a put a crash cut short: its entries (and maybe slots) written, not its header.
+
+        A batch put (``put_many``) may leave several entries past ``index_count``; they
+        are unlinked newest first, so each slot gets back the head it had before.
+        """
+        count = self._h.index_count
+        if not 0 <= count < self._max_entries:
+            return  # a full file has no tail; a count out of range fails validation
+        torn: list[int] = []
+        while count + len(torn) < self._max_entries:
+            if self._read_entry(count + len(torn) + 1) == (0, 0, 0, 0):
+                break
+            torn.append(count + len(torn) + 1)
+        for number in reversed(torn):
+            khash, _phys, _diff, prev = self._read_entry(number)
+            slot = khash % self._slot_count
+            if self._read_slot(slot) == number:
+                if not 0 <= prev < number:
+                    return  # not a put we wrote; validation will reject the slot
+                self._write_slot(slot, prev)
+            self._write_entry(number, 0, 0, 0, 0)
+            self.repaired_tail = True
 
     def _validate(self) -> None:
         self._check_header()
@@ -359,13 +387,7 @@ class IndexFile:
             entries = np.frombuffer(raw, _ENTRY_DTYPE)
             numbers = np.arange(first, stop + 1, dtype=np.int64)
             slots = entries["hash"].astype(np.int64) % self._slot_count
-            order = np.argsort(slots, kind="stable")
-            by_slot = slots[order]
-            follows = np.zeros(len(order), np.bool_)
-            follows[1:] = by_slot[1:] == by_slot[:-1]
-            expected = np.empty(len(order), np.int64)
-            expected[order] = np.where(follows, np.concatenate(([0], numbers[order][:-1])),
-                                       heads[by_slot])  # fmt: skip
+            expected, touched, newest = _chain(slots, numbers, heads)
             phys = entries["phys"].astype(np.int64)
             diff = entries["diff"].astype(np.int64)
             before_phys = np.concatenate(([last_phys], phys[:-1]))
@@ -376,9 +398,7 @@ class IndexFile:
                 bad_phys[0] |= bool(phys[0] != last_phys)
                 bad_diff[0] |= bool(diff[0] != 0)
             self._raise_first_bad(first, entries, expected, bad_phys, bad_diff)
-            ends_run = np.ones(len(order), np.bool_)
-            ends_run[:-1] = by_slot[1:] != by_slot[:-1]
-            heads[by_slot[ends_run]] = numbers[order][ends_run]
+            heads[touched] = newest
             last_phys, last_diff = int(phys[-1]), int(diff[-1])
         if h.index_count and (last_phys != h.end_phys_offset or last_diff != span):
             raise self._corrupt("header end fields disagree with the newest entry", OFF_END_TS)
@@ -474,6 +494,54 @@ class IndexFile:
                          h.hash_slot_count_used, number)  # fmt: skip
         self._dirty = True
         return True
+
+    def put_many(self, hashes: np.ndarray, phys: np.ndarray, store_timestamp_ms: int) -> int:
+        """Append entries for key hashes stored at one time, in order; returns how many fit.
+
+        The same file as ``put`` called for each in turn, in three writes: the entries,
+        the slot heads, the header. Fewer than all are taken when the file fills; none
+        when the time span would overflow. ``phys`` must not decrease.
+        """
+        h = self._h
+        mm = self._map()
+        count = h.index_count
+        if not len(hashes):
+            return 0
+        first_phys = int(phys[0])
+        if first_phys < 0 or (count and first_phys < h.end_phys_offset) or \
+                bool(np.any(phys[1:] < phys[:-1])):  # fmt: skip
+            raise InvalidOffsetError(f"index batch put at phys {first_phys} after "
+                                     f"{h.end_phys_offset}, or out of order")  # fmt: skip
+        take = min(len(hashes), self._max_entries - count)
+        if take <= 0:
+            return 0
+        if count == 0:
+            begin = stored = store_timestamp_ms
+        else:
+            begin, stored = h.begin_timestamp_ms, max(store_timestamp_ms, h.end_timestamp_ms)
+            if stored - begin > INT32_MAX:
+                return 0
+        numbers = np.arange(count + 1, count + take + 1, dtype=np.int64)
+        slots = hashes[:take].astype(np.int64) % self._slot_count
+        heads = np.frombuffer(mm, ">i4", self._slot_count, HEADER.size)
+        try:
+            prev, touched, newest = _chain(slots, numbers, heads)
+            entries = np.empty(take, _ENTRY_DTYPE)
+            entries["hash"], entries["phys"] = hashes[:take], phys[:take]
+            entries["diff"], entries["prev"] = stored - begin, prev
+            start = self._entry_pos(count + 1)
+            mm[start : start + take * _ENTRY_SIZE] = entries.tobytes()
+            h.hash_slot_count_used += int(np.count_nonzero(heads[touched] == 0))
+            heads[touched] = newest
+        finally:
+            del heads  # an exported buffer would keep the mapping from closing
+        if count == 0:
+            h.begin_timestamp_ms, h.begin_phys_offset = begin, first_phys
+        h.end_timestamp_ms, h.end_phys_offset = stored, int(phys[take - 1])
+        h.index_count = count + take
+        h.pack_into(mm)
+        self._dirty = True
+        return take
 
     def query(self, key: str, begin_ms: int, end_ms: int, max_results: int) -> list[int]:
         """Phys offsets, newest first, of entries with ``key``'s hash stored in the range.

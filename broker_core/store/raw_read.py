@@ -29,13 +29,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from broker_core.errors import CorruptionError
 from broker_core.store.commitlog import CommitLog
-from broker_core.store.consume_queue import ConsumeQueue
+from broker_core.store.consume_queue import UNIT_DTYPE, ConsumeQueue
 
 # A region at most this many times the bytes wanted is read whole and the units cut out.
 DENSE_FACTOR = 16
 MAX_REGION_BYTES = 64 << 20
-# One consume-queue unit (see consume_queue.py): commitlog offset, size, tag code.
-UNIT_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tag", ">i8")])
 
 
 @dataclass(slots=True)
