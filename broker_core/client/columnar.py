@@ -59,14 +59,7 @@ from broker_core.store.raw_read import gather_spans
 HEADER_BYTES: Final = codec.HEADER_SIZE
 _CRC_START: Final = codec.CRC_START
 # codec.HEADER as a numpy record (same fields, same big-endian layout; a test compares them).
-HEADER_DTYPE: Final = np.dtype([
-    ("total_size", ">i4"), ("magic", ">u4"), ("unit_crc", ">u4"), ("body_crc", ">u4"),
-    ("queue_id", ">i4"), ("flag", ">i4"), ("queue_offset", ">i8"), ("physical_offset", ">i8"),
-    ("sys_flag", ">i4"), ("born_timestamp_ms", ">i8"), ("born_host_ip", "V4"),
-    ("born_host_port", ">i4"), ("store_timestamp_ms", ">i8"), ("store_host", "V8"),
-    ("reconsume_times", ">i4"), ("prepared_transaction_offset", ">i8"), ("tags_code", ">i8"),
-    ("body_length", ">i4"),
-])  # fmt: skip
+HEADER_DTYPE: Final = codec.HEADER_DTYPE
 _HEX: Final = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 
 

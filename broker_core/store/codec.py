@@ -50,6 +50,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+import numpy as np
+
 from broker_core.errors import (
     CorruptionError,
     InvalidArgumentError,
@@ -98,6 +100,16 @@ HEADER = struct.Struct(
 )
 assert HEADER.size == 100
 HEADER_SIZE = HEADER.size
+# The same header as numpy records, for code that packs or reads many units at once.
+HEADER_DTYPE = np.dtype([
+    ("total_size", ">i4"), ("magic", ">u4"), ("unit_crc", ">u4"), ("body_crc", ">u4"),
+    ("queue_id", ">i4"), ("flag", ">i4"), ("queue_offset", ">i8"), ("physical_offset", ">i8"),
+    ("sys_flag", ">i4"), ("born_timestamp_ms", ">i8"), ("born_host_ip", "V4"),
+    ("born_host_port", ">i4"), ("store_timestamp_ms", ">i8"), ("store_host", "V8"),
+    ("reconsume_times", ">i4"), ("prepared_transaction_offset", ">i8"), ("tags_code", ">i8"),
+    ("body_length", ">i4"),
+])  # fmt: skip
+assert HEADER_DTYPE.itemsize == HEADER_SIZE
 SIZE_MAGIC = struct.Struct(">iI")
 STORE_TIME = struct.Struct(">q")  # store_timestamp_ms at byte 60
 CRC = struct.Struct(">I")

@@ -27,9 +27,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from broker_core.errors import CorruptionError, OffsetOutOfRangeError, StoreError
 from broker_core.message import StoredMessage
 from broker_core.store import codec
+from broker_core.store.columns import ColumnBatch, assign_queue_offsets, pack_columns
 from broker_core.store.mapped_file import MappedFile, segment_name
 
 log = logging.getLogger(__name__)
@@ -66,7 +69,28 @@ class CommitLogRecovery:
     problem: str = ""
 
 
-AppendHook = Callable[[int, int, list[codec.EncodedMessage], list[AppendResult], int], None]
+@dataclass(slots=True)
+class Appended:
+    """One append as dispatch needs it: where each message went, as columns.
+
+    ``queues`` maps each (topic, queue id) to the rows of its messages, in order (rows
+    of prepared or rolled-back transaction units are in no queue); ``index_keys`` and
+    ``index_phys`` list the messages that have index keys.
+    """
+
+    before: int  # commitlog offset before the append
+    after: int  # and after it
+    store_timestamp_ms: int
+    queues: dict[tuple[str, int], list[int]]
+    physical_offset: np.ndarray  # int64 per message
+    size: np.ndarray  # int32
+    tags_code: np.ndarray  # int64
+    queue_offset: np.ndarray  # int64
+    index_keys: list[list[str]]
+    index_phys: list[int]
+
+
+AppendHook = Callable[[Appended], None]
 
 
 class QueueOffsetTable:
@@ -79,6 +103,13 @@ class QueueOffsetTable:
         key = (topic, queue_id)
         offset = self._next.get(key, 0)
         self._next[key] = offset + 1
+        return offset
+
+    def take_many(self, topic: str, queue_id: int, count: int) -> int:
+        """Reserve ``count`` consecutive offsets; returns the first."""
+        key = (topic, queue_id)
+        offset = self._next.get(key, 0)
+        self._next[key] = offset + count
         return offset
 
     def peek(self, topic: str, queue_id: int) -> int:
@@ -188,36 +219,69 @@ class CommitLog:
     # ---- writing --------------------------------------------------------------------
 
     def append_batch(self, batch: list[codec.EncodedMessage], now_ms: int) -> BatchResult:
-        """Append encoded units in order; queue offsets are assigned here, under the lock.
-
-        Units are packed into one buffer per segment touched and copied into the mapping
-        with a single write; a unit that does not fit closes the segment with a blank.
-        """
+        """Append encoded units in order; queue offsets are assigned here, under the lock."""
         results: list[AppendResult] = []
+
+        def pack(lo: int, hi: int, phys: int) -> bytearray:
+            chunk = bytearray(int(sizes[lo:hi].sum()))
+            self._pack(chunk, batch[lo:hi], phys, now_ms, results)
+            return chunk
+
+        sizes = np.fromiter((enc.size for enc in batch), np.int64, len(batch))
         with self._put_lock:
             before = self.max_offset
-            seg = self._writable_segment()
-            spare = self._make_room(seg, batch)  # all or nothing: files first, then bytes
-            i = 0
-            while i < len(batch):
-                start = seg.wrote_position
-                end, j = start, i
-                while j < len(batch) and end + batch[j].size + codec.MIN_BLANK_BYTES <= seg.size:
-                    end += batch[j].size
-                    j += 1
-                if j == i:  # the next unit does not fit: close this segment
-                    seg.append(codec.blank_unit(seg.size - start))
-                    seg.wrote_position = seg.size  # the blank covers the rest
-                    seg = spare.pop(0)
-                    self._segments = [*self._segments, seg]
-                    continue
-                chunk = bytearray(end - start)
-                self._pack(chunk, batch[i:j], seg.base_offset + start, now_ms, results)
-                seg.append(chunk)
-                i = j
+            end = self._fill(sizes, pack)
             if self.on_append is not None:
-                self.on_append(before, seg.end_offset, batch, results, now_ms)
-            return BatchResult(results, now_ms, seg.end_offset)
+                self.on_append(_appended_rows(before, end, now_ms, batch, results))
+            return BatchResult(results, now_ms, end)
+
+    def append_columns(self, batch: ColumnBatch, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """Append a column batch (one topic); returns (queue offsets, physical offsets).
+
+        The same bytes, queue offsets and dispatch work as ``append_batch`` of the same
+        messages, computed a batch at a time.
+        """
+        topic = batch.topic
+        with self._put_lock:
+            offsets = assign_queue_offsets(
+                batch, lambda queue_id, n: self.queue_offsets.take_many(topic, queue_id, n))
+            starts = np.empty(len(batch), np.int64)
+
+            def pack(lo: int, hi: int, phys: int) -> bytes:
+                sizes = batch.sizes[lo:hi]
+                starts[lo:hi] = phys + np.cumsum(sizes) - sizes
+                return pack_columns(batch, lo, hi, phys, offsets, now_ms, self._store_host)
+
+            before = self.max_offset
+            end = self._fill(batch.sizes, pack)
+            if self.on_append is not None:
+                self.on_append(_appended_columns(before, end, now_ms, batch, offsets, starts))
+            return offsets, starts
+
+    def _fill(self, sizes: np.ndarray, pack: Callable[[int, int, int], bytes | bytearray]) -> int:
+        """Write units of ``sizes`` after the log's end; returns the new end offset.
+
+        ``pack(lo, hi, phys)`` gives the bytes of units ``[lo, hi)`` placed at global
+        offset ``phys``: one call, and one write into the mapping, per segment touched. A
+        unit that does not fit closes its segment with a blank. Caller holds the put lock.
+        """
+        seg = self._writable_segment()
+        spare = self._make_room(seg, sizes)  # all or nothing: files first, then bytes
+        ends = np.cumsum(sizes)
+        lo = 0
+        while lo < len(sizes):
+            start = seg.wrote_position
+            room = seg.size - start - codec.MIN_BLANK_BYTES
+            hi = int(np.searchsorted(ends, (int(ends[lo - 1]) if lo else 0) + room, "right"))
+            if hi == lo:  # the next unit does not fit: close this segment
+                seg.append(codec.blank_unit(seg.size - start))
+                seg.wrote_position = seg.size  # the blank covers the rest
+                seg = spare.pop(0)
+                self._segments = [*self._segments, seg]
+                continue
+            seg.append(pack(lo, hi, seg.base_offset + start))
+            lo = hi
+        return seg.end_offset
 
     def _pack(self, chunk: bytearray, encs: list[codec.EncodedMessage], phys: int,
               now_ms: int, results: list[AppendResult]) -> None:  # fmt: skip
@@ -232,18 +296,19 @@ class CommitLog:
                 results.append(AppendResult(phys + pos, qoff, enc.size))
                 pos += enc.size
 
-    def _make_room(self, seg: MappedFile, batch: list[codec.EncodedMessage]) -> list[MappedFile]:
-        """Create (not yet register) the segments ``batch`` will spill into after ``seg``.
+    def _make_room(self, seg: MappedFile, sizes: np.ndarray) -> list[MappedFile]:
+        """Create (not yet register) the segments units of ``sizes`` spill into after ``seg``.
 
         Done before any byte is written, so a full disk refuses the whole batch
         (DiskFullError) instead of storing the part that fitted in ``seg``.
         """
         pos, bases = seg.wrote_position, list[int]()
-        for enc in batch:
-            if pos + enc.size + codec.MIN_BLANK_BYTES > seg.size:
-                bases.append((bases[-1] if bases else seg.base_offset) + self.segment_size)
-                pos = 0
-            pos += enc.size
+        if pos + int(sizes.sum()) + codec.MIN_BLANK_BYTES > seg.size:  # else nothing spills
+            for size in sizes.tolist():
+                if pos + size + codec.MIN_BLANK_BYTES > seg.size:
+                    bases.append((bases[-1] if bases else seg.base_offset) + self.segment_size)
+                    pos = 0
+                pos += size
         spare: list[MappedFile] = []
         try:
             for base in bases:
@@ -398,3 +463,38 @@ class CommitLog:
         self.flush()
         for seg in self._segments:
             seg.close()
+
+
+def _appended_rows(before: int, after: int, now_ms: int, batch: list[codec.EncodedMessage],
+                   results: list[AppendResult]) -> Appended:  # fmt: skip
+    queues: dict[tuple[str, int], list[int]] = {}
+    keys: list[list[str]] = []
+    key_phys: list[int] = []
+    for row, (enc, res) in enumerate(zip(batch, results, strict=True)):
+        if (enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in _PREPARED_OR_ROLLBACK:
+            queues.setdefault((enc.topic, enc.queue_id), []).append(row)
+        if enc.index_keys:
+            keys.append(enc.index_keys)
+            key_phys.append(res.physical_offset)
+    return Appended(
+        before, after, now_ms, queues,
+        np.array([r.physical_offset for r in results], np.int64),
+        np.array([r.size for r in results], np.int32),
+        np.array([e.tags_code for e in batch], np.int64),
+        np.array([r.queue_offset for r in results], np.int64), keys, key_phys,
+    )  # fmt: skip
+
+
+def _appended_columns(before: int, after: int, now_ms: int, batch: ColumnBatch,
+                      offsets: np.ndarray, starts: np.ndarray) -> Appended:  # fmt: skip
+    queues: dict[tuple[str, int], list[int]] = {}
+    order = np.argsort(batch.queue_ids, kind="stable")
+    ids = batch.queue_ids[order]
+    cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    for rows in np.split(order, cuts):
+        if len(rows):
+            queues[(batch.topic, int(batch.queue_ids[rows[0]]))] = rows.tolist()
+    with_keys = [i for i, keys in enumerate(batch.index_keys) if keys]
+    return Appended(before, after, now_ms, queues, starts, batch.sizes.astype(np.int32),
+                    batch.tags_codes, offsets, [batch.index_keys[i] for i in with_keys],
+                    starts[with_keys].tolist())  # fmt: skip

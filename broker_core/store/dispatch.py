@@ -33,7 +33,7 @@ import numpy as np
 
 from broker_core.errors import RocketMQError, StoreError
 from broker_core.store import codec
-from broker_core.store.commitlog import AppendResult, CommitLog
+from broker_core.store.commitlog import Appended, CommitLog
 from broker_core.store.consume_queue import UNIT_DTYPE, ConsumeQueueSet
 from broker_core.store.index_service import IndexService
 
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 Listener = Callable[[str, int, int], None]  # (topic, queue id, new max offset)
 _NOT_IN_QUEUE = (codec.SYSFLAG_TRANSACTION_PREPARED, codec.SYSFLAG_TRANSACTION_ROLLBACK)
 _CHUNK_BYTES = 4 << 20
-_Appended = tuple[int, int, list[codec.EncodedMessage], list[AppendResult], int]
 
 
 class Dispatcher:
@@ -60,7 +59,7 @@ class Dispatcher:
         self._running = False
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
-        self._handed: deque[_Appended] = deque()
+        self._handed: deque[Appended] = deque()
         self._indexed_to = -1  # index keys of units below this commitlog offset are written
 
     def add_listener(self, listener: Listener) -> None:
@@ -102,28 +101,23 @@ class Dispatcher:
                 break
         return grown, progress[0]
 
-    def on_append(self, before: int, after: int, encoded: list[codec.EncodedMessage],
-                  results: list[AppendResult], store_timestamp_ms: int) -> None:  # fmt: skip
-        """The commitlog's append hook: queue the batch for the dispatch thread."""
-        self._handed.append((before, after, encoded, results, store_timestamp_ms))
+    def on_append(self, appended: Appended) -> None:
+        """The commitlog's append hook: queue the batch for dispatch."""
+        self._handed.append(appended)
 
     def _dispatch_handed(self, start: int) -> tuple[dict[tuple[str, int], int], int]:
         """Apply handed-off batches that continue exactly from ``start``."""
         grown: dict[tuple[str, int], int] = {}
         reached = start
         handed = self._handed
-        while handed and handed[0][0] == reached and reached - start < _CHUNK_BYTES:
+        while handed and handed[0].before == reached and reached - start < _CHUNK_BYTES:
             # Peek, apply, then pop: a batch that fails midway (no room for a new queue
-            # file) stays first in line and is applied again; queue puts are idempotent
-            # and index keys already written are skipped (``_indexed_to``).
-            _before, after, encoded, results, store_ts = handed[0]
-            grown.update(self._apply(encoded, results, store_ts))
-            handed.popleft()
-            reached = self.dispatched_offset = after  # kept even if a later batch fails
+            # file) stays first in line and is applied again (``_apply`` is idempotent).
+            grown.update(self._apply(handed[0]))
+            reached = self.dispatched_offset = handed.popleft().after  # kept if a later fails
         return grown, reached
 
-    def _apply(self, encoded: list[codec.EncodedMessage], results: list[AppendResult],
-               store_timestamp_ms: int) -> dict[tuple[str, int], int]:  # fmt: skip
+    def _apply(self, batch: Appended) -> dict[tuple[str, int], int]:
         """Write one appended batch's queue units and index keys, a block per queue.
 
         Idempotent, so a batch that failed midway can be applied again: queue units
@@ -131,31 +125,25 @@ class Dispatcher:
         ``_indexed_to`` (a failure inside one index batch may leave a few keys filed
         twice; queries drop duplicate offsets).
         """
-        rows_of: dict[tuple[str, int], list[int]] = {}
-        keys: list[list[str]] = []
-        key_phys: list[int] = []
-        indexed_to = self._indexed_to
-        for row, (enc, res) in enumerate(zip(encoded, results, strict=True)):
-            if (enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in _NOT_IN_QUEUE:
-                rows_of.setdefault((enc.topic, enc.queue_id), []).append(row)
-            if enc.index_keys and res.physical_offset >= indexed_to:
-                keys.append(enc.index_keys)
-                key_phys.append(res.physical_offset)
         grown: dict[tuple[str, int], int] = {}
-        for key, rows in rows_of.items():
+        for key, rows in batch.queues.items():
             units = np.empty(len(rows), UNIT_DTYPE)
-            units["phys"] = [results[r].physical_offset for r in rows]
-            units["size"] = [results[r].size for r in rows]
-            units["tag"] = [encoded[r].tags_code for r in rows]
-            first = results[rows[0]].queue_offset
-            if results[rows[-1]].queue_offset - first != len(rows) - 1:
+            units["phys"] = batch.physical_offset[rows]
+            units["size"] = batch.size[rows]
+            units["tag"] = batch.tags_code[rows]
+            first = int(batch.queue_offset[rows[0]])
+            if int(batch.queue_offset[rows[-1]]) - first != len(rows) - 1:
                 raise StoreError(f"queue offsets of {key} are not consecutive in one batch")
             cq = self._queues.find_or_create(*key)
             cq.put_many(first, units)
             grown[key] = cq.max_offset
+        keys, phys = batch.index_keys, batch.index_phys
+        if phys and phys[0] < self._indexed_to:
+            todo = [i for i, offset in enumerate(phys) if offset >= self._indexed_to]
+            keys, phys = [keys[i] for i in todo], [phys[i] for i in todo]
         if keys:
-            self._index.put_batch(keys, key_phys, store_timestamp_ms)
-            self._indexed_to = key_phys[-1] + 1
+            self._index.put_batch(keys, phys, batch.store_timestamp_ms)
+            self._indexed_to = phys[-1] + 1
         return grown
 
     def dispatch_available(self, *, blocking: bool = True) -> int:
@@ -171,14 +159,15 @@ class Dispatcher:
             if end <= start:
                 return 0
             handed = self._handed
-            while handed and handed[0][1] <= start:
+            while handed and handed[0].after <= start:
                 handed.popleft()  # already dispatched by reading the log
-            if handed and handed[0][0] == start:
+            if handed and handed[0].before == start:
                 grown, reached = self._dispatch_handed(start)
             else:
                 # Read the log up to the next handed batch; if reading already went into
                 # that batch (it was seen mid-append), read to its end instead.
-                stop = end if not handed else handed[0][0] if handed[0][0] > start else handed[0][1]
+                stop = end if not handed else handed[0].before if handed[0].before > start \
+                    else handed[0].after
                 grown, reached = self.dispatch_range(start, stop, max_bytes=_CHUNK_BYTES)
             self.dispatched_offset = reached
         finally:

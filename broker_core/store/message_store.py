@@ -49,6 +49,7 @@ from broker_core.message import (
 )
 from broker_core.store import codec
 from broker_core.store.cleanup import CleanupReport, CleanupService, disk_used_ratio
+from broker_core.store.columns import ColumnBatch
 from broker_core.store.commitlog import CommitLog
 from broker_core.store.consume_queue import UNIT, ConsumeQueue, ConsumeQueueSet
 from broker_core.store.dispatch import Dispatcher, Listener
@@ -237,6 +238,22 @@ class MessageStore:
                       ts, msg.properties.get(PROPERTY_UNIQ_KEY), host)
             for msg, res in zip(messages, batch.results, strict=True)
         ]  # fmt: skip
+
+    def put_columns(self, batch: ColumnBatch) -> np.ndarray:
+        """Append a column batch of plain messages (``columns``); returns their queue offsets.
+
+        Validated when it was encoded; with ``flush_mode = sync`` this returns only once
+        the batch is durable.
+        """
+        self._check_writable()
+        if not len(batch):
+            return np.zeros(0, np.int64)
+        offsets, starts = self.commitlog.append_columns(batch, self._clock_ms())
+        self.dispatcher.dispatch_inline()
+        if self.flusher.sync:
+            end = int(starts[-1] + batch.sizes[-1])
+            self.flusher.wait_durable(end, self.config.sync_flush_timeout_ms)
+        return offsets
 
     # ---- reading ------------------------------------------------------------------------
 

@@ -1,0 +1,140 @@
+"""SendMessage's fast lane: a request of plain messages straight to a column batch.
+
+Most requests are batches of ordinary messages: one topic, NORMAL type, an IDENTITY body
+with a CRC32 digest, a message id, maybe a tag, keys and user properties. For those,
+:func:`to_columns` builds a :class:`~broker_core.store.columns.ColumnBatch` in one pass,
+without a ``Message`` object per message, and the broker stores it with numpy.
+
+It never decides that a message is bad. Every check here is a sufficient condition for
+what ``convert_in.to_messages`` accepts; when anything is unusual (another message type,
+a delay or a group, gzip, an MD5 or mismatched digest, a blank or oversize field, a
+reserved character or key, several topics or born hosts) it returns None and the request
+takes the general path, which accepts it or fails it with the precise error. So both
+lanes store exactly the same bytes (tests compare them) and refuse exactly the same
+requests.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any, Final
+
+from broker_core.errors import RocketMQError
+from broker_core.message import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    tag_hash,
+    validate_topic_name,
+)
+from broker_core.pb_enums import DigestType, Encoding, MessageType
+from broker_core.server.convert_in import (
+    _RESERVED_CHARS,
+    MAX_MESSAGE_ID_CHARS,
+    MAX_TAG_CHARS,
+    SYSTEM_PROPERTY_KEYS,
+    Limits,
+    _born_host,
+    timestamp_ms,
+)
+from broker_core.store.columns import ColumnBatch, encode_columns
+
+_PLAIN_TYPES: Final = (MessageType.NORMAL, MessageType.MESSAGE_TYPE_UNSPECIFIED)
+_PLAIN_BODY: Final = (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED)
+_MAX_PROPERTY_KEY_CHARS: Final = 1024
+_ID: Final = f"{PROPERTY_UNIQ_KEY}\x01"  # the first property; each next one starts with \x02
+_TAGS: Final = f"\x02{PROPERTY_TAGS}\x01"
+_KEYS: Final = f"\x02{PROPERTY_KEYS}\x01"
+
+
+def _plain(text: str, max_chars: int) -> bool:
+    """Not blank and not too long (reserved characters are checked for the whole batch)."""
+    return 0 < len(text) <= max_chars and not text.isspace()
+
+
+def to_columns(protos: Sequence[Any], *, limits: Limits, peer: tuple[str, int],
+               now_ms: int) -> ColumnBatch | None:  # fmt: skip
+    """The request's messages as one column batch, or None to take the general path."""
+    if not protos:
+        return None
+    topic = protos[0].topic.name
+    claimed_host = protos[0].system_properties.born_host
+    max_body = limits.max_body_bytes
+    texts: list[str] = []  # every string a producer chose, checked for reserved chars at once
+    bodies, properties, crcs, tags_codes, born, index_keys = [], [], [], [], [], []
+    born_of: dict[tuple[int, int], int] = {}
+    for proto in protos:
+        sp = proto.system_properties
+        # HasField costs as much as five attribute reads: it is asked only where a
+        # field's value cannot tell (an empty string or zero may still be "set").
+        if (proto.topic.name != topic or sp.message_type not in _PLAIN_TYPES
+                or sp.body_encoding not in _PLAIN_BODY or sp.born_host != claimed_host
+                or sp.message_group or sp.HasField("message_group")
+                or sp.HasField("delivery_timestamp")):  # fmt: skip
+            return None
+        body = proto.body
+        crc = zlib.crc32(body)
+        if not 0 < len(body) <= max_body:
+            return None
+        digest = sp.body_digest
+        checksum = digest.checksum
+        if (checksum or sp.HasField("body_digest")) and (
+            digest.type != DigestType.CRC32 or checksum != f"{crc:08X}"
+        ):
+            return None
+        message_id = sp.message_id
+        if not _plain(message_id, MAX_MESSAGE_ID_CHARS):
+            return None
+        text = _ID + message_id
+        texts.append(message_id)
+        keys = [message_id]
+        tag = sp.tag or None
+        if tag is not None:
+            if not _plain(tag, MAX_TAG_CHARS) or "|" in tag:
+                return None
+            text += _TAGS + tag
+            texts.append(tag)
+        elif sp.HasField("tag"):
+            return None  # an empty tag: refused by the general path
+        if sp.keys:
+            extra_keys = list(sp.keys)
+            for key in extra_keys:
+                if not _plain(key, MAX_TAG_CHARS) or KEY_SEPARATOR in key:
+                    return None
+            text += _KEYS + KEY_SEPARATOR.join(extra_keys)
+            texts.extend(extra_keys)
+            keys.extend(extra_keys)
+        user = proto.user_properties
+        if user:
+            for name, value in user.items():
+                if not _plain(name, _MAX_PROPERTY_KEY_CHARS) or name in SYSTEM_PROPERTY_KEYS:
+                    return None
+                text += f"\x02{name}\x01{value}"
+                texts += (name, value)
+        ts = sp.born_timestamp  # unset reads as zero, which means "now" as well
+        at = (ts.seconds, ts.nanos)
+        if at not in born_of:
+            if at[0] < 0 or at[1] < 0:
+                return None
+            born_of[at] = timestamp_ms(ts) or now_ms
+        born.append(born_of[at])
+        bodies.append(body)
+        properties.append((text + "\x02").encode())
+        crcs.append(crc)
+        tags_codes.append(tag_hash(tag))
+        index_keys.append(keys)
+    if _RESERVED_CHARS.search("".join(texts)):
+        return None
+    if max(map(len, properties)) > min(limits.max_properties_bytes, 0xFFFF):
+        return None
+    try:
+        validate_topic_name(topic)
+        return encode_columns(
+            topic, bodies, properties, body_crcs=crcs, tags_codes=tags_codes, born_ms=born,
+            born_host=(_born_host(claimed_host, peer[0]), peer[1]), index_keys=index_keys,
+            max_body_bytes=max_body, max_properties_bytes=limits.max_properties_bytes,
+        )  # fmt: skip
+    except RocketMQError:
+        return None  # the general path names the problem
