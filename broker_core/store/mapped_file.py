@@ -92,6 +92,16 @@ class MappedFile:
             return self._mm[pos : pos + size]
         return os.pread(reader.fileno(), size, pos)
 
+    def read_into(self, pos: int, out: memoryview) -> None:
+        """Fill ``out`` with the bytes from ``pos`` (``read`` without a fresh buffer)."""
+        reader = self._reader
+        if reader is None:
+            out[:] = self._mm[pos : pos + len(out)]
+            return
+        got = os.preadv(reader.fileno(), [out], pos)
+        if got != len(out):
+            raise StoreError(f"short read of {self.path}: {got} of {len(out)} bytes at {pos}")
+
     @property
     def buffer(self) -> mmap.mmap:
         """The mapping itself, for ``struct.unpack_from`` without copies. Do not keep views."""

@@ -22,6 +22,9 @@ meanwhile never tear a unit: a segment deleted mid-read raises OffsetOutOfRangeE
 from __future__ import annotations
 
 import itertools
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +73,33 @@ def queue_units(cq: ConsumeQueue, offset: int, max_count: int) -> np.ndarray:
         raise CorruptionError(f"consume queue {cq.topic}:{cq.queue_id} unit {offset + bad} "
                               "is empty")  # fmt: skip
     return units
+
+
+class _Scratch:
+    """Read buffers kept for reuse: a fresh buffer of tens of MiB costs three times the read
+    itself in page faults. At most ``keep`` are kept; concurrent readers beyond that get
+    buffers of their own, dropped after use."""
+
+    def __init__(self, keep: int) -> None:
+        self._free: list[bytearray] = []
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def view(self, size: int) -> Iterator[memoryview]:
+        with self._lock:
+            buf = self._free.pop() if self._free else bytearray()
+        if len(buf) < size:
+            buf = bytearray(size)
+        try:
+            yield memoryview(buf)[:size]  # not released explicitly: a traceback may hold it
+        finally:
+            with self._lock:
+                if len(self._free) < self._keep:
+                    self._free.append(buf)
+
+
+_SCRATCH = _Scratch(keep=2)
 
 
 def within_bytes(sizes: np.ndarray, max_bytes: int) -> int:
@@ -142,8 +172,9 @@ def _read_in_segment(commitlog: CommitLog, phys: np.ndarray, sizes: np.ndarray) 
     if end - first == wanted:  # one contiguous run
         return seg.read(local, wanted)
     if end - first <= DENSE_FACTOR * wanted and end - first <= MAX_REGION_BYTES:
-        region = np.frombuffer(seg.read(local, end - first), np.uint8)
-        return gather_spans(region, phys - first, sizes)
+        with _SCRATCH.view(end - first) as view:
+            seg.read_into(local, view)
+            return gather_spans(np.frombuffer(view, np.uint8), phys - first, sizes)
     ends = phys + sizes
     breaks = np.flatnonzero(phys[1:] != ends[:-1]) + 1
     run_starts = [0, *breaks.tolist()]
