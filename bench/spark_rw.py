@@ -12,6 +12,10 @@ before the clock starts). Each side runs once untimed first, so neither pays for
 session's cold start (JIT, Python workers and their imports — a first run of even a
 trivial Python data source is several times slower than the next); reads are then timed
 three times, alternating, and the median kept.
+
+A third side, a no-op Python data source and sink (``bench/spark_ceiling.py``), runs
+beside them: it prices the JVM-to-Python hand-over every Python data source pays, so the
+details report the best ratio any Python connector could reach and our share of it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import spark_ceiling
 from bench.report import Result
 from broker_core.client import RocketMQClient
 from broker_core.server.launcher import launch_broker
@@ -61,22 +66,27 @@ def _produce(endpoint: str, topic: str, count: int) -> None:
             client.send_batch(topic, [body] * min(512, count - start))
 
 
-def _read(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, float]:
+def _read(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, float, float]:
     _produce(endpoint, "bench-read", count)
     source = (spark.read.format("rocketmq").option("endpoints", endpoint)
               .option("topic", "bench-read").load())  # fmt: skip
     parquet = str(root / "read.parquet")
     source.write.parquet(parquet)  # the same rows, untimed; also warms our side up
-    spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()  # warm-up
-    ours, baseline = [], []
+    ceiling = (spark.read.format(spark_ceiling.NAME).option("rows", str(count))
+               .option("partitions", str(QUEUES)).option("body", bytes(range(BODY_BYTES)).hex())
+               .load())  # fmt: skip
+    sides = [source, spark.read.parquet(parquet), ceiling]
+    times: list[list[float]] = [[], [], []]
+    for side in sides:  # warm-up
+        side.write.format("noop").mode("overwrite").save()
     for _ in range(3):
-        ours.append(_timed(lambda: source.write.format("noop").mode("overwrite").save()))
-        baseline.append(_timed(
-            lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save()))
-    return count / statistics.median(ours), count / statistics.median(baseline)
+        for side, timed in zip(sides, times, strict=True):
+            timed.append(_timed(side.write.format("noop").mode("overwrite").save))
+    ours, baseline, top = (count / statistics.median(t) for t in times)
+    return ours, baseline, top
 
 
-def _write(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, float]:
+def _write(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, float, float]:
     from pyspark.sql import functions as F
 
     rows = (spark.range(count).select(
@@ -88,10 +98,12 @@ def _write(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, fl
     warm = rows.limit(10_000)
     warm.write.format("rocketmq").option("endpoints", endpoint).mode("append").save()
     warm.write.mode("overwrite").parquet(str(root / "warm.parquet"))
+    warm.write.format(spark_ceiling.NAME).mode("append").save()
     ours = _timed(lambda: rows.write.format("rocketmq").option("endpoints", endpoint)
                   .mode("append").save())  # fmt: skip
     baseline = _timed(lambda: rows.write.mode("overwrite").parquet(str(root / "write.parquet")))
-    return count / ours, count / baseline
+    top = _timed(lambda: rows.write.format(spark_ceiling.NAME).mode("append").save())
+    return count / ours, count / baseline, count / top
 
 
 def _run(kind: str, size: str) -> list[Result]:
@@ -100,16 +112,23 @@ def _run(kind: str, size: str) -> list[Result]:
     broker = launch_broker(root / "broker", config={"store": {"segment_size_bytes": 256 << 20}})
     try:
         spark = _spark()
+        spark_ceiling.register(spark)
         run = _read if kind == "read" else _write
-        ours, baseline = run(spark, broker.endpoint, root, count)
+        ours, baseline, ceiling = run(spark, broker.endpoint, root, count)
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
-    result = Result(f"spark-{kind}", ours, baseline, "rows/s", goal=1.0,
-                    details={"rows": count, "body_bytes": BODY_BYTES, "queues": QUEUES})
+    result = Result(f"spark-{kind}", ours, baseline, "rows/s", goal=1.0, details={
+        "rows": count, "body_bytes": BODY_BYTES, "queues": QUEUES,
+        "python_ceiling_rows_s": round(ceiling),
+        "python_ceiling_ratio": round(ceiling / baseline, 3),
+        "share_of_ceiling": round(ours / ceiling, 3),
+    })  # fmt: skip
     result.rows = [
         (f"format('rocketmq') {kind}", f"{ours:,.0f} rows/s", f"{count:,} rows of {BODY_BYTES} B"),
         (f"Parquet {kind}", f"{baseline:,.0f} rows/s", "same rows, same session"),
+        (f"no-op Python {'source' if kind == 'read' else 'sink'}", f"{ceiling:,.0f} rows/s",
+         "the most any Python data source can do (bench/spark_ceiling.py)"),
     ]
     return [result]
 

@@ -169,6 +169,12 @@ class _UniqIdGenerator:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seq = 0
+        self._prefix = ""
+        self.reseed()
+
+    def reseed(self) -> None:
+        """A new random prefix and this process's pid: a forked child must not repeat its
+        parent's ids (the sequence alone would collide within the same millisecond)."""
         self._prefix = "01" + os.urandom(6).hex().upper() + f"{os.getpid() & 0xFFFF:04X}"
 
     def next_id(self) -> str:
@@ -180,6 +186,8 @@ class _UniqIdGenerator:
 
 
 _ids = _UniqIdGenerator()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ids.reseed)
 
 
 def new_message_id() -> str:

@@ -30,10 +30,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -44,91 +42,86 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from broker_core.errors import ConfigError, InvalidArgumentError
+from broker_core.errors import ConfigError
 from connector import exactly_once, transactions
 from connector.exactly_once import TaskHalves
 from connector.sink_options import ColumnPlan, SinkOptions, parse_sink_options, plan_columns
+from connector.sink_rows import MessageColumns, columns_by_topic, rows_to_messages
 from connector.transactions import HalfRef
 
-__all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "make_stream_writer", "make_writer",
-           "rows_to_messages"]  # fmt: skip
-
-
-# --------------------------------------------------------------------------- rows → messages
-
-
-def _column(batch: pa.RecordBatch, name: str | None) -> list[Any] | None:
-    return None if name is None else batch.column(batch.schema.get_field_index(name)).to_pylist()
-
-
-def _epoch_ms(batch: pa.RecordBatch, plan: ColumnPlan) -> list[Any] | None:
-    if plan.delivery_timestamp is None:
-        return None
-    column = batch.column(batch.schema.get_field_index(plan.delivery_timestamp))
-    if not plan.delivery_is_timestamp:
-        return column.to_pylist()
-    per_ms = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[column.type.unit]
-    ticks = pc.cast(column, pa.int64())
-    return [None if t is None else int(t // per_ms) for t in ticks.to_pylist()]
-
-
-def _keys(value: Any, list_column: bool) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not list_column:
-        return (value,)
-    if any(k is None for k in value):
-        raise InvalidArgumentError("column 'keys' holds a null key")
-    return tuple(value)
-
-
-def _properties(value: Any) -> dict[str, str] | None:
-    if value is None:
-        return None
-    props = dict(value)  # Arrow hands a map over as (key, value) pairs
-    if any(v is None for v in props.values()):
-        raise InvalidArgumentError("column 'properties' holds a null value")
-    return props
-
-
-def rows_to_messages(
-    batch: pa.RecordBatch, plan: ColumnPlan, default_topic: str | None
-) -> Iterator[tuple[str, OutgoingMessage]]:
-    """(topic, message) for every row of ``batch``, in row order (pure).
-
-    Raises InvalidArgumentError naming the column for a null or empty body, a row with
-    no topic, or a null inside keys/properties.
-    """
-    bodies = _column(batch, plan.body)
-    topics = _column(batch, plan.topic)
-    tags, keys = _column(batch, plan.tag), _column(batch, plan.keys)
-    props, groups = _column(batch, plan.properties), _column(batch, plan.message_group)
-    delivery = _epoch_ms(batch, plan)
-    assert bodies is not None  # the plan always has a body column
-    for row, body in enumerate(bodies):
-        if body is None or len(body) == 0:
-            raise InvalidArgumentError(f"column 'body' is {'null' if body is None else 'empty'}"
-                                       " in a row; every message needs a body")  # fmt: skip
-        topic = (topics[row] if topics is not None else None) or default_topic
-        if topic is None:
-            raise InvalidArgumentError("column 'topic' is null in a row and the 'topic' option "
-                                       "is not set")  # fmt: skip
-        data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
-        yield topic, OutgoingMessage(
-            data, tags[row] if tags is not None else None,
-            _keys(keys[row], plan.keys_is_list) if keys is not None else (),
-            _properties(props[row]) if props is not None else None,
-            groups[row] if groups is not None else None,
-            delivery[row] if delivery is not None else None,
-        )  # fmt: skip
+__all__ = [
+    "RocketMQBatchWriter",
+    "RocketMQStreamWriter",
+    "make_stream_writer",
+    "make_writer",
+    "rows_to_messages",
+]
 
 
 # --------------------------------------------------------------------------- one task
 
 
 @dataclass
-class _Task:
-    """The sending state of one write task (lives only inside ``write``)."""
+class _PlainTask:
+    """An at-least-once write task: each topic's rows, ``batchSize`` per request.
+
+    Rows go from Arrow to the request bytes column by column (``sink_rows`` →
+    ``RocketMQClient.send_columns``), never through one object per row.
+    """
+
+    options: SinkOptions
+    client: RocketMQClient
+    rows: int = 0
+    first_send_ms: int = 0
+
+    def __post_init__(self) -> None:
+        self.pending: dict[str, MessageColumns] = {}
+        self.halves: dict[int, HalfRef] = {}  # none: plain messages need no ending
+
+    def add_batch(self, batch: pa.RecordBatch, plan: ColumnPlan) -> None:
+        """Queue the batch's rows; send every full ``batchSize`` of a topic. A bad row
+        raises once the rows before it are queued (and sent, if they fill a request)."""
+        by_topic, error = columns_by_topic(batch, plan, self.options.topic)
+        for topic, columns in by_topic.items():
+            self.rows += len(columns)
+            pending = self.pending.setdefault(topic, MessageColumns([]))
+            if not pending:
+                pending = self.pending[topic] = columns
+            else:
+                pending.extend(columns)
+            size = self.options.batch_size
+            full = len(pending) - len(pending) % size
+            for start in range(0, full, size):
+                self.send(topic, pending.rows(start, start + size))
+            if full:
+                self.pending[topic] = pending.rows(full, len(pending))
+        if error is not None:
+            raise error
+
+    def send(self, topic: str, columns: MessageColumns) -> None:
+        if not self.first_send_ms:
+            self.first_send_ms = time.time_ns() // 1_000_000
+        self.client.send_columns(
+            topic,
+            columns.bodies,
+            tags=columns.tags,
+            keys=columns.keys,
+            properties=columns.properties,
+            message_groups=columns.message_groups,
+            delivery_ms=columns.delivery_ms,
+        )
+
+    def finish(self) -> TaskHalves:
+        for topic, columns in self.pending.items():
+            if columns:
+                self.send(topic, columns)
+        self.pending.clear()
+        return _task_halves(self.rows, self.first_send_ms, [])
+
+
+@dataclass
+class _HalfTask:
+    """An exactly-once write task: rows sent as half messages, remembered in row order."""
 
     options: SinkOptions
     client: RocketMQClient
@@ -139,12 +132,13 @@ class _Task:
         self.pending: dict[str, list[tuple[int, OutgoingMessage]]] = {}
         self.halves: dict[int, HalfRef] = {}
 
-    def add(self, topic: str, message: OutgoingMessage) -> None:
-        queue = self.pending.setdefault(topic, [])
-        queue.append((self.rows, message))
-        self.rows += 1
-        if len(queue) >= self.options.batch_size:
-            self.flush(topic)
+    def add_batch(self, batch: pa.RecordBatch, plan: ColumnPlan) -> None:
+        for topic, message in rows_to_messages(batch, plan, self.options.topic):
+            queue = self.pending.setdefault(topic, [])
+            queue.append((self.rows, message))
+            self.rows += 1
+            if len(queue) >= self.options.batch_size:
+                self.flush(topic)
 
     def flush(self, topic: str) -> None:
         queue = self.pending.pop(topic, [])
@@ -152,21 +146,26 @@ class _Task:
             return
         if not self.first_send_ms:
             self.first_send_ms = time.time_ns() // 1_000_000
-        messages = [m for _, m in queue]
-        if not self.options.exactly_once:
-            self.client.send_batch(topic, messages)
-            return
-        refs = transactions.prepare(self.client, topic, messages,
-                                    recovery_ms=self.options.transaction_timeout_ms)
+        refs = transactions.prepare(
+            self.client,
+            topic,
+            [m for _, m in queue],
+            recovery_ms=self.options.transaction_timeout_ms,
+        )
         for (seq, _), ref in zip(queue, refs, strict=True):
             self.halves[seq] = ref
 
     def finish(self) -> TaskHalves:
         for topic in list(self.pending):
             self.flush(topic)
-        partition, attempt, query_id, batch_id = _task_context()
-        return TaskHalves(partition, attempt, self.rows, query_id, batch_id,
-                          self.first_send_ms, [self.halves[s] for s in sorted(self.halves)])
+        return _task_halves(
+            self.rows, self.first_send_ms, [self.halves[s] for s in sorted(self.halves)]
+        )
+
+
+def _task_halves(rows: int, first_send_ms: int, halves: list[HalfRef]) -> TaskHalves:
+    partition, attempt, query_id, batch_id = _task_context()
+    return TaskHalves(partition, attempt, rows, query_id, batch_id, first_send_ms, halves)
 
 
 def _task_context() -> tuple[int, int, str, int]:
@@ -177,28 +176,31 @@ def _task_context() -> tuple[int, int, str, int]:
     if context is None:  # called outside a Spark task (unit tests)
         return 0, 0, "", -1
     batch = context.getLocalProperty("streaming.sql.batchId")
-    return (context.partitionId(), context.attemptNumber(),
-            context.getLocalProperty("sql.streaming.queryId") or "",
-            int(batch) if batch and batch.lstrip("-").isdigit() else -1)  # fmt: skip
+    return (
+        context.partitionId(),
+        context.attemptNumber(),
+        context.getLocalProperty("sql.streaming.queryId") or "",
+        int(batch) if batch and batch.lstrip("-").isdigit() else -1,
+    )
 
 
 def _client(options: SinkOptions) -> RocketMQClient:
     return RocketMQClient(options.endpoints, timeout_s=options.request_timeout_ms / 1000)
 
 
-def write_partition(options: SinkOptions, plan: ColumnPlan,
-                    batches: Iterator[pa.RecordBatch]) -> TaskHalves:  # fmt: skip
+def write_partition(
+    options: SinkOptions, plan: ColumnPlan, batches: Iterator[pa.RecordBatch]
+) -> TaskHalves:
     """Send one partition's rows; with exactlyOnce as halves, reported in row order.
 
     If it raises, it rolls back the halves it already sent (best-effort); halves of a
     task that dies outright are rolled back by the broker's check-back.
     """
     client = _client(options)
-    task = _Task(options, client)
+    task = (_HalfTask if options.exactly_once else _PlainTask)(options, client)
     try:
         for batch in batches:
-            for topic, message in rows_to_messages(batch, plan, options.topic):
-                task.add(topic, message)
+            task.add_batch(batch, plan)
         return task.finish()
     except BaseException:
         exactly_once.rollback_quietly(client, list(task.halves.values()))
@@ -241,41 +243,47 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return write_partition(self.options, self.plan, iterator)
 
-    def commit(self, messages: list[WriterCommitMessage | None],
-               batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.options.exactly_once:
             with _client(self.options) as client:
                 exactly_once.commit_stream_batch(
-                    client, messages, batchId,
+                    client,
+                    messages,
+                    batchId,
                     producer_group=self.options.producer_group,
-                    timeout_ms=self.options.transaction_timeout_ms)  # fmt: skip
+                    timeout_ms=self.options.transaction_timeout_ms,
+                )
 
-    def abort(self, messages: list[WriterCommitMessage | None],
-              batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.options.exactly_once:
             with _client(self.options) as client:
-                exactly_once.abort_stream_batch(client, messages, batchId,
-                                                producer_group=self.options.producer_group)
+                exactly_once.abort_stream_batch(
+                    client, messages, batchId, producer_group=self.options.producer_group
+                )
 
 
 # --------------------------------------------------------------------------- entry points
 
 
-def make_writer(options: Mapping[str, str], schema: StructType,
-                overwrite: bool) -> DataSourceWriter:  # fmt: skip
+def make_writer(
+    options: Mapping[str, str], schema: StructType, overwrite: bool
+) -> DataSourceWriter:
     """The batch writer for ``DataSource.writer``; checks options and columns first.
 
     A topic cannot be overwritten: ``mode("overwrite")`` is a ConfigError.
     """
     if overwrite:
-        raise ConfigError("save mode 'overwrite' is not supported by the rocketmq sink "
-                          "(messages are appended); use mode('append')")  # fmt: skip
+        raise ConfigError(
+            "save mode 'overwrite' is not supported by the rocketmq sink "
+            "(messages are appended); use mode('append')"
+        )
     parsed = parse_sink_options(options)
     return RocketMQBatchWriter(parsed, plan_columns(schema, parsed))
 
 
-def make_stream_writer(options: Mapping[str, str], schema: StructType,
-                       overwrite: bool) -> DataSourceStreamWriter:  # fmt: skip
+def make_stream_writer(
+    options: Mapping[str, str], schema: StructType, overwrite: bool
+) -> DataSourceStreamWriter:
     """The streaming writer for ``DataSource.streamWriter``; checks options and columns.
 
     ``overwrite`` (output mode complete) is accepted: every micro-batch's rows are sent,

@@ -35,14 +35,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
-from broker_core.client import convert
+from broker_core.client import convert, wire
 from broker_core.client.admin import ADMIN_SERVICE, AdminCalls, decode_response, encode_request
 from broker_core.client.errors import check, transport_error
 from broker_core.client.model import (
@@ -64,6 +64,8 @@ QUERY_POLICIES: Final = {"BEGINNING": pb.QueryOffsetPolicy.BEGINNING,
                          "END": pb.QueryOffsetPolicy.END,
                          "TIMESTAMP": pb.QueryOffsetPolicy.TIMESTAMP}  # fmt: skip
 FILTER_TYPES: Final = {"TAG": pb.FilterType.TAG, "SQL": pb.FilterType.SQL}
+_SERVICE: Final = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+_OK_CODES: Final = frozenset({int(pb.Code.OK), int(pb.Code.MULTIPLE_RESULTS)})
 
 
 def parse_endpoint(endpoints: str) -> str:
@@ -95,6 +97,7 @@ class RocketMQClient(AdminCalls):
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._stub: Any = None
+        self._raw_methods: dict[str, Any] = {}  # per channel, like _stub
         self._owner_pid = -1
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -118,6 +121,7 @@ class RocketMQClient(AdminCalls):
                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ])  # fmt: skip
                 self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
+                self._raw_methods = {}
                 self._owner_pid = os.getpid()
             return self._channel
 
@@ -133,6 +137,7 @@ class RocketMQClient(AdminCalls):
             if self._channel is not None and self._owner_pid == os.getpid():
                 self._channel.close()
             self._channel, self._stub, self._owner_pid = None, None, -1
+            self._raw_methods = {}
 
     def __enter__(self) -> RocketMQClient:
         return self
@@ -142,7 +147,7 @@ class RocketMQClient(AdminCalls):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_lock", "_channel", "_stub"):
+        for name in ("_lock", "_channel", "_stub", "_raw_methods"):
             state.pop(name, None)
         state["_owner_pid"] = -1
         return state
@@ -151,6 +156,7 @@ class RocketMQClient(AdminCalls):
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._channel, self._stub = None, None
+        self._raw_methods = {}
 
     def __repr__(self) -> str:
         return f"RocketMQClient({self.endpoint!r})"
@@ -181,17 +187,33 @@ class RocketMQClient(AdminCalls):
 
         The escape hatch for requests this client has no method for (built with the
         ``rocketmq.grpc_protocol`` stubs, e.g. a transactional SendMessage): it brings
-        this client's channel, metadata, retries and error mapping.
+        this client's channel, metadata, retries and error mapping. ``request`` may also
+        be the request already serialized (bytes, e.g. from ``wire``): it is sent as is.
         """
 
         def attempt() -> Any:
-            response = getattr(self.stub, method)(
-                request, timeout=timeout_s or self.timeout_s, metadata=self._metadata()
-            )
+            send = self._raw_method(method) if isinstance(request, bytes) else \
+                getattr(self.stub, method)  # fmt: skip
+            response = send(request, timeout=timeout_s or self.timeout_s,
+                            metadata=self._metadata())  # fmt: skip
             check(response.status)
             return response
 
         return self._retrying(method, attempt)
+
+    def _raw_method(self, method: str) -> Any:
+        """``MessagingService/method`` of this process's channel, taking serialized requests."""
+        channel = self._channel_for_process()
+        raw = self._raw_methods.get(method)
+        if raw is None:
+            output = _SERVICE.methods_by_name[method].output_type.name
+            raw = channel.unary_unary(
+                f"/{_SERVICE.full_name}/{method}",
+                request_serializer=None,
+                response_deserializer=getattr(service_pb2, output).FromString,
+            )
+            self._raw_methods[method] = raw
+        return raw
 
     def _admin(self, method: str, payload: Mapping[str, Any]) -> Any:
         # Raw bytes in and out: an error raised inside a (de)serializer would reach us as
@@ -214,20 +236,41 @@ class RocketMQClient(AdminCalls):
         body. The broker stores the whole batch or none of it (a bad message fails the
         request with its error, e.g. MessageTooLargeError).
         """
-        request = service_pb2.SendMessageRequest(messages=convert.batch_to_protobuf(
-            topic, map(OutgoingMessage.of, messages), namespace=self.namespace))  # fmt: skip
-        if not request.messages:
+        request, count = wire.encode_messages(topic, messages, namespace=self.namespace)
+        if not count:
             raise InvalidArgumentError("send_batch needs at least one message")
-        response = self.call("SendMessage", request)
-        if len(response.entries) != len(request.messages):
-            raise RocketMQError(f"broker answered {len(response.entries)} entries for "
-                                f"{len(request.messages)} messages")  # fmt: skip
-        receipts = []
-        for entry in response.entries:
-            check(entry.status)
-            receipts.append(SendReceipt(entry.message_id, entry.offset, entry.transaction_id,
-                                        entry.recall_handle))  # fmt: skip
-        return receipts
+        return self._receipts(self.call("SendMessage", request), count)
+
+    def send_columns(
+        self, topic: str, bodies: Sequence[bytes], *,
+        tags: Sequence[str | None] | None = None,
+        keys: Sequence[Sequence[str] | None] | None = None,
+        properties: Sequence[Mapping[str, str] | None] | None = None,
+        message_groups: Sequence[str | None] | None = None,
+        delivery_ms: Sequence[int | None] | None = None,
+    ) -> list[SendReceipt]:  # fmt: skip
+        """:meth:`send_batch` for messages given column by column, with no object per
+        message: columns as :func:`wire.encode_send_request` takes them (None: absent)."""
+        request = wire.encode_send_request(
+            topic, bodies, namespace=self.namespace, tags=tags, keys=keys, properties=properties,
+            message_groups=message_groups, delivery_ms=delivery_ms,
+        )  # fmt: skip
+        if not bodies:
+            raise InvalidArgumentError("send_batch needs at least one message")
+        return self._receipts(self.call("SendMessage", request), len(bodies))
+
+    @staticmethod
+    def _receipts(response: Any, count: int) -> list[SendReceipt]:
+        """One receipt per entry; the first entry whose status is not OK raises its error."""
+        entries = response.entries
+        if len(entries) != count:
+            raise RocketMQError(f"broker answered {len(entries)} entries for "
+                                f"{count} messages")  # fmt: skip
+        if not {entry.status.code for entry in entries} <= _OK_CODES:
+            for entry in entries:
+                check(entry.status)
+        return [SendReceipt(e.message_id, e.offset, e.transaction_id, e.recall_handle)
+                for e in entries]  # fmt: skip
 
     def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
         """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""

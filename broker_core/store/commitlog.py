@@ -242,16 +242,18 @@ class CommitLog:
         messages, computed a batch at a time.
         """
         topic = batch.topic
+        starts = np.empty(len(batch), np.int64)
+        offsets = np.empty(len(batch), np.int64)
+
+        def pack(lo: int, hi: int, phys: int) -> bytes:
+            if lo == 0:  # taken only once the segments exist: a refused batch leaves no gap
+                offsets[:] = assign_queue_offsets(
+                    batch, lambda queue_id, n: self.queue_offsets.take_many(topic, queue_id, n))
+            sizes = batch.sizes[lo:hi]
+            starts[lo:hi] = phys + np.cumsum(sizes) - sizes
+            return pack_columns(batch, lo, hi, phys, offsets, now_ms, self._store_host)
+
         with self._put_lock:
-            offsets = assign_queue_offsets(
-                batch, lambda queue_id, n: self.queue_offsets.take_many(topic, queue_id, n))
-            starts = np.empty(len(batch), np.int64)
-
-            def pack(lo: int, hi: int, phys: int) -> bytes:
-                sizes = batch.sizes[lo:hi]
-                starts[lo:hi] = phys + np.cumsum(sizes) - sizes
-                return pack_columns(batch, lo, hi, phys, offsets, now_ms, self._store_host)
-
             before = self.max_offset
             end = self._fill(batch.sizes, pack)
             if self.on_append is not None:
