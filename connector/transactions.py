@@ -32,7 +32,7 @@ from typing import Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.client import RocketMQClient, convert
+from broker_core.client import RocketMQClient, wire
 from broker_core.client.errors import check
 from broker_core.client.model import OutgoingMessage
 from broker_core.errors import InvalidArgumentError, MessageNotFoundError, RocketMQError
@@ -84,24 +84,20 @@ def prepare(client: RocketMQClient, topic: str, messages: Sequence[OutgoingMessa
         raise InvalidArgumentError(f"recovery_ms must be >= 1000, got {recovery_ms}")
     if any(msg.delivery_timestamp_ms is not None for msg in messages):
         raise InvalidArgumentError("a transactional message cannot have a delivery time")
-    protos = convert.batch_to_protobuf(topic, messages, namespace=client.namespace)
-    for proto in protos:
-        props = proto.system_properties
-        props.message_type = pb.MessageType.TRANSACTION
-        props.orphaned_transaction_recovery_duration.FromMilliseconds(recovery_ms)
-    request = service_pb2.SendMessageRequest(messages=protos)
-    if not request.messages:
+    request, count = wire.encode_messages(topic, messages, namespace=client.namespace,
+                                          transaction_recovery_ms=recovery_ms)  # fmt: skip
+    if not count:
         raise InvalidArgumentError("prepare needs at least one message")
     response = client.call("SendMessage", request)
-    if len(response.entries) != len(request.messages):
+    if len(response.entries) != count:
         raise RocketMQError(f"broker answered {len(response.entries)} entries for "
-                            f"{len(request.messages)} messages")  # fmt: skip
+                            f"{count} messages")  # fmt: skip
     refs = []
-    for proto, entry in zip(request.messages, response.entries, strict=True):
+    for message, entry in zip(map(OutgoingMessage.of, messages), response.entries, strict=True):
         check(entry.status)
         refs.append(HalfRef(topic, entry.message_id, entry.transaction_id or entry.message_id,
-                            zlib.crc32(proto.body) & 0xFFFFFFFF,
-                            proto.system_properties.message_group))  # fmt: skip
+                            zlib.crc32(message.body) & 0xFFFFFFFF,
+                            message.message_group or ""))  # fmt: skip
     return refs
 
 
