@@ -87,14 +87,17 @@ def encode_columns(
 def assign_queue_offsets(batch: ColumnBatch, take_many: Callable[[int, int], int]) -> np.ndarray:
     """Queue offsets for every message, in order per queue; ``take_many(queue_id, n)``
     reserves ``n`` consecutive offsets of one queue and returns the first."""
-    queue_ids = batch.queue_ids
-    uniq, inverse, counts = np.unique(queue_ids, return_inverse=True, return_counts=True)
-    bases = np.array([take_many(int(q), int(c)) for q, c in zip(uniq, counts, strict=True)],
-                     np.int64)  # fmt: skip
-    order = np.argsort(inverse, kind="stable")
-    group_start = np.repeat(np.cumsum(counts) - counts, counts)
+    queue_ids = batch.queue_ids.astype(np.int64)
+    counts = np.bincount(queue_ids)
+    used = np.flatnonzero(counts)
+    bases = np.zeros(len(counts), np.int64)
+    for queue_id, count in zip(used.tolist(), counts[used].tolist(), strict=True):
+        bases[queue_id] = take_many(queue_id, count)
+    order = np.argsort(queue_ids, kind="stable")  # each queue's messages, in batch order
+    firsts = np.cumsum(counts) - counts  # where each queue's run starts in ``order``
     offsets = np.empty(len(queue_ids), np.int64)
-    offsets[order] = bases[inverse[order]] + np.arange(len(queue_ids)) - group_start
+    offsets[order] = bases[queue_ids[order]] + np.arange(len(queue_ids)) - firsts[
+        queue_ids[order]]
     return offsets
 
 

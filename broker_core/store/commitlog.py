@@ -17,6 +17,8 @@ on one lock; flush on another). Reads of offsets below ``max_offset`` need no lo
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import os
 import re
@@ -223,11 +225,11 @@ class CommitLog:
         results: list[AppendResult] = []
 
         def pack(lo: int, hi: int, phys: int) -> bytearray:
-            chunk = bytearray(int(sizes[lo:hi].sum()))
+            chunk = bytearray(sum(sizes[lo:hi]))
             self._pack(chunk, batch[lo:hi], phys, now_ms, results)
             return chunk
 
-        sizes = np.fromiter((enc.size for enc in batch), np.int64, len(batch))
+        sizes = [enc.size for enc in batch]
         with self._put_lock:
             before = self.max_offset
             end = self._fill(sizes, pack)
@@ -255,12 +257,12 @@ class CommitLog:
 
         with self._put_lock:
             before = self.max_offset
-            end = self._fill(batch.sizes, pack)
+            end = self._fill(batch.sizes.tolist(), pack)
             if self.on_append is not None:
                 self.on_append(_appended_columns(before, end, now_ms, batch, offsets, starts))
             return offsets, starts
 
-    def _fill(self, sizes: np.ndarray, pack: Callable[[int, int, int], bytes | bytearray]) -> int:
+    def _fill(self, sizes: list[int], pack: Callable[[int, int, int], bytes | bytearray]) -> int:
         """Write units of ``sizes`` after the log's end; returns the new end offset.
 
         ``pack(lo, hi, phys)`` gives the bytes of units ``[lo, hi)`` placed at global
@@ -269,12 +271,12 @@ class CommitLog:
         """
         seg = self._writable_segment()
         spare = self._make_room(seg, sizes)  # all or nothing: files first, then bytes
-        ends = np.cumsum(sizes)
+        ends = list(itertools.accumulate(sizes))
         lo = 0
         while lo < len(sizes):
             start = seg.wrote_position
             room = seg.size - start - codec.MIN_BLANK_BYTES
-            hi = int(np.searchsorted(ends, (int(ends[lo - 1]) if lo else 0) + room, "right"))
+            hi = bisect.bisect_right(ends, (ends[lo - 1] if lo else 0) + room)
             if hi == lo:  # the next unit does not fit: close this segment
                 seg.append(codec.blank_unit(seg.size - start))
                 seg.wrote_position = seg.size  # the blank covers the rest
@@ -298,15 +300,15 @@ class CommitLog:
                 results.append(AppendResult(phys + pos, qoff, enc.size))
                 pos += enc.size
 
-    def _make_room(self, seg: MappedFile, sizes: np.ndarray) -> list[MappedFile]:
+    def _make_room(self, seg: MappedFile, sizes: list[int]) -> list[MappedFile]:
         """Create (not yet register) the segments units of ``sizes`` spill into after ``seg``.
 
         Done before any byte is written, so a full disk refuses the whole batch
         (DiskFullError) instead of storing the part that fitted in ``seg``.
         """
         pos, bases = seg.wrote_position, list[int]()
-        if pos + int(sizes.sum()) + codec.MIN_BLANK_BYTES > seg.size:  # else nothing spills
-            for size in sizes.tolist():
+        if pos + sum(sizes) + codec.MIN_BLANK_BYTES > seg.size:  # else nothing spills
+            for size in sizes:
                 if pos + size + codec.MIN_BLANK_BYTES > seg.size:
                     bases.append((bases[-1] if bases else seg.base_offset) + self.segment_size)
                     pos = 0

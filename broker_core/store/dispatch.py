@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 Listener = Callable[[str, int, int], None]  # (topic, queue id, new max offset)
 _NOT_IN_QUEUE = (codec.SYSFLAG_TRANSACTION_PREPARED, codec.SYSFLAG_TRANSACTION_ROLLBACK)
 _CHUNK_BYTES = 4 << 20
+_BLOCK_MIN_UNITS = 8  # fewer units of one queue than this are written one by one
 
 
 class Dispatcher:
@@ -127,6 +128,13 @@ class Dispatcher:
         """
         grown: dict[tuple[str, int], int] = {}
         for key, rows in batch.queues.items():
+            if len(rows) < _BLOCK_MIN_UNITS:  # a block's numpy set-up costs more
+                cq = self._queues.find_or_create(*key)
+                for row in rows:
+                    cq.put(int(batch.queue_offset[row]), int(batch.physical_offset[row]),
+                           int(batch.size[row]), int(batch.tags_code[row]))  # fmt: skip
+                grown[key] = cq.max_offset
+                continue
             units = np.empty(len(rows), UNIT_DTYPE)
             units["phys"] = batch.physical_offset[rows]
             units["size"] = batch.size[rows]

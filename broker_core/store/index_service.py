@@ -54,6 +54,7 @@ from broker_core.store.index_file import (
 from broker_core.store.mapped_file import fsync_dir
 
 MANIFEST_NAME = "manifest.json"
+_BATCH_MIN_KEYS = 16  # keys of fewer messages than this are put one by one
 MANIFEST_VERSION = 1
 
 
@@ -293,28 +294,34 @@ class IndexService:
 
     def put_keys(self, keys: Iterable[str], phys_offset: int, store_timestamp_ms: int) -> int:
         """Index every distinct non-empty key of one message; return entries written."""
-        unique = keys if isinstance(keys, list) and len(keys) == 1 else list(
-            dict.fromkeys(k for k in keys if k)
-        )
         with self._lock:
             self._check_open()
-            files = self._files
-            if not files or files[-1].is_empty:  # the newest file checks order itself
-                newest = self._max_phys_locked()
-                if phys_offset < max(newest, 0):
-                    raise InvalidOffsetError(
-                        f"index put at phys {phys_offset} is before the newest entry {newest}"
-                    )
-            written = 0
-            for key in unique:
-                if key:
-                    self._put_one(key, phys_offset, store_timestamp_ms)
-                    written += 1
-            return written
+            return self._put_keys_locked(keys, phys_offset, store_timestamp_ms)
+
+    def _put_keys_locked(self, keys: Iterable[str], phys_offset: int,
+                         store_timestamp_ms: int) -> int:  # fmt: skip
+        files = self._files
+        if not files or files[-1].is_empty:  # the newest file checks order itself
+            newest = self._max_phys_locked()
+            if phys_offset < max(newest, 0):
+                raise InvalidOffsetError(
+                    f"index put at phys {phys_offset} is before the newest entry {newest}"
+                )
+        written = 0
+        for key in dict.fromkeys(keys):
+            if key:
+                self._put_one(key, phys_offset, store_timestamp_ms)
+                written += 1
+        return written
 
     def put_batch(self, keys: Sequence[Sequence[str]], phys_offsets: Sequence[int],
                   store_timestamp_ms: int) -> int:  # fmt: skip
         """``put_keys`` for many messages stored at one time (phys ascending), vectorised."""
+        if len(keys) < _BATCH_MIN_KEYS:  # numpy's fixed cost is more than a few puts
+            with self._lock:
+                self._check_open()
+                return sum(self._put_keys_locked(message_keys, offset, store_timestamp_ms)
+                           for message_keys, offset in zip(keys, phys_offsets, strict=True))
         hashes: list[int] = []
         phys: list[int] = []
         for message_keys, offset in zip(keys, phys_offsets, strict=True):

@@ -83,14 +83,16 @@ def test_torn_batch_put_is_rolled_back(tmp_path: Path) -> None:
     again.close()
 
 
-def test_service_put_batch_rolls_files(tmp_path: Path) -> None:
-    svc = IndexService(tmp_path, 8, 4)
-    keys = [[f"id{i}", f"k{i % 3}", f"id{i}"] for i in range(6)]  # duplicates filed once
-    assert svc.put_batch(keys, [100 * i for i in range(6)], T0) == 12
-    assert len(svc.file_names) == 3
-    for i in range(6):
+@pytest.mark.parametrize("messages", [6, 40])  # below and above the one-by-one threshold
+def test_service_put_batch_rolls_files(tmp_path: Path, messages: int) -> None:
+    svc = IndexService(tmp_path, 8, 30)
+    keys = [[f"id{i}", f"k{i % 3}", f"id{i}"] for i in range(messages)]  # duplicates filed once
+    assert svc.put_batch(keys, [100 * i for i in range(messages)], T0) == 2 * messages
+    assert len(svc.file_names) == -(-2 * messages // 30)
+    for i in range(messages):
         assert svc.query(f"id{i}", T0, T0, 5) == [100 * i]
-    assert svc.query("k0", T0, T0, 5) == [300, 0]
+    assert svc.query("k0", T0, T0, 100) == [100 * i for i in range(messages - 1, -1, -1)
+                                            if i % 3 == 0]  # fmt: skip
     svc.close()
 
 
