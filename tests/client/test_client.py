@@ -12,7 +12,6 @@ import pickle
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -26,7 +25,6 @@ from broker_core.client import (
 )
 from broker_core.client.convert import crc32_hex, from_protobuf, to_protobuf
 from broker_core.client.errors import error_for
-from tests.server.conftest import BrokerProcess, start_broker
 
 Code = pb.Code
 
@@ -160,19 +158,6 @@ def test_unreachable_broker_raises_broker_unavailable_quickly() -> None:
 
 
 # ---- against a broker -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("client"))
-    yield proc
-    assert proc.stop() == 0, "".join(proc.output[-50:])
-
-
-@pytest.fixture(scope="module")
-def client(broker: BrokerProcess) -> Iterator[RocketMQClient]:
-    with RocketMQClient(broker.endpoint, timeout_s=10) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

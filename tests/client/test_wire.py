@@ -13,7 +13,7 @@ import multiprocessing
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -29,7 +29,6 @@ from broker_core.client import OutgoingMessage, RocketMQClient
 from broker_core.client.convert import batch_to_protobuf
 from broker_core.client.wire import encode_messages, encode_send_request, varint
 from broker_core.message import new_message_id
-from tests.server.conftest import BrokerProcess, start_broker
 
 ID_RE = re.compile(r"01[0-9A-F]{32}")
 
@@ -294,19 +293,6 @@ def test_receipts_check_every_entry_status() -> None:
 
 
 # ---- through a broker -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("wire"))
-    yield proc
-    assert proc.stop() == 0, "".join(proc.output[-50:])
-
-
-@pytest.fixture(scope="module")
-def client(broker: BrokerProcess) -> Iterator[RocketMQClient]:
-    with RocketMQClient(broker.endpoint, timeout_s=10) as c:
-        yield c
 
 
 def test_send_batch_round_trips_every_field(client: RocketMQClient) -> None:
