@@ -1,9 +1,10 @@
 """SIGKILL the broker under load, restart it on the same store, and count what survived.
 
 Two producer threads send uniquely numbered messages: one with the official ``rocketmq``
-Producer (one message per request), one with our client's ``send_batch`` (16 per
-request). Each records a message only when its send returned OK. A seeded RNG picks how
-many more acknowledgements to wait for before each SIGKILL (plus a few ms of jitter);
+Producer (one message per request), one with our client's ``send_batch`` (16 and 64
+per request, in turn: the broker's general lane and its column fast lane). Each records
+a message only when its send returned OK. A seeded RNG picks how many more
+acknowledgements to wait for before each SIGKILL (plus a few ms of jitter);
 the broker restarts on the same port and store, and the producers carry on once their
 channels reconnect. At the end every queue is read back by offset.
 
@@ -18,6 +19,7 @@ messages are allowed (at least once) and reported.
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -33,7 +35,7 @@ from tests.chaos.load import AckLog, ChaosBroker, audit, dropped_bytes, read_bac
 
 TOPIC = "chaos-kill"
 SEED = 20_240_607
-BATCH = 16
+BATCH_SIZES = (16, 64)  # below and above the fast lane threshold (send_message.py)
 FLUSH_INTERVAL_MS = 200
 LOSS_SLACK_S = 0.5  # scheduling slack on a shared 2-core machine
 RETRY_PAUSE_S = 0.02  # between failed sends while the broker is down
@@ -103,9 +105,11 @@ class Producers:
     def _batch(self) -> None:
         with RocketMQClient(self.endpoint, timeout_s=5, retry_backoff_s=0.05) as client:
             seq = 0
-            while not self.stop.is_set():
-                bodies = [b"B-%08d" % (seq + i) for i in range(BATCH)]
-                seq += BATCH
+            for size in itertools.cycle(BATCH_SIZES):
+                if self.stop.is_set():
+                    break
+                bodies = [b"B-%08d" % (seq + i) for i in range(size)]
+                seq += size
                 try:
                     receipts = client.send_batch(TOPIC, [OutgoingMessage(b) for b in bodies])
                 except Exception as exc:
