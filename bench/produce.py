@@ -8,6 +8,10 @@ Python process, each batch acknowledged before the next one starts:
 * JetStream: nats-py (asyncio) ``publish_async`` of 256 messages, then wait for the 256
   acks (pipelined on one connection, so also about one round trip), file storage.
 
+A fourth side prices the floor: our client against ``bench/noop_broker.py``, a gRPC
+server that answers every SendMessage without storing anything. No broker behind
+grpcio can be faster with this client; the gap to it is the broker's own work.
+
 Our broker runs as its own process with the default async flush. Throughput is messages
 per second over the timed batches, after a warm-up batch on each side. The ratio (and the
 goal, ≥ 1.5) is against Redis; the JetStream figure is reported beside it.
@@ -16,6 +20,8 @@ goal, ≥ 1.5) is against Redis; the JetStream figure is reported beside it.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +49,25 @@ def _ours(workdir: Path, batches: int, body: bytes) -> float:
             return batches * BATCH / (time.perf_counter() - start)
     finally:
         broker.stop()
+
+
+def _noop(batches: int, body: bytes) -> float:
+    """Our client against a broker that stores nothing (``bench/noop_broker.py``)."""
+    proc = subprocess.Popen([sys.executable, "-m", "bench.noop_broker"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        with RocketMQClient(f"127.0.0.1:{port}") as client:
+            batch = [body] * BATCH
+            client.send_batch("bench-produce", batch)  # warm-up
+            start = time.perf_counter()
+            for _ in range(batches):
+                client.send_batch("bench-produce", batch)
+            return batches * BATCH / (time.perf_counter() - start)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def _redis(workdir: Path, batches: int, body: bytes) -> float:
@@ -104,6 +129,7 @@ def run(size: str) -> list[Result]:
     root = Path(tempfile.mkdtemp(prefix="bench-produce-"))
     try:
         ours = _ours(root / "ours", batches, body)
+        noop = _noop(batches, body)
         redis_rate = _redis(root / "redis", batches, body)
         js_rate = _jetstream(root / "nats", batches, body)
     finally:
@@ -112,12 +138,16 @@ def run(size: str) -> list[Result]:
                     details={
         "batches": batches, "batch": BATCH, "body_bytes": BODY_BYTES, "peer": "redis XADD",
         "jetstream_msg_s": round(js_rate), "ratio_vs_jetstream": round(ours / js_rate, 3),
+        "noop_broker_msg_s": round(noop), "noop_broker_ratio": round(noop / redis_rate, 3),
         "flush": "ours async; Redis AOF everysec; JetStream file store defaults",
-        "figures": {"ours": ours, "Redis XADD": redis_rate, "JetStream": js_rate},
+        "figures": {"ours": ours, "Redis XADD": redis_rate, "JetStream": js_rate,
+                    "no-op broker": noop},
     })  # fmt: skip
     result.rows = [
         ("ours (gRPC SendMessage)", f"{ours:,.0f} msg/s", f"{batches} × {BATCH} × {BODY_BYTES} B"),
         ("Redis Streams XADD", f"{redis_rate:,.0f} msg/s", "pipelined, AOF everysec"),
         ("JetStream publish", f"{js_rate:,.0f} msg/s", "publish_async, 256 acks per batch"),
+        ("no-op broker (ceiling)", f"{noop:,.0f} msg/s",
+         "our client vs a gRPC server that stores nothing"),
     ]
     return [result]
