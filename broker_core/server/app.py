@@ -21,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
+from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker_core.broker.broker import Broker
 from broker_core.config import load_config
-from broker_core.server import service, sessions
+from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
 from broker_core.server.context import ServerContext
 from broker_core.server.raw_pull import bulk_handler
@@ -53,7 +54,9 @@ class BrokerServer:
         host = listen.rpartition(":")[0] or "127.0.0.1"
         self.endpoint = advertise or f"{host}:{self.port}"
         self.ctx = ServerContext(broker, self.endpoint, broker.config.broker_name)
-        service.add_to_server(MessagingService(self.ctx), self._server)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(
+            MessagingService(self.ctx), self._server
+        )
         sessions.install_transaction_checker(self.ctx)
 
     def add_generic_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:

@@ -101,33 +101,3 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 for _method in SERVICE.methods:
     _wrap = _streaming if _method.server_streaming else _unary
     setattr(MessagingService, _method.name, _wrap(_method.name, HANDLERS[_method.name]))
-
-
-def _bytes_or_message(response: Any) -> bytes:
-    """Serialize a response, or pass through one a handler already wrote as bytes."""
-    return response if isinstance(response, bytes) else response.SerializeToString()
-
-
-_HANDLER_KINDS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
-    (False, False): grpc.unary_unary_rpc_method_handler,
-    (False, True): grpc.unary_stream_rpc_method_handler,
-    (True, False): grpc.stream_unary_rpc_method_handler,
-    (True, True): grpc.stream_stream_rpc_method_handler,
-}
-
-
-def add_to_server(servicer: MessagingService, server: grpc.Server) -> None:
-    """Register ``servicer`` as the generated ``add_MessagingServiceServicer_to_server``
-    does, except that SendMessage may answer with bytes (``send_answer``)."""
-    handlers = {}
-    for method in SERVICE.methods:
-        request = message_factory.GetMessageClass(method.input_type)
-        response = message_factory.GetMessageClass(method.output_type)
-        make = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)]
-        handlers[method.name] = make(
-            getattr(servicer, method.name), request_deserializer=request.FromString,
-            response_serializer=_bytes_or_message if method.name == "SendMessage"
-            else response.SerializeToString,
-        )  # fmt: skip
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))

@@ -18,15 +18,12 @@ from typing import Any
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.broker.broker import Broker
 from broker_core.config import BrokerConfig
 from broker_core.errors import RocketMQError
 from broker_core.server.convert_columns import to_columns
 from broker_core.server.convert_in import Limits, to_messages
-from broker_core.server.send_answer import answer_bytes
-from broker_core.server.status import ok
 from tests.store.conftest import small_config
 
 T0 = 1_700_000_000_000
@@ -152,15 +149,3 @@ def test_what_the_general_lane_refuses_is_refused(brokers: tuple[Broker, Broker]
     with pytest.raises(RocketMQError):
         send_general(brokers[1], [*plain_batch(2), BAD_OR_UNUSUAL[case]()])
     assert brokers[1].store.commitlog.max_offset == 0  # nothing of the batch was stored
-
-
-def test_fast_lane_answer_bytes_parse_to_the_protobuf_answer() -> None:
-    ids = ["ID1", "é-unicode-id", "X" * 200]  # a long id needs a two-byte length
-    offsets = [0, 127, 2**40]  # one-, two- and six-byte varints
-    parsed = service_pb2.SendMessageResponse.FromString(answer_bytes(ids, offsets))
-    expected = service_pb2.SendMessageResponse(status=ok())
-    for message_id, offset in zip(ids, offsets, strict=True):
-        expected.entries.add(status=ok(), message_id=message_id, offset=offset)
-    assert parsed == expected
-    assert service_pb2.SendMessageResponse.FromString(answer_bytes([], [])) == \
-        service_pb2.SendMessageResponse(status=ok())  # fmt: skip
