@@ -41,14 +41,19 @@ def _ours(workdir: Path, batches: int, body: bytes) -> float:
     try:
         with RocketMQClient(broker.endpoint) as client:
             client.create_topic("bench-produce", queues=8)
-            batch = [body] * BATCH
-            client.send_batch("bench-produce", batch)  # warm-up
-            start = time.perf_counter()
-            for _ in range(batches):
-                client.send_batch("bench-produce", batch)
-            return batches * BATCH / (time.perf_counter() - start)
+            return _send_rate(client, batches, body)
     finally:
         broker.stop()
+
+
+def _send_rate(client: RocketMQClient, batches: int, body: bytes) -> float:
+    """msg/s of ``batches`` batch sends, one after the other, after a warm-up batch."""
+    batch = [body] * BATCH
+    client.send_batch("bench-produce", batch)
+    start = time.perf_counter()
+    for _ in range(batches):
+        client.send_batch("bench-produce", batch)
+    return batches * BATCH / (time.perf_counter() - start)
 
 
 def _noop(batches: int, body: bytes) -> float:
@@ -59,12 +64,7 @@ def _noop(batches: int, body: bytes) -> float:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
         with RocketMQClient(f"127.0.0.1:{port}") as client:
-            batch = [body] * BATCH
-            client.send_batch("bench-produce", batch)  # warm-up
-            start = time.perf_counter()
-            for _ in range(batches):
-                client.send_batch("bench-produce", batch)
-            return batches * BATCH / (time.perf_counter() - start)
+            return _send_rate(client, batches, body)
     finally:
         proc.kill()
         proc.wait()

@@ -34,6 +34,7 @@ import numpy as np
 from broker_core.errors import CorruptionError, OffsetOutOfRangeError, StoreError
 from broker_core.message import StoredMessage
 from broker_core.store import codec
+from broker_core.store.appended import Appended, appended_columns, appended_rows
 from broker_core.store.columns import ColumnBatch, assign_queue_offsets, pack_columns
 from broker_core.store.mapped_file import MappedFile, segment_name
 
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 
 _SEGMENT_RE = re.compile(r"^\d{20}$")
 _WINDOW_BYTES = 4 << 20
-_PREPARED_OR_ROLLBACK = (codec.SYSFLAG_TRANSACTION_PREPARED, codec.SYSFLAG_TRANSACTION_ROLLBACK)
 
 
 @dataclass(slots=True)
@@ -69,27 +69,6 @@ class CommitLogRecovery:
     dropped_bytes: int = 0
     dropped_segments: list[str] = field(default_factory=list)
     problem: str = ""
-
-
-@dataclass(slots=True)
-class Appended:
-    """One append as dispatch needs it: where each message went, as columns.
-
-    ``queues`` maps each (topic, queue id) to the rows of its messages, in order (rows
-    of prepared or rolled-back transaction units are in no queue); ``index_keys`` and
-    ``index_phys`` list the messages that have index keys.
-    """
-
-    before: int  # commitlog offset before the append
-    after: int  # and after it
-    store_timestamp_ms: int
-    queues: dict[tuple[str, int], list[int]]
-    physical_offset: np.ndarray  # int64 per message
-    size: np.ndarray  # int32
-    tags_code: np.ndarray  # int64
-    queue_offset: np.ndarray  # int64
-    index_keys: list[list[str]]
-    index_phys: list[int]
 
 
 AppendHook = Callable[[Appended], None]
@@ -234,7 +213,7 @@ class CommitLog:
             before = self.max_offset
             end = self._fill(sizes, pack)
             if self.on_append is not None:
-                self.on_append(_appended_rows(before, end, now_ms, batch, results))
+                self.on_append(appended_rows(before, end, now_ms, batch, results))
             return BatchResult(results, now_ms, end)
 
     def append_columns(self, batch: ColumnBatch, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
@@ -259,7 +238,7 @@ class CommitLog:
             before = self.max_offset
             end = self._fill(batch.sizes.tolist(), pack)
             if self.on_append is not None:
-                self.on_append(_appended_columns(before, end, now_ms, batch, offsets, starts))
+                self.on_append(appended_columns(before, end, now_ms, batch, offsets, starts))
             return offsets, starts
 
     def _fill(self, sizes: list[int], pack: Callable[[int, int, int], bytes | bytearray]) -> int:
@@ -295,7 +274,7 @@ class CommitLog:
         with memoryview(chunk) as view:
             for enc in encs:
                 tran = enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK
-                qoff = 0 if tran in _PREPARED_OR_ROLLBACK else take(enc.topic, enc.queue_id)
+                qoff = 0 if tran in codec.NOT_IN_QUEUE else take(enc.topic, enc.queue_id)
                 codec.pack_unit_into(chunk, view, pos, enc, qoff, phys + pos, now_ms, host)
                 results.append(AppendResult(phys + pos, qoff, enc.size))
                 pos += enc.size
@@ -468,37 +447,3 @@ class CommitLog:
         for seg in self._segments:
             seg.close()
 
-
-def _appended_rows(before: int, after: int, now_ms: int, batch: list[codec.EncodedMessage],
-                   results: list[AppendResult]) -> Appended:  # fmt: skip
-    queues: dict[tuple[str, int], list[int]] = {}
-    keys: list[list[str]] = []
-    key_phys: list[int] = []
-    for row, (enc, res) in enumerate(zip(batch, results, strict=True)):
-        if (enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in _PREPARED_OR_ROLLBACK:
-            queues.setdefault((enc.topic, enc.queue_id), []).append(row)
-        if enc.index_keys:
-            keys.append(enc.index_keys)
-            key_phys.append(res.physical_offset)
-    return Appended(
-        before, after, now_ms, queues,
-        np.array([r.physical_offset for r in results], np.int64),
-        np.array([r.size for r in results], np.int32),
-        np.array([e.tags_code for e in batch], np.int64),
-        np.array([r.queue_offset for r in results], np.int64), keys, key_phys,
-    )  # fmt: skip
-
-
-def _appended_columns(before: int, after: int, now_ms: int, batch: ColumnBatch,
-                      offsets: np.ndarray, starts: np.ndarray) -> Appended:  # fmt: skip
-    queues: dict[tuple[str, int], list[int]] = {}
-    order = np.argsort(batch.queue_ids, kind="stable")
-    ids = batch.queue_ids[order]
-    cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-    for rows in np.split(order, cuts):
-        if len(rows):
-            queues[(batch.topic, int(batch.queue_ids[rows[0]]))] = rows.tolist()
-    with_keys = [i for i, keys in enumerate(batch.index_keys) if keys]
-    return Appended(before, after, now_ms, queues, starts, batch.sizes.astype(np.int32),
-                    batch.tags_codes, offsets, [batch.index_keys[i] for i in with_keys],
-                    starts[with_keys].tolist())  # fmt: skip

@@ -40,7 +40,6 @@ from broker_core.store.index_service import IndexService
 log = logging.getLogger(__name__)
 
 Listener = Callable[[str, int, int], None]  # (topic, queue id, new max offset)
-_NOT_IN_QUEUE = (codec.SYSFLAG_TRANSACTION_PREPARED, codec.SYSFLAG_TRANSACTION_ROLLBACK)
 _CHUNK_BYTES = 4 << 20
 _BLOCK_MIN_UNITS = 8  # fewer units of one queue than this are written one by one
 
@@ -90,7 +89,7 @@ class Dispatcher:
                                                           progress=progress):  # fmt: skip
             req = codec.dispatch_request(buf, pos)
             key = (req.topic, req.queue_id)
-            in_queue = (req.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in _NOT_IN_QUEUE
+            in_queue = (req.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in codec.NOT_IN_QUEUE
             if queues and in_queue and (only_queues is None or key in only_queues):
                 cq = self._queues.find_or_create(req.topic, req.queue_id)
                 cq.put(req.queue_offset, req.physical_offset, req.size, req.tags_code)
