@@ -5,12 +5,14 @@ consume-queue unit and the index entries, then tells listeners which queues grew
 broker's long polling parks pulls on exactly that signal. Readers only see messages
 whose consume-queue unit is written, so a message becomes visible once it is dispatched.
 
-Work arrives two ways. While the store runs, each append hands its encoded units and
-results to ``on_append`` (under the commitlog's put lock, so in log order) and the
-appending thread dispatches them itself right after (``dispatch_inline``) — no re-reading
-of bytes just written and no thread hand-over. During recovery, or if the hand-off queue
-does not line up with the dispatched offset, dispatch reads and parses the commitlog
-(``dispatch_range``); both paths produce the same units. The dispatch thread is the safety
+Work arrives two ways. While the store runs, each append hands where its messages went,
+as columns (``appended.Appended``), to ``on_append`` (under the commitlog's put lock, so
+in log order) and the appending thread dispatches them itself right after
+(``dispatch_inline``) — no re-reading of bytes just written and no thread hand-over; a
+queue's units of one batch are written as one block, the batch's index keys as one.
+During recovery, or if the hand-off queue does not line up with the dispatched offset,
+dispatch reads and parses the commitlog (``dispatch_range``); both paths produce the same
+units. The dispatch thread is the safety
 net: it polls every 50 ms for anything not yet dispatched.
 
 Prepared and rolled-back transaction units are indexed but never enter a consume queue.
@@ -33,7 +35,8 @@ import numpy as np
 
 from broker_core.errors import RocketMQError, StoreError
 from broker_core.store import codec
-from broker_core.store.commitlog import Appended, CommitLog
+from broker_core.store.appended import Appended
+from broker_core.store.commitlog import CommitLog
 from broker_core.store.consume_queue import UNIT_DTYPE, ConsumeQueueSet
 from broker_core.store.index_service import IndexService
 
