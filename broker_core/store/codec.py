@@ -386,8 +386,12 @@ def decode(buf: Buffer, pos: int = 0) -> StoredMessage:
     try:
         return _decode(buf, pos)
     except UnicodeDecodeError as exc:
-        phys = HEADER.unpack_from(buf, pos)[7]
-        raise CorruptionError(f"unit text is not UTF-8: {exc}", position=phys) from None
+        raise _not_utf8(buf, pos, exc) from None
+
+
+def _not_utf8(buf: Buffer, pos: int, exc: UnicodeDecodeError) -> CorruptionError:
+    return CorruptionError(f"unit text is not UTF-8: {exc}",
+                           position=HEADER.unpack_from(buf, pos)[7])  # fmt: skip
 
 
 def _decode(buf: Buffer, pos: int) -> StoredMessage:
@@ -448,8 +452,7 @@ def dispatch_request(buf: Buffer, pos: int) -> DispatchRequest:
     try:
         return _dispatch_request(buf, pos)
     except UnicodeDecodeError as exc:
-        phys = HEADER.unpack_from(buf, pos)[7]
-        raise CorruptionError(f"unit text is not UTF-8: {exc}", position=phys) from None
+        raise _not_utf8(buf, pos, exc) from None
 
 
 def _dispatch_request(buf: Buffer, pos: int) -> DispatchRequest:

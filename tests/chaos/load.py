@@ -17,10 +17,13 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
 
 from broker_core.client import ReceivedMessage, RocketMQClient
 from broker_core.server.launcher import BrokerProcess, launch_broker
@@ -272,3 +275,16 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def budgets(short: int, full: int, *,
+            suppress: Sequence[HealthCheck] = (HealthCheck.too_slow,)) -> list[Any]:  # fmt: skip
+    """The two runs of a hypothesis property: short and derandomized (normal suite), wide
+    (``slow``, run by ``./dev chaos``)."""
+    common: dict[str, Any] = {"deadline": None, "suppress_health_check": list(suppress)}
+    return [
+        pytest.param(settings(max_examples=short, derandomize=True, database=None, **common),
+                     id="short"),
+        pytest.param(settings(max_examples=full, **common), id="full", marks=pytest.mark.slow),
+    ]  # fmt: skip
+

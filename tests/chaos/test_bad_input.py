@@ -41,6 +41,7 @@ from broker_core.errors import (
 from broker_core.server.launcher import BrokerProcess
 from connector.options import KNOWN_OPTIONS, parse_read_options
 from connector.sink_options import SINK_OPTIONS, parse_sink_options
+from tests.chaos import load
 from tests.server.conftest import start_broker
 
 Code = pb.Code
@@ -50,14 +51,7 @@ CLIENT_ID = "bad-input@1"
 
 
 def budgets(short: int, full: int) -> list[Any]:
-    """The two runs of a property: short and derandomized (normal suite), wide (slow)."""
-    common: dict[str, Any] = {"deadline": None,
-                              "suppress_health_check": list(HealthCheck)}  # fmt: skip
-    return [
-        pytest.param(settings(max_examples=short, derandomize=True, database=None, **common),
-                     id="short"),
-        pytest.param(settings(max_examples=full, **common), id="full", marks=pytest.mark.slow),
-    ]  # fmt: skip
+    return load.budgets(short, full, suppress=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")

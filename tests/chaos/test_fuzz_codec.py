@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_core.client import columnar
@@ -35,6 +35,7 @@ from broker_core.errors import (
 )
 from broker_core.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, tag_hash
 from broker_core.store import codec
+from tests.chaos.load import budgets
 
 MAX_BODY_BYTES = 8 << 10
 MAX_PROPERTIES_BYTES = 2 << 10
@@ -44,15 +45,6 @@ I64 = st.integers(-(2**63), 2**63 - 1)
 U63 = st.integers(0, 2**63 - 1)
 
 
-def budgets(short: int, full: int) -> list[Any]:
-    """The two runs of a property: short and derandomized (normal suite), wide (slow)."""
-    common: dict[str, Any] = {"deadline": None,
-                              "suppress_health_check": [HealthCheck.too_slow]}  # fmt: skip
-    return [
-        pytest.param(settings(max_examples=short, derandomize=True, database=None, **common),
-                     id="short"),
-        pytest.param(settings(max_examples=full, **common), id="full", marks=pytest.mark.slow),
-    ]  # fmt: skip
 
 
 # ---- generated messages -------------------------------------------------------------------

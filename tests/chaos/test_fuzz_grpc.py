@@ -42,6 +42,7 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.client import RocketMQClient
 from broker_core.server.launcher import BrokerProcess
+from tests.chaos import load
 from tests.server.conftest import start_broker
 
 Code = pb.Code
@@ -60,14 +61,7 @@ UNARY_DEADLINE_S = 10.0
 
 
 def budgets(short: int, full: int) -> list[Any]:
-    """The two runs of a property: short and derandomized (normal suite), wide (slow)."""
-    common: dict[str, Any] = {"deadline": None,
-                              "suppress_health_check": list(HealthCheck)}  # fmt: skip
-    return [
-        pytest.param(settings(max_examples=short, derandomize=True, database=None, **common),
-                     id="short"),
-        pytest.param(settings(max_examples=full, **common), id="full", marks=pytest.mark.slow),
-    ]  # fmt: skip
+    return load.budgets(short, full, suppress=list(HealthCheck))
 
 
 # ---- the broker and what it held before the fuzz ------------------------------------------

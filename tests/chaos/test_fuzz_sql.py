@@ -21,25 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_core.broker.filters import MessageFilter
 from broker_core.broker.sql92 import MAX_EXPRESSION_LENGTH, compile_sql
 from broker_core.errors import FilterSyntaxError
+from tests.chaos.load import budgets
 
 Tri = bool | None
 
 
-def budgets(short: int, full: int) -> list[Any]:
-    """The two runs of a property: short and derandomized (normal suite), wide (slow)."""
-    common: dict[str, Any] = {"deadline": None,
-                              "suppress_health_check": [HealthCheck.too_slow]}  # fmt: skip
-    return [
-        pytest.param(settings(max_examples=short, derandomize=True, database=None, **common),
-                     id="short"),
-        pytest.param(settings(max_examples=full, **common), id="full", marks=pytest.mark.slow),
-    ]  # fmt: skip
 
 
 # ---- the reference: property values and what they are as numbers ---------------------------
