@@ -89,10 +89,9 @@ class NameServerClient:
         """
         results = self.register_broker_results(reg)
         texts = ["" if isinstance(r, RegisterResult) else str(r) for r in results]
-        if all(isinstance(r, Exception) for r in results):
-            first = results[0]
-            assert isinstance(first, RemotingError)
-            raise type(first)(f"registration with every NameServer failed: {'; '.join(texts)}")
+        errors = [r for r in results if isinstance(r, RemotingError)]
+        if len(errors) == len(results):
+            raise _all_failed("registration with every NameServer failed", errors)
         return texts
 
     def register_broker_results(
@@ -123,6 +122,23 @@ class NameServerClient:
         def one(client: RemotingClient) -> None:
             request = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, fields)
             _checked(client, client.invoke(request))
+
+        self._on_every(one)
+
+    def broker_heartbeat(
+        self, cluster: str, broker_name: str, broker_id: int, broker_addr: str
+    ) -> None:
+        """BROKER_HEARTBEAT (oneway) to every NameServer: refreshes a registration between
+        full re-registrations. Best effort: a NameServer that cannot be reached is skipped."""
+        fields = {
+            "clusterName": cluster,
+            "brokerName": broker_name,
+            "brokerId": str(broker_id),
+            "brokerAddr": broker_addr,
+        }
+
+        def one(client: RemotingClient) -> None:
+            client.invoke_oneway(RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, fields))
 
         self._on_every(one)
 
@@ -185,6 +201,15 @@ def _invoke_once_more(client: RemotingClient, request: RemotingCommand) -> Remot
     except RemotingConnectError:
         retry = RemotingCommand.request(request.code, request.ext_fields, request.body)
         return client.invoke(retry)
+
+
+def _all_failed(what: str, errors: list[RemotingError]) -> RemotingError:
+    """One error for several NameServers' failures: a refusal if any refused, else connect."""
+    message = f"{what}: {'; '.join(str(e) for e in errors)}"
+    refusals = [e for e in errors if isinstance(e, RemotingCommandError)]
+    if refusals:
+        return RemotingCommandError(message, code=refusals[0].code, remark=refusals[0].remark)
+    return RemotingConnectError(message)
 
 
 def _checked(client: RemotingClient, resp: RemotingCommand) -> RemotingCommand:
