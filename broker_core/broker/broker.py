@@ -24,14 +24,20 @@ import numpy as np
 
 from broker_core.broker.clients import ClientKind, ClientRegistry
 from broker_core.broker.filters import MessageFilter
-from broker_core.broker.groups import GroupConfig, GroupManager
+from broker_core.broker.groups import (
+    BROADCAST_MARK,
+    GroupConfig,
+    GroupManager,
+    base_group,
+    broadcast_member,
+)
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop import PopConfig, PoppedMessage, PopService
 from broker_core.broker.pull import DEFAULT_PULL_MAX_BYTES, PullResult, PullService
 from broker_core.broker.rebalance import MessageQueue
-from broker_core.broker.retry import delay_level_ms
+from broker_core.broker.retry import delay_level_ms, is_retry_topic
 from broker_core.broker.schedule import ScheduleService
 from broker_core.broker.timer import TimerService
 from broker_core.broker.topic_waiter import TopicWaiter
@@ -124,8 +130,9 @@ class Broker:
             self.store, self.offsets,
             PopConfig(broker_name=config.broker_name,
                       revive_interval_ms=config.pop_revive_interval_ms),
-            clock_ms=clock_ms, retry_policy_for=lambda g: self.group(g).retry_policy,
-            is_fifo=lambda g: self.group(g).fifo,
+            clock_ms=clock_ms, retry_policy_for=lambda g: self.group(base_group(g)).retry_policy,
+            is_fifo=lambda g: BROADCAST_MARK in g or self.group(g).fifo,  # members: in place
+            initial_offset=self._pop_initial_offset, group_of=base_group,
         )  # fmt: skip
         self._stop = threading.Event()
         self._housekeeper: threading.Thread | None = None
@@ -346,13 +353,36 @@ class Broker:
 
     # ---- POP consumers ----------------------------------------------------------------------
 
+    def _pop_group(self, group: str, client_id: str) -> str:
+        """Whose POP state a client of ``group`` uses: the group's, or in a broadcasting
+        group the client's own (InvalidArgumentError when no client id is given)."""
+        if not self.group(group).broadcast:
+            return group
+        if not client_id:
+            raise InvalidArgumentError(
+                f"consumer group {group} is broadcasting: a consumer must send its client id"
+            )
+        return broadcast_member(group, client_id)
+
+    def _pop_initial_offset(self, state_group: str, topic: str, queue_id: int) -> int:
+        """Where POP starts in a queue the group never committed in: the first offset
+        for retry topics and auto-created groups, else the group's consume-from setting."""
+        config = self.groups.get(base_group(state_group))
+        if is_retry_topic(topic) or config is None or config.auto_created:
+            return self.store.min_offset(topic, queue_id)
+        return self._configured_start(config, topic, queue_id)
+
     def receive(self, group: str, topic: str, *, max_count: int, invisible_ms: int,
                 filter: MessageFilter | None = None, queue_ids: Sequence[int] | None = None,
-                timeout_ms: int = 0) -> list[PoppedMessage]:  # fmt: skip
-        """POP receive; with ``timeout_ms`` waits for messages to arrive (long polling)."""
+                timeout_ms: int = 0, client_id: str = "") -> list[PoppedMessage]:  # fmt: skip
+        """POP receive; with ``timeout_ms`` waits for messages to arrive (long polling).
+
+        ``client_id`` is required for a broadcasting group (each client its own progress).
+        """
         config = self.group(group)
         if not config.consume_enable:
             raise InvalidArgumentError(f"consumer group {group} is disabled")
+        state_group = self._pop_group(group, client_id)
         topic_config = self.topics.for_read(topic)
         retry = self.topics.ensure_retry_topic(group).name
         self.topics.ensure_dlq_topic(group)  # revive may dead-letter; readers need the topic
@@ -360,23 +390,25 @@ class Broker:
         deadline = self._clock_ms() + min(max(timeout_ms, 0), self.config.max_long_polling_ms)
         while True:
             seen = self.waiter.generation((topic, retry))
-            got = self.pop.receive(group, topic, ids, max_count=max_count,
+            got = self.pop.receive(state_group, topic, ids, max_count=max_count,
                                    invisible_ms=invisible_ms, filter=filter)  # fmt: skip
             remaining = deadline - self._clock_ms()
             if got or remaining <= 0:
                 return got
             self.waiter.wait((topic, retry), seen, min(remaining, 1_000))
 
-    def ack(self, group: str, topic: str, receipt_handle: str) -> None:
-        self.pop.ack(group, topic, receipt_handle)
+    def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
+        self.pop.ack(self._pop_group(group, client_id), topic, receipt_handle)
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
-                                  invisible_ms: int) -> str:  # fmt: skip
-        return self.pop.change_invisible_duration(group, topic, receipt_handle, invisible_ms)
+                                  invisible_ms: int, *, client_id: str = "") -> str:  # fmt: skip
+        return self.pop.change_invisible_duration(self._pop_group(group, client_id), topic,
+                                                  receipt_handle, invisible_ms)  # fmt: skip
 
-    def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+    def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str, *,
+                               client_id: str = "") -> None:  # fmt: skip
         self.topics.ensure_dlq_topic(group)
-        self.pop.forward_to_dlq(group, topic, receipt_handle)
+        self.pop.forward_to_dlq(self._pop_group(group, client_id), topic, receipt_handle)
 
     # ---- offsets ----------------------------------------------------------------------------
 
@@ -390,7 +422,10 @@ class Broker:
         committed = self.offsets.query(group, topic, queue_id)
         if committed is not None:
             return committed
-        config = self.group(group)
+        return self._configured_start(self.group(group), topic, queue_id)
+
+    def _configured_start(self, config: GroupConfig, topic: str, queue_id: int) -> int:
+        """Where ``config`` says a group new to the queue starts."""
         if config.consume_from_where == "first_offset":
             return self.store.min_offset(topic, queue_id)
         if config.consume_from_where == "timestamp":
@@ -398,8 +433,13 @@ class Broker:
         return self.store.max_offset(topic, queue_id)
 
     def reset_offsets(self, group: str, topic: str, to: str | int) -> dict[int, int]:
-        """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue."""
+        """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue.
+
+        Live POP consumers read from there on their next receive (in-flight deliveries of
+        the topic end); every client of a broadcasting group is moved.
+        """
         self.group(group)
+        members = [g for g in self.offsets.groups() if g != group and base_group(g) == group]
         result = {}
         for mq in self.read_queues(topic):
             qid = mq.queue_id
@@ -411,7 +451,8 @@ class Broker:
                 offset = self.store.offset_for_timestamp(topic, qid, to)
             else:
                 raise InvalidArgumentError(f"reset to 'earliest', 'latest' or a ms time: {to!r}")
-            self.offsets.commit(group, topic, qid, offset)
+            for state_group in (group, *members):
+                self.pop.reset_offset(state_group, topic, qid, offset)
             result[qid] = offset
         self.offsets.persist()
         return result

@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import builtins
+import hashlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,11 +42,33 @@ from broker_core.errors import (
     InvalidArgumentError,
     InvalidGroupError,
 )
-from broker_core.message import validate_group_name
+from broker_core.message import MAX_GROUP_NAME_CHARS, validate_group_name
 from broker_core.store.atomic_file import read_json_table, write_json_atomic
 
 CONSUME_FROM: Final = ("last_offset", "first_offset", "timestamp")
 DEFAULT_STRATEGY: Final = "averagely"
+BROADCAST_MARK: Final = "%BC%"  # joins a broadcasting group and one client's digest
+_MEMBER_DIGEST_BYTES: Final = 8
+_MEMBER_SUFFIX_CHARS: Final = len(BROADCAST_MARK) + 2 * _MEMBER_DIGEST_BYTES
+
+
+def broadcast_member(group: str, client_id: str) -> str:
+    """The name one client's own POP progress in broadcasting ``group`` is kept under.
+
+    >>> broadcast_member("GID_b", "host@1@x").startswith("GID_b%BC%")
+    True
+    """
+    digest = hashlib.blake2b(client_id.encode(), digest_size=_MEMBER_DIGEST_BYTES).hexdigest()
+    return f"{group}{BROADCAST_MARK}{digest}"
+
+
+def base_group(name: str) -> str:
+    """The group a broadcast member name belongs to; any other name is returned as is.
+
+    >>> base_group(broadcast_member("GID_b", "c1")), base_group("GID_a")
+    ('GID_b', 'GID_a')
+    """
+    return name.split(BROADCAST_MARK, 1)[0]
 
 
 def _check_bool(group: str, name: str, value: object) -> None:
@@ -59,7 +82,11 @@ class GroupConfig:
 
     ``consume_timestamp_ms`` is where a new group starts when ``consume_from_where`` is
     ``"timestamp"`` (ignored otherwise). ``broadcast=False`` means clustering: each queue
-    goes to one consumer of the group.
+    goes to one consumer of the group; ``True`` gives every live client every message,
+    with its own progress (POP state per client, see :func:`broadcast_member`).
+    ``auto_created`` marks a group made on first use rather than configured: POP
+    consumers of such a group start at the first offset (as RocketMQ's POP does while a
+    queue still holds its first message); a configured group starts where it says.
     """
 
     name: str
@@ -70,12 +97,15 @@ class GroupConfig:
     broadcast: bool = False
     consume_enable: bool = True
     rebalance_strategy: str = DEFAULT_STRATEGY
+    auto_created: bool = False
 
     def __post_init__(self) -> None:
         """Raise InvalidGroupError for a bad name, ConfigError for any other bad field."""
         if not isinstance(self.name, str):
             raise InvalidGroupError(f"group name must be a string, got {self.name!r}")
         validate_group_name(self.name)
+        if BROADCAST_MARK in self.name:
+            raise InvalidGroupError(f"group name {self.name!r} must not contain {BROADCAST_MARK}")
         if not isinstance(self.retry_policy, RetryPolicy):
             raise ConfigError(f"group {self.name}: retry_policy must be a RetryPolicy")
         if self.consume_from_where not in CONSUME_FROM:
@@ -86,8 +116,13 @@ class GroupConfig:
         ts = self.consume_timestamp_ms
         if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
             raise ConfigError(f"group {self.name}: consume_timestamp_ms must be an int >= 0")
-        for flag in ("fifo", "broadcast", "consume_enable"):
+        for flag in ("fifo", "broadcast", "consume_enable", "auto_created"):
             _check_bool(self.name, flag, getattr(self, flag))
+        if self.broadcast and len(self.name) + _MEMBER_SUFFIX_CHARS > MAX_GROUP_NAME_CHARS:
+            raise ConfigError(
+                f"group {self.name}: a broadcasting group's name may have at most "
+                f"{MAX_GROUP_NAME_CHARS - _MEMBER_SUFFIX_CHARS} characters"
+            )
         if self.rebalance_strategy not in STRATEGY_NAMES:
             raise ConfigError(
                 f"group {self.name}: unknown rebalance_strategy {self.rebalance_strategy!r}; "
@@ -109,6 +144,7 @@ class GroupConfig:
             "broadcast": self.broadcast,
             "consume_enable": self.consume_enable,
             "rebalance_strategy": self.rebalance_strategy,
+            "auto_created": self.auto_created,
         }
 
     @classmethod
@@ -199,7 +235,7 @@ class GroupManager:
                 raise GroupNotFoundError(
                     f"consumer group {name!r} does not exist and auto-create is off"
                 )
-            config = GroupConfig(name)
+            config = GroupConfig(name, auto_created=True)
             self._write_locked({**self._groups, name: config})
             return config
 

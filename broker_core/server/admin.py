@@ -211,6 +211,7 @@ def create_group(ctx: ServerContext, args: Args) -> Json:
     if args.has("consume_timestamp_ms"):
         changes["consume_timestamp_ms"] = args.integer("consume_timestamp_ms", minimum=0)
     existed = ctx.broker.groups.get(name) is not None
+    changes["auto_created"] = False  # configured now: POP honours its consume-from setting
     config = ctx.broker.groups.create_or_update(dataclasses.replace(old, **changes))
     return {**_group_json(config), "created": not existed}
 

@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from broker_core.broker.groups import CONSUME_FROM, GroupConfig, GroupManager
+from broker_core.broker.groups import (
+    CONSUME_FROM,
+    GroupConfig,
+    GroupManager,
+    base_group,
+    broadcast_member,
+)
 from broker_core.broker.rebalance import (
     STRATEGY_NAMES,
     AverageByCircleStrategy,
@@ -217,8 +223,9 @@ def test_require_and_get(groups: GroupManager) -> None:
 def test_get_or_create(path: Path, auto_create: bool) -> None:
     groups = GroupManager(path, auto_create=auto_create)
     if auto_create:
-        assert groups.get_or_create("GID_new") == GroupConfig("GID_new")
-        assert GroupManager(path).require("GID_new") == GroupConfig("GID_new")
+        made = GroupConfig("GID_new", auto_created=True)  # made on first use: marked so
+        assert groups.get_or_create("GID_new") == made
+        assert GroupManager(path).require("GID_new") == made
     else:
         with pytest.raises(GroupNotFoundError, match="auto-create is off"):
             groups.get_or_create("GID_new")
@@ -247,3 +254,13 @@ def test_delete(groups: GroupManager, path: Path) -> None:
     assert groups.delete("GID_a") is True
     assert groups.delete("GID_a") is False
     assert [c.name for c in GroupManager(path).list()] == ["GID_b"]
+
+
+def test_broadcast_member_names_are_reserved_and_fit() -> None:
+    member = broadcast_member("GID_b", "host@1@abc")
+    assert base_group(member) == "GID_b" and member != broadcast_member("GID_b", "host@1@abd")
+    with pytest.raises(InvalidGroupError, match="must not contain"):
+        GroupConfig(member)
+    GroupConfig("g" * 235, broadcast=True)
+    with pytest.raises(ConfigError, match="broadcasting group's name may have at most 235"):
+        GroupConfig("g" * 236, broadcast=True)
