@@ -180,6 +180,7 @@ class Broker:
                 self.offsets.persist()
             except Exception:
                 log.exception("persisting consumer offsets failed; will retry")
+            self.locks.purge_expired()  # locks of clients that stopped refreshing
 
     def set_transaction_checker(self, checker: Checker | None) -> None:
         """Who asks producers about unresolved transactions (the server's Telemetry)."""
@@ -472,10 +473,14 @@ class Broker:
 
     def lock_queues(self, group: str, client_id: str,
                     queues: Sequence[MessageQueue]) -> set[MessageQueue]:  # fmt: skip
+        """Lock ``queues`` for an orderly consumer (``locks.py``); returns those it holds."""
+        self.group(group)
         return self.locks.lock(group, client_id, queues)
 
-    def unlock_queues(self, group: str, client_id: str, queues: Sequence[MessageQueue]) -> None:
-        self.locks.unlock(group, client_id, queues)
+    def unlock_queues(self, group: str, client_id: str,
+                      queues: Sequence[MessageQueue]) -> set[MessageQueue]:  # fmt: skip
+        """Release those of ``queues`` that ``client_id`` holds; returns them."""
+        return self.locks.unlock(group, client_id, queues)
 
     # ---- queries ------------------------------------------------------------------------------
 
