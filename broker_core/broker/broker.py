@@ -109,8 +109,8 @@ class Broker:
                                    auto_create=config.auto_create_groups)  # fmt: skip
         self.offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
         for table in (self.topics, self.groups, self.offsets):
-            if table.load_problem:  # read from the .bak copy: say so, the operator may care
-                log.warning("config table loaded from its backup: %s", table.load_problem)
+            if table.load_problem:  # read from the .bak copy, or a stale setting replaced
+                log.warning("config table loaded with a problem: %s", table.load_problem)
         self.clients = ClientRegistry(expiry_ms=config.client_expiry_ms)
         self.locks = QueueLockManager(expiry_ms=config.queue_lock_expiry_ms)
         self.pulls = PullService(self.store)

@@ -47,6 +47,9 @@ from broker_core.store.atomic_file import read_json_table, write_json_atomic
 
 CONSUME_FROM: Final = ("last_offset", "first_offset", "timestamp")
 DEFAULT_STRATEGY: Final = "averagely"
+# "by_config" allocates from per-client queue lists (RocketMQ configures it in each
+# client); a group setting cannot give them: client ids change with every start.
+GROUP_STRATEGIES: Final = tuple(n for n in STRATEGY_NAMES if n != "by_config")
 BROADCAST_MARK: Final = "%BC%"  # joins a broadcasting group and one client's digest
 _MEMBER_DIGEST_BYTES: Final = 8
 _MEMBER_SUFFIX_CHARS: Final = len(BROADCAST_MARK) + 2 * _MEMBER_DIGEST_BYTES
@@ -123,10 +126,16 @@ class GroupConfig:
                 f"group {self.name}: a broadcasting group's name may have at most "
                 f"{MAX_GROUP_NAME_CHARS - _MEMBER_SUFFIX_CHARS} characters"
             )
-        if self.rebalance_strategy not in STRATEGY_NAMES:
+        if self.rebalance_strategy == "by_config":
+            raise ConfigError(
+                f"group {self.name}: rebalance_strategy 'by_config' is not offered: it needs "
+                f"a queue list per client id, which a group setting cannot give; valid: "
+                f"{', '.join(GROUP_STRATEGIES)}"
+            )
+        if self.rebalance_strategy not in GROUP_STRATEGIES:
             raise ConfigError(
                 f"group {self.name}: unknown rebalance_strategy {self.rebalance_strategy!r}; "
-                f"valid: {', '.join(STRATEGY_NAMES)}"
+                f"valid: {', '.join(GROUP_STRATEGIES)}"
             )
 
     def strategy(self) -> AllocateStrategy:
@@ -189,10 +198,21 @@ class GroupManager:
         if loaded.data is None:
             return
         try:
-            configs = [GroupConfig.from_dict(item) for item in loaded.data["groups"]]
+            configs = [GroupConfig.from_dict(self._upgrade(item)) for item in loaded.data["groups"]]
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"{self._path} holds malformed group configs: {exc!r}") from exc
         self._groups = {config.name: config for config in configs}
+
+    def _upgrade(self, item: Any) -> Any:
+        """A stored group of an older version, made valid: 'by_config' (accepted once, but it
+        assigned nothing) becomes the default strategy, and ``load_problem`` says so."""
+        if isinstance(item, Mapping) and item.get("rebalance_strategy") == "by_config":
+            self.load_problem = (f"{self.load_problem}; " if self.load_problem else "") + (
+                f"group {item.get('name')!r}: rebalance_strategy 'by_config' is not offered; "
+                f"it now uses {DEFAULT_STRATEGY!r}"
+            )
+            return {**item, "rebalance_strategy": DEFAULT_STRATEGY}
+        return item
 
     def _write_locked(self, table: dict[str, GroupConfig]) -> None:
         """Persist ``table`` and then adopt it; the caller holds ``_lock``."""

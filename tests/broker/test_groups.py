@@ -11,6 +11,7 @@ import pytest
 
 from broker_core.broker.groups import (
     CONSUME_FROM,
+    GROUP_STRATEGIES,
     GroupConfig,
     GroupManager,
     base_group,
@@ -62,7 +63,7 @@ CONFIGS = [
     GroupConfig("GID_ts", consume_from_where="timestamp", consume_timestamp_ms=1_700_000_000_000),
     GroupConfig("GID_off", consume_enable=False, retry_policy=RetryPolicy(max_retries=0)),
     GroupConfig("GID_exp", retry_policy=RetryPolicy.exponential(100, 2.0, 60_000, 5)),
-    *(GroupConfig(f"GID_{name}", rebalance_strategy=name) for name in STRATEGY_NAMES),
+    *(GroupConfig(f"GID_{name}", rebalance_strategy=name) for name in GROUP_STRATEGIES),
 ]
 
 
@@ -264,3 +265,16 @@ def test_broadcast_member_names_are_reserved_and_fit() -> None:
     GroupConfig("g" * 235, broadcast=True)
     with pytest.raises(ConfigError, match="broadcasting group's name may have at most 235"):
         GroupConfig("g" * 236, broadcast=True)
+
+
+def test_by_config_strategy_is_refused_with_the_reason() -> None:
+    assert set(GROUP_STRATEGIES) == set(STRATEGY_NAMES) - {"by_config"}
+    with pytest.raises(ConfigError, match="'by_config' is not offered: it needs a queue list"):
+        GroupConfig("GID_a", rebalance_strategy="by_config")
+
+
+def test_a_stored_by_config_group_loads_with_the_default_strategy(path: Path) -> None:
+    write_json_atomic(path, {"groups": [{"name": "GID_old", "rebalance_strategy": "by_config"}]})
+    groups = GroupManager(path)
+    assert groups.require("GID_old").rebalance_strategy == "averagely"
+    assert "'by_config' is not offered" in groups.load_problem
