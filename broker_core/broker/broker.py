@@ -511,11 +511,30 @@ class Broker:
                  self.store.max_offset(topic, mq.queue_id)) for mq in self.read_queues(topic)]
 
     def group_progress(self, group: str) -> list[tuple[str, int, int, int, int]]:
-        """(topic, queue id, broker max offset, consumer offset, lag) of every queue."""
+        """(topic, queue id, broker max offset, consumer offset, lag) of every queue.
+
+        A broadcasting group shows its slowest live client per queue (every stored client
+        when none is live). A dead-letter topic the group drains is shown; its own retry
+        topic is not.
+        """
+        offsets = self.offsets.queues_of(group)
+        config = self.groups.get(group)
+        if config is not None and config.broadcast:
+            offsets = self._slowest_member(group) or offsets
         rows = []
-        for (topic, qid), offset in sorted(self.offsets.queues_of(group).items()):
-            if topic.startswith(("%RETRY%", "%DLQ%")) or self.topics.get(topic) is None:
+        for (topic, qid), offset in sorted(offsets.items()):
+            if is_retry_topic(topic) or self.topics.get(topic) is None:
                 continue
             high = self.store.max_offset(topic, qid)
             rows.append((topic, qid, high, offset, max(0, high - offset)))
         return rows
+
+    def _slowest_member(self, group: str) -> dict[tuple[str, int], int]:
+        """{(topic, queue id): lowest offset} over the broadcasting group's clients."""
+        live = {broadcast_member(group, cid) for cid in self.clients.consumers(group)}
+        members = [g for g in self.offsets.groups() if g != group and base_group(g) == group]
+        slowest: dict[tuple[str, int], int] = {}
+        for member in [m for m in members if m in live] or members:
+            for key, offset in self.offsets.queues_of(member).items():
+                slowest[key] = min(slowest.get(key, offset), offset)
+        return slowest

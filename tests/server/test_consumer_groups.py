@@ -12,13 +12,23 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
 
 from broker_core.client import RocketMQClient
 from tests.server.conftest import BrokerProcess, start_broker
 from tests.server.test_pull_and_offsets import client_message
 
-TOPICS = ("cg-bcast", "cg-reset", "cg-last", "cg-first", "cg-dead", "cg-bcast-reset")
+TOPICS = ("cg-bcast", "cg-reset", "cg-last", "cg-first", "cg-dead", "cg-bcast-reset",
+          "cg-bcast-push")
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +110,38 @@ def test_broadcasting_group_delivers_every_message_to_every_client(
     assert sorted(drain(first, 20)) == sorted(expected)
     assert sorted(drain(second, 20)) == sorted(expected)
     assert nothing_more(first) == [] and nothing_more(second) == []
+    assert admin.group_progress("cg-g-bcast", "cg-bcast")["total_lag"] == 0
+    send(producer, "cg-bcast", [b"late"])
+    assert drain(first, 1) == [b"late"]
+    assert admin.group_progress("cg-g-bcast", "cg-bcast")["total_lag"] == 1  # the slowest
+
+
+class Recorder(MessageListener):
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def consume(self, message: Any) -> ConsumeResult:
+        self.bodies.append(message.body)
+        return ConsumeResult.SUCCESS
+
+
+def test_broadcasting_push_consumers_each_get_everything(broker, admin, producer) -> None:
+    admin.create_group("cg-g-bpush", broadcast=True, consume_from_where="first_offset")
+    expected = bodies("p", 10)
+    send(producer, "cg-bcast-push", expected)
+    recorders = [Recorder(), Recorder()]
+    pushers = [PushConsumer(ClientConfiguration(broker.endpoint, Credentials()), "cg-g-bpush",
+                            r, {"cg-bcast-push": FilterExpression()}) for r in recorders]
+    for consumer in pushers:
+        consumer.startup()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(len(r.bodies) < 10 for r in recorders):
+            time.sleep(0.1)
+    finally:
+        for consumer in pushers:
+            consumer.shutdown()
+    assert [sorted(r.bodies) for r in recorders] == [sorted(expected)] * 2
 
 
 def test_broadcasting_client_redelivers_what_it_did_not_ack(admin, producer, consumers) -> None:
@@ -175,3 +217,5 @@ def test_a_consumer_of_a_dead_letter_topic_receives_and_acks(admin, producer,
     got = drain(drainer, 1, timeout_s=20)  # acks: must not be refused
     assert got == [b"doomed"]
     assert nothing_more(drainer) == []  # acked for good: not redelivered
+    [row] = admin.group_progress("cg-g-drain")["queues"]  # the drained DLQ shows
+    assert (row["topic"], row["lag"]) == ("%DLQ%cg-g-dying", 0)
