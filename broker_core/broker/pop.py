@@ -410,8 +410,8 @@ class PopService:
         committed = self._offsets.query(*key)
         start = self._initial_offset(*key) if committed is None else committed
         qs = self._state.queue(key, lambda: start)
-        if committed is None:
-            self._offsets.commit(*key, start)
+        if committed is None:  # durable when a replay (which assumes the minimum) would differ
+            self._offsets.commit(*key, start, durable=start != self._store.min_offset(*key[1:]))
         return qs
 
     def _current(self, group: str, topic: str, handle: ReceiptHandle
