@@ -24,13 +24,8 @@ import numpy as np
 
 from broker_core.broker.clients import ClientKind, ClientRegistry
 from broker_core.broker.filters import MessageFilter
-from broker_core.broker.groups import (
-    BROADCAST_MARK,
-    GroupConfig,
-    GroupManager,
-    base_group,
-    broadcast_member,
-)
+from broker_core.broker.group_positions import GroupPositions
+from broker_core.broker.groups import BROADCAST_MARK, GroupConfig, GroupManager, base_group
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.offsets import ConsumerOffsetManager
@@ -112,6 +107,7 @@ class Broker:
             if table.load_problem:  # read from the .bak copy, or a stale setting replaced
                 log.warning("config table loaded with a problem: %s", table.load_problem)
         self.clients = ClientRegistry(expiry_ms=config.client_expiry_ms)
+        self.positions = GroupPositions(self.groups, self.offsets, self.clients, self.store)
         self.locks = QueueLockManager(expiry_ms=config.queue_lock_expiry_ms)
         self.pulls = PullService(self.store)
         self.long_polling = LongPollingService(self.store, self.pulls)
@@ -132,7 +128,7 @@ class Broker:
                       revive_interval_ms=config.pop_revive_interval_ms),
             clock_ms=clock_ms, retry_policy_for=lambda g: self.group(base_group(g)).retry_policy,
             is_fifo=lambda g: BROADCAST_MARK in g or self.group(g).fifo,  # members: in place
-            initial_offset=self._pop_initial_offset, group_of=base_group,
+            initial_offset=self.positions.pop_initial_offset, group_of=base_group,
         )  # fmt: skip
         self._stop = threading.Event()
         self._housekeeper: threading.Thread | None = None
@@ -354,25 +350,6 @@ class Broker:
 
     # ---- POP consumers ----------------------------------------------------------------------
 
-    def _pop_group(self, group: str, client_id: str) -> str:
-        """Whose POP state a client of ``group`` uses: the group's, or in a broadcasting
-        group the client's own (InvalidArgumentError when no client id is given)."""
-        if not self.group(group).broadcast:
-            return group
-        if not client_id:
-            raise InvalidArgumentError(
-                f"consumer group {group} is broadcasting: a consumer must send its client id"
-            )
-        return broadcast_member(group, client_id)
-
-    def _pop_initial_offset(self, state_group: str, topic: str, queue_id: int) -> int:
-        """Where POP starts in a queue the group never committed in: the first offset
-        for retry topics and auto-created groups, else the group's consume-from setting."""
-        config = self.groups.get(base_group(state_group))
-        if is_retry_topic(topic) or config is None or config.auto_created:
-            return self.store.min_offset(topic, queue_id)
-        return self._configured_start(config, topic, queue_id)
-
     def receive(self, group: str, topic: str, *, max_count: int, invisible_ms: int,
                 filter: MessageFilter | None = None, queue_ids: Sequence[int] | None = None,
                 timeout_ms: int = 0, client_id: str = "") -> list[PoppedMessage]:  # fmt: skip
@@ -383,7 +360,7 @@ class Broker:
         config = self.group(group)
         if not config.consume_enable:
             raise InvalidArgumentError(f"consumer group {group} is disabled")
-        state_group = self._pop_group(group, client_id)
+        state_group = self.positions.state_group(group, client_id)
         topic_config = self.topics.for_read(topic)
         retry = self.topics.ensure_retry_topic(group).name
         self.topics.ensure_dlq_topic(group)  # revive may dead-letter; readers need the topic
@@ -399,17 +376,17 @@ class Broker:
             self.waiter.wait((topic, retry), seen, min(remaining, 1_000))
 
     def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
-        self.pop.ack(self._pop_group(group, client_id), topic, receipt_handle)
+        self.pop.ack(self.positions.state_group(group, client_id), topic, receipt_handle)
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
                                   invisible_ms: int, *, client_id: str = "") -> str:  # fmt: skip
-        return self.pop.change_invisible_duration(self._pop_group(group, client_id), topic,
-                                                  receipt_handle, invisible_ms)  # fmt: skip
+        state_group = self.positions.state_group(group, client_id)
+        return self.pop.change_invisible_duration(state_group, topic, receipt_handle, invisible_ms)
 
     def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str, *,
                                client_id: str = "") -> None:  # fmt: skip
         self.topics.ensure_dlq_topic(group)
-        self.pop.forward_to_dlq(self._pop_group(group, client_id), topic, receipt_handle)
+        self.pop.forward_to_dlq(self.positions.state_group(group, client_id), topic, receipt_handle)
 
     # ---- offsets ----------------------------------------------------------------------------
 
@@ -423,15 +400,7 @@ class Broker:
         committed = self.offsets.query(group, topic, queue_id)
         if committed is not None:
             return committed
-        return self._configured_start(self.group(group), topic, queue_id)
-
-    def _configured_start(self, config: GroupConfig, topic: str, queue_id: int) -> int:
-        """Where ``config`` says a group new to the queue starts."""
-        if config.consume_from_where == "first_offset":
-            return self.store.min_offset(topic, queue_id)
-        if config.consume_from_where == "timestamp":
-            return self.store.offset_for_timestamp(topic, queue_id, config.consume_timestamp_ms)
-        return self.store.max_offset(topic, queue_id)
+        return self.positions.configured_start(self.group(group), topic, queue_id)
 
     def reset_offsets(self, group: str, topic: str, to: str | int) -> dict[int, int]:
         """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue.
@@ -440,7 +409,7 @@ class Broker:
         the topic end); every client of a broadcasting group is moved.
         """
         self.group(group)
-        members = [g for g in self.offsets.groups() if g != group and base_group(g) == group]
+        members = self.positions.members(group)
         result = {}
         for mq in self.read_queues(topic):
             qid = mq.queue_id
@@ -520,7 +489,7 @@ class Broker:
         offsets = self.offsets.queues_of(group)
         config = self.groups.get(group)
         if config is not None and config.broadcast:
-            offsets = self._slowest_member(group) or offsets
+            offsets = self.positions.slowest(group) or offsets
         rows = []
         for (topic, qid), offset in sorted(offsets.items()):
             if is_retry_topic(topic) or self.topics.get(topic) is None:
@@ -528,13 +497,3 @@ class Broker:
             high = self.store.max_offset(topic, qid)
             rows.append((topic, qid, high, offset, max(0, high - offset)))
         return rows
-
-    def _slowest_member(self, group: str) -> dict[tuple[str, int], int]:
-        """{(topic, queue id): lowest offset} over the broadcasting group's clients."""
-        live = {broadcast_member(group, cid) for cid in self.clients.consumers(group)}
-        members = [g for g in self.offsets.groups() if g != group and base_group(g) == group]
-        slowest: dict[tuple[str, int], int] = {}
-        for member in [m for m in members if m in live] or members:
-            for key, offset in self.offsets.queues_of(member).items():
-                slowest[key] = min(slowest.get(key, offset), offset)
-        return slowest
