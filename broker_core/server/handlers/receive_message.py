@@ -15,6 +15,11 @@ The stream, in the order the official clients expect (the Java proxy's
 
 The clients treat MESSAGE_NOT_FOUND as "no message" (an empty list), not an error.
 
+Broadcasting groups: the ``x-mq-client-id`` header names the client, whose own progress
+the receive uses (every client gets every message); without it the request is a
+BAD_REQUEST. Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue use the
+same header to find the client's delivery.
+
 Timing: ``long_polling_timeout`` bounds the wait (default: as long as the gRPC deadline
 allows); the answer always goes out :data:`ANSWER_MARGIN_MS` before the deadline, so a
 client never times out waiting for it, and a deadline too close for any wait gets a
