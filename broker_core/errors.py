@@ -33,6 +33,7 @@ class here names a distinct situation, never a generic "something failed".
     ├── PermissionDeniedError           topic perm forbids the operation
     ├── OffsetOutOfRangeError           read below the minimum / above the maximum
     ├── StaleReceiptHandleError         handle superseded, acked, or expired
+    ├── QueueLockedError                retriable: another client holds the queue's lock
     ├── UnsupportedError                a feature we deliberately do not offer
     ├── StoreError
     │   ├── CorruptionError             bad bytes in a file (names file and position)
@@ -200,6 +201,15 @@ class DiskFullError(StoreError):
 
 class FlushTimeoutError(StoreError):
     """A sync-flush append was written but not confirmed durable in time."""
+
+    retriable = True
+
+
+class QueueLockedError(RocketMQError):
+    """An orderly consumer does not hold the queue lock: another client of its group does.
+
+    Retriable: the lock expires when its holder stops refreshing it.
+    """
 
     retriable = True
 

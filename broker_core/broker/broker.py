@@ -24,14 +24,15 @@ import numpy as np
 
 from broker_core.broker.clients import ClientKind, ClientRegistry
 from broker_core.broker.filters import MessageFilter
-from broker_core.broker.groups import GroupConfig, GroupManager
+from broker_core.broker.group_positions import GroupPositions
+from broker_core.broker.groups import BROADCAST_MARK, GroupConfig, GroupManager, base_group
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop import PopConfig, PoppedMessage, PopService
 from broker_core.broker.pull import DEFAULT_PULL_MAX_BYTES, PullResult, PullService
 from broker_core.broker.rebalance import MessageQueue
-from broker_core.broker.retry import delay_level_ms
+from broker_core.broker.retry import delay_level_ms, is_retry_topic
 from broker_core.broker.schedule import ScheduleService
 from broker_core.broker.timer import TimerService
 from broker_core.broker.topic_waiter import TopicWaiter
@@ -112,9 +113,10 @@ class Broker:
                                    auto_create=config.auto_create_groups)  # fmt: skip
         self.offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
         for table in (self.topics, self.groups, self.offsets):
-            if table.load_problem:  # read from the .bak copy: say so, the operator may care
-                log.warning("config table loaded from its backup: %s", table.load_problem)
+            if table.load_problem:  # read from the .bak copy, or a stale setting replaced
+                log.warning("config table loaded with a problem: %s", table.load_problem)
         self.clients = ClientRegistry(expiry_ms=config.client_expiry_ms)
+        self.positions = GroupPositions(self.groups, self.offsets, self.clients, self.store)
         self.locks = QueueLockManager(expiry_ms=config.queue_lock_expiry_ms)
         self.pulls = PullService(self.store)
         self.long_polling = LongPollingService(self.store, self.pulls)
@@ -133,8 +135,9 @@ class Broker:
             self.store, self.offsets,
             PopConfig(broker_name=config.broker_name,
                       revive_interval_ms=config.pop_revive_interval_ms),
-            clock_ms=clock_ms, retry_policy_for=lambda g: self.group(g).retry_policy,
-            is_fifo=lambda g: self.group(g).fifo,
+            clock_ms=clock_ms, retry_policy_for=lambda g: self.group(base_group(g)).retry_policy,
+            is_fifo=lambda g: BROADCAST_MARK in g or self.group(g).fifo,  # members: in place
+            initial_offset=self.positions.pop_initial_offset, group_of=base_group,
         )  # fmt: skip
         self._stop = threading.Event()
         self._housekeeper: threading.Thread | None = None
@@ -201,6 +204,7 @@ class Broker:
                 self.offsets.persist()
             except Exception:
                 log.exception("persisting consumer offsets failed; will retry")
+            self.locks.purge_expired()  # locks of clients that stopped refreshing
 
     def set_transaction_checker(self, checker: Checker | None) -> None:
         """Who asks producers about unresolved transactions (the server's Telemetry)."""
@@ -376,11 +380,15 @@ class Broker:
 
     def receive(self, group: str, topic: str, *, max_count: int, invisible_ms: int,
                 filter: MessageFilter | None = None, queue_ids: Sequence[int] | None = None,
-                timeout_ms: int = 0) -> list[PoppedMessage]:  # fmt: skip
-        """POP receive; with ``timeout_ms`` waits for messages to arrive (long polling)."""
+                timeout_ms: int = 0, client_id: str = "") -> list[PoppedMessage]:  # fmt: skip
+        """POP receive; with ``timeout_ms`` waits for messages to arrive (long polling).
+
+        ``client_id`` is required for a broadcasting group (each client its own progress).
+        """
         config = self.group(group)
         if not config.consume_enable:
             raise InvalidArgumentError(f"consumer group {group} is disabled")
+        state_group = self.positions.state_group(group, client_id)
         topic_config = self.topics.for_read(topic)
         retry = self.topics.ensure_retry_topic(group).name
         self.topics.ensure_dlq_topic(group)  # revive may dead-letter; readers need the topic
@@ -388,23 +396,25 @@ class Broker:
         deadline = self._clock_ms() + min(max(timeout_ms, 0), self.config.max_long_polling_ms)
         while True:
             seen = self.waiter.generation((topic, retry))
-            got = self.pop.receive(group, topic, ids, max_count=max_count,
+            got = self.pop.receive(state_group, topic, ids, max_count=max_count,
                                    invisible_ms=invisible_ms, filter=filter)  # fmt: skip
             remaining = deadline - self._clock_ms()
             if got or remaining <= 0:
                 return got
             self.waiter.wait((topic, retry), seen, min(remaining, 1_000))
 
-    def ack(self, group: str, topic: str, receipt_handle: str) -> None:
-        self.pop.ack(group, topic, receipt_handle)
+    def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
+        self.pop.ack(self.positions.state_group(group, client_id), topic, receipt_handle)
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
-                                  invisible_ms: int) -> str:  # fmt: skip
-        return self.pop.change_invisible_duration(group, topic, receipt_handle, invisible_ms)
+                                  invisible_ms: int, *, client_id: str = "") -> str:  # fmt: skip
+        state_group = self.positions.state_group(group, client_id)
+        return self.pop.change_invisible_duration(state_group, topic, receipt_handle, invisible_ms)
 
-    def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+    def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str, *,
+                               client_id: str = "") -> None:  # fmt: skip
         self.topics.ensure_dlq_topic(group)
-        self.pop.forward_to_dlq(group, topic, receipt_handle)
+        self.pop.forward_to_dlq(self.positions.state_group(group, client_id), topic, receipt_handle)
 
     # ---- offsets ----------------------------------------------------------------------------
 
@@ -418,16 +428,16 @@ class Broker:
         committed = self.offsets.query(group, topic, queue_id)
         if committed is not None:
             return committed
-        config = self.group(group)
-        if config.consume_from_where == "first_offset":
-            return self.store.min_offset(topic, queue_id)
-        if config.consume_from_where == "timestamp":
-            return self.store.offset_for_timestamp(topic, queue_id, config.consume_timestamp_ms)
-        return self.store.max_offset(topic, queue_id)
+        return self.positions.configured_start(self.group(group), topic, queue_id)
 
     def reset_offsets(self, group: str, topic: str, to: str | int) -> dict[int, int]:
-        """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue."""
+        """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue.
+
+        Live POP consumers read from there on their next receive (in-flight deliveries of
+        the topic end); every client of a broadcasting group is moved.
+        """
         self.group(group)
+        members = self.positions.members(group)
         result = {}
         for mq in self.read_queues(topic):
             qid = mq.queue_id
@@ -439,7 +449,8 @@ class Broker:
                 offset = self.store.offset_for_timestamp(topic, qid, to)
             else:
                 raise InvalidArgumentError(f"reset to 'earliest', 'latest' or a ms time: {to!r}")
-            self.offsets.commit(group, topic, qid, offset)
+            for state_group in (group, *members):
+                self.pop.reset_offset(state_group, topic, qid, offset)
             result[qid] = offset
         self.offsets.persist()
         return result
@@ -459,10 +470,14 @@ class Broker:
 
     def lock_queues(self, group: str, client_id: str,
                     queues: Sequence[MessageQueue]) -> set[MessageQueue]:  # fmt: skip
+        """Lock ``queues`` for an orderly consumer (``locks.py``); returns those it holds."""
+        self.group(group)
         return self.locks.lock(group, client_id, queues)
 
-    def unlock_queues(self, group: str, client_id: str, queues: Sequence[MessageQueue]) -> None:
-        self.locks.unlock(group, client_id, queues)
+    def unlock_queues(self, group: str, client_id: str,
+                      queues: Sequence[MessageQueue]) -> set[MessageQueue]:  # fmt: skip
+        """Release those of ``queues`` that ``client_id`` holds; returns them."""
+        return self.locks.unlock(group, client_id, queues)
 
     # ---- queries ------------------------------------------------------------------------------
 
@@ -493,10 +508,19 @@ class Broker:
                  self.store.max_offset(topic, mq.queue_id)) for mq in self.read_queues(topic)]
 
     def group_progress(self, group: str) -> list[tuple[str, int, int, int, int]]:
-        """(topic, queue id, broker max offset, consumer offset, lag) of every queue."""
+        """(topic, queue id, broker max offset, consumer offset, lag) of every queue.
+
+        A broadcasting group shows its slowest live client per queue (every stored client
+        when none is live). A dead-letter topic the group drains is shown; its own retry
+        topic is not.
+        """
+        offsets = self.offsets.queues_of(group)
+        config = self.groups.get(group)
+        if config is not None and config.broadcast:
+            offsets = self.positions.slowest(group) or offsets
         rows = []
-        for (topic, qid), offset in sorted(self.offsets.queues_of(group).items()):
-            if topic.startswith(("%RETRY%", "%DLQ%")) or self.topics.get(topic) is None:
+        for (topic, qid), offset in sorted(offsets.items()):
+            if is_retry_topic(topic) or self.topics.get(topic) is None:
                 continue
             high = self.store.max_offset(topic, qid)
             rows.append((topic, qid, high, offset, max(0, high - offset)))

@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import builtins
+import hashlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,11 +42,36 @@ from broker_core.errors import (
     InvalidArgumentError,
     InvalidGroupError,
 )
-from broker_core.message import validate_group_name
+from broker_core.message import MAX_GROUP_NAME_CHARS, validate_group_name
 from broker_core.store.atomic_file import read_json_table, write_json_atomic
 
 CONSUME_FROM: Final = ("last_offset", "first_offset", "timestamp")
 DEFAULT_STRATEGY: Final = "averagely"
+# "by_config" allocates from per-client queue lists (RocketMQ configures it in each
+# client); a group setting cannot give them: client ids change with every start.
+GROUP_STRATEGIES: Final = tuple(n for n in STRATEGY_NAMES if n != "by_config")
+BROADCAST_MARK: Final = "%BC%"  # joins a broadcasting group and one client's digest
+_MEMBER_DIGEST_BYTES: Final = 8
+_MEMBER_SUFFIX_CHARS: Final = len(BROADCAST_MARK) + 2 * _MEMBER_DIGEST_BYTES
+
+
+def broadcast_member(group: str, client_id: str) -> str:
+    """The name one client's own POP progress in broadcasting ``group`` is kept under.
+
+    >>> broadcast_member("GID_b", "host@1@x").startswith("GID_b%BC%")
+    True
+    """
+    digest = hashlib.blake2b(client_id.encode(), digest_size=_MEMBER_DIGEST_BYTES).hexdigest()
+    return f"{group}{BROADCAST_MARK}{digest}"
+
+
+def base_group(name: str) -> str:
+    """The group a broadcast member name belongs to; any other name is returned as is.
+
+    >>> base_group(broadcast_member("GID_b", "c1")), base_group("GID_a")
+    ('GID_b', 'GID_a')
+    """
+    return name.split(BROADCAST_MARK, 1)[0]
 
 
 def _check_bool(group: str, name: str, value: object) -> None:
@@ -59,7 +85,11 @@ class GroupConfig:
 
     ``consume_timestamp_ms`` is where a new group starts when ``consume_from_where`` is
     ``"timestamp"`` (ignored otherwise). ``broadcast=False`` means clustering: each queue
-    goes to one consumer of the group.
+    goes to one consumer of the group; ``True`` gives every live client every message,
+    with its own progress (POP state per client, see :func:`broadcast_member`).
+    ``auto_created`` marks a group made on first use rather than configured: POP
+    consumers of such a group start at the first offset (as RocketMQ's POP does while a
+    queue still holds its first message); a configured group starts where it says.
     """
 
     name: str
@@ -70,12 +100,15 @@ class GroupConfig:
     broadcast: bool = False
     consume_enable: bool = True
     rebalance_strategy: str = DEFAULT_STRATEGY
+    auto_created: bool = False
 
     def __post_init__(self) -> None:
         """Raise InvalidGroupError for a bad name, ConfigError for any other bad field."""
         if not isinstance(self.name, str):
             raise InvalidGroupError(f"group name must be a string, got {self.name!r}")
         validate_group_name(self.name)
+        if BROADCAST_MARK in self.name:
+            raise InvalidGroupError(f"group name {self.name!r} must not contain {BROADCAST_MARK}")
         if not isinstance(self.retry_policy, RetryPolicy):
             raise ConfigError(f"group {self.name}: retry_policy must be a RetryPolicy")
         if self.consume_from_where not in CONSUME_FROM:
@@ -86,12 +119,23 @@ class GroupConfig:
         ts = self.consume_timestamp_ms
         if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
             raise ConfigError(f"group {self.name}: consume_timestamp_ms must be an int >= 0")
-        for flag in ("fifo", "broadcast", "consume_enable"):
+        for flag in ("fifo", "broadcast", "consume_enable", "auto_created"):
             _check_bool(self.name, flag, getattr(self, flag))
-        if self.rebalance_strategy not in STRATEGY_NAMES:
+        if self.broadcast and len(self.name) + _MEMBER_SUFFIX_CHARS > MAX_GROUP_NAME_CHARS:
+            raise ConfigError(
+                f"group {self.name}: a broadcasting group's name may have at most "
+                f"{MAX_GROUP_NAME_CHARS - _MEMBER_SUFFIX_CHARS} characters"
+            )
+        if self.rebalance_strategy == "by_config":
+            raise ConfigError(
+                f"group {self.name}: rebalance_strategy 'by_config' is not offered: it needs "
+                f"a queue list per client id, which a group setting cannot give; valid: "
+                f"{', '.join(GROUP_STRATEGIES)}"
+            )
+        if self.rebalance_strategy not in GROUP_STRATEGIES:
             raise ConfigError(
                 f"group {self.name}: unknown rebalance_strategy {self.rebalance_strategy!r}; "
-                f"valid: {', '.join(STRATEGY_NAMES)}"
+                f"valid: {', '.join(GROUP_STRATEGIES)}"
             )
 
     def strategy(self) -> AllocateStrategy:
@@ -109,6 +153,7 @@ class GroupConfig:
             "broadcast": self.broadcast,
             "consume_enable": self.consume_enable,
             "rebalance_strategy": self.rebalance_strategy,
+            "auto_created": self.auto_created,
         }
 
     @classmethod
@@ -153,10 +198,21 @@ class GroupManager:
         if loaded.data is None:
             return
         try:
-            configs = [GroupConfig.from_dict(item) for item in loaded.data["groups"]]
+            configs = [GroupConfig.from_dict(self._upgrade(item)) for item in loaded.data["groups"]]
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"{self._path} holds malformed group configs: {exc!r}") from exc
         self._groups = {config.name: config for config in configs}
+
+    def _upgrade(self, item: Any) -> Any:
+        """A stored group of an older version, made valid: 'by_config' (accepted once, but it
+        assigned nothing) becomes the default strategy, and ``load_problem`` says so."""
+        if isinstance(item, Mapping) and item.get("rebalance_strategy") == "by_config":
+            self.load_problem = (f"{self.load_problem}; " if self.load_problem else "") + (
+                f"group {item.get('name')!r}: rebalance_strategy 'by_config' is not offered; "
+                f"it now uses {DEFAULT_STRATEGY!r}"
+            )
+            return {**item, "rebalance_strategy": DEFAULT_STRATEGY}
+        return item
 
     def _write_locked(self, table: dict[str, GroupConfig]) -> None:
         """Persist ``table`` and then adopt it; the caller holds ``_lock``."""
@@ -199,7 +255,7 @@ class GroupManager:
                 raise GroupNotFoundError(
                     f"consumer group {name!r} does not exist and auto-create is off"
                 )
-            config = GroupConfig(name)
+            config = GroupConfig(name, auto_created=True)
             self._write_locked({**self._groups, name: config})
             return config
 

@@ -8,7 +8,10 @@ each with a receipt handle (``receipt.py``) and its delivery attempt. ``ack`` en
 delivery; ``change_invisible_duration`` moves its deadline and issues a new handle (the
 old one becomes stale); ``nack`` and ``forward_to_dlq`` serve the PushConsumer paths.
 Messages a filter rejects are skipped and count as consumed. A group new to a queue
-starts at the queue's minimum offset.
+starts at ``initial_offset`` (the broker passes the group's consume-from setting) and
+that start is committed at once; ``reset_offset`` moves a group, live consumers included.
+A message popped from a dead-letter (or any non-retry) topic is delivered, and acked,
+under that topic; retry copies under their original one.
 
 Expiry (``run_revive``): a delivery not acked by its deadline is revived as decided by
 ``pop_policy.revive_decision``: a copy to the retry topic (non-FIFO), the same offset
@@ -135,13 +138,20 @@ class PopService:
         clock_ms: Callable[[], int] = now_ms,
         retry_policy_for: Callable[[str], RetryPolicy] = lambda _group: RetryPolicy(),
         is_fifo: Callable[[str], bool] = lambda _group: False,
+        initial_offset: Callable[[str, str, int], int] | None = None,
+        group_of: Callable[[str], str] = lambda group: group,
     ) -> None:
+        """``initial_offset(group, topic, queue id)`` is where a group that never committed
+        in a queue starts (default: the queue's minimum); ``group_of`` names the group whose
+        DLQ a state group's dead letters go to (itself unless it is a broadcast member)."""
         self.config = config or PopConfig()
         self._store = store
         self._offsets = offsets
         self._clock_ms = clock_ms
         self._policy_for = retry_policy_for
         self._is_fifo = is_fifo
+        self._initial_offset = initial_offset or (lambda _g, t, qid: store.min_offset(t, qid))
+        self._group_of = group_of
         self._lock = threading.Lock()
         self._log = ReviveLog(store)
         self._reset()
@@ -154,7 +164,7 @@ class PopService:
         self._state = PopState()
         self._scanner = QueueScanner(self._store, self._state, self.config.max_withheld_per_queue)
         self._reviver = Reviver(self._log, self._state, self._scanner, self._policy_for,
-                                self._is_fifo)  # fmt: skip
+                                self._is_fifo, self._group_of)  # fmt: skip
         self._committed_start = 0
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -168,7 +178,7 @@ class PopService:
             self._log.open()
             start = self._offsets.query(REVIVE_GROUP, REVIVE_TOPIC, 0) or 0
             for revive_offset, record in self._log.replay(start):
-                self._state.apply(revive_offset, record, self._start_offset(record.key))
+                self._state.apply(revive_offset, record, self._replay_offset(record.key))
             self._state.finish_replay(self._log.next_offset)
             self._committed_start = start
             self._open = True
@@ -341,6 +351,24 @@ class PopService:
                 total += len(due)
             return total
 
+    def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Move ``group`` to ``offset`` in the queue, for live consumers too.
+
+        Deliveries in flight there end (their handles become stale); the next receive
+        reads from ``offset``. A RESET record makes it survive a restart.
+        """
+        validate_group_name(group)
+        _check_int("offset", offset, 0, 2**63 - 1)
+        with self._lock:
+            self._check_open()
+            record = PopRecord(RecordKind.RESET, group, topic, queue_id, offset,
+                               time_ms=self._clock_ms())  # fmt: skip
+            self._log.append([record])
+            qs = self._state.reset((group, topic, queue_id), offset)
+            self._offsets.commit(group, topic, queue_id, offset)
+            qs.committed = offset
+            self._commit([])
+
     # ---- inspection --------------------------------------------------------------------
 
     def consume_offset(self, group: str, topic: str, queue_id: int) -> int:
@@ -349,7 +377,8 @@ class PopService:
             qs = self._state.queues.get((group, topic, queue_id))
             if qs is not None:
                 return qs.consume_offset()
-            return self._start_offset((group, topic, queue_id))()
+            committed = self._offsets.query(group, topic, queue_id)
+            return self._initial_offset(group, topic, queue_id) if committed is None else committed
 
     def inflight_count(self) -> int:
         """Deliveries not yet acked or resolved, across all groups."""
@@ -362,7 +391,10 @@ class PopService:
         if not self._open:
             raise StoreClosedError("pop service is not open")
 
-    def _start_offset(self, key: QueueKey) -> Callable[[], int]:
+    def _replay_offset(self, key: QueueKey) -> Callable[[], int]:
+        """Where a replayed queue starts: committed, else the minimum (records of a queue
+        whose first commit was lost in a crash must not be skipped)."""
+
         def start() -> int:
             committed = self._offsets.query(*key)
             return committed if committed is not None else self._store.min_offset(*key[1:])
@@ -370,7 +402,17 @@ class PopService:
         return start
 
     def _queue(self, key: QueueKey) -> QueueState:
-        return self._state.queue(key, self._start_offset(key))
+        """The state of ``key``; a new one starts at the committed offset, else at the
+        group's initial offset, which is committed at once so that it holds."""
+        qs = self._state.queues.get(key)
+        if qs is not None:
+            return qs
+        committed = self._offsets.query(*key)
+        start = self._initial_offset(*key) if committed is None else committed
+        qs = self._state.queue(key, lambda: start)
+        if committed is None:  # durable when a replay (which assumes the minimum) would differ
+            self._offsets.commit(*key, start, durable=start != self._store.min_offset(*key[1:]))
+        return qs
 
     def _current(self, group: str, topic: str, handle: ReceiptHandle
                  ) -> tuple[QueueState, InFlight]:  # fmt: skip

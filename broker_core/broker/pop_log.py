@@ -9,7 +9,8 @@ Records, big-endian::
 
     offset size field
     0      1    format         uint8   RECORD_FORMAT (1)
-    1      1    kind           uint8   RecordKind: CHECKPOINT, or a resolution (ACK, ...)
+    1      1    kind           uint8   RecordKind: CHECKPOINT, a resolution (ACK, ...) or
+                                       RESET (queue_offset: where the group now starts)
     2      4    queue_id       int32
     6      8    queue_offset   int64   the message's offset in (topic, queue_id)
     14     8    anchor         int64   CHECKPOINT: a replay must start at or before this
@@ -73,6 +74,7 @@ class RecordKind(IntEnum):
     REVIVED = 3  # invisible time ended; a copy went to the retry topic
     DEAD_LETTERED = 4  # a copy went to the DLQ (retries exhausted or forwarded)
     DROPPED = 5  # the message left the store (retention) before it could be redelivered
+    RESET = 6  # the group's offset was reset to queue_offset: forget the queue's state
 
 
 @dataclass(frozen=True, slots=True)

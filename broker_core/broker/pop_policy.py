@@ -83,23 +83,35 @@ def original_topic(message: StoredMessage) -> str:
     return message.topic
 
 
+def delivered_topic(queue_topic: str, message: StoredMessage) -> str:
+    """The topic a consumer is told a message popped from ``queue_topic`` belongs to.
+
+    A copy in a retry topic is delivered as its original topic (the group subscribed to
+    that one). Anything else, a dead-letter topic a consumer drains included, is
+    delivered as the topic it was popped from, which is the topic the consumer acks.
+    """
+    return original_topic(message) if is_retry_topic(queue_topic) else queue_topic
+
+
 def delivery_attempt(message: StoredMessage) -> int:
     """Attempt number of a first pop of ``message`` (retry copies carry earlier attempts)."""
     return message.reconsume_times + 1
 
 
-def revive_copy(message: StoredMessage, topic: str, reconsume_times: int) -> Message:
+def revive_copy(message: StoredMessage, topic: str, reconsume_times: int,
+                from_topic: str | None = None) -> Message:  # fmt: skip
     """The copy of ``message`` to put into ``topic`` (a retry or DLQ topic).
 
     Keeps the client-visible id (UNIQ_KEY; the offset id becomes it when the producer
-    sent none), records the original topic in RETRY_TOPIC and the first id in
+    sent none), records the topic it was delivered as (``from_topic``, by default the
+    original one) in RETRY_TOPIC and the first id in
     ORIGIN_MESSAGE_ID, and drops delay properties so nothing re-delays the copy.
     """
     props = dict(message.properties)
     message_id = message.message_id
     props.setdefault(PROPERTY_UNIQ_KEY, message_id)
     props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, message_id)
-    props[PROPERTY_RETRY_TOPIC] = original_topic(message)
+    props[PROPERTY_RETRY_TOPIC] = from_topic or original_topic(message)
     for key in (PROPERTY_DELAY_LEVEL, PROPERTY_DELIVER_TIME_MS, PROPERTY_TIMER_ID):
         props.pop(key, None)
     return Message(

@@ -16,7 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from broker_core.broker.pop_log import PopRecord, RecordKind, ReviveLog
-from broker_core.broker.pop_policy import Destination, revive_copy, revive_decision
+from broker_core.broker.pop_policy import (
+    Destination,
+    delivered_topic,
+    revive_copy,
+    revive_decision,
+)
 from broker_core.broker.pop_scan import QueueScanner
 from broker_core.broker.pop_state import InFlight, PopState, QueueState
 from broker_core.broker.retry import RetryPolicy
@@ -42,12 +47,14 @@ class Reviver:
         scanner: QueueScanner,
         policy_for: Callable[[str], RetryPolicy],
         is_fifo: Callable[[str], bool],
+        group_of: Callable[[str], str] = lambda group: group,
     ) -> None:
         self._log = log
         self._state = state
         self._scanner = scanner
         self._policy_for = policy_for
         self._is_fifo = is_fifo
+        self._group_of = group_of  # whose DLQ: a broadcast member's is its group's
 
     def revive(self, due: Due, now_ms: int, *, force_dlq: bool = False) -> None:
         """Retry, re-expose or dead-letter each of ``due`` (all to the DLQ if ``force_dlq``)."""
@@ -58,7 +65,7 @@ class Reviver:
         for qs, entry in due:
             group, topic, qid = qs.key
             policy = _GIVE_UP if force_dlq else self._policy_for(group)
-            decision = revive_decision(group, topic, entry.attempt, policy,
+            decision = revive_decision(self._group_of(group), topic, entry.attempt, policy,
                                        fifo=self._is_fifo(group), now_ms=now_ms)  # fmt: skip
             if decision.destination is Destination.IN_PLACE:
                 in_place.append((qs, entry))
@@ -67,7 +74,8 @@ class Reviver:
             if message is None:
                 kind = RecordKind.DROPPED
             else:
-                copies.append(revive_copy(message, decision.topic, decision.reconsume_times))
+                copies.append(revive_copy(message, decision.topic, decision.reconsume_times,
+                                          delivered_topic(topic, message)))  # fmt: skip
                 retry = decision.destination is Destination.RETRY
                 kind = RecordKind.REVIVED if retry else RecordKind.DEAD_LETTERED
             records.append(resolution(kind, entry, now_ms))

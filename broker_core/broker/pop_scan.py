@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass, field
 
 from broker_core.broker.filters import MessageFilter
-from broker_core.broker.pop_policy import delivery_attempt, original_topic
+from broker_core.broker.pop_policy import delivered_topic, delivery_attempt
 from broker_core.broker.pop_state import InFlight, PopState, QueueState
 from broker_core.errors import CorruptionError
 from broker_core.message import PROPERTY_MESSAGE_GROUP, StoredMessage
@@ -131,7 +131,8 @@ class QueueScanner:
                 continue
             attempt = entry.attempt + 1 if entry else delivery_attempt(message)
             anchor = entry.anchor if entry else held.anchor if held else plan.anchor
-            plan.take(Pick(message, original_topic(message), attempt, anchor, message_group))
+            topic_as = delivered_topic(topic, message)
+            plan.take(Pick(message, topic_as, attempt, anchor, message_group))
 
     def _scan(self, plan: QueuePlan, budget: int, flt: MessageFilter | None, fifo: bool) -> None:
         """New messages from the frontier until the budget, the queue end or a limit."""
@@ -176,8 +177,8 @@ class QueueScanner:
         if plan.blocked(message_group):
             plan.withhold[offset] = (message_group, anchor)
             return
-        plan.take(Pick(message, original_topic(message), delivery_attempt(message), anchor,
-                       message_group))  # fmt: skip
+        plan.take(Pick(message, delivered_topic(qs.key[1], message), delivery_attempt(message),
+                       anchor, message_group))  # fmt: skip
 
     def _withheld_full(self, plan: QueuePlan) -> bool:
         return len(plan.qs.withheld) + len(plan.withhold) >= self._max_withheld

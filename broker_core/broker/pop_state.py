@@ -18,8 +18,10 @@ where :meth:`QueueState.anchor_for` uses an older anchor. :meth:`PopState.apply`
 replays records from ``R``: CHECKPOINTs rebuild in-flight entries (attempt counts and
 handle versions included), resolutions end them, and offsets resolved at or above ``C``
 go to ``skip`` so the rescan from ``C`` neither loses an un-acked message nor redelivers
-an acked one; records below ``C`` are ignored. FIFO withheld messages are not recorded:
-the rescan finds them again. Memory is bounded by what is in flight, the FIFO
+an acked one; records below ``C`` are ignored. A RESET record (an offset reset) drops
+what came before it for its queue and restarts the queue at its offset (or at ``C``
+when that is higher: committed after the reset). FIFO withheld messages are not
+recorded: the rescan finds them again. Memory is bounded by what is in flight, the FIFO
 look-ahead window, and (after a restart, until the rescan passes them) the skip set.
 
 Threads: no locking here; the POP service calls it under its own lock.
@@ -191,6 +193,20 @@ class PopState:
             qs.skip[entry.offset] = entry.version
             self._anchors.add(entry.version)
 
+    def reset(self, key: QueueKey, offset: int) -> QueueState:
+        """Forget everything about ``key`` and start it afresh at ``offset`` (an offset
+        reset): its deliveries end without a record, their handles become stale."""
+        old = self.queues.pop(key, None)
+        if old is not None:
+            for entry in old.inflight.values():
+                self._forget(old, entry)
+            for held in old.withheld.values():
+                self._anchors.remove(held.anchor)
+            for pin in old.skip.values():
+                self._anchors.remove(pin)
+        qs = self.queues[key] = QueueState(key, offset, offset)
+        return qs
+
     def expire(self, qs: QueueState, entry: InFlight) -> None:
         """FIFO: the message is visible again in place; its group stops being busy."""
         entry.expired = True
@@ -264,6 +280,9 @@ class PopState:
     def apply(self, revive_offset: int, record: PopRecord, start_offset: Callable[[], int]
               ) -> None:  # fmt: skip
         """Replay one record; ``start_offset`` gives a new queue's committed offset."""
+        if record.kind is RecordKind.RESET:  # what was committed since counts from here on
+            self.reset(record.key, max(record.queue_offset, start_offset()))
+            return
         qs = self.queue(record.key, start_offset)
         if record.queue_offset < qs.popped_to:
             return  # resolved before the committed offset: nothing to rebuild

@@ -16,9 +16,11 @@ from broker_core.client.model import (
     ReceivedMessage,
     SendReceipt,
 )
+from broker_core.client.orderly import OrderlyPuller
 
 __all__ = [
     "BrokerUnavailableError",
+    "OrderlyPuller",
     "OutgoingMessage",
     "PullBatch",
     "QueueInfo",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from broker_core.broker.retry import parse_backoff, parse_duration_ms
@@ -167,6 +167,21 @@ class AdminCalls(ABC):
             "text_bodies": text_bodies or None,
         }))  # fmt: skip
         return result
+
+    def lock_queues(self, group: str, topic: str, queue_ids: Iterable[int], *,
+                    client_id: str) -> set[int]:  # fmt: skip
+        """Lock queues of ``topic`` for ``client_id`` in ``group`` (orderly consumption);
+        returns the ids it holds now: another client's live lock leaves a queue out."""
+        result = self._admin("LockQueues", {"group": group, "client_id": client_id,
+                                            "topic": topic, "queue_ids": list(queue_ids)})
+        return {int(q) for q in result["locked"]}
+
+    def unlock_queues(self, group: str, topic: str, queue_ids: Iterable[int], *,
+                      client_id: str) -> set[int]:  # fmt: skip
+        """Release the queues ``client_id`` holds among ``queue_ids``; returns them."""
+        result = self._admin("UnlockQueues", {"group": group, "client_id": client_id,
+                                              "topic": topic, "queue_ids": list(queue_ids)})
+        return {int(q) for q in result["unlocked"]}
 
     def reset_offset(self, group: str, topic: str, to: str | int) -> dict[int, int]:
         """Move ``group`` in every queue of ``topic`` to ``"earliest"``, ``"latest"`` or the

@@ -32,7 +32,11 @@ GroupProgress   name, topic? → per queue: topic, queue_id, broker_offset,
 QueryMessage    id, topic? | key, topic, max_results? ; text_bodies? → messages (bodies
                 base64, or UTF-8 text when asked and they decode; ``body_encoding`` says)
 ResetOffset     group, topic, to ("earliest" | "latest" | timestamp ms) → per queue offsets
+LockQueues      group, client_id, topic, queue_ids → {"locked": ids held now}
+UnlockQueues    group, client_id, topic, queue_ids → {"unlocked": ids released}
 ==============  ==========================================================================
+
+(The queue lock methods live in ``admin_locks.py``.)
 
 Threads: handlers run on the gRPC thread pool; everything they call on ``Broker`` is
 thread-safe.
@@ -60,6 +64,7 @@ from broker_core.errors import (
     TopicNotFoundError,
 )
 from broker_core.message import StoredMessage
+from broker_core.server import admin_locks
 from broker_core.server.context import ServerContext
 from broker_core.server.status import ok, status_of
 
@@ -212,6 +217,7 @@ def create_group(ctx: ServerContext, args: Args) -> Json:
     if args.has("consume_timestamp_ms"):
         changes["consume_timestamp_ms"] = args.integer("consume_timestamp_ms", minimum=0)
     existed = ctx.broker.groups.get(name) is not None
+    changes["auto_created"] = False  # configured now: POP honours its consume-from setting
     config = ctx.broker.groups.create_or_update(dataclasses.replace(old, **changes))
     return {**_group_json(config), "created": not existed}
 
@@ -321,6 +327,8 @@ METHODS: Final[dict[str, tuple[Method, frozenset[str]]]] = {
     "QueryMessage": (query_message, frozenset({"id", "key", "topic", "max_results",
                                                "text_bodies"})),
     "ResetOffset": (reset_offset, frozenset({"group", "topic", "to"})),
+    "LockQueues": (admin_locks.lock_queues, admin_locks.FIELDS),
+    "UnlockQueues": (admin_locks.unlock_queues, admin_locks.FIELDS),
 }  # fmt: skip
 
 

@@ -40,6 +40,7 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (e.PermissionDeniedError, Code.FORBIDDEN),
     (e.OffsetOutOfRangeError, Code.ILLEGAL_OFFSET),
     (e.StaleReceiptHandleError, Code.INVALID_RECEIPT_HANDLE),
+    (e.QueueLockedError, Code.FORBIDDEN),
     (e.UnsupportedError, Code.UNSUPPORTED),
     (e.BusyError, Code.TOO_MANY_REQUESTS),
     (e.DiskFullError, Code.TOO_MANY_REQUESTS),

@@ -10,11 +10,16 @@ import pytest
 
 from broker_core.broker.broker import Broker
 from broker_core.broker.filters import MessageFilter
+from broker_core.broker.groups import GroupConfig
 from broker_core.broker.pull import PullStatus
 from broker_core.broker.topics import Perm, TopicConfig
 from broker_core.broker.transaction import CheckRequest
 from broker_core.config import BrokerConfig
-from broker_core.errors import InvalidArgumentError, PermissionDeniedError
+from broker_core.errors import (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    StaleReceiptHandleError,
+)
 from broker_core.message import Message
 from tests.store.conftest import small_config
 
@@ -149,6 +154,33 @@ def test_pop_receive_ack_and_redelivery(broker: Broker, clock: Clock) -> None:
     broker.store.wait_dispatched()
     again = broker.receive("workers", "jobs", max_count=10, invisible_ms=10_000)
     assert [(p.message.body, p.delivery_attempt) for p in again] == [(b"j2", 2)]
+
+
+def test_broadcasting_pop_keeps_progress_per_client(broker: Broker, clock: Clock) -> None:
+    broker.groups.create_or_update(GroupConfig("fanout", broadcast=True,
+                                               consume_from_where="first_offset"))
+    broker.send([msg("news", b"n1"), msg("news", b"n2")])
+    broker.store.wait_dispatched()
+    with pytest.raises(InvalidArgumentError, match="broadcasting: a consumer must send"):
+        broker.receive("fanout", "news", max_count=10, invisible_ms=10_000)
+    got = {cid: broker.receive("fanout", "news", max_count=10, invisible_ms=10_000,
+                               client_id=cid) for cid in ("c1", "c2")}  # fmt: skip
+    assert {cid: sorted(p.message.body for p in ps) for cid, ps in got.items()} == {
+        "c1": [b"n1", b"n2"], "c2": [b"n1", b"n2"]}
+    for p in got["c1"]:
+        broker.ack("fanout", "news", p.receipt_handle, client_id="c1")
+    with pytest.raises(StaleReceiptHandleError):  # c2's deliveries are not c1's
+        broker.ack("fanout", "news", got["c2"][0].receipt_handle, client_id="c1")
+    clock.now += 11_000
+    broker.pop.run_revive(clock.now)  # c2 never acked: its copies come back, to c2 only
+    assert broker.receive("fanout", "news", max_count=10, invisible_ms=10_000,
+                          client_id="c1") == []  # fmt: skip
+    again = broker.receive("fanout", "news", max_count=10, invisible_ms=10_000, client_id="c2")
+    assert sorted((p.message.body, p.delivery_attempt) for p in again) == [(b"n1", 2), (b"n2", 2)]
+    assert broker.store.max_offset("%RETRY%fanout", 0) == 0  # redelivered in place
+    assert set(broker.reset_offsets("fanout", "news", "earliest").values()) == {0}  # all move
+    assert len(broker.receive("fanout", "news", max_count=10, invisible_ms=10_000,
+                              client_id="c1")) == 2  # fmt: skip
 
 
 def test_pop_receive_long_polls(broker: Broker) -> None:

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from broker_core.broker.groups import CONSUME_FROM, GroupConfig, GroupManager
+from broker_core.broker.groups import (
+    CONSUME_FROM,
+    GROUP_STRATEGIES,
+    GroupConfig,
+    GroupManager,
+    base_group,
+    broadcast_member,
+)
 from broker_core.broker.rebalance import (
     STRATEGY_NAMES,
     AverageByCircleStrategy,
@@ -56,7 +63,7 @@ CONFIGS = [
     GroupConfig("GID_ts", consume_from_where="timestamp", consume_timestamp_ms=1_700_000_000_000),
     GroupConfig("GID_off", consume_enable=False, retry_policy=RetryPolicy(max_retries=0)),
     GroupConfig("GID_exp", retry_policy=RetryPolicy.exponential(100, 2.0, 60_000, 5)),
-    *(GroupConfig(f"GID_{name}", rebalance_strategy=name) for name in STRATEGY_NAMES),
+    *(GroupConfig(f"GID_{name}", rebalance_strategy=name) for name in GROUP_STRATEGIES),
 ]
 
 
@@ -217,8 +224,9 @@ def test_require_and_get(groups: GroupManager) -> None:
 def test_get_or_create(path: Path, auto_create: bool) -> None:
     groups = GroupManager(path, auto_create=auto_create)
     if auto_create:
-        assert groups.get_or_create("GID_new") == GroupConfig("GID_new")
-        assert GroupManager(path).require("GID_new") == GroupConfig("GID_new")
+        made = GroupConfig("GID_new", auto_created=True)  # made on first use: marked so
+        assert groups.get_or_create("GID_new") == made
+        assert GroupManager(path).require("GID_new") == made
     else:
         with pytest.raises(GroupNotFoundError, match="auto-create is off"):
             groups.get_or_create("GID_new")
@@ -247,3 +255,26 @@ def test_delete(groups: GroupManager, path: Path) -> None:
     assert groups.delete("GID_a") is True
     assert groups.delete("GID_a") is False
     assert [c.name for c in GroupManager(path).list()] == ["GID_b"]
+
+
+def test_broadcast_member_names_are_reserved_and_fit() -> None:
+    member = broadcast_member("GID_b", "host@1@abc")
+    assert base_group(member) == "GID_b" and member != broadcast_member("GID_b", "host@1@abd")
+    with pytest.raises(InvalidGroupError, match="must not contain"):
+        GroupConfig(member)
+    GroupConfig("g" * 235, broadcast=True)
+    with pytest.raises(ConfigError, match="broadcasting group's name may have at most 235"):
+        GroupConfig("g" * 236, broadcast=True)
+
+
+def test_by_config_strategy_is_refused_with_the_reason() -> None:
+    assert set(GROUP_STRATEGIES) == set(STRATEGY_NAMES) - {"by_config"}
+    with pytest.raises(ConfigError, match="'by_config' is not offered: it needs a queue list"):
+        GroupConfig("GID_a", rebalance_strategy="by_config")
+
+
+def test_a_stored_by_config_group_loads_with_the_default_strategy(path: Path) -> None:
+    write_json_atomic(path, {"groups": [{"name": "GID_old", "rebalance_strategy": "by_config"}]})
+    groups = GroupManager(path)
+    assert groups.require("GID_old").rebalance_strategy == "averagely"
+    assert "'by_config' is not offered" in groups.load_problem

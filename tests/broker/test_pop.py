@@ -757,3 +757,60 @@ def test_random_operations_with_restarts(tmp_path: Path, seed: int, fifo: bool) 
         _model_run(b, random.Random(seed), fifo, steps=250)
     finally:
         b.close()
+
+
+# --------------------------------------------------------------------------- resets, starts
+
+
+def test_reset_reaches_live_state_and_ends_deliveries(broker: Broker) -> None:
+    broker.produce([make_message(i) for i in range(4)])
+    got = broker.receive()
+    for p in got[:3]:
+        broker.pop.ack("g", "orders", p.receipt_handle)  # offset 3 stays in flight
+    broker.pop.reset_offset("g", "orders", 0, 1)
+    assert broker.offsets.query("g", "orders", 0) == 1
+    assert broker.pop.inflight_count() == 0
+    with pytest.raises(StaleReceiptHandleError):
+        broker.pop.ack("g", "orders", got[3].receipt_handle)  # ended by the reset
+    again = broker.receive()
+    assert ns(again) == [1, 2, 3] and {p.delivery_attempt for p in again} == {1}
+    broker.pop.ack("g", "orders", again[0].receipt_handle)
+    broker.restart()  # the reset and what followed it survive: 2 and 3 still in flight
+    assert broker.pop.inflight_count() == 2 and broker.receive() == []
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_reset_survives_a_restart(broker: Broker, crash: bool) -> None:
+    broker.produce([make_message(i) for i in range(5)])
+    for p in broker.receive():
+        broker.pop.ack("g", "orders", p.receipt_handle)
+    broker.pop.reset_offset("g", "orders", 0, 0)
+    broker.crash_restart() if crash else broker.restart()
+    assert ns(broker.receive()) == [0, 1, 2, 3, 4]  # the acks before the reset count no more
+
+
+def test_new_queue_starts_at_the_initial_offset_and_commits_it(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    broker.produce([make_message(i) for i in range(3)])
+    broker.pop.close()
+    broker.pop = PopService(broker.store, broker.offsets, broker.config, clock_ms=broker.clock,
+                            initial_offset=lambda g, t, q: broker.store.max_offset(t, q))
+    broker.pop.open()
+    try:
+        assert broker.receive() == []  # starts after the old messages
+        assert broker.offsets.query("g", "orders", 0) == 3  # committed at once, durably:
+        broker.crash_restart()  # (a replay would otherwise start at the minimum)
+        assert broker.receive() == []
+        broker.produce([make_message(3)])
+        assert ns(broker.receive()) == [3]
+    finally:
+        broker.close()
+
+
+def test_a_dead_letter_topic_is_delivered_and_acked_as_itself(broker: Broker) -> None:
+    broker.produce([make_message(0)])
+    broker.produce([revive_copy(broker.topic_messages("orders")[0], "%DLQ%g", 3)])
+    (got,) = broker.receive("drainer", "%DLQ%g")
+    assert got.topic == "%DLQ%g"  # not "orders": the drainer subscribed to the DLQ
+    broker.pop.ack("drainer", "%DLQ%g", got.receipt_handle)
+    assert broker.receive("drainer", "%DLQ%g") == []

@@ -61,7 +61,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         "store": {"max_body_bytes": MAX_BODY_BYTES}})  # fmt: skip
     with RocketMQClient(proc.endpoint) as client:
         client.create_topic(TOPIC, queues=2)
-        client.create_group(GROUP)
+        client.create_group(GROUP, consume_from_where="first_offset")  # POP reads the 8 below
         client.send_batch(TOPIC, [f"m{i}".encode() for i in range(8)])
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-30:])

@@ -81,7 +81,7 @@ def store_reference_data(client: RocketMQClient) -> list[tuple[int, int, bytes]]
     client.create_topic(POP_TOPIC, queues=1)
     client.create_topic(AFTER_TOPIC, queues=1)
     client.create_group(GROUP)
-    client.create_group(POP_GROUP)
+    client.create_group(POP_GROUP, consume_from_where="first_offset")  # reads what came before
     bodies = [zlib.crc32(bytes([i])).to_bytes(4, "big") * (i + 1) for i in range(40)]
     client.send_batch(POP_TOPIC, [b"pop-1", b"pop-2"])
     client.send_batch(TOPIC, [(body, "T", [f"k-{i}"]) for i, body in enumerate(bodies)])

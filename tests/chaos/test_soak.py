@@ -303,7 +303,7 @@ def soak(broker: ChaosBroker, spark: SparkSession, checkpoint: Path,
     """Run the load for ``plan.seconds``, drain, check nothing was missed; figures."""
     with RocketMQClient(broker.endpoint) as admin:
         admin.create_topic(TOPIC, queues=QUEUES)
-        admin.create_group(POP_GROUP)
+        admin.create_group(POP_GROUP, consume_from_where="first_offset")  # sends may come first
     load = Load(broker.endpoint, plan)
     reader = SparkReader(spark, broker.endpoint, checkpoint)
     store_dir = broker.workdir / "store"

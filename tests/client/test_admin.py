@@ -240,6 +240,8 @@ def test_create_group_with_exponential_backoff_and_update(client) -> None:
     ({"name": "GID_b", "max_retries": -1}, Code.BAD_REQUEST, "max_retries"),
     ({"name": "GID_b", "fifo": "yes"}, Code.BAD_REQUEST, "true or false"),
     ({"name": "GID_b", "consume_from_where": "middle"}, Code.BAD_REQUEST, "consume_from_where"),
+    ({"name": "GID_b", "rebalance_strategy": "by_config"}, Code.BAD_REQUEST, "not offered"),
+    ({"name": "GID_b%BC%x"}, Code.ILLEGAL_CONSUMER_GROUP, "must not contain %BC%"),
 ])  # fmt: skip
 def test_create_group_refuses_bad_values(channel, payload, code, word) -> None:
     expect(admin(channel, "CreateGroup", **payload), code, word)

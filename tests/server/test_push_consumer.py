@@ -56,9 +56,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     workdir: Path = tmp_path_factory.mktemp("push")
     prefill(workdir, [msg("pc-retry", b"always-fails"), msg("pc-ok", b"fine")],
             topics=[TopicConfig(t, 2, 2) for t in ("pc-retry", "pc-ok", *OFFICIAL_TOPICS)],
-            groups=[GroupConfig(g, retry_policy=RetryPolicy.custom("1s", 2))
+            groups=[GroupConfig(g, retry_policy=RetryPolicy.custom("1s", 2),
+                                consume_from_where="first_offset")  # the prefilled ones too
                     for g in (RETRY_GROUP, OFFICIAL_RETRY_GROUP)]
-            + [GroupConfig(FIFO_GROUP, fifo=True, retry_policy=RetryPolicy.custom("1s", 2))])
+            + [GroupConfig(FIFO_GROUP, fifo=True, retry_policy=RetryPolicy.custom("1s", 2),
+                           consume_from_where="first_offset")])  # fmt: skip
     proc = start_broker(workdir)
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])

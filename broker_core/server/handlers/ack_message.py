@@ -19,6 +19,7 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.errors import RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.status import bad_request, ok, status_of
 
@@ -36,9 +37,9 @@ def require_group_and_topic(ctx: ServerContext, request: Any) -> tuple[str, str]
     return group, topic
 
 
-def _ack_one(ctx: ServerContext, group: str, topic: str, entry: Any) -> Any:
+def _ack_one(ctx: ServerContext, group: str, topic: str, entry: Any, client_id: str) -> Any:
     try:
-        ctx.broker.ack(group, topic, entry.receipt_handle)
+        ctx.broker.ack(group, topic, entry.receipt_handle, client_id=client_id)
         status = ok()
     except RocketMQError as exc:
         status = status_of(exc)
@@ -52,7 +53,8 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
     group, topic = require_group_and_topic(ctx, request)
     if not request.entries:
         return service_pb2.AckMessageResponse(status=bad_request("no entries to ack"))
-    results = [_ack_one(ctx, group, topic, entry) for entry in request.entries]
+    client_id = sessions.client_id_of(context, required=False)  # broadcasting groups need it
+    results = [_ack_one(ctx, group, topic, entry, client_id) for entry in request.entries]
     codes = {r.status.code for r in results}
     if len(codes) == 1:
         overall = results[0].status

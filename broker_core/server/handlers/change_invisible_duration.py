@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
+from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import ms_of_duration
 from broker_core.server.handlers.ack_message import require_group_and_topic
@@ -28,6 +29,7 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
             status=bad_request("invisible_duration is required")
         )
     new_handle = ctx.broker.change_invisible_duration(
-        group, topic, request.receipt_handle, ms_of_duration(request.invisible_duration)
+        group, topic, request.receipt_handle, ms_of_duration(request.invisible_duration),
+        client_id=sessions.client_id_of(context, required=False),
     )
     return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=new_handle)

@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
+from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.handlers.ack_message import require_group_and_topic
 from broker_core.server.status import ok
@@ -22,5 +23,6 @@ from broker_core.server.status import ok
 def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
     """Dead-letter the delivery; OK, or the mapped error (stale handle, unknown group…)."""
     group, topic = require_group_and_topic(ctx, request)
-    ctx.broker.forward_to_dead_letter(group, topic, request.receipt_handle)
+    ctx.broker.forward_to_dead_letter(group, topic, request.receipt_handle,
+                                      client_id=sessions.client_id_of(context, required=False))
     return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok())

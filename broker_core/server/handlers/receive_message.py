@@ -15,6 +15,11 @@ The stream, in the order the official clients expect (the Java proxy's
 
 The clients treat MESSAGE_NOT_FOUND as "no message" (an empty list), not an error.
 
+Broadcasting groups: the ``x-mq-client-id`` header names the client, whose own progress
+the receive uses (every client gets every message); without it the request is a
+BAD_REQUEST. Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue use the
+same header to find the client's delivery.
+
 Timing: ``long_polling_timeout`` bounds the wait (default: as long as the gRPC deadline
 allows); the answer always goes out :data:`ANSWER_MARGIN_MS` before the deadline, so a
 client never times out waiting for it, and a deadline too close for any wait gets a
@@ -47,6 +52,7 @@ from broker_core.broker.filters import SQL92, TAG, MessageFilter
 from broker_core.broker.pop import PoppedMessage
 from broker_core.errors import FilterSyntaxError, MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import ms_of_duration, now_timestamp, popped_to_pb
 from broker_core.server.status import bad_request, ok, status_of
@@ -116,19 +122,23 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> I
     flt = message_filter(request.filter_expression)
     requested = (ms_of_duration(request.long_polling_timeout)
                  if request.HasField("long_polling_timeout") else None)  # fmt: skip
-    popped = _long_poll(ctx, context, group, topic, request.batch_size, invisible_ms, flt,
-                        polling_budget_ms(context, requested))  # fmt: skip
+    client_id = sessions.client_id_of(context, required=False)  # broadcasting groups need it
+    popped = _long_poll(ctx, context, (group, client_id), topic, request.batch_size,
+                        invisible_ms, flt, polling_budget_ms(context, requested))  # fmt: skip
     if not popped:
         yield Response(status=status_of(MessageNotFoundError("no new message")))
         yield Response(delivery_timestamp=now_timestamp())
         return
     if not context.is_active():  # the client left during the long poll
-        _nack(ctx, group, popped)
+        _nack(ctx, (group, client_id), popped)
         return
-    yield from _stream(ctx, group, popped, invisible_ms)
+    yield from _stream(ctx, (group, client_id), popped, invisible_ms)
 
 
-def _long_poll(ctx: ServerContext, context: grpc.ServicerContext, group: str, topic: str,
+Consumer = tuple[str, str]  # (group, client id)
+
+
+def _long_poll(ctx: ServerContext, context: grpc.ServicerContext, consumer: Consumer, topic: str,
                batch_size: int, invisible_ms: int, flt: MessageFilter | None,
                budget_ms: int) -> list[PoppedMessage]:  # fmt: skip
     """``Broker.receive`` in slices of :data:`POLL_SLICE_MS`, so a client that gives up
@@ -136,14 +146,14 @@ def _long_poll(ctx: ServerContext, context: grpc.ServicerContext, group: str, to
     deadline_ms = time.monotonic_ns() // 1_000_000 + budget_ms
     while True:
         remaining_ms = max(0, deadline_ms - time.monotonic_ns() // 1_000_000)
-        popped = ctx.broker.receive(group, topic, max_count=batch_size,
-                                    invisible_ms=invisible_ms, filter=flt,
+        popped = ctx.broker.receive(consumer[0], topic, max_count=batch_size,
+                                    invisible_ms=invisible_ms, filter=flt, client_id=consumer[1],
                                     timeout_ms=min(remaining_ms, POLL_SLICE_MS))  # fmt: skip
         if popped or remaining_ms <= POLL_SLICE_MS or not context.is_active():
             return popped
 
 
-def _stream(ctx: ServerContext, group: str, popped: list[PoppedMessage],
+def _stream(ctx: ServerContext, consumer: Consumer, popped: list[PoppedMessage],
             invisible_ms: int) -> Iterator[Any]:  # fmt: skip
     """Status, messages, delivery timestamp; undelivered messages are nacked on a break."""
     sent = 0
@@ -155,14 +165,14 @@ def _stream(ctx: ServerContext, group: str, popped: list[PoppedMessage],
         yield Response(delivery_timestamp=now_timestamp())
     finally:
         if sent < len(popped):
-            _nack(ctx, group, popped[sent:])
+            _nack(ctx, consumer, popped[sent:])
 
 
-def _nack(ctx: ServerContext, group: str, popped: Sequence[PoppedMessage]) -> None:
+def _nack(ctx: ServerContext, consumer: Consumer, popped: Sequence[PoppedMessage]) -> None:
     """Make deliveries the client did not get visible again soon (best effort)."""
     for item in popped:
         try:
-            ctx.broker.change_invisible_duration(group, item.topic, item.receipt_handle,
-                                                 NACK_INVISIBLE_MS)  # fmt: skip
+            ctx.broker.change_invisible_duration(consumer[0], item.topic, item.receipt_handle,
+                                                 NACK_INVISIBLE_MS, client_id=consumer[1])
         except RocketMQError as exc:  # it stays invisible until its own deadline
             log.info("could not release undelivered message %s: %s", item.message_id, exc)
