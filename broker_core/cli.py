@@ -83,9 +83,13 @@ def broker() -> None:
 
 
 @broker.command("start")
-@click.option("--listen", default="127.0.0.1:8081", show_default=True, help="HOST:PORT (0 = any)")
-@click.option("--store-dir", default=".rocketmq/store", show_default=True)
-@click.option("--flush", type=click.Choice(["sync", "async"]), default=None)
+@click.option("--listen", default="127.0.0.1:8081", show_default=True,
+              help="HOST:PORT to serve on; port 1..65535, or 0 for any free port (printed)")
+@click.option("--store-dir", default=".rocketmq/store", show_default=True,
+              help="directory of the commitlog, queues, index and config files")
+@click.option("--flush", type=click.Choice(["sync", "async"]), default=None,
+              help="sync: acknowledge sends once on disk; async: flush every "
+                   "flush_interval_ms  [default: the config's flush_mode, async]")
 @click.option("--config", "config_file", default=None, help="TOML file with [broker], [store]")
 @click.option("--advertise", default=None, help="endpoint clients are given in routes")
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
@@ -96,13 +100,7 @@ def broker_start(listen: str, store_dir: str, flush: str | None, config_file: st
     argv = ["--listen", listen, "--store-dir", store_dir]
     options = {"--flush": flush, "--config": config_file, "--advertise": advertise}
     argv += [text for flag, value in options.items() if value for text in (flag, value)]
-    try:
-        code = run(argv)
-    except (OSError, RuntimeError) as exc:
-        if isinstance(exc, RuntimeError) and "bind" not in str(exc):
-            raise  # a crash, not a busy port: keep its traceback
-        raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
-    raise SystemExit(code)
+    raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
 
 
 # ---- topics ---------------------------------------------------------------------------------

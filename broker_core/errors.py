@@ -38,6 +38,9 @@ class here names a distinct situation, never a generic "something failed".
     │   ├── StoreClosedError            the store is shut down
     │   ├── DiskFullError               retriable: no room for the append
     │   └── FlushTimeoutError           retriable: sync flush did not finish in time
+    ├── ConflictError                   clashes with what exists (asks for update/force)
+    ├── ServerError                     the broker process could not start or stop cleanly
+    │   └── ListenError                 the listen address cannot be bound
     └── BusyError                       retriable: flow control, try again later
 """
 
@@ -187,6 +190,19 @@ class FlushTimeoutError(StoreError):
     """A sync-flush append was written but not confirmed durable in time."""
 
     retriable = True
+
+
+class ConflictError(RocketMQError):
+    """The request clashes with existing state: a topic that exists with other settings,
+    or a change that would hide messages, without the explicit update/force asked for."""
+
+
+class ServerError(RocketMQError):
+    """The broker process could not start or stop cleanly (the message says which step)."""
+
+
+class ListenError(ServerError):
+    """The server cannot bind its listen address (in use, not local, or unresolvable)."""
 
 
 class BusyError(RocketMQError):

@@ -164,8 +164,10 @@ class Broker:
         self.pop.close()
         self.timer.close()
         self.schedule.close()
-        self.offsets.persist()
-        self.store.close()
+        try:
+            self.offsets.persist()
+        finally:  # a failed offsets write must not leave the store unflushed
+            self.store.close()
 
     def _housekeep(self) -> None:
         while not self._stop.wait(self.config.offsets_persist_interval_ms / 1000):
