@@ -155,7 +155,14 @@ def test_message_query_by_id_and_key(broker, sent) -> None:
                                   "--topic", "cli_events"))  # fmt: skip
 
 
+def test_offset_reset_of_unknown_group_fails_and_creates_nothing(broker, sent) -> None:
+    fails(rmq(broker, "offset", "reset", "--group", "GID_nosuch", "--topic", "cli_events",
+              "--to", "earliest"), "GID_nosuch", "does not exist")  # fmt: skip
+    assert "GID_nosuch" not in ok(rmq(broker, "group", "list"))
+
+
 def test_offset_reset_to_latest_ms_and_iso(broker, sent) -> None:
+    ok(rmq(broker, "group", "create", "GID_cli_r"))
     out = ok(rmq(broker, "offset", "reset", "--group", "GID_cli_r", "--topic", "cli_events",
                  "--to", "latest"))  # fmt: skip
     assert re.search(r"│\s*0\s*│\s*3\s*│", out) and re.search(r"│\s*1\s*│\s*3\s*│", out), out

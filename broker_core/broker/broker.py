@@ -43,7 +43,7 @@ from broker_core.broker.transaction import (
     TransactionService,
 )
 from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.errors import InvalidArgumentError
+from broker_core.errors import GroupNotFoundError, InvalidArgumentError
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_DELIVER_TIME_MS,
@@ -54,6 +54,7 @@ from broker_core.message import (
     Message,
     StoredMessage,
     new_message_id,
+    validate_group_name,
 )
 from broker_core.store.columns import ColumnBatch
 from broker_core.store.message_store import MessageStore, now_ms
@@ -392,7 +393,8 @@ class Broker:
         committed = self.offsets.query(group, topic, queue_id)
         if committed is not None:
             return committed
-        config = self.group(group)
+        # A query creates nothing: an unknown group is read with the default settings.
+        config = self.groups.get(group) or GroupConfig(validate_group_name(group))
         if config.consume_from_where == "first_offset":
             return self.store.min_offset(topic, queue_id)
         if config.consume_from_where == "timestamp":
@@ -400,10 +402,17 @@ class Broker:
         return self.store.max_offset(topic, queue_id)
 
     def reset_offsets(self, group: str, topic: str, to: str | int) -> dict[int, int]:
-        """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue."""
-        self.group(group)
+        """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue.
+
+        GroupNotFoundError for a group that does not exist: a reset must not create one
+        (a typo would otherwise succeed and leave a stray group behind).
+        """
+        queues = self.read_queues(topic)  # TopicNotFoundError first
+        if self.groups.get(validate_group_name(group)) is None:
+            raise GroupNotFoundError(f"consumer group {group!r} does not exist; create it "
+                                     f"first (rmq group create {group})")  # fmt: skip
         result = {}
-        for mq in self.read_queues(topic):
+        for mq in queues:
             qid = mq.queue_id
             if to == "earliest":
                 offset = self.store.min_offset(topic, qid)

@@ -307,7 +307,14 @@ def test_query_message_by_unknown_id_raises_message_not_found(client) -> None:
         client.query_message(message_id="0123456789ABCDEF0123456789ABCDEF01")
 
 
+def test_reset_offset_of_an_unknown_group_is_refused(client) -> None:
+    with pytest.raises(errors.GroupNotFoundError, match="GID_never_made"):
+        client.reset_offset("GID_never_made", TOPIC, "earliest")
+    assert "GID_never_made" not in [g["name"] for g in client.list_groups()]
+
+
 def test_reset_offset_to_earliest_latest_and_a_time(client) -> None:
+    client.create_group("GID_reset")
     assert client.reset_offset("GID_reset", TOPIC, "earliest") == dict.fromkeys(range(QUEUES), 0)
     assert client.reset_offset("GID_reset", TOPIC, "latest") == dict.fromkeys(range(QUEUES),
                                                                             PER_QUEUE)
