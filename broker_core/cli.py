@@ -114,23 +114,29 @@ def topic() -> None:
 @topic.command("create")
 @click.argument("name")
 @click.option("--queues", type=click.IntRange(1, 1024), help="read and write queue count")
-@click.option("--read-queues", type=click.IntRange(1, 1024))
-@click.option("--write-queues", type=click.IntRange(1, 1024))
+@click.option("--read-queues", type=click.IntRange(1, 1024), help="queues consumers read")
+@click.option("--write-queues", type=click.IntRange(1, 1024), help="queues producers write")
 @click.option("--perm", type=click.Choice(["2", "4", "6"]), help="2 write, 4 read, 6 both")
 @click.option("--type", "message_type", help="NORMAL, FIFO, DELAY, TRANSACTION or MIXED",
               type=click.Choice(["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
                                 case_sensitive=False))  # fmt: skip
+@click.option("--update", is_flag=True, help="change an existing topic's settings")
+@click.option("--force", is_flag=True,
+              help="with --update: allow fewer read queues (hides the upper queues' messages)")
 @endpoints_option
 def topic_create(name: str, queues: int | None, read_queues: int | None,
                  write_queues: int | None, perm: str | None, message_type: str | None,
-                 endpoints: str) -> None:  # fmt: skip
-    """Create topic NAME, or change the settings given of an existing one."""
+                 update: bool, force: bool, endpoints: str) -> None:  # fmt: skip
+    """Create topic NAME; with --update, change the settings given of an existing one."""
     with _client(endpoints) as client:
         config = client.create_topic(
             name, queues=queues, read_queues=read_queues, write_queues=write_queues,
             perm=int(perm) if perm else None,
-            message_type=message_type.upper() if message_type else None)  # fmt: skip
-    verb = "created" if config["created"] else "updated"
+            message_type=message_type.upper() if message_type else None,
+            update=update, force=force)  # fmt: skip
+    for warning in config.get("warnings", []):
+        click.echo(f"Warning: {warning}", err=True)
+    verb = "created" if config["created"] else "updated" if config["changed"] else "unchanged"
     click.echo(f"topic {name} {verb}: {config['read_queue_nums']} read / "
                f"{config['write_queue_nums']} write queues, perm {config['perm']}, "
                f"type {config['message_type']}")  # fmt: skip

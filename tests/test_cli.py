@@ -65,8 +65,13 @@ def closed_port() -> int:
 def test_topic_create_list_status_delete(broker) -> None:
     assert "topic cli_orders created: 3 read / 3 write queues" in ok(
         rmq(broker, "topic", "create", "cli_orders", "--queues", "3", "--type", "normal"))
+    assert "unchanged: 3 read / 3 write queues" in ok(
+        rmq(broker, "topic", "create", "cli_orders", "--queues", "3"))
+    assert "updated: 3 read / 3 write queues, perm 4" in ok(
+        rmq(broker, "topic", "create", "cli_orders", "--perm", "4", "--update"))
     assert "updated: 2 read / 3 write queues, perm 6" in ok(
-        rmq(broker, "topic", "create", "cli_orders", "--read-queues", "2"))
+        rmq(broker, "topic", "create", "cli_orders", "--read-queues", "2", "--perm", "6",
+            "--update", "--force"))
     listed = ok(rmq(broker, "topic", "list"))
     assert re.search(r"cli_orders\s*│\s*2\s*│\s*3\s*│\s*6\s*│\s*NORMAL", listed), listed
     status = ok(rmq(broker, "topic", "status", "cli_orders"))

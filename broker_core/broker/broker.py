@@ -34,6 +34,7 @@ from broker_core.broker.rebalance import MessageQueue
 from broker_core.broker.retry import delay_level_ms
 from broker_core.broker.schedule import ScheduleService
 from broker_core.broker.timer import TimerService
+from broker_core.broker.topic_admin import TopicChange, plan_change
 from broker_core.broker.topic_waiter import TopicWaiter
 from broker_core.broker.topics import TopicConfig, TopicManager, select_write_queue
 from broker_core.broker.transaction import (
@@ -208,6 +209,23 @@ class Broker:
             for group in self.clients.groups_of_topic(config.name):
                 self._on_membership_change(group)
         return new
+
+    def administer_topic(self, config: TopicConfig, *, update: bool = False,
+                         force: bool = False) -> TopicChange:  # fmt: skip
+        """An administrator's create or change of a topic, under ``topic_admin``'s rules
+        (InvalidTopicError for names the broker owns, ConflictError without update/force)."""
+
+        def stored(queue_id: int) -> int:
+            topic = config.name
+            return self.store.max_offset(topic, queue_id) - self.store.min_offset(topic, queue_id)
+
+        change = plan_change(self.topics.get(config.name), config, update=update, force=force,
+                             messages_in_queue=stored)  # fmt: skip
+        if change.changed:
+            self.update_topic(change.config)
+        for warning in change.warnings:
+            log.warning("%s", warning)
+        return change
 
     def group(self, name: str) -> GroupConfig:
         return self.groups.get_or_create(name)

@@ -18,7 +18,10 @@ Methods and their request fields (``?`` = optional):
 ==============  ==========================================================================
 Health          (none) → broker name, endpoint, commitlog min/max/flushed offsets
 CreateTopic     name, queues?, read_queues?, write_queues?, perm?, message_type?,
-                attributes? → the topic (an existing topic keeps what is not given)
+                attributes?, update?, force? → the topic + created, changed,
+                hidden_messages, warnings (an existing topic keeps what is not given;
+                other settings need update, fewer read queues update and force;
+                system and retry topics are refused)
 ListTopics      include_system? → topics
 TopicStatus     name → per queue: queue_id, min_offset, max_offset
 DeleteTopic     name → {"deleted": name} (also forgets its queues and offsets)
@@ -127,7 +130,8 @@ def _topic_json(config: TopicConfig) -> Json:
 
 
 def create_topic(ctx: ServerContext, args: Args) -> Json:
-    """Create a topic, or update the fields given of an existing one."""
+    """Create a topic; changing an existing one needs ``update`` (and ``force`` to hide
+    messages by lowering the read queue count). See ``broker/topic_admin.py``."""
     name = args.text("name", required=True)
     queues = args.integer("queues", minimum=1)
     old = ctx.broker.topics.get(name)
@@ -144,8 +148,11 @@ def create_topic(ctx: ServerContext, args: Args) -> Json:
         values["message_type"] = args.text("message_type").upper()
     if args.has("attributes"):
         values["attributes"] = args.obj("attributes")
-    config = ctx.broker.update_topic(TopicConfig.from_dict(values))
-    return {**_topic_json(config), "created": old is None}
+    change = ctx.broker.administer_topic(TopicConfig.from_dict(values),
+                                         update=bool(args.flag("update")),
+                                         force=bool(args.flag("force")))  # fmt: skip
+    return {**_topic_json(change.config), "created": change.created, "changed": change.changed,
+            "hidden_messages": change.hidden_messages, "warnings": change.warnings}
 
 
 def list_topics(ctx: ServerContext, args: Args) -> list[Json]:
@@ -307,7 +314,8 @@ def health(ctx: ServerContext, args: Args) -> Json:
 METHODS: Final[dict[str, tuple[Method, frozenset[str]]]] = {
     "Health": (health, frozenset()),
     "CreateTopic": (create_topic, frozenset({"name", "queues", "read_queues", "write_queues",
-                                             "perm", "message_type", "attributes"})),
+                                             "perm", "message_type", "attributes", "update",
+                                             "force"})),
     "ListTopics": (list_topics, frozenset({"include_system"})),
     "TopicStatus": (topic_status, frozenset({"name"})),
     "DeleteTopic": (delete_topic, frozenset({"name"})),

@@ -155,7 +155,7 @@ def test_create_list_status_of_a_topic(client) -> None:
 
 def test_update_keeps_what_is_not_given(client) -> None:
     client.create_topic("evolving", read_queues=2, write_queues=3)
-    updated = client.create_topic("evolving", perm=4)
+    updated = client.create_topic("evolving", perm=4, update=True)
     assert updated["created"] is False
     assert (updated["read_queue_nums"], updated["write_queue_nums"], updated["perm"]) == (2, 3, 4)
 
