@@ -103,6 +103,27 @@ def broker_start(listen: str, store_dir: str, flush: str | None, config_file: st
     raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
 
 
+@broker.command("config")
+@click.option("--defaults", "show_defaults", is_flag=True,
+              help="print every config key with its default and meaning")
+@click.option("--config", "config_file", default=None,
+              help="check this TOML file and print the settings it gives")
+def broker_config(show_defaults: bool, config_file: str | None) -> None:
+    """Print the broker's config keys as TOML (a starting point for --config FILE)."""
+    from broker_core.config import load_config
+    from broker_core.config_reference import as_toml, defaults_toml
+
+    if show_defaults == (config_file is not None):
+        raise click.UsageError("give exactly one of --defaults and --config FILE")
+    if config_file is None:
+        click.echo(defaults_toml(), nl=False)
+        return
+    broker_cfg, store_cfg = load_config(config_file)  # ConfigError names the key
+    values = {"broker": {f: getattr(broker_cfg, f) for f in broker_cfg.__dataclass_fields__},
+              "store": {f: getattr(store_cfg, f) for f in store_cfg.__dataclass_fields__}}
+    click.echo(as_toml(values, f"effective settings of {config_file}"), nl=False)
+
+
 # ---- topics ---------------------------------------------------------------------------------
 
 

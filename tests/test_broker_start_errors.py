@@ -119,3 +119,19 @@ def test_parse_host_port_accepts(text, any_port, expected) -> None:
 def test_parse_host_port_refuses(text) -> None:
     with pytest.raises(InvalidArgumentError, match=r"1\.\.65535"):
         parse_host_port(text, what="endpoint")
+
+
+def test_config_value_of_the_wrong_type_names_key_and_type(tmp_path) -> None:
+    config = tmp_path / "broker.toml"
+    config.write_text("[store]\nsegment_size_bytes = '1g'\n")
+    line = last_error(start("--listen", "127.0.0.1:0", "--store-dir", str(tmp_path / "s"),
+                            "--config", str(config)))  # fmt: skip
+    assert "segment_size_bytes in [store] must be an integer, got '1g'" in line
+    assert "not supported" not in line and "listen" not in line
+
+
+def test_broker_config_defaults_prints_every_key(tmp_path) -> None:
+    out = subprocess.run([str(RMQ), "broker", "config", "--defaults"], capture_output=True,
+                         text=True, timeout=30, check=True).stdout  # fmt: skip
+    assert "[broker]" in out and "[store]" in out
+    assert 'flush_mode = "async"' in out and "# 'sync': a send is acknowledged" in out
