@@ -235,17 +235,18 @@ def group() -> None:
               help="every consumer gets every message / consumers share the queues")
 @click.option("--consume-from", type=click.Choice(["last_offset", "first_offset", "timestamp"]),
               help="where a group without committed offsets starts")
+@click.option("--update", is_flag=True, help="change an existing group's settings")
 @endpoints_option
 def group_create(name: str, max_retries: int | None, retry_backoff: str | None,
                  fifo: bool | None, broadcast: bool | None, consume_from: str | None,
-                 endpoints: str) -> None:  # fmt: skip
-    """Create consumer group NAME, or change the settings given of an existing one."""
+                 update: bool, endpoints: str) -> None:  # fmt: skip
+    """Create consumer group NAME; with --update, change the settings given of an existing one."""
     with _client(endpoints) as client:
         config = client.create_group(name, max_retries=max_retries, retry_backoff=retry_backoff,
                                      fifo=fifo, broadcast=broadcast,
-                                     consume_from_where=consume_from)  # fmt: skip
+                                     consume_from_where=consume_from, update=update)  # fmt: skip
     policy = config["retry_policy"]
-    verb = "created" if config["created"] else "updated"
+    verb = "created" if config["created"] else "updated" if config["changed"] else "unchanged"
     click.echo(f"group {name} {verb}: max retries {policy['max_retries']}, backoff "
                f"{_describe_backoff(policy['backoff'])}, fifo {config['fifo']}, "
                f"broadcast {config['broadcast']}")  # fmt: skip

@@ -89,7 +89,10 @@ def test_group_create_and_list(broker) -> None:
     out = ok(rmq(broker, "group", "create", "GID_cli_a", "--max-retries", "3",
                  "--retry-backoff", "1s,5s", "--fifo"))  # fmt: skip
     assert "group GID_cli_a created: max retries 3, backoff 1000ms,5000ms, fifo True" in out
-    out = ok(rmq(broker, "group", "create", "GID_cli_a", "--retry-backoff", "exponential:1s,2,1m"))
+    fails(rmq(broker, "group", "create", "GID_cli_a", "--max-retries", "4"),
+          "exists with other settings", "--update")  # fmt: skip
+    out = ok(rmq(broker, "group", "create", "GID_cli_a", "--retry-backoff", "exponential:1s,2,1m",
+                 "--update"))  # fmt: skip
     assert "updated: max retries 3, backoff 1000ms x2.0 up to 60000ms, fifo True" in out
     listed = ok(rmq(broker, "group", "list"))
     assert re.search(r"GID_cli_a\s*│\s*3\s*│", listed), listed

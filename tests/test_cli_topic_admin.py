@@ -87,3 +87,18 @@ def test_dead_letter_topic_is_not_created_by_hand(broker) -> None:
     with RocketMQClient(broker.endpoint) as client, pytest.raises(InvalidTopicError):
         client.create_topic("%DLQ%GID_ta")
     assert "%DLQ%GID_ta" not in ok(rmq(broker, "topic", "list", "--all"))
+
+
+def test_creating_an_existing_group_with_other_settings_needs_update(broker) -> None:
+    assert "created" in ok(rmq(broker, "group", "create", "GID_ta", "--max-retries", "3"))
+    assert "unchanged" in ok(rmq(broker, "group", "create", "GID_ta", "--max-retries", "3"))
+    fails(rmq(broker, "group", "create", "GID_ta", "--fifo"),
+          "exists with other settings", "fifo False -> True", "--update")  # fmt: skip
+    assert "updated" in ok(rmq(broker, "group", "create", "GID_ta", "--fifo", "--update"))
+
+
+@pytest.mark.parametrize("name", ["CID_RMQ_SYS_TRANS", "CID_RMQ_SYS_SCHEDULE",
+                                  "CID_RMQ_SYS_POP_REVIVE"])
+def test_the_brokers_own_groups_cannot_be_created_or_changed(broker, name) -> None:
+    fails(rmq(broker, "group", "create", name, "--max-retries", "1", "--update"),
+          name, "cannot be created or changed")  # fmt: skip

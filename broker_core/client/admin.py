@@ -132,8 +132,10 @@ class AdminCalls(ABC):
                      fifo: bool | None = None, consume_from_where: str | None = None,
                      consume_timestamp_ms: int | None = None, broadcast: bool | None = None,
                      consume_enable: bool | None = None,
-                     rebalance_strategy: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """Create ``name`` or change the settings given.
+                     rebalance_strategy: str | None = None,
+                     update: bool = False) -> dict[str, Any]:  # fmt: skip
+        """Create ``name`` (or find it with the same settings); with ``update``, change the
+        settings given of an existing group (without it, other settings raise ConflictError).
 
         ``retry_backoff`` is a list of delays (``"1s,5s,30s"``; the last repeats),
         ``"delay_level"`` (RocketMQ's levels), ``"exponential:1s,2,1m"`` or a backoff
@@ -145,6 +147,7 @@ class AdminCalls(ABC):
             "consume_from_where": consume_from_where,
             "consume_timestamp_ms": consume_timestamp_ms, "broadcast": broadcast,
             "consume_enable": consume_enable, "rebalance_strategy": rebalance_strategy,
+            "update": update or None,
         }))  # fmt: skip
         return result
 

@@ -27,7 +27,9 @@ TopicStatus     name → per queue: queue_id, min_offset, max_offset
 DeleteTopic     name → {"deleted": name} (also forgets its queues and offsets)
 CreateGroup     name, max_retries?, retry_backoff? ("1s,5s" | "delay_level" | backoff
                 object such as {"type": "exponential", ...}), fifo?, consume_from_where?,
-                consume_timestamp_ms?, broadcast?, consume_enable?, rebalance_strategy?
+                consume_timestamp_ms?, broadcast?, consume_enable?, rebalance_strategy?,
+                update? → the group + created, changed (other settings of an existing
+                group need update; the broker's CID_RMQ_SYS_* groups are refused)
 ListGroups      (none) → groups
 GroupProgress   name, topic? → per queue: topic, queue_id, broker_offset,
                 consumer_offset, lag
@@ -51,6 +53,7 @@ from typing import Any, Final
 
 import grpc
 
+from broker_core.broker.group_admin import check_group_change
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.retry import RetryPolicy, backoff_from_dict, parse_backoff
 from broker_core.broker.system_topics import is_system_topic
@@ -205,7 +208,7 @@ def _group_json(config: GroupConfig) -> Json:
 
 
 def create_group(ctx: ServerContext, args: Args) -> Json:
-    """Create a consumer group, or update the fields given of an existing one."""
+    """Create a consumer group; changing an existing one's settings needs ``update``."""
     name = args.text("name", required=True)
     old = ctx.broker.groups.get(name) or GroupConfig(name)
     changes: Json = {"retry_policy": _retry_policy(args, old.retry_policy)}
@@ -217,9 +220,12 @@ def create_group(ctx: ServerContext, args: Args) -> Json:
             changes[text] = args.text(text)
     if args.has("consume_timestamp_ms"):
         changes["consume_timestamp_ms"] = args.integer("consume_timestamp_ms", minimum=0)
-    existed = ctx.broker.groups.get(name) is not None
-    config = ctx.broker.groups.create_or_update(dataclasses.replace(old, **changes))
-    return {**_group_json(config), "created": not existed}
+    existing = ctx.broker.groups.get(name)
+    config = dataclasses.replace(old, **changes)
+    changed = check_group_change(existing, config, update=bool(args.flag("update")))
+    if changed:
+        config = ctx.broker.groups.create_or_update(config)
+    return {**_group_json(config), "created": existing is None, "changed": changed}
 
 
 def list_groups(ctx: ServerContext, args: Args) -> list[Json]:
@@ -321,7 +327,8 @@ METHODS: Final[dict[str, tuple[Method, frozenset[str]]]] = {
     "DeleteTopic": (delete_topic, frozenset({"name"})),
     "CreateGroup": (create_group, frozenset({
         "name", "max_retries", "retry_backoff", "fifo", "consume_from_where",
-        "consume_timestamp_ms", "broadcast", "consume_enable", "rebalance_strategy"})),
+        "consume_timestamp_ms", "broadcast", "consume_enable", "rebalance_strategy",
+        "update"})),
     "ListGroups": (list_groups, frozenset()),
     "GroupProgress": (group_progress, frozenset({"name", "topic"})),
     "QueryMessage": (query_message, frozenset({"id", "key", "topic", "max_results",

@@ -222,13 +222,15 @@ def test_create_group_with_a_backoff_list(client) -> None:
 
 def test_create_group_with_exponential_backoff_and_update(client) -> None:
     client.create_group("GID_exp", retry_backoff="exponential:1s,2,1m", broadcast=True)
-    updated = client.create_group("GID_exp", max_retries=5)
+    with pytest.raises(errors.ConflictError, match="max_retries"):
+        client.create_group("GID_exp", max_retries=5)
+    updated = client.create_group("GID_exp", max_retries=5, update=True)
     assert updated["created"] is False
     assert updated["retry_policy"]["max_retries"] == 5
     assert updated["retry_policy"]["backoff"] == {"type": "exponential", "initial_ms": 1000,
                                                   "multiplier": 2.0, "max_ms": 60_000}
     assert updated["broadcast"] is True
-    levels = client.create_group("GID_exp", retry_backoff="delay_level")
+    levels = client.create_group("GID_exp", retry_backoff="delay_level", update=True)
     assert levels["retry_policy"]["backoff"] == {"type": "delay_level"}
 
 
