@@ -411,8 +411,13 @@ class Broker:
         committed = self.offsets.query(group, topic, queue_id)
         if committed is not None:
             return committed
-        # A query creates nothing: an unknown group is read with the default settings.
-        config = self.groups.get(group) or GroupConfig(validate_group_name(group))
+        # A query creates nothing: an unknown group is read with the default settings
+        # (or refused when groups are not auto-created).
+        config = self.groups.get(validate_group_name(group))
+        if config is None and not self.groups.auto_create:
+            raise GroupNotFoundError(f"consumer group {group!r} does not exist and "
+                                     f"auto-create is off")  # fmt: skip
+        config = config or GroupConfig(group)
         if config.consume_from_where == "first_offset":
             return self.store.min_offset(topic, queue_id)
         if config.consume_from_where == "timestamp":
