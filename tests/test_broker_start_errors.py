@@ -61,6 +61,14 @@ def test_store_dir_below_a_file_is_named(tmp_path) -> None:
     assert "cannot open the store" in line and "listen" not in line
 
 
+def test_store_dir_that_cannot_be_written_is_named(tmp_path) -> None:
+    """sysfs refuses new directories even to root: a store directory nobody may create."""
+    store = Path("/sys/rmq-store-test")
+    line = last_error(start("--listen", "127.0.0.1:0", "--store-dir", str(store)))
+    assert f"cannot open the store at {store}" in line and "listen" not in line
+    assert any(word in line for word in ("not permitted", "Permission denied", "Read-only"))
+
+
 def test_busy_port_says_cannot_listen(tmp_path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
