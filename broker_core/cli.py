@@ -1,8 +1,10 @@
 """``rmq``: run a broker and administer it — mqadmin's everyday verbs.
 
-``rmq broker start``, ``rmq namesrv start``, ``rmq topic create|list|status|delete``, ``rmq group
+``rmq broker start|config``, ``rmq namesrv start``, ``rmq topic create|list|status|delete``,
+``rmq group
 create|list|progress``, ``rmq send``, ``rmq consume``, ``rmq message query``, ``rmq offset
-reset``. Example::
+reset``; ``rmq --version``. Verbs that print a table take ``--json`` for JSON instead.
+Example::
 
     rmq topic create orders --queues 4 --endpoints 127.0.0.1:8081
     rmq send orders 'hello' --tag TagA --keys k1,k2 --property region=eu --delay 10s
@@ -15,18 +17,20 @@ topic, bad arguments) print one line ``Error: ...`` and exit with status 1; no t
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from broker_core.broker.retry import parse_duration_ms
-from broker_core.client import OutgoingMessage, RocketMQClient
+from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient
 from broker_core.errors import RocketMQError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,11 +69,22 @@ def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) ->
     Console(highlight=False, soft_wrap=True).print(table)
 
 
+def json_option(command: F) -> F:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="print JSON instead of a table")(command)  # fmt: skip
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
 def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
 
 
 @click.group(cls=_Rmq)
+@click.version_option(package_name="rocketmq-spark", prog_name="rmq",
+                      message="%(prog)s %(version)s")  # fmt: skip
 def cli() -> None:
     """Run and administer a RocketMQ-style broker."""
 
@@ -83,9 +98,13 @@ def broker() -> None:
 
 
 @broker.command("start")
-@click.option("--listen", default="127.0.0.1:8081", show_default=True, help="HOST:PORT (0 = any)")
-@click.option("--store-dir", default=".rocketmq/store", show_default=True)
-@click.option("--flush", type=click.Choice(["sync", "async"]), default=None)
+@click.option("--listen", default="127.0.0.1:8081", show_default=True,
+              help="HOST:PORT to serve on; port 1..65535, or 0 for any free port (printed)")
+@click.option("--store-dir", default=".rocketmq/store", show_default=True,
+              help="directory of the commitlog, queues, index and config files")
+@click.option("--flush", type=click.Choice(["sync", "async"]), default=None,
+              help="sync: acknowledge sends once on disk; async: flush every "
+                   "flush_interval_ms  [default: the config's flush_mode, async]")
 @click.option("--config", "config_file", default=None, help="TOML file with [broker], [store]")
 @click.option("--advertise", default=None, help="endpoint clients are given in routes")
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
@@ -96,13 +115,28 @@ def broker_start(listen: str, store_dir: str, flush: str | None, config_file: st
     argv = ["--listen", listen, "--store-dir", store_dir]
     options = {"--flush": flush, "--config": config_file, "--advertise": advertise}
     argv += [text for flag, value in options.items() if value for text in (flag, value)]
-    try:
-        code = run(argv)
-    except (OSError, RuntimeError) as exc:
-        if isinstance(exc, RuntimeError) and "bind" not in str(exc):
-            raise  # a crash, not a busy port: keep its traceback
-        raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
-    raise SystemExit(code)
+    raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
+
+
+@broker.command("config")
+@click.option("--defaults", "show_defaults", is_flag=True,
+              help="print every config key with its default and meaning")
+@click.option("--config", "config_file", default=None,
+              help="check this TOML file and print the settings it gives")
+def broker_config(show_defaults: bool, config_file: str | None) -> None:
+    """Print the broker's config keys as TOML (a starting point for --config FILE)."""
+    from broker_core.config import load_config
+    from broker_core.config_reference import as_toml, defaults_toml
+
+    if show_defaults == (config_file is not None):
+        raise click.UsageError("give exactly one of --defaults and --config FILE")
+    if config_file is None:
+        click.echo(defaults_toml(), nl=False)
+        return
+    broker_cfg, store_cfg = load_config(config_file)  # ConfigError names the key
+    values = {"broker": {f: getattr(broker_cfg, f) for f in broker_cfg.__dataclass_fields__},
+              "store": {f: getattr(store_cfg, f) for f in store_cfg.__dataclass_fields__}}
+    click.echo(as_toml(values, f"effective settings of {config_file}"), nl=False)
 
 
 # ---- namesrv --------------------------------------------------------------------------------
@@ -141,23 +175,29 @@ def topic() -> None:
 @topic.command("create")
 @click.argument("name")
 @click.option("--queues", type=click.IntRange(1, 1024), help="read and write queue count")
-@click.option("--read-queues", type=click.IntRange(1, 1024))
-@click.option("--write-queues", type=click.IntRange(1, 1024))
+@click.option("--read-queues", type=click.IntRange(1, 1024), help="queues consumers read")
+@click.option("--write-queues", type=click.IntRange(1, 1024), help="queues producers write")
 @click.option("--perm", type=click.Choice(["2", "4", "6"]), help="2 write, 4 read, 6 both")
 @click.option("--type", "message_type", help="NORMAL, FIFO, DELAY, TRANSACTION or MIXED",
               type=click.Choice(["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
                                 case_sensitive=False))  # fmt: skip
+@click.option("--update", is_flag=True, help="change an existing topic's settings")
+@click.option("--force", is_flag=True,
+              help="with --update: allow fewer read queues (hides the upper queues' messages)")
 @endpoints_option
 def topic_create(name: str, queues: int | None, read_queues: int | None,
                  write_queues: int | None, perm: str | None, message_type: str | None,
-                 endpoints: str) -> None:  # fmt: skip
-    """Create topic NAME, or change the settings given of an existing one."""
+                 update: bool, force: bool, endpoints: str) -> None:  # fmt: skip
+    """Create topic NAME; with --update, change the settings given of an existing one."""
     with _client(endpoints) as client:
         config = client.create_topic(
             name, queues=queues, read_queues=read_queues, write_queues=write_queues,
             perm=int(perm) if perm else None,
-            message_type=message_type.upper() if message_type else None)  # fmt: skip
-    verb = "created" if config["created"] else "updated"
+            message_type=message_type.upper() if message_type else None,
+            update=update, force=force)  # fmt: skip
+    for warning in config.get("warnings", []):
+        click.echo(f"Warning: {warning}", err=True)
+    verb = "created" if config["created"] else "updated" if config["changed"] else "unchanged"
     click.echo(f"topic {name} {verb}: {config['read_queue_nums']} read / "
                f"{config['write_queue_nums']} write queues, perm {config['perm']}, "
                f"type {config['message_type']}")  # fmt: skip
@@ -165,11 +205,14 @@ def topic_create(name: str, queues: int | None, read_queues: int | None,
 
 @topic.command("list")
 @click.option("--all", "include_system", is_flag=True, help="include the broker's own topics")
+@json_option
 @endpoints_option
-def topic_list(include_system: bool, endpoints: str) -> None:
+def topic_list(include_system: bool, as_json: bool, endpoints: str) -> None:
     """List topics."""
     with _client(endpoints) as client:
         topics = client.list_topics(include_system=include_system)
+    if as_json:
+        return _print_json(topics)
     _table("topics", ["topic", "read queues", "write queues", "perm", "type"],
            [(t["name"], t["read_queue_nums"], t["write_queue_nums"], t["perm"],
              t["message_type"]) for t in topics])  # fmt: skip
@@ -177,11 +220,14 @@ def topic_list(include_system: bool, endpoints: str) -> None:
 
 @topic.command("status")
 @click.argument("name")
+@json_option
 @endpoints_option
-def topic_status(name: str, endpoints: str) -> None:
+def topic_status(name: str, as_json: bool, endpoints: str) -> None:
     """Per-queue min and max offsets of topic NAME."""
     with _client(endpoints) as client:
         rows = client.topic_status(name)
+    if as_json:
+        return _print_json(rows)
     _table(f"topic {name}", ["queue", "min offset", "max offset", "messages"],
            [(r["queue_id"], r["min_offset"], r["max_offset"], r["max_offset"] - r["min_offset"])
             for r in rows])  # fmt: skip
@@ -207,22 +253,26 @@ def group() -> None:
 
 @group.command("create")
 @click.argument("name")
-@click.option("--max-retries", type=click.IntRange(0, 1000))
+@click.option("--max-retries", type=click.IntRange(0, 1000),
+              help="deliveries retried before a message goes to the group's %DLQ% topic")
 @click.option("--retry-backoff", help="1s,5s,... | delay_level | exponential:1s,2,1m")
 @click.option("--fifo/--no-fifo", default=None, help="ordered consumption per message group")
-@click.option("--broadcast/--clustering", default=None)
-@click.option("--consume-from", type=click.Choice(["last_offset", "first_offset", "timestamp"]))
+@click.option("--broadcast/--clustering", default=None,
+              help="every consumer gets every message / consumers share the queues")
+@click.option("--consume-from", type=click.Choice(["last_offset", "first_offset", "timestamp"]),
+              help="where a group without committed offsets starts")
+@click.option("--update", is_flag=True, help="change an existing group's settings")
 @endpoints_option
 def group_create(name: str, max_retries: int | None, retry_backoff: str | None,
                  fifo: bool | None, broadcast: bool | None, consume_from: str | None,
-                 endpoints: str) -> None:  # fmt: skip
-    """Create consumer group NAME, or change the settings given of an existing one."""
+                 update: bool, endpoints: str) -> None:  # fmt: skip
+    """Create consumer group NAME; with --update, change the settings given of an existing one."""
     with _client(endpoints) as client:
         config = client.create_group(name, max_retries=max_retries, retry_backoff=retry_backoff,
                                      fifo=fifo, broadcast=broadcast,
-                                     consume_from_where=consume_from)  # fmt: skip
+                                     consume_from_where=consume_from, update=update)  # fmt: skip
     policy = config["retry_policy"]
-    verb = "created" if config["created"] else "updated"
+    verb = "created" if config["created"] else "updated" if config["changed"] else "unchanged"
     click.echo(f"group {name} {verb}: max retries {policy['max_retries']}, backoff "
                f"{_describe_backoff(policy['backoff'])}, fifo {config['fifo']}, "
                f"broadcast {config['broadcast']}")  # fmt: skip
@@ -237,11 +287,14 @@ def _describe_backoff(b: dict[str, Any]) -> str:
 
 
 @group.command("list")
+@json_option
 @endpoints_option
-def group_list(endpoints: str) -> None:
+def group_list(as_json: bool, endpoints: str) -> None:
     """List consumer groups."""
     with _client(endpoints) as client:
         groups = client.list_groups()
+    if as_json:
+        return _print_json(groups)
     _table("groups", ["group", "max retries", "backoff", "fifo", "broadcast", "consume from"],
            [(g["name"], g["retry_policy"]["max_retries"],
              _describe_backoff(g["retry_policy"]["backoff"]), g["fifo"], g["broadcast"],
@@ -251,11 +304,14 @@ def group_list(endpoints: str) -> None:
 @group.command("progress")
 @click.argument("name")
 @click.option("--topic", "topic_name", help="only this topic")
+@json_option
 @endpoints_option
-def group_progress(name: str, topic_name: str | None, endpoints: str) -> None:
+def group_progress(name: str, topic_name: str | None, as_json: bool, endpoints: str) -> None:
     """Per-queue broker offset, consumer offset and lag of group NAME."""
     with _client(endpoints) as client:
         progress = client.group_progress(name, topic_name)
+    if as_json:
+        return _print_json(progress)
     _table(f"group {name} (total lag {progress['total_lag']})",
            ["topic", "queue", "broker offset", "consumer offset", "lag"],
            [(r["topic"], r["queue_id"], r["broker_offset"], r["consumer_offset"], r["lag"])
@@ -277,19 +333,25 @@ def _properties(pairs: Sequence[str]) -> dict[str, str]:
 
 @cli.command("send")
 @click.argument("topic_name", metavar="TOPIC")
-@click.argument("body")
-@click.option("--tag")
+@click.argument("body", required=False)
+@click.option("--body-file", type=click.File("rb"),
+              help="read the body (any bytes) from PATH, or stdin with '-', instead of BODY")
+@click.option("--tag", help="the message's tag (consumers filter on it)")
 @click.option("--keys", help="comma-separated keys (searchable with 'message query --key')")
 @click.option("--property", "pairs", multiple=True, help="KEY=VALUE, repeatable")
 @click.option("--group", "message_group", help="message group (FIFO)")
 @click.option("--delay", help="deliver later, e.g. 10s, 5m")
 @endpoints_option
-def send(topic_name: str, body: str, tag: str | None, keys: str | None, pairs: Sequence[str],
-         message_group: str | None, delay: str | None, endpoints: str) -> None:  # fmt: skip
-    """Send one message with BODY (UTF-8 text) to TOPIC."""
+def send(topic_name: str, body: str | None, body_file: BinaryIO | None, tag: str | None,
+         keys: str | None, pairs: Sequence[str], message_group: str | None, delay: str | None,
+         endpoints: str) -> None:  # fmt: skip
+    """Send one message to TOPIC with BODY (UTF-8 text) or --body-file PATH|- (bytes)."""
+    if (body is None) == (body_file is None):
+        raise click.UsageError("give exactly one of BODY and --body-file")
+    data = body_file.read() if body_file is not None else (body or "").encode("utf-8")
     deliver_ms = time.time_ns() // 1_000_000 + parse_duration_ms(delay) if delay else None
     message = OutgoingMessage(
-        body.encode("utf-8"), tag, [k for k in (keys or "").split(",") if k],
+        data, tag, [k for k in (keys or "").split(",") if k],
         _properties(pairs), message_group, deliver_ms)  # fmt: skip
     with _client(endpoints) as client:
         receipt = client.send_batch(topic_name, [message])[0]
@@ -336,11 +398,12 @@ def _start_offsets(client: RocketMQClient, group_name: str, topic_name: str,
               help="start here instead of the group's committed offsets")  # fmt: skip
 @click.option("--max", "max_messages", type=click.IntRange(1), help="stop after N messages")
 @click.option("--tag", "tag_expression", help="tag filter, e.g. 'TagA||TagB'")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object per message")
 @endpoints_option
 def consume(topic_name: str, group_name: str, start: str | None, max_messages: int | None,
-            tag_expression: str | None, endpoints: str) -> None:  # fmt: skip
+            tag_expression: str | None, as_json: bool, endpoints: str) -> None:  # fmt: skip
     """Print messages of TOPIC and commit the group's offsets; stops when caught up."""
-    count, limit = 0, max_messages or sys.maxsize
+    count, limit, committed = 0, max_messages or sys.maxsize, False
     with _client(endpoints) as client:
         offsets = _start_offsets(client, group_name, topic_name, start)
         active = sorted(offsets)
@@ -350,6 +413,9 @@ def consume(topic_name: str, group_name: str, start: str | None, max_messages: i
                                     min(PULL_BATCH, limit - count),
                                     filter_expression=tag_expression, with_bounds=False)
                 for msg in batch.messages:
+                    if as_json:
+                        click.echo(json.dumps(_message_dict(msg), sort_keys=True))
+                        continue
                     tag = f" tag={msg.tag}" if msg.tag else ""
                     keys = f" keys={','.join(msg.keys)}" if msg.keys else ""
                     body = msg.body.decode("utf-8", errors="replace")
@@ -357,12 +423,26 @@ def consume(topic_name: str, group_name: str, start: str | None, max_messages: i
                 count += len(batch.messages)
                 if batch.next_offset != offsets[qid]:
                     client.update_offset(group_name, topic_name, qid, batch.next_offset)
+                    committed = True
                 elif not batch.messages:
                     active.remove(qid)  # caught up
                 offsets[qid] = batch.next_offset
                 if count >= limit:
                     break
-    click.echo(f"consumed {count} message(s); offsets of {group_name} committed", err=True)
+    done = f"offsets of {group_name} committed" if committed else "no offsets to commit"
+    click.echo(f"consumed {count} message(s); {done}", err=True)
+
+
+def _message_dict(msg: ReceivedMessage) -> dict[str, Any]:
+    """A consumed message as JSON: the body as UTF-8 text, or base64 when it is not text."""
+    try:
+        body, encoding = msg.body.decode("utf-8"), "text"
+    except UnicodeDecodeError:
+        body, encoding = base64.b64encode(msg.body).decode("ascii"), "base64"
+    return {"message_id": msg.message_id, "topic": msg.topic, "queue_id": msg.queue_id,
+            "queue_offset": msg.queue_offset, "tag": msg.tag, "keys": list(msg.keys),
+            "properties": dict(msg.properties), "body": body, "body_encoding": encoding,
+            "store_timestamp_ms": msg.store_timestamp_ms}  # fmt: skip
 
 
 @cli.group()
@@ -373,11 +453,13 @@ def message() -> None:
 @message.command("query")
 @click.option("--id", "message_id", help="message id")
 @click.option("--key", help="message key (needs --topic)")
-@click.option("--topic", "topic_name")
-@click.option("--max", "max_results", type=click.IntRange(1, 1000), default=32, show_default=True)
+@click.option("--topic", "topic_name", help="the topic to search (needed with --key)")
+@click.option("--max", "max_results", type=click.IntRange(1, 1000), default=32, show_default=True,
+              help="most messages to show")
+@json_option
 @endpoints_option
 def message_query(message_id: str | None, key: str | None, topic_name: str | None,
-                  max_results: int, endpoints: str) -> None:  # fmt: skip
+                  max_results: int, as_json: bool, endpoints: str) -> None:  # fmt: skip
     """Find messages by --id, or by --key within --topic."""
     if (message_id is None) == (key is None):
         raise click.UsageError("give exactly one of --id and --key")
@@ -386,6 +468,8 @@ def message_query(message_id: str | None, key: str | None, topic_name: str | Non
     with _client(endpoints) as client:
         found = client.query_message(message_id=message_id, key=key, topic=topic_name,
                                      max_results=max_results, text_bodies=True)  # fmt: skip
+    if as_json:
+        return _print_json(found)
     if not found:
         click.echo(f"no message with key {key!r} in {topic_name}")
     for msg in found:
@@ -410,14 +494,18 @@ def offset() -> None:
 
 
 @offset.command("reset")
-@click.option("--group", "group_name", required=True)
-@click.option("--topic", "topic_name", required=True)
+@click.option("--group", "group_name", required=True, help="consumer group (must exist)")
+@click.option("--topic", "topic_name", required=True, help="topic whose queues move")
 @click.option("--to", "target", required=True, help="earliest | latest | ms | ISO-8601 time")
+@json_option
 @endpoints_option
-def offset_reset(group_name: str, topic_name: str, target: str, endpoints: str) -> None:
+def offset_reset(group_name: str, topic_name: str, target: str, as_json: bool,
+                 endpoints: str) -> None:  # fmt: skip
     """Move GROUP's offsets in every queue of TOPIC."""
     with _client(endpoints) as client:
         offsets = client.reset_offset(group_name, topic_name, target)
+    if as_json:
+        return _print_json([{"queue_id": q, "offset": o} for q, o in sorted(offsets.items())])
     _table(f"{group_name} on {topic_name} reset to {target}", ["queue", "offset"],
            sorted(offsets.items()))
 

@@ -100,13 +100,43 @@ def _require(ok: bool, message: str) -> None:
 T = TypeVar("T")
 
 
+# A field's annotation (a string: ``from __future__ import annotations``) → the Python
+# types a TOML value of it may have, and how to say so. bool is never an int here.
+_VALUE_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "int": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
+    "str": ((str,), "a string"),
+    "bool": ((bool,), "true or false"),
+    "FlushMode": ((str,), "'sync' or 'async'"),
+}
+
+
+def value_kind(cls: type, key: str) -> str:
+    """How ``cls``'s field ``key`` is written in TOML (``an integer``, ``a string``, ...)."""
+    annotation = {f.name: f.type for f in dataclasses.fields(cls)}[key]
+    return _VALUE_KINDS[str(annotation)][1]
+
+
+def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
+    """ConfigError naming the key and the expected type for a value of the wrong type."""
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        kinds, what = _VALUE_KINDS[str(f.type)]
+        value = values[f.name]
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            raise ConfigError(f"config key {f.name}{where} must be {what}, "
+                              f"got {value!r} ({type(value).__name__})")  # fmt: skip
+
+
 def from_mapping(cls: type[T], values: dict[str, Any], *, section: str = "") -> T:
-    """Build dataclass ``cls`` from a dict, rejecting unknown keys by name."""
+    """Build dataclass ``cls`` from a dict, rejecting unknown keys and wrong types by name."""
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - known)
+    where = f" in [{section}]" if section else ""
     if unknown:
-        where = f" in [{section}]" if section else ""
         raise ConfigError(f"unknown config key(s){where}: {', '.join(unknown)}")
+    _check_types(cls, values, where)
     try:
         return cls(**values)
     except TypeError as exc:
@@ -163,6 +193,10 @@ def load_config(
     unknown = sorted(set(doc) - {"broker", "store"})
     if unknown:
         raise ConfigError(f"unknown config table(s): {', '.join(unknown)} (use [broker], [store])")
+    for table in ("broker", "store"):
+        if not isinstance(doc.get(table, {}), dict):
+            raise ConfigError(f"config: {table} must be a table ([{table}]), "
+                              f"got {doc[table]!r}")  # fmt: skip
     store_values = dict(doc.get("store", {}))
     store_values.update(store_overrides)
     return (from_mapping(BrokerConfig, dict(doc.get("broker", {})), section="broker"),

@@ -41,6 +41,9 @@ class here names a distinct situation, never a generic "something failed".
     │   ├── StoreLockedError            another process holds the store directory
     │   ├── DiskFullError               retriable: no room for the append
     │   └── FlushTimeoutError           retriable: sync flush did not finish in time
+    ├── ConflictError                   clashes with what exists (asks for update/force)
+    ├── ServerError                     the broker process could not start or stop cleanly
+    │   └── ListenError                 the listen address cannot be bound
     ├── BusyError                       retriable: flow control, try again later
     └── RemotingError                   the TCP remoting protocol (NameServer, 4.x clients)
         ├── RemotingFrameError          a malformed frame: bad length, header not JSON, oversize
@@ -212,6 +215,19 @@ class QueueLockedError(RocketMQError):
     """
 
     retriable = True
+
+
+class ConflictError(RocketMQError):
+    """The request clashes with existing state: a topic that exists with other settings,
+    or a change that would hide messages, without the explicit update/force asked for."""
+
+
+class ServerError(RocketMQError):
+    """The broker process could not start or stop cleanly (the message says which step)."""
+
+
+class ListenError(ServerError):
+    """The server cannot bind its listen address (in use, not local, or unresolvable)."""
 
 
 class BusyError(RocketMQError):

@@ -65,8 +65,13 @@ def closed_port() -> int:
 def test_topic_create_list_status_delete(broker) -> None:
     assert "topic cli_orders created: 3 read / 3 write queues" in ok(
         rmq(broker, "topic", "create", "cli_orders", "--queues", "3", "--type", "normal"))
+    assert "unchanged: 3 read / 3 write queues" in ok(
+        rmq(broker, "topic", "create", "cli_orders", "--queues", "3"))
+    assert "updated: 3 read / 3 write queues, perm 4" in ok(
+        rmq(broker, "topic", "create", "cli_orders", "--perm", "4", "--update"))
     assert "updated: 2 read / 3 write queues, perm 6" in ok(
-        rmq(broker, "topic", "create", "cli_orders", "--read-queues", "2"))
+        rmq(broker, "topic", "create", "cli_orders", "--read-queues", "2", "--perm", "6",
+            "--update", "--force"))
     listed = ok(rmq(broker, "topic", "list"))
     assert re.search(r"cli_orders\s*│\s*2\s*│\s*3\s*│\s*6\s*│\s*NORMAL", listed), listed
     status = ok(rmq(broker, "topic", "status", "cli_orders"))
@@ -84,7 +89,10 @@ def test_group_create_and_list(broker) -> None:
     out = ok(rmq(broker, "group", "create", "GID_cli_a", "--max-retries", "3",
                  "--retry-backoff", "1s,5s", "--fifo"))  # fmt: skip
     assert "group GID_cli_a created: max retries 3, backoff 1000ms,5000ms, fifo True" in out
-    out = ok(rmq(broker, "group", "create", "GID_cli_a", "--retry-backoff", "exponential:1s,2,1m"))
+    fails(rmq(broker, "group", "create", "GID_cli_a", "--max-retries", "4"),
+          "exists with other settings", "--update")  # fmt: skip
+    out = ok(rmq(broker, "group", "create", "GID_cli_a", "--retry-backoff", "exponential:1s,2,1m",
+                 "--update"))  # fmt: skip
     assert "updated: max retries 3, backoff 1000ms x2.0 up to 60000ms, fifo True" in out
     listed = ok(rmq(broker, "group", "list"))
     assert re.search(r"GID_cli_a\s*│\s*3\s*│", listed), listed
@@ -155,7 +163,14 @@ def test_message_query_by_id_and_key(broker, sent) -> None:
                                   "--topic", "cli_events"))  # fmt: skip
 
 
+def test_offset_reset_of_unknown_group_fails_and_creates_nothing(broker, sent) -> None:
+    fails(rmq(broker, "offset", "reset", "--group", "GID_nosuch", "--topic", "cli_events",
+              "--to", "earliest"), "GID_nosuch", "does not exist")  # fmt: skip
+    assert "GID_nosuch" not in ok(rmq(broker, "group", "list"))
+
+
 def test_offset_reset_to_latest_ms_and_iso(broker, sent) -> None:
+    ok(rmq(broker, "group", "create", "GID_cli_r"))
     out = ok(rmq(broker, "offset", "reset", "--group", "GID_cli_r", "--topic", "cli_events",
                  "--to", "latest"))  # fmt: skip
     assert re.search(r"│\s*0\s*│\s*3\s*│", out) and re.search(r"│\s*1\s*│\s*3\s*│", out), out

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from broker_core.config import BrokerConfig, FlushMode, StoreConfig, load_config
+from broker_core.config_reference import DESCRIPTIONS, SECTIONS, defaults_toml, markdown_table
 from broker_core.errors import ConfigError
 
 
@@ -40,3 +42,42 @@ def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -
 def test_defaults_are_valid() -> None:
     assert StoreConfig().segment_size_bytes == 1 << 30
     assert BrokerConfig().endpoint == "127.0.0.1:8081"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[store]\nsegment_size_bytes = 'big'\n",
+     r"segment_size_bytes in \[store\] must be an integer, got 'big' \(str\)"),
+    ("[store]\nflush_interval_ms = 0.5\n", r"flush_interval_ms in \[store\] must be an integer"),
+    ("[store]\ndisk_full_ratio = '0.9'\n", r"disk_full_ratio in \[store\] must be a number"),
+    ("[store]\nflush_mode = 1\n", r"flush_mode in \[store\] must be 'sync' or 'async'"),
+    ("[broker]\nauto_create_topics = 1\n", r"auto_create_topics in \[broker\] must be true or"),
+    ("[broker]\ndefault_queue_nums = true\n", r"default_queue_nums in \[broker\] must be an int"),
+    ("[broker]\nbroker_name = 7\n", r"broker_name in \[broker\] must be a string"),
+    ("[broker]\nmax_pull_batch = [1]\n", r"max_pull_batch in \[broker\] must be an integer"),
+    ("store = 5\n", r"store must be a table"),
+])  # fmt: skip
+def test_wrong_value_types_name_the_key_and_type(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_a_number_key_takes_an_integer(tmp_path: Path) -> None:
+    path = tmp_path / "ok.toml"
+    path.write_text("[store]\nfile_reserved_hours = 5\n")
+    assert load_config(path)[1].file_reserved_hours == 5
+
+
+def test_every_key_is_described_and_the_defaults_file_loads_back(tmp_path: Path) -> None:
+    for section, cls in SECTIONS.items():
+        fields = [f.name for f in dataclasses.fields(cls)]
+        assert sorted(DESCRIPTIONS[section]) == sorted(fields), f"describe every [{section}] key"
+    path = tmp_path / "defaults.toml"
+    path.write_text(defaults_toml())
+    assert load_config(path) == (BrokerConfig(), StoreConfig())
+
+
+def test_readme_lists_every_config_key() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert markdown_table() in readme, "paste config_reference.markdown_table() into README"

@@ -35,6 +35,7 @@ from broker_core.broker.rebalance import MessageQueue
 from broker_core.broker.retry import delay_level_ms, is_retry_topic
 from broker_core.broker.schedule import ScheduleService
 from broker_core.broker.timer import TimerService
+from broker_core.broker.topic_admin import TopicChange, plan_change
 from broker_core.broker.topic_waiter import TopicWaiter
 from broker_core.broker.topics import TopicConfig, TopicManager, select_write_queue
 from broker_core.broker.transaction import (
@@ -44,7 +45,7 @@ from broker_core.broker.transaction import (
     TransactionService,
 )
 from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.errors import InvalidArgumentError
+from broker_core.errors import GroupNotFoundError, InvalidArgumentError
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_DELIVER_TIME_MS,
@@ -55,6 +56,7 @@ from broker_core.message import (
     Message,
     StoredMessage,
     new_message_id,
+    validate_group_name,
 )
 from broker_core.store.columns import ColumnBatch
 from broker_core.store.message_store import MessageStore, now_ms
@@ -177,8 +179,10 @@ class Broker:
         self.pop.close()
         self.timer.close()
         self.schedule.close()
-        self.offsets.persist()
-        self.store.close()
+        try:
+            self.offsets.persist()
+        finally:  # a failed offsets write must not leave the store unflushed
+            self.store.close()
 
     def service_health(self) -> dict[str, str]:
         """Each background service: ``"ok"``, or what stopped it or failed its last round."""
@@ -237,6 +241,23 @@ class Broker:
             for group in self.clients.groups_of_topic(config.name):
                 self._on_membership_change(group)
         return new
+
+    def administer_topic(self, config: TopicConfig, *, update: bool = False,
+                         force: bool = False) -> TopicChange:  # fmt: skip
+        """An administrator's create or change of a topic, under ``topic_admin``'s rules
+        (InvalidTopicError for names the broker owns, ConflictError without update/force)."""
+
+        def stored(queue_id: int) -> int:
+            topic = config.name
+            return self.store.max_offset(topic, queue_id) - self.store.min_offset(topic, queue_id)
+
+        change = plan_change(self.topics.get(config.name), config, update=update, force=force,
+                             messages_in_queue=stored)  # fmt: skip
+        if change.changed:
+            self.update_topic(change.config)
+        for warning in change.warnings:
+            log.warning("%s", warning)
+        return change
 
     def group(self, name: str) -> GroupConfig:
         return self.groups.get_or_create(name)
@@ -428,18 +449,29 @@ class Broker:
         committed = self.offsets.query(group, topic, queue_id)
         if committed is not None:
             return committed
-        return self.positions.configured_start(self.group(group), topic, queue_id)
+        # A query creates nothing: an unknown group is read with the default settings
+        # (or refused when groups are not auto-created).
+        config = self.groups.get(validate_group_name(group))
+        if config is None and not self.groups.auto_create:
+            raise GroupNotFoundError(f"consumer group {group!r} does not exist and "
+                                     f"auto-create is off")  # fmt: skip
+        return self.positions.configured_start(config or GroupConfig(group), topic, queue_id)
 
     def reset_offsets(self, group: str, topic: str, to: str | int) -> dict[int, int]:
         """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue.
 
         Live POP consumers read from there on their next receive (in-flight deliveries of
-        the topic end); every client of a broadcasting group is moved.
+        the topic end); every client of a broadcasting group is moved. GroupNotFoundError
+        for a group that does not exist: a reset must not create one (a typo would
+        otherwise succeed and leave a stray group behind).
         """
-        self.group(group)
+        queues = self.read_queues(topic)  # TopicNotFoundError first
+        if self.groups.get(validate_group_name(group)) is None:
+            raise GroupNotFoundError(f"consumer group {group!r} does not exist; create it "
+                                     f"first (rmq group create {group})")  # fmt: skip
         members = self.positions.members(group)
         result = {}
-        for mq in self.read_queues(topic):
+        for mq in queues:
             qid = mq.queue_id
             if to == "earliest":
                 offset = self.store.min_offset(topic, qid)

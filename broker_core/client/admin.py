@@ -98,12 +98,19 @@ class AdminCalls(ABC):
     def create_topic(self, name: str, *, queues: int | None = None,
                      read_queues: int | None = None, write_queues: int | None = None,
                      perm: int | None = None, message_type: str | None = None,
-                     attributes: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
-        """Create ``name`` or change the settings given; returns the topic's config."""
+                     attributes: Mapping[str, str] | None = None, update: bool = False,
+                     force: bool = False) -> dict[str, Any]:  # fmt: skip
+        """Create ``name`` (or find it with the same settings); returns the topic's config
+        with ``created``, ``changed``, ``hidden_messages`` and ``warnings``.
+
+        An existing topic with other settings raises ConflictError unless ``update``;
+        fewer read queues also need ``force`` (the answer's warnings say what it hid).
+        """
         result: dict[str, Any] = self._admin("CreateTopic", _drop_none({
             "name": name, "queues": queues, "read_queues": read_queues,
             "write_queues": write_queues, "perm": perm, "message_type": message_type,
             "attributes": dict(attributes) if attributes is not None else None,
+            "update": update or None, "force": force or None,
         }))  # fmt: skip
         return result
 
@@ -125,8 +132,10 @@ class AdminCalls(ABC):
                      fifo: bool | None = None, consume_from_where: str | None = None,
                      consume_timestamp_ms: int | None = None, broadcast: bool | None = None,
                      consume_enable: bool | None = None,
-                     rebalance_strategy: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """Create ``name`` or change the settings given.
+                     rebalance_strategy: str | None = None,
+                     update: bool = False) -> dict[str, Any]:  # fmt: skip
+        """Create ``name`` (or find it with the same settings); with ``update``, change the
+        settings given of an existing group (without it, other settings raise ConflictError).
 
         ``retry_backoff`` is a list of delays (``"1s,5s,30s"``; the last repeats),
         ``"delay_level"`` (RocketMQ's levels), ``"exponential:1s,2,1m"`` or a backoff
@@ -138,6 +147,7 @@ class AdminCalls(ABC):
             "consume_from_where": consume_from_where,
             "consume_timestamp_ms": consume_timestamp_ms, "broadcast": broadcast,
             "consume_enable": consume_enable, "rebalance_strategy": rebalance_strategy,
+            "update": update or None,
         }))  # fmt: skip
         return result
 

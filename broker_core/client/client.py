@@ -42,6 +42,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
+from broker_core.address import parse_host_port
 from broker_core.client import convert, wire
 from broker_core.client.admin import ADMIN_SERVICE, AdminCalls, decode_response, encode_request
 from broker_core.client.errors import check, transport_error
@@ -73,9 +74,7 @@ def parse_endpoint(endpoints: str) -> str:
     first = endpoints.replace(",", ";").split(";")[0].strip()
     for prefix in ("http://", "https://", "dns:///", "ipv4:"):
         first = first.removeprefix(prefix)
-    host, _, port = first.rpartition(":")
-    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        raise InvalidArgumentError(f"endpoint must be HOST:PORT, got {endpoints!r}")
+    parse_host_port(first, what=f"endpoint {endpoints!r}")  # port 1..65535, else raises
     return first
 
 

@@ -19,13 +19,18 @@ Methods and their request fields (``?`` = optional):
 Health          (none) → broker name, endpoint, commitlog min/max/flushed offsets, and
                           each background service's state ("ok" or its failure)
 CreateTopic     name, queues?, read_queues?, write_queues?, perm?, message_type?,
-                attributes? → the topic (an existing topic keeps what is not given)
+                attributes?, update?, force? → the topic + created, changed,
+                hidden_messages, warnings (an existing topic keeps what is not given;
+                other settings need update, fewer read queues update and force;
+                system and retry topics are refused)
 ListTopics      include_system? → topics
 TopicStatus     name → per queue: queue_id, min_offset, max_offset
 DeleteTopic     name → {"deleted": name} (also forgets its queues and offsets)
 CreateGroup     name, max_retries?, retry_backoff? ("1s,5s" | "delay_level" | backoff
                 object such as {"type": "exponential", ...}), fifo?, consume_from_where?,
-                consume_timestamp_ms?, broadcast?, consume_enable?, rebalance_strategy?
+                consume_timestamp_ms?, broadcast?, consume_enable?, rebalance_strategy?,
+                update? → the group + created, changed (other settings of an existing
+                group need update; the broker's CID_RMQ_SYS_* groups are refused)
 ListGroups      (none) → groups
 GroupProgress   name, topic? → per queue: topic, queue_id, broker_offset,
                 consumer_offset, lag
@@ -53,6 +58,7 @@ from typing import Any, Final
 
 import grpc
 
+from broker_core.broker.group_admin import check_group_change
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.retry import RetryPolicy, backoff_from_dict, parse_backoff
 from broker_core.broker.system_topics import is_system_topic
@@ -133,7 +139,8 @@ def _topic_json(config: TopicConfig) -> Json:
 
 
 def create_topic(ctx: ServerContext, args: Args) -> Json:
-    """Create a topic, or update the fields given of an existing one."""
+    """Create a topic; changing an existing one needs ``update`` (and ``force`` to hide
+    messages by lowering the read queue count). See ``broker/topic_admin.py``."""
     name = args.text("name", required=True)
     queues = args.integer("queues", minimum=1)
     old = ctx.broker.topics.get(name)
@@ -150,8 +157,11 @@ def create_topic(ctx: ServerContext, args: Args) -> Json:
         values["message_type"] = args.text("message_type").upper()
     if args.has("attributes"):
         values["attributes"] = args.obj("attributes")
-    config = ctx.broker.update_topic(TopicConfig.from_dict(values))
-    return {**_topic_json(config), "created": old is None}
+    change = ctx.broker.administer_topic(TopicConfig.from_dict(values),
+                                         update=bool(args.flag("update")),
+                                         force=bool(args.flag("force")))  # fmt: skip
+    return {**_topic_json(change.config), "created": change.created, "changed": change.changed,
+            "hidden_messages": change.hidden_messages, "warnings": change.warnings}
 
 
 def list_topics(ctx: ServerContext, args: Args) -> list[Json]:
@@ -204,7 +214,7 @@ def _group_json(config: GroupConfig) -> Json:
 
 
 def create_group(ctx: ServerContext, args: Args) -> Json:
-    """Create a consumer group, or update the fields given of an existing one."""
+    """Create a consumer group; changing an existing one's settings needs ``update``."""
     name = args.text("name", required=True)
     old = ctx.broker.groups.get(name) or GroupConfig(name)
     changes: Json = {"retry_policy": _retry_policy(args, old.retry_policy)}
@@ -216,10 +226,13 @@ def create_group(ctx: ServerContext, args: Args) -> Json:
             changes[text] = args.text(text)
     if args.has("consume_timestamp_ms"):
         changes["consume_timestamp_ms"] = args.integer("consume_timestamp_ms", minimum=0)
-    existed = ctx.broker.groups.get(name) is not None
+    existing = ctx.broker.groups.get(name)
     changes["auto_created"] = False  # configured now: POP honours its consume-from setting
-    config = ctx.broker.groups.create_or_update(dataclasses.replace(old, **changes))
-    return {**_group_json(config), "created": not existed}
+    config = dataclasses.replace(old, **changes)
+    changed = check_group_change(existing, config, update=bool(args.flag("update")))
+    if changed:
+        config = ctx.broker.groups.create_or_update(config)
+    return {**_group_json(config), "created": existing is None, "changed": changed}
 
 
 def list_groups(ctx: ServerContext, args: Args) -> list[Json]:
@@ -315,13 +328,15 @@ def health(ctx: ServerContext, args: Args) -> Json:
 METHODS: Final[dict[str, tuple[Method, frozenset[str]]]] = {
     "Health": (health, frozenset()),
     "CreateTopic": (create_topic, frozenset({"name", "queues", "read_queues", "write_queues",
-                                             "perm", "message_type", "attributes"})),
+                                             "perm", "message_type", "attributes", "update",
+                                             "force"})),
     "ListTopics": (list_topics, frozenset({"include_system"})),
     "TopicStatus": (topic_status, frozenset({"name"})),
     "DeleteTopic": (delete_topic, frozenset({"name"})),
     "CreateGroup": (create_group, frozenset({
         "name", "max_retries", "retry_backoff", "fifo", "consume_from_where",
-        "consume_timestamp_ms", "broadcast", "consume_enable", "rebalance_strategy"})),
+        "consume_timestamp_ms", "broadcast", "consume_enable", "rebalance_strategy",
+        "update"})),
     "ListGroups": (list_groups, frozenset()),
     "GroupProgress": (group_progress, frozenset({"name", "topic"})),
     "QueryMessage": (query_message, frozenset({"id", "key", "topic", "max_results",

@@ -18,13 +18,16 @@ import sys
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from broker_core.address import parse_host_port
 from broker_core.broker.broker import Broker
 from broker_core.config import load_config
+from broker_core.errors import ListenError, ServerError, StoreError
 from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
 from broker_core.server.context import ServerContext
@@ -48,10 +51,15 @@ class BrokerServer:
                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.so_reuseport", 0)],
         )  # fmt: skip
-        self.port = self._server.add_insecure_port(listen)
+        host, _ = parse_host_port(listen, what="listen address", allow_any_port=True,
+                                  allow_empty_host=True)  # fmt: skip
+        try:
+            self.port = self._server.add_insecure_port(listen)
+        except RuntimeError:  # gRPC: "Failed to bind to address" (unresolvable host)
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot listen on {listen}")
-        host = listen.rpartition(":")[0] or "127.0.0.1"
+            raise ListenError(f"cannot listen on {listen}: the address is in use or not local")
+        host = host or "127.0.0.1"
         self.endpoint = advertise or f"{host}:{self.port}"
         self.ctx = ServerContext(broker, self.endpoint, broker.config.broker_name)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
@@ -96,8 +104,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m broker_core.server", description=__doc__)
     p.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT (port 0 = any)")
     p.add_argument("--advertise", default=None, help="endpoint given to clients in routes")
-    p.add_argument("--store-dir", default=".rocketmq/store")
-    p.add_argument("--flush", choices=("sync", "async"), default=None)
+    p.add_argument("--store-dir", default=".rocketmq/store", help="the store's directory")
+    p.add_argument("--flush", choices=("sync", "async"), default=None,
+                   help="sync: acknowledge after fsync; default: the config's flush_mode (async)")
     p.add_argument("--config", default=None, help="TOML file with [broker] and [store]")
     return p.parse_args(argv)
 
@@ -106,12 +115,21 @@ def build(args: argparse.Namespace) -> BrokerServer:
     overrides: dict[str, Any] = {"store_dir": args.store_dir}
     if args.flush:
         overrides["flush_mode"] = args.flush
-    host, _, port = (args.advertise or args.listen).rpartition(":")
-    if port.isdigit() and int(port) > 0:  # stored messages record where they were stored
-        overrides.update(store_host=host or "127.0.0.1", store_port=int(port))
+    host, port = parse_host_port(args.listen, what="--listen", allow_any_port=True,
+                                 allow_empty_host=True)  # fmt: skip
+    if args.advertise is not None:
+        host, port = parse_host_port(args.advertise, what="--advertise")
+    if port > 0:  # stored messages record where they were stored
+        overrides.update(store_host=host or "127.0.0.1", store_port=port)
     broker_config, store_config = load_config(args.config, **overrides)
-    server = BrokerServer(Broker(broker_config, store_config), args.listen,
-                          advertise=args.advertise)  # fmt: skip
+    store_dir = Path(store_config.store_dir)
+    if store_dir.exists() and not store_dir.is_dir():
+        raise StoreError(f"cannot open the store: {store_dir} is a file, not a directory")
+    try:
+        broker = Broker(broker_config, store_config)
+    except OSError as exc:
+        raise StoreError(f"cannot open the store at {store_dir}: {exc}") from exc
+    server = BrokerServer(broker, args.listen, advertise=args.advertise)
     server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
     return server
 
@@ -138,7 +156,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    server.start()
+    try:
+        server.start()
+    except OSError as exc:
+        raise StoreError(f"cannot open the store at {server.broker.store.config.store_dir}: "
+                         f"{exc}") from exc  # fmt: skip
     _raise_open_files_limit()
     _tune_garbage_collector()
     recovery = server.broker.recovery
@@ -150,7 +172,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     while not stop.wait(0.5):
         pass
     log.info("shutting down")
-    server.stop()
+    try:
+        server.stop()
+    except Exception as exc:
+        log.exception("error while stopping")
+        raise ServerError(f"error while stopping the broker: {exc}") from exc
     log.info("stopped cleanly")
     return 0
 

@@ -30,6 +30,7 @@ into ``Timestamp.seconds``. Such a value lies beyond the largest valid protobuf 
 Everything here is pure (no I/O, no broker); errors are ``broker_core.errors`` classes
 that ``server/status.py`` maps to codes.
 
+>>> from rocketmq.grpc_protocol import definition_pb2 as pb
 >>> proto = pb.Message(topic=pb.Resource(name="orders"), body=b"paid",
 ...                    user_properties={"region": "eu"},
 ...                    system_properties=pb.SystemProperties(

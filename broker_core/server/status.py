@@ -38,6 +38,7 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (e.MessageNotFoundError, Code.MESSAGE_NOT_FOUND),
     (e.NotFoundError, Code.NOT_FOUND),
     (e.PermissionDeniedError, Code.FORBIDDEN),
+    (e.ConflictError, Code.PRECONDITION_FAILED),
     (e.OffsetOutOfRangeError, Code.ILLEGAL_OFFSET),
     (e.StaleReceiptHandleError, Code.INVALID_RECEIPT_HANDLE),
     (e.QueueLockedError, Code.FORBIDDEN),

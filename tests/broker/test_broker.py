@@ -16,6 +16,7 @@ from broker_core.broker.topics import Perm, TopicConfig
 from broker_core.broker.transaction import CheckRequest
 from broker_core.config import BrokerConfig
 from broker_core.errors import (
+    GroupNotFoundError,
     InvalidArgumentError,
     PermissionDeniedError,
     StaleReceiptHandleError,
@@ -205,6 +206,10 @@ def test_offsets_progress_and_reset_by_time(broker: Broker, clock: Clock) -> Non
         broker.send([msg("orders", f"m{i}".encode())])
     broker.store.wait_dispatched()
     assert broker.consumer_offset("g", "orders", 0) == 6  # new group starts at the end
+    assert broker.groups.get("g") is None  # asking did not create the group
+    with pytest.raises(GroupNotFoundError, match="rmq group create g"):
+        broker.reset_offsets("g", "orders", "earliest")
+    assert broker.groups.get("g") is None
     broker.commit_offset("g", "orders", 0, 2)
     assert ("orders", 0, 6, 2, 4) in broker.group_progress("g")
     assert broker.reset_offsets("g", "orders", T0 + 3000)[0] == 3

@@ -155,7 +155,7 @@ def test_create_list_status_of_a_topic(client) -> None:
 
 def test_update_keeps_what_is_not_given(client) -> None:
     client.create_topic("evolving", read_queues=2, write_queues=3)
-    updated = client.create_topic("evolving", perm=4)
+    updated = client.create_topic("evolving", perm=4, update=True)
     assert updated["created"] is False
     assert (updated["read_queue_nums"], updated["write_queue_nums"], updated["perm"]) == (2, 3, 4)
 
@@ -222,13 +222,15 @@ def test_create_group_with_a_backoff_list(client) -> None:
 
 def test_create_group_with_exponential_backoff_and_update(client) -> None:
     client.create_group("GID_exp", retry_backoff="exponential:1s,2,1m", broadcast=True)
-    updated = client.create_group("GID_exp", max_retries=5)
+    with pytest.raises(errors.ConflictError, match="max_retries"):
+        client.create_group("GID_exp", max_retries=5)
+    updated = client.create_group("GID_exp", max_retries=5, update=True)
     assert updated["created"] is False
     assert updated["retry_policy"]["max_retries"] == 5
     assert updated["retry_policy"]["backoff"] == {"type": "exponential", "initial_ms": 1000,
                                                   "multiplier": 2.0, "max_ms": 60_000}
     assert updated["broadcast"] is True
-    levels = client.create_group("GID_exp", retry_backoff="delay_level")
+    levels = client.create_group("GID_exp", retry_backoff="delay_level", update=True)
     assert levels["retry_policy"]["backoff"] == {"type": "delay_level"}
 
 
@@ -309,7 +311,14 @@ def test_query_message_by_unknown_id_raises_message_not_found(client) -> None:
         client.query_message(message_id="0123456789ABCDEF0123456789ABCDEF01")
 
 
+def test_reset_offset_of_an_unknown_group_is_refused(client) -> None:
+    with pytest.raises(errors.GroupNotFoundError, match="GID_never_made"):
+        client.reset_offset("GID_never_made", TOPIC, "earliest")
+    assert "GID_never_made" not in [g["name"] for g in client.list_groups()]
+
+
 def test_reset_offset_to_earliest_latest_and_a_time(client) -> None:
+    client.create_group("GID_reset")
     assert client.reset_offset("GID_reset", TOPIC, "earliest") == dict.fromkeys(range(QUEUES), 0)
     assert client.reset_offset("GID_reset", TOPIC, "latest") == dict.fromkeys(range(QUEUES),
                                                                             PER_QUEUE)

@@ -162,7 +162,7 @@ def test_new_queues_are_picked_up_from_their_first_offset(spark: SparkSession,
     produce(client, topic, 4, prefix="before")
     stream = read_stream(spark, broker.endpoint, topic=topic, startingOffsets="earliest")
     assert len(run_available_now(stream, tmp_path / "cp").rows) == 4
-    client.create_topic(topic, queues=4)
+    client.create_topic(topic, queues=4, update=True)
     produce(client, topic, 8, prefix="after")
     run = run_available_now(stream, tmp_path / "cp")
     assert sorted(r.body.decode() for r in run.rows) == sorted(f"after-{i}" for i in range(8))

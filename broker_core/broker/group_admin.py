@@ -1,0 +1,41 @@
+"""What an administrator may do to a consumer group: the checks behind ``CreateGroup``.
+
+As for topics (``topic_admin``): creating a group that exists with the same settings is
+harmless; other settings change how a live group consumes (retries, ordering,
+broadcasting, where it starts), so they need an explicit ``update``. The broker's own
+groups (``CID_RMQ_SYS_*``: transaction check, delay levels, POP revive) hold its
+bookkeeping offsets and are refused.
+"""
+
+from __future__ import annotations
+
+from broker_core.broker.groups import GroupConfig
+from broker_core.errors import ConflictError, InvalidGroupError
+
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+
+
+def is_system_group(name: str) -> bool:
+    """True for the broker's own consumer groups (pure)."""
+    return name.startswith(SYSTEM_GROUP_PREFIX)
+
+
+def check_group_change(old: GroupConfig | None, new: GroupConfig, *, update: bool) -> bool:
+    """Whether storing ``new`` changes anything (False: same settings, nothing to write).
+
+    InvalidGroupError for a system group; ConflictError when ``old`` was configured
+    before with other settings and ``update`` is not given (a group a consumer's first call
+    created with defaults is configured freely).
+    """
+    if is_system_group(new.name):
+        raise InvalidGroupError(f"{new.name!r} is one of the broker's own groups and cannot "
+                                f"be created or changed")  # fmt: skip
+    if old is None or old.auto_created:  # made by a consumer's first call: configure it
+        return True
+    before, after = old.to_dict(), new.to_dict()
+    differences = [f"{k} {before[k]} -> {after[k]}" for k in before if before[k] != after[k]]
+    if differences and not update:
+        raise ConflictError(f"consumer group {new.name!r} exists with other settings "
+                            f"({'; '.join(differences)}); pass update (rmq group create "
+                            f"--update) to change it")  # fmt: skip
+    return bool(differences)

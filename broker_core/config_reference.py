@@ -1,0 +1,106 @@
+"""Every broker config key, described: ``rmq broker config --defaults`` and the README table.
+
+:data:`DESCRIPTIONS` holds one line per key of ``[broker]`` (:class:`BrokerConfig`) and
+``[store]`` (:class:`StoreConfig`); a test checks that every dataclass field has one and
+that the README's table lists every key, so a new setting cannot go undocumented.
+
+    >>> print(defaults_toml().splitlines()[0])
+    # rmq broker config: every key with its default. Pass a file with --config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Final
+
+from broker_core.config import BrokerConfig, StoreConfig, value_kind
+
+SECTIONS: Final[dict[str, type]] = {"broker": BrokerConfig, "store": StoreConfig}
+
+DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
+    "broker": {
+        "broker_name": "name in routes and message ids' broker part (1..255 chars)",
+        "endpoint": "HOST:PORT for an embedded Broker; `rmq broker start` advertises "
+                    "--advertise, else its listen address",
+        "auto_create_topics": "a send to an unknown topic creates it (with default_queue_nums)",
+        "auto_create_groups": "a consumer's first request creates its group with defaults",
+        "default_queue_nums": "queues of an auto-created topic (1..1024)",
+        "client_expiry_ms": "a client silent this long is dropped and its queues rebalanced",
+        "offsets_persist_interval_ms": "how often committed consumer offsets are written",
+        "transaction_check_timeout_ms": "age of an unresolved half message before a check-back",
+        "transaction_max_checks": "check-backs before an unresolved half is rolled back",
+        "transaction_check_interval_ms": "how often half messages are scanned for check-backs",
+        "timer_precision_ms": "granularity of delivery times of timer (delayed) messages",
+        "pop_revive_interval_ms": "how often unacked POP messages are checked for redelivery",
+        "queue_lock_expiry_ms": "an orderly consumer's queue lock lapses after this",
+        "max_pull_batch": "most messages one (decoded) pull returns",
+        "max_raw_pull_batch": "most messages one bulk (raw) pull returns",
+        "max_long_polling_ms": "longest a pull or receive waits for new messages",
+    },
+    "store": {
+        "store_dir": "directory of the commitlog, consume queues, index and config files "
+                     "(--store-dir)",
+        "segment_size_bytes": "size of one commitlog segment file (4 KiB..2 GiB, holds the "
+                              "largest message)",
+        "consume_queue_units_per_file": "20-byte entries per consume queue file",
+        "index_slot_count": "hash slots per index file (message keys and ids)",
+        "index_max_entries": "entries per index file before a new one starts",
+        "flush_mode": "'sync': a send is acknowledged once on disk; 'async': flushed every "
+                      "flush_interval_ms (--flush)",
+        "flush_interval_ms": "async flush period",
+        "sync_flush_timeout_ms": "a sync send fails with FlushTimeoutError after this",
+        "derived_flush_interval_ms": "how often consume queues, index and checkpoint are flushed",
+        "max_body_bytes": "largest message body accepted",
+        "max_properties_bytes": "largest encoded properties of one message",
+        "file_reserved_hours": "retention: commitlog segments older than this are deleted",
+        "disk_max_used_ratio": "above this disk use, retention deletes the oldest segments early",
+        "disk_full_ratio": "above this disk use, sends are refused (BusyError, retriable)",
+        "cleanup_interval_ms": "how often retention runs",
+        "max_dispatch_lag_bytes": "sends are refused as busy while indexing lags this far",
+        "max_flush_lag_bytes": "sends are refused as busy while flushing lags this far",
+        "store_host": "host recorded as each message's store host (from --advertise/--listen)",
+        "store_port": "port recorded as each message's store host (from --advertise/--listen)",
+    },
+}
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    """{section: {key: default}} in declaration order."""
+    return {section: {f.name: getattr(cls(), f.name) for f in dataclasses.fields(cls)}
+            for section, cls in SECTIONS.items()}  # fmt: skip
+
+
+def as_toml(values: dict[str, dict[str, Any]], header: str) -> str:
+    """``values`` as a TOML document, each key preceded by its description and type."""
+    lines = [f"# {header}"]
+    for section, keys in values.items():
+        lines += ["", f"[{section}]"]
+        for key, value in keys.items():
+            kind = value_kind(SECTIONS[section], key)
+            lines += [f"# {DESCRIPTIONS[section][key]} ({kind})", f"{key} = {_toml_value(value)}"]
+    return "\n".join(lines) + "\n"
+
+
+def defaults_toml() -> str:
+    """Every key with its default, as a commented TOML file a user can start from."""
+    return as_toml(defaults(), "rmq broker config: every key with its default. "
+                               "Pass a file with --config.")  # fmt: skip
+
+
+def markdown_table() -> str:
+    """The README's table: section, key, type, default, meaning."""
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for section, keys in defaults().items():
+        for key, value in keys.items():
+            kind = value_kind(SECTIONS[section], key)
+            rows.append(f"| `[{section}] {key}` | {kind} | `{_toml_value(value)}` | "
+                        f"{DESCRIPTIONS[section][key]} |")  # fmt: skip
+    return "\n".join(rows)
