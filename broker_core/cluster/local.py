@@ -107,6 +107,7 @@ class LocalCluster:
     directory: Path
     broker_config: dict[str, dict[str, Any]] = field(default_factory=dict)
     register_interval_ms: int = 30_000
+    broker_args: list[str] = field(default_factory=list)  # more ``broker start`` flags
     namesrv: str = ""
     namesrv_process: subprocess.Popen[bytes] | None = None
     brokers: dict[str, BrokerProcess] = field(default_factory=dict)
@@ -130,7 +131,8 @@ class LocalCluster:
         """Start broker group ``name`` (store under ``directory/name``)."""
         proc = launch_broker(self.directory / name, config=self.broker_config, extra_args=[
             "--namesrv", self.namesrv, "--broker-name", name,
-            "--register-interval-ms", str(self.register_interval_ms)])  # fmt: skip
+            "--register-interval-ms", str(self.register_interval_ms),
+            *self.broker_args])  # fmt: skip
         self.brokers[name] = proc
         if wait:
             wait_registered(self.namesrv, [name])

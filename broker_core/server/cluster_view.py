@@ -65,15 +65,20 @@ def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, Any]]:
 
 def route_queues(ctx: ServerContext, topic: str, namespace: str,
                  access_point: Any | None) -> list[Any]:  # fmt: skip
-    """Every readable or writable queue of ``topic`` in the cluster, as ``MessageQueue``s."""
-    out = []
+    """Every readable or writable queue of ``topic`` in the cluster, as ``MessageQueue``s.
+
+    Queues are interleaved across broker groups (queue 0 of each group, then queue 1,
+    ...): the official producer retries a failed send on the *next* queue of the list,
+    so a dead group's neighbour in the list is always another group.
+    """
+    per_group = []
     for config, broker in _groups(ctx, topic):
         broker = broker if broker is not None else broker_proto(ctx, access_point)
-        for q in range(max(config.read_queue_nums, config.write_queue_nums)):
-            queue = message_queue_proto(config, q, broker, namespace)
-            if queue.permission != pb.Permission.NONE:
-                out.append(queue)
-    return out
+        queues = [message_queue_proto(config, q, broker, namespace)
+                  for q in range(max(config.read_queue_nums, config.write_queue_nums))]
+        per_group.append([q for q in queues if q.permission != pb.Permission.NONE])
+    depth = max((len(g) for g in per_group), default=0)
+    return [g[i] for i in range(depth) for g in per_group if i < len(g)]
 
 
 def assignment_queues(ctx: ServerContext, group: str, topic: str, client_id: str,
