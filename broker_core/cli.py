@@ -1,6 +1,6 @@
 """``rmq``: run a broker and administer it — mqadmin's everyday verbs.
 
-``rmq broker start``, ``rmq topic create|list|status|delete``, ``rmq group
+``rmq broker start``, ``rmq namesrv start``, ``rmq topic create|list|status|delete``, ``rmq group
 create|list|progress``, ``rmq send``, ``rmq consume``, ``rmq message query``, ``rmq offset
 reset``. Example::
 
@@ -112,6 +112,31 @@ def broker_start(listen: str, store_dir: str, flush: str | None, config_file: st
     except (OSError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and "bind" not in str(exc):
             raise  # a crash, not a busy port: keep its traceback
+        raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
+    raise SystemExit(code)
+
+
+# ---- namesrv --------------------------------------------------------------------------------
+
+
+@cli.group()
+def namesrv() -> None:
+    """Run a NameServer."""
+
+
+@namesrv.command("start")
+@click.option("--listen", default="127.0.0.1:9876", show_default=True, help="HOST:PORT (0 = any)")
+@click.option("--scan-interval-ms", type=click.IntRange(min=1), default=5_000, show_default=True)
+@click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=120_000, show_default=True)
+def namesrv_start(listen: str, scan_interval_ms: int, broker_expiry_ms: int) -> None:
+    """Start a NameServer in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
+    from broker_core.namesrv.server import run
+
+    argv = ["--listen", listen, "--scan-interval-ms", str(scan_interval_ms),
+            "--broker-expiry-ms", str(broker_expiry_ms)]  # fmt: skip
+    try:
+        code = run(argv)
+    except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
     raise SystemExit(code)
 
