@@ -53,13 +53,12 @@ def wait_accepting(addr: str, timeout_s: float, proc: subprocess.Popen[Any] | No
 
 def start_namesrv(addr: str, log_path: Path, extra_args: list[str] | None = None
                   ) -> subprocess.Popen[bytes]:  # fmt: skip
-    """``rmq namesrv start --listen addr`` as a child, output to ``log_path``; returns
-    once it accepts connections."""
+    """``python -m broker_core.namesrv --listen addr`` (what ``rmq namesrv start`` runs) as
+    a child, output to ``log_path``; returns once it accepts connections."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from broker_core.cli import main; main()", "namesrv",
-             "start", "--listen", addr, *(extra_args or [])],
+            [sys.executable, "-m", "broker_core.namesrv", "--listen", addr, *(extra_args or [])],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip

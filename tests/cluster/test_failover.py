@@ -7,11 +7,11 @@ import threading
 import time
 from typing import Any
 
-from broker_core.namesrv.client import NameServerClient
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from broker_core.client import RocketMQClient
 from broker_core.errors import TopicNotFoundError
+from broker_core.namesrv.client import NameServerClient
 from tests.cluster.conftest import start_cluster
 from tests.cluster.test_cluster import create_everywhere, held, route_brokers, wait_for
 
