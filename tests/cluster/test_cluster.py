@@ -12,10 +12,13 @@ import pytest
 from click.testing import CliRunner
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
     FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
     SimpleConsumer,
 )
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -231,3 +234,32 @@ def test_our_client_routes_sends_pulls_and_offsets_per_broker(cluster3) -> None:
             client.pull("GID-ours", "ours", 0, 0, 1)  # which broker's queue 0?
     progress = rmq("group", "progress", "GID-ours", "--namesrv", cluster3.namesrv)
     assert all(name in progress for name in BROKERS) and "total lag 0" in progress
+
+
+# ---- the official PushConsumer: QueryAssignment for the whole cluster -------------------------
+
+
+class Collect(MessageListener):
+    def __init__(self) -> None:
+        self.bodies: collections.Counter[bytes] = collections.Counter()
+
+    def consume(self, message: Any) -> ConsumeResult:
+        self.bodies[message.body] += 1
+        return ConsumeResult.SUCCESS
+
+
+def test_official_push_consumer_through_one_broker_gets_every_group(cluster3) -> None:
+    create_everywhere(cluster3, "pushed", queues=2)
+    with RocketMQClient(namesrv=cluster3.namesrv) as client:
+        for i in range(6):
+            client.send_batch("pushed", [b"p%d-%d" % (i, j) for j in range(10)])
+    assert held(cluster3, "pushed") == {name: 20 for name in BROKERS}
+    listener = Collect()
+    consumer = PushConsumer(ClientConfiguration(cluster3.endpoints["broker-c"], Credentials()),
+                            "GID-pushed", listener, {"pushed": FilterExpression()})  # fmt: skip
+    consumer.startup()
+    try:
+        wait_for(lambda: len(listener.bodies) == 60, 30, "all 60 messages pushed")
+    finally:
+        consumer.shutdown()
+    assert max(listener.bodies.values()) == 1
