@@ -4,6 +4,7 @@ through one broker, forwarding, and no topic created by a route lookup."""
 from __future__ import annotations
 
 import collections
+import pickle
 import time
 from typing import Any
 
@@ -28,7 +29,7 @@ from broker_core.broker.receipt import ReceiptHandle
 from broker_core.cli import cli
 from broker_core.client import RocketMQClient
 from broker_core.cluster.local import LocalCluster
-from broker_core.errors import TopicNotFoundError
+from broker_core.errors import RocketMQError, TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
 from tests.server.test_pull_and_offsets import split_stream
 from tests.server.test_simple_consumer import ack, change_invisible, receive
@@ -263,3 +264,21 @@ def test_official_push_consumer_through_one_broker_gets_every_group(cluster3) ->
     finally:
         consumer.shutdown()
     assert max(listener.bodies.values()) == 1
+
+
+def test_cluster_client_pickles_and_names_an_unreachable_namesrv(cluster3) -> None:
+    create_everywhere(cluster3, "pickled", queues=1)
+    client = RocketMQClient(namesrv=cluster3.namesrv)
+    try:
+        client.send_batch("pickled", [b"one"])
+        copy = pickle.loads(pickle.dumps(client))
+        try:
+            copy.send_batch("pickled", [b"two"])
+            assert sum(held(cluster3, "pickled").values()) == 2
+        finally:
+            copy.close()
+    finally:
+        client.close()
+    with RocketMQClient(namesrv="127.0.0.1:1") as nowhere, \
+            pytest.raises(RocketMQError, match=r"127\.0\.0\.1:1"):  # fmt: skip
+        nowhere.send_batch("pickled", [b"lost"])
