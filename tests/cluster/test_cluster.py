@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.broker.receipt import ReceiptHandle
 from broker_core.cli import cli
-from broker_core.client import RocketMQClient
+from broker_core.client import OutgoingMessage, RocketMQClient
 from broker_core.cluster.local import LocalCluster
 from broker_core.errors import RocketMQError, TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
@@ -282,3 +282,28 @@ def test_cluster_client_pickles_and_names_an_unreachable_namesrv(cluster3) -> No
     with RocketMQClient(namesrv="127.0.0.1:1") as nowhere, \
             pytest.raises(RocketMQError, match=r"127\.0\.0\.1:1"):  # fmt: skip
         nowhere.send_batch("pickled", [b"lost"])
+
+
+def test_message_groups_stay_on_one_broker_group_and_in_order(cluster3) -> None:
+    create_everywhere(cluster3, "fifo-c", queues=2)
+    with RocketMQClient(namesrv=cluster3.namesrv) as client:
+        for round_ in range(4):
+            client.send_batch("fifo-c", [OutgoingMessage(b"%s-%d" % (g.encode(), round_),
+                                                         message_group=g)
+                                         for g in ("g1", "g2", "g3", "g4", "g5")] + [b"free"])
+            client.send_columns("fifo-c", [b"c-%d" % round_], message_groups=["g1"])
+        where: dict[str, set[tuple[str, int]]] = collections.defaultdict(set)
+        order: dict[str, list[bytes]] = collections.defaultdict(list)
+        for broker, single in client.broker_clients("fifo-c").items():
+            for q in single.query_route("fifo-c"):
+                if q.broker_name != broker:
+                    continue
+                for m in single.pull("GID-fifo-c", "fifo-c", q.queue_id, 0, 100).messages:
+                    if m.message_group:
+                        where[m.message_group].add((broker, q.queue_id))
+                        order[m.message_group].append(m.body)
+    assert set(where) == {"g1", "g2", "g3", "g4", "g5"}
+    assert all(len(places) == 1 for places in where.values()), where  # one queue each
+    assert len({next(iter(p))[0] for p in where.values()}) > 1  # spread over groups
+    assert order["g2"] == [b"g2-%d" % r for r in range(4)]
+    assert [b for b in order["g1"] if b.startswith(b"c-")] == [b"c-%d" % r for r in range(4)]
