@@ -20,8 +20,11 @@ from broker_core.cluster.registration import (
     RegistrationService,
 )
 from broker_core.cluster.routes import DEFAULT_ROUTE_TTL_MS, ClusterRoutes
+from broker_core.errors import ConfigError
 from broker_core.namesrv.client import NameServerClient
 from broker_core.server.context import ServerContext
+
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,11 @@ class ClusterMember:
     """Registration plus routes plus forwarder of one broker; see the module docstring."""
 
     def __init__(self, broker: Broker, ctx: ServerContext, options: ClusterOptions) -> None:
+        """ConfigError when the broker would register an address nobody can dial."""
+        if ctx.host.strip("[]") in WILDCARD_HOSTS:
+            raise ConfigError(
+                f"a cluster member must register an address other brokers and clients can "
+                f"reach, not {ctx.endpoint}: give --advertise HOST:PORT with --namesrv")
         identity = BrokerIdentity(options.cluster, ctx.broker_name, ctx.endpoint)
         self.registration = RegistrationService(broker, identity, options.namesrv,
                                                 interval_ms=options.register_interval_ms)

@@ -109,3 +109,8 @@ def test_cluster_example_runs(tmp_path: Path) -> None:
     counts = cluster_example.run(tmp_path)
     assert sum(counts.values()) == cluster_example.COUNT
     assert set(counts) == {"broker-a", "broker-b"} and min(counts.values()) > 0
+
+
+def test_wildcard_listen_needs_advertise_in_a_cluster(namesrv, tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="give --advertise HOST:PORT with --namesrv"):
+        launch_broker(tmp_path, listen="0.0.0.0:0", extra_args=["--namesrv", namesrv])
