@@ -29,6 +29,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from broker_core import cli_cluster
 from broker_core.broker.retry import parse_duration_ms
 from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient
 from broker_core.errors import RocketMQError
@@ -107,14 +108,24 @@ def broker() -> None:
                    "flush_interval_ms  [default: the config's flush_mode, async]")
 @click.option("--config", "config_file", default=None, help="TOML file with [broker], [store]")
 @click.option("--advertise", default=None, help="endpoint clients are given in routes")
+@click.option("--namesrv", default=None, help="join a cluster: NameServers HOST:PORT[;HOST:PORT]")
+@click.option("--broker-name", default=None, help="broker group name (unique in the cluster)")
+@click.option("--cluster", "cluster_name", default=None, help="cluster name [DefaultCluster]")
+@click.option("--register-interval-ms", type=int, default=None, help="re-register period [30000]")
+@click.option("--route-ttl-ms", type=int, default=None, help="cluster route cache life [3000]")
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
-                 advertise: str | None) -> None:  # fmt: skip
+                 advertise: str | None, namesrv: str | None, broker_name: str | None,
+                 cluster_name: str | None, register_interval_ms: int | None,
+                 route_ttl_ms: int | None) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
     argv = ["--listen", listen, "--store-dir", store_dir]
-    options = {"--flush": flush, "--config": config_file, "--advertise": advertise}
-    argv += [text for flag, value in options.items() if value for text in (flag, value)]
+    options = {"--flush": flush, "--config": config_file, "--advertise": advertise,
+               "--namesrv": namesrv, "--broker-name": broker_name, "--cluster": cluster_name,
+               "--register-interval-ms": register_interval_ms, "--route-ttl-ms": route_ttl_ms}
+    argv += [str(text) for flag, value in options.items() if value is not None
+             for text in (flag, value)]  # fmt: skip
     raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
 
 
@@ -185,22 +196,34 @@ def topic() -> None:
 @click.option("--force", is_flag=True,
               help="with --update: allow fewer read queues (hides the upper queues' messages)")
 @endpoints_option
+@cli_cluster.namesrv_option(required=False)
+@click.option("--broker", "broker_name", help="with --namesrv: only this broker group")
 def topic_create(name: str, queues: int | None, read_queues: int | None,
                  write_queues: int | None, perm: str | None, message_type: str | None,
-                 update: bool, force: bool, endpoints: str) -> None:  # fmt: skip
-    """Create topic NAME; with --update, change the settings given of an existing one."""
-    with _client(endpoints) as client:
-        config = client.create_topic(
-            name, queues=queues, read_queues=read_queues, write_queues=write_queues,
-            perm=int(perm) if perm else None,
-            message_type=message_type.upper() if message_type else None,
-            update=update, force=force)  # fmt: skip
-    for warning in config.get("warnings", []):
-        click.echo(f"Warning: {warning}", err=True)
-    verb = "created" if config["created"] else "updated" if config["changed"] else "unchanged"
-    click.echo(f"topic {name} {verb}: {config['read_queue_nums']} read / "
-               f"{config['write_queue_nums']} write queues, perm {config['perm']}, "
-               f"type {config['message_type']}")  # fmt: skip
+                 update: bool, force: bool, endpoints: str, namesrv: str | None,
+                 broker_name: str | None) -> None:  # fmt: skip
+    """Create topic NAME; with --update, change the settings given of an existing one;
+    with --namesrv on every broker group of the cluster (or --broker NAME only)."""
+    settings: dict[str, Any] = {
+        "queues": queues, "read_queues": read_queues, "write_queues": write_queues,
+        "perm": int(perm) if perm else None,
+        "message_type": message_type.upper() if message_type else None,
+        "update": update, "force": force}  # fmt: skip
+    if broker_name and not namesrv:
+        raise click.UsageError("--broker needs --namesrv")
+    if namesrv:
+        done = cli_cluster.create_topic_everywhere(namesrv, broker_name, name, **settings)
+    else:
+        with _client(endpoints) as client:
+            done = [("", client.create_topic(name, **settings))]
+    for broker_group, config in done:
+        where = f" on {broker_group}" if broker_group else ""
+        for warning in config.get("warnings", []):
+            click.echo(f"Warning{where}: {warning}", err=True)
+        verb = "created" if config["created"] else "updated" if config["changed"] else "unchanged"
+        click.echo(f"topic {name} {verb}{where}: {config['read_queue_nums']} read / "
+                   f"{config['write_queue_nums']} write queues, perm {config['perm']}, "
+                   f"type {config['message_type']}")  # fmt: skip
 
 
 @topic.command("list")
@@ -306,8 +329,19 @@ def group_list(as_json: bool, endpoints: str) -> None:
 @click.option("--topic", "topic_name", help="only this topic")
 @json_option
 @endpoints_option
-def group_progress(name: str, topic_name: str | None, as_json: bool, endpoints: str) -> None:
-    """Per-queue broker offset, consumer offset and lag of group NAME."""
+@cli_cluster.namesrv_option(required=False)
+def group_progress(name: str, topic_name: str | None, as_json: bool, endpoints: str,
+                   namesrv: str | None) -> None:  # fmt: skip
+    """Per-queue broker offset, consumer offset and lag of group NAME (with --namesrv:
+    of every broker group of the cluster)."""
+    if namesrv:
+        rows = cli_cluster.progress_everywhere(namesrv, name, topic_name)
+        if as_json:
+            keys = ("broker", "topic", "queue_id", "broker_offset", "consumer_offset", "lag")
+            return _print_json([dict(zip(keys, row, strict=True)) for row in rows])
+        _table(f"group {name} (total lag {sum(r[5] for r in rows)})",
+               ["broker", "topic", "queue", "broker offset", "consumer offset", "lag"], rows)
+        return
     with _client(endpoints) as client:
         progress = client.group_progress(name, topic_name)
     if as_json:
@@ -508,6 +542,9 @@ def offset_reset(group_name: str, topic_name: str, target: str, as_json: bool,
         return _print_json([{"queue_id": q, "offset": o} for q, o in sorted(offsets.items())])
     _table(f"{group_name} on {topic_name} reset to {target}", ["queue", "offset"],
            sorted(offsets.items()))
+
+
+cli_cluster.install(cli, topic, _table, _iso)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

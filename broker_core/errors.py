@@ -35,6 +35,8 @@ class here names a distinct situation, never a generic "something failed".
     ├── StaleReceiptHandleError         handle superseded, acked, or expired
     ├── QueueLockedError                retriable: another client holds the queue's lock
     ├── UnsupportedError                a feature we deliberately do not offer
+    ├── BrokerNotReachableError         retriable: a call for another broker of the
+    │                                   cluster could not be forwarded there
     ├── StoreError
     │   ├── CorruptionError             bad bytes in a file (names file and position)
     │   ├── StoreClosedError            the store is shut down
@@ -172,6 +174,13 @@ class StaleReceiptHandleError(RocketMQError):
 
 class UnsupportedError(RocketMQError):
     """The operation is recognised but deliberately not supported."""
+
+
+class BrokerNotReachableError(RocketMQError):
+    """A call that belongs to another broker of the cluster could not be forwarded to
+    it (unknown, dead, or reached through a forwarded call); the message names it."""
+
+    retriable = True
 
 
 class StoreError(RocketMQError):
