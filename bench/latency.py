@@ -44,7 +44,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from bench.peers import start_redis
+from bench.peers import redis_client, start_redis
 from bench.report import Result, percentiles_ms
 from broker_core.client import RocketMQClient
 from broker_core.client.columnar import decode_units
@@ -117,10 +117,7 @@ def _producer(kind: str, address: str, rate: float, seconds: float, threads: int
             out.send(_threads(lambda body: client.send(TOPIC, body), rate, seconds, threads,
                               index * step, processes * step))  # fmt: skip
     else:
-        import redis
-
-        conn = redis.Redis(host="127.0.0.1", port=int(address),
-                           max_connections=threads + 1)  # fmt: skip
+        conn = redis_client(int(address), max_connections=threads + 1)
         out.send(_threads(lambda body: conn.xadd(TOPIC, {"b": body}), rate, seconds, threads,
                           index * step, processes * step))  # fmt: skip
         conn.close()
@@ -197,11 +194,9 @@ def _ours(
 def _redis(
     workdir: Path, rate: float, seconds: float, senders: tuple[int, int]
 ) -> tuple[list[int], float]:
-    import redis
-
     peer = start_redis(workdir)
     try:
-        conn = redis.Redis(host="127.0.0.1", port=peer.port)
+        conn = redis_client(peer.port)
         conn.xgroup_create(TOPIC, "bench", id="0", mkstream=True)
 
         def receive() -> list[bytes]:
