@@ -72,7 +72,8 @@ class CommitLogFlusher:
                 self._group_commit()
             else:
                 self._work.clear()
-                self._flush_once()
+                if self._flush_once() < 0:
+                    time.sleep(self._interval_s)  # a failing disk: do not spin
 
     def _gather(self) -> None:
         """Let appenders that are still arriving join this group commit.
@@ -99,15 +100,17 @@ class CommitLogFlusher:
         if not batch:
             return
         flushed = self._flush_once()
-        with self._mutex:  # arrivals during the flush that it happened to cover go too
+        with self._mutex:  # arrivals during the flush that it covered go too (all if it failed)
             later = self._pending
-            covered = [w for w in later if w[0] <= flushed]
+            covered = [w for w in later if w[0] <= flushed or flushed < 0]
             if covered:
-                self._pending = [w for w in later if w[0] > flushed]
+                self._pending = [w for w in later if w[0] > flushed and flushed >= 0]
         for _offset, waiter in batch:
             waiter.release()  # a failed flush releases everyone: they read ``failure``
         for _offset, waiter in covered:
             waiter.release()
+        if flushed < 0:
+            time.sleep(self._interval_s)  # a failing disk: do not spin
 
     def _flush_once(self) -> int:
         """fdatasync what was appended; returns the durable offset, -1 on failure."""
@@ -120,7 +123,6 @@ class CommitLogFlusher:
         except Exception as exc:  # disk error: appenders must hear about it
             log.exception("commitlog flush failed")
             self.failure = exc
-            time.sleep(self._interval_s)
             return -1
 
     def wait_durable(self, offset: int, timeout_ms: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -9,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from broker_core.errors import FlushTimeoutError, StoreError
 from broker_core.store.flush import Checkpoint
 from broker_core.store.message_store import MessageStore
 from tests.store.conftest import make_message
@@ -82,6 +84,41 @@ def test_group_commit_one_fdatasync_covers_many_appenders(
     assert early == []
     assert store.commitlog.max_offset == durable[0]
     assert 0 < syncs[0] <= threads * per_thread // 16, f"{syncs[0]} fdatasyncs"
+
+
+def test_sync_append_fails_loudly_when_fdatasync_fails(
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(flush_mode="sync", flush_interval_ms=5)
+    store.put_message(make_message(0))
+
+    def broken_fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "injected I/O error")
+
+    monkeypatch.setattr(os, "fdatasync", broken_fdatasync)
+    with pytest.raises(StoreError, match="flush failed"):
+        store.put_message(make_message(1))
+    with pytest.raises(StoreError, match="store is failing"):
+        store.put_message(make_message(2))  # refused before anything is appended
+
+
+def test_sync_append_times_out_then_the_next_flush_covers_it(
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(flush_mode="sync", sync_flush_timeout_ms=100)
+    real_fdatasync = os.fdatasync
+    disk_back = threading.Event()
+
+    def slow_fdatasync(fd: int) -> None:
+        disk_back.wait(10)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    with pytest.raises(FlushTimeoutError):
+        store.put_message(make_message(0))
+    disk_back.set()
+    result = store.put_message(make_message(1))  # the stuck flush ends; a new one covers this
+    assert store.commitlog.flushed_offset >= result.physical_offset + result.size
 
 
 def test_async_flush_catches_up_within_the_interval(open_store: Open) -> None:
