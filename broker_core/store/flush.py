@@ -57,6 +57,7 @@ class CommitLogFlusher:
         self.failure: BaseException | None = None
         self.flush_count = 0
         self.last_flush_ms = 0.0  # how long the last flush took (a metric)
+        self._last_group = 0  # appenders waiting when the last group commit released its own
 
     def start(self) -> None:
         self._running = True
@@ -78,14 +79,16 @@ class CommitLogFlusher:
     def _gather(self) -> None:
         """Let appenders that are still arriving join this group commit.
 
-        Returns once no appender registered for ``GATHER_GAP_S``, or ``GATHER_MAX_S``
-        after it started. When fdatasync is fast next to the appenders' own work, the
-        appenders the last flush released are still appending when the next flush could
-        start; without this wait every fdatasync would cover only a handful of them. A lone
-        appender pays one gap of latency.
+        Returns once as many appenders wait as were waiting when the last group commit
+        ended (all back: nothing more is expected), or when none registered for
+        ``GATHER_GAP_S``, or ``GATHER_MAX_S`` after it started. When fdatasync is fast next
+        to the appenders' own work, the appenders the last flush released are still
+        appending when the next flush could start; without this wait every fdatasync would
+        cover only a handful of them. A lone appender (or a few, all back at once) does not
+        wait at all.
         """
         deadline = time.monotonic() + GATHER_MAX_S
-        while self._running:
+        while self._running and len(self._pending) < self._last_group:
             self._work.clear()
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._work.wait(min(GATHER_GAP_S, remaining)):
@@ -105,6 +108,8 @@ class CommitLogFlusher:
             covered = [w for w in later if w[0] <= flushed or flushed < 0]
             if covered:
                 self._pending = [w for w in later if w[0] > flushed and flushed >= 0]
+            # Everyone waiting now: the next group commit expects them all back.
+            self._last_group = len(batch) + len(later)
         for _offset, waiter in batch:
             waiter.release()  # a failed flush releases everyone: they read ``failure``
         for _offset, waiter in covered:
