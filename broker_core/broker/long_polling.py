@@ -162,10 +162,8 @@ class LongPollingService:
 
     # ---- parking ------------------------------------------------------------------------
 
-    def park(
-        self, request: PullRequest, deadline_ms: int, callback: PullCallback,
-        direct: threading.Event | None = None,
-    ) -> ParkedPull | None:
+    def park(self, request: PullRequest, deadline_ms: int, callback: PullCallback,
+             direct: threading.Event | None = None) -> ParkedPull | None:  # fmt: skip
         """Hold ``request`` until messages for it arrive or ``deadline_ms`` (service clock).
 
         Call it after a pull came back empty. Returns the handle (for :meth:`cancel`),

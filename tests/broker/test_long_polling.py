@@ -151,8 +151,12 @@ def test_blocked_pull_is_woken_by_dispatch_itself(store: MessageStore) -> None:
     service = LongPollingService(store)  # never started
     parked = DispatchWatcher(store)
     box: list[PullResult] = []
-    waiter = threading.Thread(target=lambda: box.append(service.pull_blocking(
-        "t", 0, 0, filter=MessageFilter("TAG", "B"), timeout_ms=LONG_TIMEOUT_MS)))
+    tag_b = MessageFilter("TAG", "B")
+    waiter = threading.Thread(
+        target=lambda: box.append(
+            service.pull_blocking("t", 0, 0, filter=tag_b, timeout_ms=LONG_TIMEOUT_MS)
+        )
+    )
     waiter.start()
     deadline = time.monotonic() + 10
     while service.parked_count == 0:
