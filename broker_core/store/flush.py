@@ -49,7 +49,7 @@ class CommitLogFlusher:
         self._commitlog = commitlog
         self.sync = sync
         self._interval_s = interval_ms / 1000
-        self._mutex = threading.Lock()  # guards _pending and _idle
+        self._mutex = threading.Lock()  # guards _pending
         self._pending: list[tuple[int, threading.Lock]] = []  # (offset wanted, its waiter's lock)
         self._work = threading.Event()  # set when _pending gained an entry
         self._running = False
