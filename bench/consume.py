@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.peers import start_redis
+from bench.peers import redis_client, start_redis
 from bench.report import Result
 from broker_core.client import RocketMQClient
 from broker_core.client.columnar import check_placement, decode_units, split_properties
@@ -91,11 +91,9 @@ def _redis_drain(conn: Any, stream: str, count: int) -> int:
 
 
 def _redis(workdir: Path, count: int, body: bytes) -> float:
-    import redis
-
     peer = start_redis(workdir)
     try:
-        conn = redis.Redis(host="127.0.0.1", port=peer.port)
+        conn = redis_client(peer.port)
         for start in range(0, count, FILL_BATCH):
             pipe = conn.pipeline(transaction=False)
             for _ in range(min(FILL_BATCH, count - start)):

@@ -4,7 +4,8 @@ Input: the JSON objects the workloads print (``Result.to_dict``), or for a workl
 failed ``{"workload": name, "error": text}``. Output, under ``out``:
 
 * ``BENCHMARKS.md`` — one table (workload, ours, baseline, unit, ratio, goal, met?), the
-  conditions of each workload, the peers and their versions, the machine and the date;
+  conditions of each workload, the hand-written notes of ``bench/NOTES.md``, the peers and
+  their versions, the machine and the date;
 * ``bench/ratios.png`` — per workload, the figure its goal applies to against the goal;
 * ``bench/throughput.png`` — per throughput workload, ours against each peer;
 * ``bench/latency.png`` — p50/p99/p999 of the latency and backlog workloads.
@@ -140,11 +141,18 @@ def markdown(results: Sequence[dict[str, Any]], size: str, pngs: Sequence[str]) 
     lines += ["", "### Per workload", ""]
     for result in results:
         lines += _details(result)
+    lines += ["", *_notes()]
     lines += ["", "## Peers", ""]
     lines += [f"- `{binary} --version`: {text}" for binary, text in versions().items()]
     lines += ["", "## Machine", ""]
     lines += [f"- {k}: {v}" for k, v in machine().items()]
     return "\n".join(lines) + "\n"
+
+
+def _notes() -> list[str]:
+    """The hand-written analysis kept in ``bench/NOTES.md`` (nothing when it is absent)."""
+    path = Path(__file__).with_name("NOTES.md")
+    return path.read_text().rstrip("\n").split("\n") if path.exists() else []
 
 
 def write(results: Sequence[dict[str, Any]], out: Path, size: str) -> list[Path]:

@@ -8,9 +8,13 @@ Python process, each batch acknowledged before the next one starts:
 * JetStream: nats-py (asyncio) ``publish_async`` of 256 messages, then wait for the 256
   acks (pipelined on one connection, so also about one round trip), file storage.
 
-A fourth side prices the floor: our client against ``bench/noop_broker.py``, a gRPC
-server that answers every SendMessage without storing anything. No broker behind
-grpcio can be faster with this client; the gap to it is the broker's own work.
+Two ceilings price the floor. The raw transport ceiling (``bench/transport_ceiling.py``):
+a grpcio client sending the bytes of our 256-message SendMessage request, pre-encoded,
+to a server that drops them, with as many requests in flight as our client keeps
+(``IN_FLIGHT``); ``share_of_ceiling`` is ours over it. And our client against
+``bench/noop_broker.py``, a gRPC server that answers every SendMessage without storing
+anything. No broker behind grpcio can be faster with this client; the gap to it is the
+broker's own work.
 
 Our broker runs as its own process with the default async flush. Throughput is messages
 per second over the timed batches, after a warm-up batch on each side. The ratio (and the
@@ -26,14 +30,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.peers import start_nats, start_redis
+from bench import transport_ceiling
+from bench.peers import redis_client, start_nats, start_redis
 from bench.report import Result
 from broker_core.client import RocketMQClient
+from broker_core.client.wire import encode_messages
 from broker_core.server.launcher import launch_broker
 
 BATCH = 256
 BODY_BYTES = 128
 SIZES = {"tiny": 8, "full": 400}  # batches per side
+IN_FLIGHT = 1  # requests our produce client keeps in flight (the ceiling gets the same)
 
 
 def _ours(workdir: Path, batches: int, body: bytes) -> float:
@@ -71,11 +78,9 @@ def _noop(batches: int, body: bytes) -> float:
 
 
 def _redis(workdir: Path, batches: int, body: bytes) -> float:
-    import redis
-
     peer = start_redis(workdir)
     try:
-        conn = redis.Redis(host="127.0.0.1", port=peer.port)
+        conn = redis_client(peer.port)
         conn.xadd("warm", {"body": body})
         start = time.perf_counter()
         for _ in range(batches):
@@ -130,6 +135,8 @@ def run(size: str) -> list[Result]:
     try:
         ours = _ours(root / "ours", batches, body)
         noop = _noop(batches, body)
+        request, _count = encode_messages("bench-produce", [body] * BATCH)
+        ceiling = transport_ceiling.measure(request, BATCH, batches, IN_FLIGHT)
         redis_rate = _redis(root / "redis", batches, body)
         js_rate = _jetstream(root / "nats", batches, body)
     finally:
@@ -139,9 +146,11 @@ def run(size: str) -> list[Result]:
         "batches": batches, "batch": BATCH, "body_bytes": BODY_BYTES, "peer": "redis XADD",
         "jetstream_msg_s": round(js_rate), "ratio_vs_jetstream": round(ours / js_rate, 3),
         "noop_broker_msg_s": round(noop), "noop_broker_ratio": round(noop / redis_rate, 3),
+        "transport_ceiling_msg_s": round(ceiling), "share_of_ceiling": round(ours / ceiling, 3),
+        "transport_request_bytes": len(request), "in_flight": IN_FLIGHT,
         "flush": "ours async; Redis AOF everysec; JetStream file store defaults",
         "figures": {"ours": ours, "Redis XADD": redis_rate, "JetStream": js_rate,
-                    "no-op broker": noop},
+                    "no-op broker": noop, "transport ceiling": ceiling},
     })  # fmt: skip
     result.rows = [
         ("ours (gRPC SendMessage)", f"{ours:,.0f} msg/s", f"{batches} × {BATCH} × {BODY_BYTES} B"),
@@ -149,5 +158,7 @@ def run(size: str) -> list[Result]:
         ("JetStream publish", f"{js_rate:,.0f} msg/s", "publish_async, 256 acks per batch"),
         ("no-op broker (ceiling)", f"{noop:,.0f} msg/s",
          "our client vs a gRPC server that stores nothing"),
-    ]
+        ("raw transport ceiling", f"{ceiling:,.0f} msg/s",
+         f"{len(request):,} B pre-encoded, dropped; ours is {ours / ceiling:.2f} of it"),
+    ]  # fmt: skip
     return [result]

@@ -12,15 +12,18 @@ A parked pull whose filter rejects the new messages stays parked; its offset adv
 past the rejected units so they are not scanned again, and its answer carries that
 offset. Each parked request is answered exactly once (or never, if cancelled).
 
-Threads. The store's dispatch thread calls the listener, which only marks the queue
-"woken" and signals the *hold thread*; it never reads the store, so many parked pulls or
-a costly SQL92 filter cannot slow dispatch. The hold thread (``start``/``stop``; one
-thread, no thread per request) re-runs the pulls of woken queues and completes expired
-requests from a heap of deadlines. Tests drive it with ``run_once(now_ms)`` and an
-injected clock instead. ``park``, ``cancel``, ``pull_blocking`` and ``pull_async`` may be
-called from any thread; callbacks run on the hold thread (or on the caller's thread when
-``park`` answers at once), outside every lock, and must be quick — set an event, post to
-a loop. A callback that raises is logged and ignored.
+Threads. The store's dispatch thread calls the listener, which never reads the store, so
+many parked pulls or a costly SQL92 filter cannot slow dispatch: a caller blocked in
+``pull_blocking`` is claimed and woken directly (it pulls again on its own thread, so
+the answer is one thread switch away from dispatch, with no polling interval); for other
+requests it only marks the queue "woken" and signals the *hold thread*. The hold thread
+(``start``/``stop``; one thread, no thread per request) re-runs the pulls of woken
+queues and completes expired requests from a heap of deadlines. Tests drive it with
+``run_once(now_ms)`` and an injected clock instead. ``park``, ``cancel``,
+``pull_blocking`` and ``pull_async`` may be called from any thread; callbacks run on the
+hold thread (or on the caller's thread when ``park`` answers at once), outside every
+lock, and must be quick — set an event, post to a loop. A callback that raises is
+logged and ignored.
 
 Durability: none. Parked requests live in memory; after a restart consumers simply pull
 again from their offsets. Stop this service before closing its store.
@@ -71,7 +74,6 @@ QueueKey = tuple[str, int]  # (topic, queue id)
 
 DEFAULT_MAX_PARKED = 100_000
 _MAX_WAIT_S = 1.0  # the hold thread re-reads the clock at least this often
-_BLOCKING_GRACE_S = 2.0  # pull_blocking's safety margin when the hold thread is not running
 
 
 def monotonic_ms() -> int:
@@ -87,6 +89,9 @@ class ParkedPull:
     callback: PullCallback
     seq: int
     done: bool = False
+    # Set for a caller blocked in ``pull_blocking``: dispatch claims the request and sets
+    # this, and the caller re-runs its pull itself (no hop through the hold thread).
+    direct: threading.Event | None = None
 
     @property
     def key(self) -> QueueKey:
@@ -157,16 +162,17 @@ class LongPollingService:
 
     # ---- parking ------------------------------------------------------------------------
 
-    def park(
-        self, request: PullRequest, deadline_ms: int, callback: PullCallback
-    ) -> ParkedPull | None:
+    def park(self, request: PullRequest, deadline_ms: int, callback: PullCallback,
+             direct: threading.Event | None = None) -> ParkedPull | None:  # fmt: skip
         """Hold ``request`` until messages for it arrive or ``deadline_ms`` (service clock).
 
         Call it after a pull came back empty. Returns the handle (for :meth:`cancel`),
         or None when the request was answered at once with NO_NEW_MESSAGE because the
-        service is stopped or ``max_parked`` requests are already held.
+        service is stopped or ``max_parked`` requests are already held. With ``direct``,
+        new messages do not run ``callback``: they claim the request and set ``direct``
+        (the caller pulls again itself); the deadline and ``stop`` still run ``callback``.
         """
-        parked = ParkedPull(request, deadline_ms, callback, next(self._seq))
+        parked = ParkedPull(request, deadline_ms, callback, next(self._seq), direct=direct)
         with self._cond:
             stopped, full = self._stopped, self._count >= self._max_parked
             if not (stopped or full):
@@ -182,8 +188,9 @@ class LongPollingService:
             return None
         # A message dispatched between the caller's pull and the registration above
         # signalled nobody; look once more now that the request is visible to the listener.
-        if self._store.max_offset(request.topic, request.queue_id) > request.offset:
-            self._wake(parked.key)
+        max_offset = self._store.max_offset(request.topic, request.queue_id)
+        if max_offset > request.offset:
+            self._on_dispatch(request.topic, request.queue_id, max_offset)
         return parked
 
     def cancel(self, parked: ParkedPull) -> bool:
@@ -216,22 +223,40 @@ class LongPollingService:
         raw: bool = False,
         timeout_ms: int,
     ) -> PullResult:
-        """Pull, waiting up to ``timeout_ms`` for messages (thread-per-request servers)."""
+        """Pull, waiting up to ``timeout_ms`` for messages (thread-per-request servers).
+
+        The caller's thread is woken by dispatch itself and pulls again at once: the
+        answer to a parked pull costs one thread switch after the message is dispatched.
+        """
+        deadline_ms = self._clock_ms() + timeout_ms
         request = PullRequest(topic, queue_id, offset, max_count, filter, max_bytes, raw)
-        answered = threading.Event()
+        while True:
+            result = self._pull.execute(request)
+            if not result.status.empty or self._clock_ms() >= deadline_ms:
+                return result
+            request = request.at(result.next_offset)
+            answered = self._wait_parked(request, deadline_ms)
+            if answered is not None:
+                return answered
+
+    def _wait_parked(self, request: PullRequest, deadline_ms: int) -> PullResult | None:
+        """Park ``request`` for a blocked caller; its answer, or None to pull again."""
+        woken = threading.Event()
         box: list[PullResult] = []
 
         def deliver(result: PullResult) -> None:
             box.append(result)
-            answered.set()
+            woken.set()
 
-        parked = self.pull_or_park(request, self._clock_ms() + timeout_ms, deliver)
-        if not answered.wait(timeout_ms / 1000 + _BLOCKING_GRACE_S):
-            assert parked is not None  # an immediate answer sets the event before returning
-            if self.cancel(parked):  # the hold thread is not running
+        parked = self.park(request, deadline_ms, deliver, direct=woken)
+        if parked is None:
+            return box[0]  # answered at once (stopped or full)
+        remaining_s = max(deadline_ms - self._clock_ms(), 0) / 1000
+        if not woken.wait(remaining_s):
+            if self.cancel(parked):  # nobody claimed it: the deadline is ours to answer
                 return self._pull.empty_result(parked.request, PullStatus.NO_NEW_MESSAGE)
-            answered.wait()  # claimed by the hold thread: its callback is on its way
-        return box[0]
+            woken.wait()  # claimed meanwhile: its wake-up or answer is on its way
+        return box[0] if box else None
 
     async def pull_async(
         self,
@@ -288,12 +313,28 @@ class LongPollingService:
             return self._serve_woken() + self._expire(now_ms)
 
     def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """Store dispatch listener (dispatch thread): mark the queue, never read here."""
+        """Store dispatch listener (dispatch thread): never reads the store.
+
+        Blocked callers behind ``max_offset`` are claimed and woken to pull themselves;
+        the queue is marked for the hold thread if other requests are parked on it.
+        """
         key = (topic, queue_id)
+        ready: list[threading.Event] = []
         with self._cond:
-            if key in self._by_queue and not self._stopped:
+            parked = self._by_queue.get(key)
+            if parked is None or self._stopped:
+                return
+            others = False
+            for p in list(parked.values()):
+                if p.direct is None:
+                    others = True
+                elif p.request.offset < max_offset and self._claim_locked(p):
+                    ready.append(p.direct)
+            if others:
                 self._woken.add(key)
                 self._cond.notify()
+        for event in ready:
+            event.set()
 
     def _wake(self, key: QueueKey) -> None:
         with self._cond:
@@ -308,7 +349,7 @@ class LongPollingService:
             max_offset = self._store.max_offset(*key)
             with self._lock:
                 ready = [p for p in self._by_queue.get(key, {}).values()
-                         if p.request.offset < max_offset]  # fmt: skip
+                         if p.request.offset < max_offset and p.direct is None]  # fmt: skip
             for parked in ready:
                 answered += self._retry(parked)
         return answered

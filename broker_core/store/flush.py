@@ -3,9 +3,9 @@
 * Async (default): a thread fdatasyncs the commitlog every ``flush_interval_ms``; an
   append returns as soon as its bytes are in the page cache.
 * Sync: an append returns only once an fdatasync covers it. Appenders register the
-  offset they need and wait; the flush thread syncs up to the current write position
-  and wakes every appender it covered, so concurrent appends share one fdatasync
-  (group commit).
+  offset they need and wait; the flush thread takes every registration at once, syncs
+  up to the current write position and wakes exactly the appenders it covered, so
+  concurrent appends share one fdatasync (group commit, see ``CommitLogFlusher``).
 
 The derived-data flusher periodically flushes consume queues and the index, then writes
 the checkpoint: the durable commitlog offset (where recovery starts scanning), the
@@ -29,22 +29,35 @@ from broker_core.store.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
 
+GATHER_GAP_S = 0.0003  # a group commit waits for more appenders while they come this often
+GATHER_MAX_S = 0.002  # ... but never longer than this
+
 
 class CommitLogFlusher:
-    """The commitlog's flush thread, in async or sync (group commit) mode."""
+    """The commitlog's flush thread, in async or sync (group commit) mode.
+
+    Sync mode is RocketMQ's GroupCommitService: an appender registers (offset, its own
+    wake-up lock) in the pending list and blocks on that lock. The flush thread swaps the
+    pending list for an empty one, fdatasyncs once — covering every registered appender,
+    since each registered only after its append — and releases exactly the appenders it
+    covered. Appenders that register while a flush runs wait in the new list and are all
+    covered by the next single fdatasync. Each appender waits on a lock of its own, so a
+    flush wakes only the threads it made durable and they do not queue on a shared lock.
+    """
 
     def __init__(self, commitlog: CommitLog, *, sync: bool, interval_ms: int) -> None:
         self._commitlog = commitlog
         self.sync = sync
         self._interval_s = interval_ms / 1000
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)  # the flush thread waits here for work
-        self._flushed = threading.Condition(lock)  # appenders wait here for durability
-        self._wanted = 0  # highest offset an appender waits for
+        self._mutex = threading.Lock()  # guards _pending
+        self._pending: list[tuple[int, threading.Lock]] = []  # (offset wanted, its waiter's lock)
+        self._work = threading.Event()  # set when _pending gained an entry
         self._running = False
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
         self.flush_count = 0
+        self.last_flush_ms = 0.0  # how long the last flush took (a metric)
+        self._last_group = 0  # appenders waiting when the last group commit released its own
 
     def start(self) -> None:
         self._running = True
@@ -53,57 +66,109 @@ class CommitLogFlusher:
 
     def _run(self) -> None:
         while self._running:
-            with self._cond:
-                if self.sync:
-                    while self._running and self._wanted <= self._commitlog.flushed_offset:
-                        self._cond.wait(self._interval_s)
-                else:
-                    self._cond.wait(self._interval_s)
-            self._flush_once()
+            self._work.wait(None if self.sync else self._interval_s)
+            if not self._running:
+                break
+            if self.sync:
+                self._group_commit()
+            else:
+                self._work.clear()
+                if self._flush_once() < 0:
+                    time.sleep(self._interval_s)  # a failing disk: do not spin
 
-    def _flush_once(self) -> None:
+    def _gather(self) -> None:
+        """Let appenders that are still arriving join this group commit.
+
+        Returns once as many appenders wait as were waiting when the last group commit
+        ended (all back: nothing more is expected), or when none registered for
+        ``GATHER_GAP_S``, or ``GATHER_MAX_S`` after it started. When fdatasync is fast next
+        to the appenders' own work, the appenders the last flush released are still
+        appending when the next flush could start; without this wait every fdatasync would
+        cover only a handful of them. A lone appender (or a few, all back at once) does not
+        wait at all.
+        """
+        deadline = time.monotonic() + GATHER_MAX_S
+        while self._running and len(self._pending) < self._last_group:
+            self._work.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._work.wait(min(GATHER_GAP_S, remaining)):
+                return
+
+    def _group_commit(self) -> None:
+        """Swap the pending list, one fdatasync for all of it, release whom it covered."""
+        self._gather()
+        with self._mutex:
+            self._work.clear()
+            batch, self._pending = self._pending, []
+        if not batch:
+            return
+        flushed = self._flush_once()
+        with self._mutex:  # arrivals during the flush that it covered go too (all if it failed)
+            later = self._pending
+            covered = [w for w in later if w[0] <= flushed or flushed < 0]
+            if covered:
+                self._pending = [w for w in later if w[0] > flushed and flushed >= 0]
+            # Everyone waiting now: the next group commit expects them all back.
+            self._last_group = len(batch) + len(later)
+        for _offset, waiter in batch:
+            waiter.release()  # a failed flush releases everyone: they read ``failure``
+        for _offset, waiter in covered:
+            waiter.release()
+        if flushed < 0:
+            time.sleep(self._interval_s)  # a failing disk: do not spin
+
+    def _flush_once(self) -> int:
+        """fdatasync what was appended; returns the durable offset, -1 on failure."""
         try:
+            started = time.perf_counter()
             flushed = self._commitlog.flush()
+            self.last_flush_ms = (time.perf_counter() - started) * 1000
             self.flush_count += 1
+            return flushed
         except Exception as exc:  # disk error: appenders must hear about it
             log.exception("commitlog flush failed")
             self.failure = exc
-            flushed = -1
-        with self._flushed:
-            self._flushed.notify_all()
-        if flushed < 0:
-            time.sleep(self._interval_s)
+            return -1
 
     def wait_durable(self, offset: int, timeout_ms: int) -> None:
         """Block until the commitlog is durable up to ``offset`` (sync mode).
 
-        Appenders that arrive while a flush runs are covered by the next one, so a
-        burst of concurrent appends shares one fdatasync (group commit).
+        ``offset`` must be the end of an append that has returned. Appenders that arrive
+        while a flush runs are covered by the next one, so a burst of concurrent appends
+        shares one fdatasync (group commit). Raises StoreError if the flush failed and
+        FlushTimeoutError after ``timeout_ms``.
         """
-        deadline = time.monotonic() + timeout_ms / 1000
-        with self._cond:
-            if offset > self._wanted:
-                self._wanted = offset
-                self._cond.notify()
-            while self._commitlog.flushed_offset < offset:
-                if self.failure is not None:
-                    raise StoreError(f"commitlog flush failed: {self.failure}")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise FlushTimeoutError(
-                        f"sync flush did not reach offset {offset} within {timeout_ms} ms"
-                    )
-                self._flushed.wait(remaining)
+        if self._commitlog.flushed_offset >= offset:
+            return
+        if self.failure is not None:
+            raise StoreError(f"commitlog flush failed: {self.failure}")
+        waiter = threading.Lock()
+        waiter.acquire()
+        with self._mutex:
+            self._pending.append((offset, waiter))
+        self._work.set()
+        woken = waiter.acquire(timeout=timeout_ms / 1000)
+        if not woken:
+            with self._mutex:  # still listed unless a release is on its way
+                self._pending = [w for w in self._pending if w[1] is not waiter]
+        if self.failure is not None:
+            raise StoreError(f"commitlog flush failed: {self.failure}")
+        if self._commitlog.flushed_offset < offset:
+            raise FlushTimeoutError(
+                f"sync flush did not reach offset {offset} within {timeout_ms} ms"
+            )
 
     def stop(self) -> None:
         self._running = False
-        with self._cond:
-            self._cond.notify_all()
-            self._flushed.notify_all()
+        self._work.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         self._commitlog.flush()
+        with self._mutex:  # nobody is left waiting on a thread that has gone
+            batch, self._pending = self._pending, []
+        for _offset, waiter in batch:
+            waiter.release()
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ knows the shutdown was clean. All public methods are thread-safe.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,7 @@ class MessageStore:
         self._abort_path = root / "abort"
         self._lock = StoreLock(root)
         self._checkpoint_path = root / "checkpoint"
+        self._checkpoint_lock = threading.Lock()  # the derived flusher and callers both write it
         host = (config.store_host, config.store_port)
         self._store_host = host
         self.commitlog = CommitLog(config.commitlog_dir, config.segment_size_bytes, host)
@@ -205,13 +207,17 @@ class MessageStore:
         return self._open
 
     def checkpoint(self) -> None:
-        """Flush consume queues and index, then record what recovery may rely on."""
-        dispatched, table = self.dispatcher.snapshot()
-        self.queues.flush()
-        self.index.flush()
-        Checkpoint(self.commitlog.flushed_offset, dispatched, table, self._clock_ms()).save(
-            self._checkpoint_path
-        )
+        """Flush consume queues and index, then record what recovery may rely on.
+
+        Calls are serialised: two writers would race on the checkpoint's temporary file.
+        """
+        with self._checkpoint_lock:
+            dispatched, table = self.dispatcher.snapshot()
+            self.queues.flush()
+            self.index.flush()
+            Checkpoint(self.commitlog.flushed_offset, dispatched, table, self._clock_ms()).save(
+                self._checkpoint_path
+            )
 
     def _check_writable(self) -> None:
         if not self._open:

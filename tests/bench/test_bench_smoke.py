@@ -85,6 +85,13 @@ def test_all_writes_markdown_and_plots(tiny_run: tuple[Path, dict[str, Any], str
         assert f"(bench/{name}.png)" in text
 
 
+def test_markdown_keeps_the_hand_written_notes() -> None:
+    notes = (ROOT / "bench" / "NOTES.md").read_text().strip()
+    text = docs.markdown([], "full", [])
+    assert notes.splitlines()[0] in text and notes.splitlines()[-1] in text
+    assert text.index(notes.splitlines()[0]) < text.index("## Peers")
+
+
 def test_docs_can_be_redrawn_from_saved_results(
     tiny_run: tuple[Path, dict[str, Any], str], tmp_path: Path
 ) -> None:

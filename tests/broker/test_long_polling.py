@@ -144,6 +144,38 @@ def test_pull_blocking_returns_when_a_message_arrives(
     assert [m.body for m in box[0].messages] == [b"late"]
 
 
+def test_blocked_pull_is_woken_by_dispatch_itself(store: MessageStore) -> None:
+    """No hold thread runs: the blocked caller is woken by dispatch and pulls itself, so
+    the answer waits for no other thread and no polling interval; a message its filter
+    rejects parks it again, and it still times out on its own."""
+    service = LongPollingService(store)  # never started
+    parked = DispatchWatcher(store)
+    box: list[PullResult] = []
+    tag_b = MessageFilter("TAG", "B")
+    waiter = threading.Thread(
+        target=lambda: box.append(
+            service.pull_blocking("t", 0, 0, filter=tag_b, timeout_ms=LONG_TIMEOUT_MS)
+        )
+    )
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while service.parked_count == 0:
+        assert time.monotonic() < deadline, "pull_blocking never parked"
+        time.sleep(0.001)
+    store.put_messages([msg("A")])  # rejected by the filter: parks again past it
+    parked.wait_for("t", 0, 1)
+    started = time.monotonic()
+    store.put_messages([msg("B", body=b"wanted")])
+    waiter.join(timeout=LONG_TIMEOUT_MS / 1000)
+    assert not waiter.is_alive()
+    assert time.monotonic() - started < LONG_TIMEOUT_MS / 1000 / 2
+    assert [m.body for m in box[0].messages] == [b"wanted"] and box[0].next_offset == 2
+    assert service.parked_count == 0
+    timed = service.pull_blocking("t", 0, 2, timeout_ms=50)  # no hold thread, still ends
+    assert timed.status is PullStatus.NO_NEW_MESSAGE and timed.next_offset == 2
+    service.stop()
+
+
 def test_pull_blocking_answers_at_once_when_messages_exist(
     store: MessageStore, polling: LongPollingService
 ) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 import time
 from collections.abc import Callable
 
+import pytest
+
+from broker_core.errors import FlushTimeoutError, StoreError
 from broker_core.store.flush import Checkpoint
 from broker_core.store.message_store import MessageStore
 from tests.store.conftest import make_message
@@ -42,6 +47,80 @@ def test_concurrent_sync_appends_share_one_fdatasync(open_store: Open) -> None:
     assert store.flusher.flush_count < threads * per_thread  # group commit happened
 
 
+def test_group_commit_one_fdatasync_covers_many_appenders(
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64 concurrent sync appenders: at most one fdatasync per 16 messages, and every
+    append returns only after an fdatasync that started once its bytes were written."""
+    store = open_store(flush_mode="sync", segment_size_bytes=8 << 20,
+                       derived_flush_interval_ms=600_000)  # fmt: skip
+    real_fdatasync = os.fdatasync
+    durable = [0]  # the log's end before the last completed fdatasync began
+    syncs = [0]
+
+    def counting_fdatasync(fd: int) -> None:
+        written = store.commitlog.max_offset
+        real_fdatasync(fd)
+        syncs[0] += 1
+        durable[0] = max(durable[0], written)
+
+    monkeypatch.setattr(os, "fdatasync", counting_fdatasync)
+    threads, per_thread = 64, 25
+    barrier = threading.Barrier(threads)
+    early: list[int] = []  # ends acknowledged before an fdatasync covered them
+
+    def appender(t: int) -> None:
+        barrier.wait()
+        for i in range(per_thread):
+            r = store.put_message(make_message(t * 1000 + i, size=200))
+            if r.physical_offset + r.size > durable[0]:
+                early.append(r.physical_offset + r.size)
+
+    workers = [threading.Thread(target=appender, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert early == []
+    assert store.commitlog.max_offset == durable[0]
+    assert 0 < syncs[0] <= threads * per_thread // 16, f"{syncs[0]} fdatasyncs"
+
+
+def test_sync_append_fails_loudly_when_fdatasync_fails(
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(flush_mode="sync", flush_interval_ms=5)
+    store.put_message(make_message(0))
+
+    def broken_fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "injected I/O error")
+
+    monkeypatch.setattr(os, "fdatasync", broken_fdatasync)
+    with pytest.raises(StoreError, match="flush failed"):
+        store.put_message(make_message(1))
+    with pytest.raises(StoreError, match="store is failing"):
+        store.put_message(make_message(2))  # refused before anything is appended
+
+
+def test_sync_append_times_out_then_the_next_flush_covers_it(
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(flush_mode="sync", sync_flush_timeout_ms=100)
+    real_fdatasync = os.fdatasync
+    disk_back = threading.Event()
+
+    def slow_fdatasync(fd: int) -> None:
+        disk_back.wait(10)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    with pytest.raises(FlushTimeoutError):
+        store.put_message(make_message(0))
+    disk_back.set()
+    result = store.put_message(make_message(1))  # the stuck flush ends; a new one covers this
+    assert store.commitlog.flushed_offset >= result.physical_offset + result.size
+
+
 def test_async_flush_catches_up_within_the_interval(open_store: Open) -> None:
     store = open_store(flush_mode="async", flush_interval_ms=10)
     result = store.put_message(make_message(1))
@@ -52,7 +131,7 @@ def test_async_flush_catches_up_within_the_interval(open_store: Open) -> None:
 
 
 def test_checkpoint_records_durable_and_dispatched_offsets(open_store: Open, tmp_path) -> None:
-    store = open_store()
+    store = open_store(derived_flush_interval_ms=600_000)  # no background checkpoint meanwhile
     store.put_messages([make_message(i, queue_id=i % 2) for i in range(10)])
     store.wait_dispatched()
     store.commitlog.flush()
