@@ -88,13 +88,22 @@ def broker() -> None:
 @click.option("--flush", type=click.Choice(["sync", "async"]), default=None)
 @click.option("--config", "config_file", default=None, help="TOML file with [broker], [store]")
 @click.option("--advertise", default=None, help="endpoint clients are given in routes")
+@click.option("--broker-id", type=int, default=None, help="0 = the group's master, > 0 = a slave")
+@click.option("--ha-listen", default=None, help="master: HOST:PORT its slaves replicate from")
+@click.option("--ha-master", default=None, help="slave: its master's HA HOST:PORT")
+@click.option("--replication", type=click.Choice(["sync", "async"]), default=None,
+              help="sync: a send is acknowledged once the in-sync slaves have it")  # fmt: skip
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
-                 advertise: str | None) -> None:  # fmt: skip
+                 advertise: str | None, broker_id: int | None, ha_listen: str | None,
+                 ha_master: str | None, replication: str | None) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
     argv = ["--listen", listen, "--store-dir", store_dir]
-    options = {"--flush": flush, "--config": config_file, "--advertise": advertise}
+    options = {"--flush": flush, "--config": config_file, "--advertise": advertise,
+               "--broker-id": None if broker_id is None else str(broker_id),
+               "--ha-listen": ha_listen, "--ha-master": ha_master,
+               "--replication": replication}  # fmt: skip
     argv += [text for flag, value in options.items() if value for text in (flag, value)]
     try:
         code = run(argv)

@@ -30,6 +30,7 @@ class here names a distinct situation, never a generic "something failed".
     │   ├── GroupNotFoundError
     │   └── MessageNotFoundError
     ├── PermissionDeniedError           topic perm forbids the operation
+    │   └── NotMasterError              a write sent to a slave of a broker group
     ├── OffsetOutOfRangeError           read below the minimum / above the maximum
     ├── StaleReceiptHandleError         handle superseded, acked, or expired
     ├── UnsupportedError                a feature we deliberately do not offer
@@ -38,7 +39,10 @@ class here names a distinct situation, never a generic "something failed".
     │   ├── StoreClosedError            the store is shut down
     │   ├── StoreLockedError            another process holds the store directory
     │   ├── DiskFullError               retriable: no room for the append
-    │   └── FlushTimeoutError           retriable: sync flush did not finish in time
+    │   ├── FlushTimeoutError           retriable: sync flush did not finish in time
+    │   ├── ReplicationTimeoutError     retriable: the in-sync slaves did not ack in time
+    │   ├── InSyncReplicasNotEnoughError retriable: fewer in-sync replicas than the minimum
+    │   └── ReplicationProtocolError    bad bytes or offsets on the HA port (that link closes)
     └── BusyError                       retriable: flow control, try again later
 """
 
@@ -156,6 +160,10 @@ class StaleReceiptHandleError(RocketMQError):
     """The receipt handle was superseded, already acked, or its message redelivered."""
 
 
+class NotMasterError(PermissionDeniedError):
+    """A client write reached a slave: only a broker group's master takes writes."""
+
+
 class UnsupportedError(RocketMQError):
     """The operation is recognised but deliberately not supported."""
 
@@ -198,3 +206,22 @@ class BusyError(RocketMQError):
     """The broker is shedding load (flush or dispatch lag, disk nearly full)."""
 
     retriable = True
+
+
+class ReplicationTimeoutError(StoreError):
+    """A sync-replication append was stored on the master but the in-sync slaves did not
+    ack it in time (RocketMQ's FLUSH_SLAVE_TIMEOUT); the message may still be replicated."""
+
+    retriable = True
+
+
+class InSyncReplicasNotEnoughError(StoreError):
+    """Sync replication needs more in-sync replicas than the group has now
+    (RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH); nothing was appended."""
+
+    retriable = True
+
+
+class ReplicationProtocolError(StoreError):
+    """Bytes on the HA port break the replication protocol (a gap, an overlap that
+    differs, a unit that does not verify, a bad frame); the link is closed."""

@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,7 @@ from broker_core.broker.transaction import (
 )
 from broker_core.config import BrokerConfig, StoreConfig
 from broker_core.errors import InvalidArgumentError
+from broker_core.ha.group import Replication
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_DELIVER_TIME_MS,
@@ -136,6 +138,7 @@ class Broker:
             clock_ms=clock_ms, retry_policy_for=lambda g: self.group(g).retry_policy,
             is_fifo=lambda g: self.group(g).fifo,
         )  # fmt: skip
+        self.replication = Replication(self)
         self._stop = threading.Event()
         self._housekeeper: threading.Thread | None = None
         self.recovery: RecoveryReport | None = None
@@ -150,10 +153,15 @@ class Broker:
         self.recovery = self.store.open()
         self.topics.ensure_system_topics()
         self.store.add_dispatch_listener(self.waiter.notify)
-        self.pop.open()
-        self.transactions.open()  # reads the half/op topics: only after the store is open
-        for service in (self.long_polling, self.schedule, self.timer, self.transactions,
-                        self.pop, self.clients):  # fmt: skip
+        self.replication.start()
+        if self.replication.is_slave:  # its log holds only the master's bytes: no appenders
+            services: tuple[Any, ...] = (self.long_polling, self.clients)
+        else:
+            self.pop.open()
+            self.transactions.open()  # reads the half/op topics: only after the store opens
+            services = (self.long_polling, self.schedule, self.timer, self.transactions,
+                        self.pop, self.clients)  # fmt: skip
+        for service in services:
             service.start()
         self._stop.clear()
         self._housekeeper = threading.Thread(target=self._housekeep, name="broker-housekeeping",
@@ -168,6 +176,7 @@ class Broker:
             self._housekeeper.join()
             self._housekeeper = None
         self.waiter.close()
+        self.replication.stop()
         for service in (self.clients, self.transactions, self.timer, self.schedule,
                         self.long_polling):  # fmt: skip
             service.stop()
@@ -193,6 +202,7 @@ class Broker:
             "timer": state(self.timer.failure),
             "transaction-check": state(tx.failure or tx.last_round_error),
             "pop-revive": state(self.pop.failure),
+            "replication": self.replication.health(),
         }
 
     def _housekeep(self) -> None:

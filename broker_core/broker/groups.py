@@ -158,6 +158,11 @@ class GroupManager:
             raise ConfigError(f"{self._path} holds malformed group configs: {exc!r}") from exc
         self._groups = {config.name: config for config in configs}
 
+    def reload(self) -> None:
+        """Re-read the file (a slave adopting the copy of its master's table)."""
+        with self._lock:
+            self._load()
+
     def _write_locked(self, table: dict[str, GroupConfig]) -> None:
         """Persist ``table`` and then adopt it; the caller holds ``_lock``."""
         write_json_atomic(self._path, {"groups": [table[n].to_dict() for n in sorted(table)]})

@@ -10,6 +10,7 @@ accepts requests, and on SIGTERM or SIGINT stops accepting, lets in-flight calls
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import logging
 import resource
@@ -99,7 +100,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--store-dir", default=".rocketmq/store")
     p.add_argument("--flush", choices=("sync", "async"), default=None)
     p.add_argument("--config", default=None, help="TOML file with [broker] and [store]")
+    _add_group_args(p)
     return p.parse_args(argv)
+
+
+def _add_group_args(p: argparse.ArgumentParser) -> None:
+    """Broker-group flags (``broker_core.ha``); each overrides its ``[broker]`` key."""
+    p.add_argument("--broker-id", type=int, default=None, help="0 = master, > 0 = slave")
+    p.add_argument("--ha-listen", default=None, help="master: HOST:PORT for its slaves")
+    p.add_argument("--ha-master", default=None, help="slave: the master's HA HOST:PORT")
+    p.add_argument("--replication", choices=("sync", "async"), default=None,
+                   help="sync: a send is acked once the in-sync slaves have it")  # fmt: skip
+
+
+def _group_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    names = ("broker_id", "ha_listen", "ha_master", "replication")
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def build(args: argparse.Namespace) -> BrokerServer:
@@ -110,6 +126,7 @@ def build(args: argparse.Namespace) -> BrokerServer:
     if port.isdigit() and int(port) > 0:  # stored messages record where they were stored
         overrides.update(store_host=host or "127.0.0.1", store_port=int(port))
     broker_config, store_config = load_config(args.config, **overrides)
+    broker_config = dataclasses.replace(broker_config, **_group_overrides(args))
     server = BrokerServer(Broker(broker_config, store_config), args.listen,
                           advertise=args.advertise)  # fmt: skip
     server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
@@ -144,6 +161,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     recovery = server.broker.recovery
     if recovery is not None:
         log.info("store opened: %s", recovery.summary())
+    ha_endpoint = server.broker.replication.ha_endpoint
+    if ha_endpoint:
+        print(f"HA_LISTEN {ha_endpoint}", flush=True)
     print(f"READY {server.endpoint}", flush=True)
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
     # thread runs, so wait in slices instead of blocking until an event nobody sets.

@@ -1,0 +1,78 @@
+"""A broker's place in its group: master (HA port, in-sync set) or slave (HA link).
+
+Roles are static here: broker id 0 is the master, any other id a slave of the master at
+``ha_master`` (a controller will assign both later: ``Replication`` is what it would
+switch). A slave's store refuses client writes (NotMasterError: "broker X is a slave")
+and its broker runs no service that appends (delay levels, timers, transaction checks,
+POP revive): its log holds only its master's bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from broker_core.ha import metadata
+from broker_core.ha.in_sync import InSyncSet
+from broker_core.ha.master import HAMaster
+from broker_core.ha.slave import HASlave
+
+if TYPE_CHECKING:
+    from broker_core.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+class Replication:
+    """Starts and stops the HA side of one broker (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        cfg = broker.config
+        self.is_slave = cfg.broker_id > 0
+        self.master: HAMaster | None = None
+        self.slave: HASlave | None = None
+        self.in_sync = InSyncSet(window_ms=cfg.ha_catch_up_window_ms,
+                                 min_replicas=cfg.min_in_sync_replicas)  # fmt: skip
+
+    @property
+    def ha_endpoint(self) -> str:
+        """The HA port a master listens on ("" when it does not)."""
+        return self.master.endpoint if self.master is not None else ""
+
+    def start(self) -> None:
+        """Call with the store open, before the broker's services start."""
+        broker, cfg = self._broker, self._broker.config
+        store = broker.store
+        if self.is_slave:
+            store.slave_of = (f"broker {cfg.broker_name} is a slave (broker id {cfg.broker_id}); "
+                              "send to its master")  # fmt: skip
+            self.slave = HASlave(
+                store, cfg.ha_master, heartbeat_ms=cfg.ha_heartbeat_interval_ms,
+                metadata_interval_ms=cfg.ha_metadata_interval_ms,
+                apply_metadata=lambda body: metadata.apply(broker, body),
+            )  # fmt: skip
+            self.slave.start()
+        elif cfg.ha_listen:
+            self.master = HAMaster(
+                store.commitlog, cfg.ha_listen, in_sync=self.in_sync,
+                sync=cfg.replication == "sync", timeout_ms=cfg.sync_replication_timeout_ms,
+                heartbeat_ms=cfg.ha_heartbeat_interval_ms,
+                metadata=lambda: metadata.snapshot(broker),
+            )  # fmt: skip
+            store.after_append = self.master.after_append
+            log.info("broker %s master: HA port %s, %s replication", cfg.broker_name,
+                     self.master.endpoint, cfg.replication)  # fmt: skip
+
+    def stop(self) -> None:
+        if self.slave is not None:
+            self.slave.stop()
+        if self.master is not None:
+            self._broker.store.after_append = None
+            self.master.stop()
+
+    def health(self) -> str:
+        """``"ok"`` or what is wrong with the link (for ``Broker.service_health``)."""
+        if self.slave is not None and not self.slave.connected.is_set():
+            return f"not connected to master {self.slave.master}: {self.slave.last_error}"
+        return "ok"
