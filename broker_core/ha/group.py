@@ -10,7 +10,7 @@ POP revive): its log holds only its master's bytes.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker_core.ha import metadata
 from broker_core.ha.in_sync import InSyncSet
@@ -70,6 +70,19 @@ class Replication:
         if self.master is not None:
             self._broker.store.after_append = None
             self.master.stop()
+
+    def status(self) -> dict[str, Any]:
+        """Role, HA addresses and, on a master, the connected and in-sync slaves with
+        their acked offsets (the admin service's Health shows it)."""
+        cfg = self._broker.config
+        status: dict[str, Any] = {"role": "slave" if self.is_slave else "master",
+                                  "broker_id": cfg.broker_id, "replication": cfg.replication}
+        if self.slave is not None:
+            status.update(master=self.slave.master, connected=self.slave.connected.is_set())
+        if self.master is not None:
+            status.update(ha_endpoint=self.master.endpoint, slaves=self.in_sync.connected(),
+                          in_sync=self.in_sync.members())  # fmt: skip
+        return status
 
     def health(self) -> str:
         """``"ok"`` or what is wrong with the link (for ``Broker.service_health``)."""

@@ -1,0 +1,76 @@
+"""Master and slave as real broker processes: same bytes at the same offsets, reads from the
+slave, the slave refusing writes, config tables copied, a restarted slave resuming."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from broker_core.client import RocketMQClient
+from broker_core.errors import PermissionDeniedError
+from tests.ha.conftest import Group, pull_all, wait_replicated, wait_until, written_end
+
+
+def test_the_slave_holds_the_masters_bytes_and_serves_reads(
+    group_factory: Callable[..., Group],
+) -> None:
+    group = group_factory(replication="async")
+    with RocketMQClient(group.master.endpoint, max_attempts=1) as master, \
+            RocketMQClient(group.slave.endpoint, max_attempts=1) as slave:  # fmt: skip
+        master.create_topic("ha-orders", queues=3)
+        sent = [f"order-{i}".encode() * (1 + i % 50) for i in range(600)]
+        for start in range(0, 400, 100):
+            master.send_batch("ha-orders", sent[start : start + 100])  # the column lane
+        for body in sent[400:]:
+            master.send("ha-orders", body, keys=["k" + body[:9].decode()])  # the general lane
+        data = wait_replicated(group)
+        assert written_end(group.slave.store_dir) == written_end(group.master.store_dir) > 0
+        assert len(data) > 0
+        wait_until(lambda: [q["max_offset"] for q in slave.topic_status("ha-orders")]
+                   == [q["max_offset"] for q in master.topic_status("ha-orders")],
+                   what="the slave's queues (copied topic config, dispatched units)")  # fmt: skip
+        assert sorted(pull_all(slave, "ha-orders", 3)) == sorted(sent)
+        assert pull_all(slave, "ha-orders", 3) == pull_all(master, "ha-orders", 3)
+        with pytest.raises(PermissionDeniedError, match="broker g is a slave"):
+            slave.send("ha-orders", b"refused")
+        assert pull_all(slave, "ha-orders", 3) == pull_all(master, "ha-orders", 3)
+
+
+def test_config_tables_reach_the_slave(group_factory: Callable[..., Group]) -> None:
+    group = group_factory()
+    with RocketMQClient(group.master.endpoint, max_attempts=1) as master, \
+            RocketMQClient(group.slave.endpoint, max_attempts=1) as slave:  # fmt: skip
+        master.create_topic("ha-config", queues=5)
+        master.create_group("GID-ha", max_retries=7)
+        master.send("ha-config", b"x")
+        master.update_offset("GID-ha", "ha-config", 2, 1)
+
+        def copied() -> bool:
+            topics = {t["name"]: t for t in slave.list_topics()}
+            groups = {g["name"]: g for g in slave.list_groups()}
+            return ("ha-config" in topics and "GID-ha" in groups
+                    and slave.get_offset("GID-ha", "ha-config", 2) == 1)  # fmt: skip
+
+        wait_until(copied, what="the topic, group and offset on the slave")
+        assert len(slave.topic_status("ha-config")) == 5
+        on_master = {g["name"]: g for g in master.list_groups()}["GID-ha"]
+        assert {g["name"]: g for g in slave.list_groups()}["GID-ha"] == on_master
+        assert "7" in str(on_master)  # max_retries, as the master's admin shows it
+
+
+def test_a_restarted_slave_resumes_from_its_offset(group_factory: Callable[..., Group]) -> None:
+    group = group_factory()
+    with RocketMQClient(group.master.endpoint, max_attempts=1) as master:
+        master.create_topic("ha-resume", queues=2)
+        master.send_batch("ha-resume", [b"before-%d" % i for i in range(200)])
+        wait_replicated(group)
+        assert group.slave.stop() == 0
+        resumed_at = written_end(group.slave.store_dir)
+        master.send_batch("ha-resume", [b"after-%d" % i for i in range(200)])
+        group.start_slave()
+        wait_replicated(group)
+        assert f"streaming from offset {resumed_at}" in "".join(group.master.output)
+        with RocketMQClient(group.slave.endpoint, max_attempts=1) as slave:
+            wait_until(lambda: len(pull_all(slave, "ha-resume", 2)) == 400,
+                       what="all 400 messages readable on the restarted slave")  # fmt: skip
