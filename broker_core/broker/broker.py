@@ -202,7 +202,6 @@ class Broker:
             "timer": state(self.timer.failure),
             "transaction-check": state(tx.failure or tx.last_round_error),
             "pop-revive": state(self.pop.failure),
-            "replication": self.replication.health(),
         }
 
     def _housekeep(self) -> None:
@@ -278,6 +277,8 @@ class Broker:
             stored = self.store.put_messages([m for _, m in plain])
             for (i, msg), put in zip(plain, stored, strict=True):
                 results[i] = SendResult(put.message_id, msg.topic, msg.queue_id, put.queue_offset)
+        # The log's end now covers this send (held messages too; at worst a little more).
+        self.replication.wait_replicated(self.store.commitlog.max_offset)
         return [r for r in results if r is not None]
 
     def send_columns(self, batch: ColumnBatch) -> np.ndarray:
@@ -296,7 +297,9 @@ class Broker:
         batch.queue_ids = ((first + np.arange(len(batch))) % config.write_queue_nums).astype(
             np.int32
         )
-        return self.store.put_columns(batch)
+        offsets = self.store.put_columns(batch)
+        self.replication.wait_replicated(self.store.commitlog.max_offset)
+        return offsets
 
     def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
@@ -355,8 +358,10 @@ class Broker:
     def end_transaction(self, message_id: str, transaction_id: str, commit: bool, *,
                         from_check: bool = False) -> EndResult:  # fmt: skip
         resolution = Resolution.COMMIT if commit else Resolution.ROLLBACK
-        return self.transactions.end(message_id, transaction_id, resolution,
-                                     from_check=from_check)  # fmt: skip
+        result = self.transactions.end(message_id, transaction_id, resolution,
+                                       from_check=from_check)  # fmt: skip
+        self.replication.wait_replicated(self.store.commitlog.max_offset)
+        return result
 
     # ---- pull consumers -------------------------------------------------------------------
 

@@ -64,6 +64,18 @@ class Replication:
             log.info("broker %s master: HA port %s, %s replication", cfg.broker_name,
                      self.master.endpoint, cfg.replication)  # fmt: skip
 
+    def wait_replicated(self, end_offset: int) -> None:
+        """Called by the broker after a client's write ended at ``end_offset``: with sync
+        replication it returns once the in-sync slaves have it (``in_sync``), raising
+        ReplicationTimeoutError or InSyncReplicasNotEnoughError otherwise.
+
+        Only writes a client is told about wait (sends, held messages, transaction ends);
+        the broker's own re-puts (delay levels, timers, POP revive) do not: a timeout
+        there would make them put again.
+        """
+        if self.master is not None:
+            self.master.wait_replicated(end_offset)
+
     def stop(self) -> None:
         if self.slave is not None:
             self.slave.stop()
@@ -78,14 +90,9 @@ class Replication:
         status: dict[str, Any] = {"role": "slave" if self.is_slave else "master",
                                   "broker_id": cfg.broker_id, "replication": cfg.replication}
         if self.slave is not None:
-            status.update(master=self.slave.master, connected=self.slave.connected.is_set())
+            status.update(master=self.slave.master, connected=self.slave.connected.is_set(),
+                          last_error=self.slave.last_error)
         if self.master is not None:
             status.update(ha_endpoint=self.master.endpoint, slaves=self.in_sync.connected(),
                           in_sync=self.in_sync.members())  # fmt: skip
         return status
-
-    def health(self) -> str:
-        """``"ok"`` or what is wrong with the link (for ``Broker.service_health``)."""
-        if self.slave is not None and not self.slave.connected.is_set():
-            return f"not connected to master {self.slave.master}: {self.slave.last_error}"
-        return "ok"

@@ -15,8 +15,9 @@ starts is decided by the first report R:
 Idle links get a 0-byte heartbeat frame every heartbeat interval; a report of
 ``METADATA_REQUEST`` gets the config tables (``metadata``) instead of a stream.
 
-Threads: ``after_append`` runs on appending threads (it wakes the senders and, with sync
-replication, waits); each connection has its own two threads; ``stop`` closes all.
+Threads: ``after_append`` runs on appending threads (it wakes the senders) and
+``wait_replicated`` on the broker's sending threads (sync replication); each connection
+has its own two threads; ``stop`` closes all.
 """
 
 from __future__ import annotations
@@ -59,9 +60,12 @@ class HAMaster:
         self._accepter.start()
 
     def after_append(self, end_offset: int) -> None:
-        """The store's hook: wake the senders; with sync replication wait for the acks."""
+        """The store's hook after every append: wake the senders."""
         with self._appended:
             self._appended.notify_all()
+
+    def wait_replicated(self, end_offset: int) -> None:
+        """With sync replication, wait until the in-sync slaves acked ``end_offset``."""
         if self.sync:
             self.in_sync.wait(end_offset, self._timeout_ms)
 

@@ -148,8 +148,8 @@ class MessageStore:
         self._disk_checked_at = -1.0
         self._disk_full = False
         # Broker groups (``broker_core.ha``): a slave refuses writes with this text; a
-        # master's hook runs after each append with its end offset (sync replication
-        # waits there for the in-sync slaves).
+        # master's hook runs after each append with its end offset (it wakes the HA
+        # senders; sync replication waits in the broker, not here).
         self.slave_of = ""
         self.after_append: Callable[[int], None] | None = None
 
