@@ -171,7 +171,8 @@ def _check_ha(c: BrokerConfig) -> None:
         _require(not value or (bool(host) and port.isdigit() and int(port) < 65536),
                  f"{name} must be HOST:PORT, got {value!r}")  # fmt: skip
     _require(c.broker_id == 0 or bool(c.ha_master),
-             f"broker {c.broker_name} id {c.broker_id} is a slave: it needs ha_master")
+             f"broker {c.broker_name} id {c.broker_id} is a slave: it needs ha_master "
+             "(--ha-master HOST:PORT)")
     _require(c.broker_id > 0 or not c.ha_master, "ha_master is for slaves (broker_id > 0)")
     for name in ("sync_replication_timeout_ms", "ha_catch_up_window_ms", "min_in_sync_replicas",
                  "ha_heartbeat_interval_ms", "ha_metadata_interval_ms"):  # fmt: skip
