@@ -55,7 +55,7 @@ def test_a_group_from_the_command_line(tmp_path: Path) -> None:
         wait_until(lambda: to_master.health()["replication"]["in_sync"] != {})
         to_master.send("cli-ha", b"replicated")
         wait_until(lambda: "cli-ha" in {t["name"] for t in to_slave.list_topics()})
-        assert pull_all(to_slave, "cli-ha", 1) == [b"replicated"]
+        wait_until(lambda: pull_all(to_slave, "cli-ha", 1) == [b"replicated"])
         assert to_slave.health()["replication"]["role"] == "slave"
 
 
