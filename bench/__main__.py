@@ -16,6 +16,7 @@ from bench import (
     consume,
     latency,
     produce,
+    replication,
     server_mode,
     spark_rw,
     store_append,
@@ -33,6 +34,7 @@ WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "spark-read": spark_rw.run_read,
     "spark-write": spark_rw.run_write,
     "server-mode": server_mode.run,
+    "replication": replication.run,
 }
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,7 +26,7 @@ from typing import Any
 from bench.peers import versions
 
 ORDER = ("store-append", "produce", "consume", "latency", "topics", "backlog",
-         "spark-read", "spark-write", "server-mode")  # fmt: skip
+         "spark-read", "spark-write", "server-mode", "replication")  # fmt: skip
 WHAT = {
     "store-append": "1 KiB appends through the store (batch 64, async flush; sync group "
     "commit with 64 appenders in details) vs raw `os.write` of the same bytes",
@@ -40,6 +40,8 @@ WHAT = {
     "backlog": "random-offset single-pull p99 at the large vs the small backlog; broker RSS",
     "server-mode": "grpc's thread-pool server vs its asyncio server (same handlers): 16 "
     "threads of single sends (batch-256 rates in details)",
+    "replication": "batch send (256 × 128 B) to a master with one slave, sync replication "
+    "vs one broker without; async replication and single-send latency in details",
     "spark-read": "8 queues → `noop` sink through `format('rocketmq')` vs the same rows "
     "from Parquet",
     "spark-write": "rows → topic through `format('rocketmq')` vs the same rows → Parquet",
