@@ -44,7 +44,7 @@ from broker_core.broker.transaction import (
     TransactionService,
 )
 from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.errors import InvalidArgumentError
+from broker_core.errors import InvalidArgumentError, NotMasterError
 from broker_core.ha.group import Replication
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
@@ -257,6 +257,7 @@ class Broker:
     def send(self, messages: Sequence[Message], *,
              producer_group: str | None = None) -> list[SendResult]:  # fmt: skip
         """Store messages (routing delayed and transactional ones); results in order."""
+        self.require_master()
         if not messages:
             raise InvalidArgumentError("send needs at least one message")
         results: list[SendResult | None] = [None] * len(messages)
@@ -287,6 +288,7 @@ class Broker:
         The fast lane of :meth:`send` for a batch with nothing to route: queues are
         chosen round robin, as ``send`` does for each message.
         """
+        self.require_master()
         config = self.topics.for_send(batch.topic)
         if not config.accepts("NORMAL"):
             raise InvalidArgumentError(
@@ -300,6 +302,11 @@ class Broker:
         offsets = self.store.put_columns(batch)
         self.replication.wait_replicated(self.store.commitlog.max_offset)
         return offsets
+
+    def require_master(self) -> None:
+        """NotMasterError on a slave (before anything is created or written)."""
+        if self.store.slave_of:
+            raise NotMasterError(self.store.slave_of)
 
     def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
@@ -393,6 +400,7 @@ class Broker:
                 filter: MessageFilter | None = None, queue_ids: Sequence[int] | None = None,
                 timeout_ms: int = 0) -> list[PoppedMessage]:  # fmt: skip
         """POP receive; with ``timeout_ms`` waits for messages to arrive (long polling)."""
+        self.require_master()  # POP keeps its state in the log: offset pulls work on slaves
         config = self.group(group)
         if not config.consume_enable:
             raise InvalidArgumentError(f"consumer group {group} is disabled")
@@ -411,6 +419,7 @@ class Broker:
             self.waiter.wait((topic, retry), seen, min(remaining, 1_000))
 
     def ack(self, group: str, topic: str, receipt_handle: str) -> None:
+        self.require_master()
         self.pop.ack(group, topic, receipt_handle)
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
