@@ -303,8 +303,7 @@ class MessageStore:
         if not self._open:
             raise StoreClosedError("message store is not open")
         done = append_replica(self.commitlog, offset, data)
-        if done:
-            self.dispatcher.dispatch_available(blocking=False)
+        if done:  # the dispatch thread builds queues and index: the ack need not wait
             self.dispatcher.notify_appended()
         return done
 
