@@ -40,9 +40,10 @@ def test_master_killed_ten_times_under_sync_load_loses_nothing(tmp_path: Path) -
         with RocketMQClient(master.endpoint, max_attempts=1) as client:
             client.create_topic("ha-kill", queues=4)
         wait_topic_on_slave(group, "ha-kill")
-        for _round in range(10):
+        for kill in range(10):
             wait_until(lambda: in_sync_count(group.master.endpoint) == 1, 30)
-            acked += produce_until_killed(group.master, "ha-kill", kill_after_acks=60)
+            acked += produce_until_killed(group.master, "ha-kill", kill_after_acks=60,
+                                          prefix=f"kill{kill}")  # fmt: skip
             check_no_acked_loss(group, "ha-kill", acked)
             group.master = start_master(tmp_path / "master", **cfg)  # recovers its store
         wait_replicated(group)

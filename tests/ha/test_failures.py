@@ -30,7 +30,8 @@ SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000,
         "ha_catch_up_window_ms": 5_000, "min_in_sync_replicas": 2}  # fmt: skip
 
 
-def produce_until_killed(master: BrokerProcess, topic: str, kill_after_acks: int) -> list[bytes]:
+def produce_until_killed(master: BrokerProcess, topic: str, kill_after_acks: int,
+                         prefix: str = "kill") -> list[bytes]:  # fmt: skip
     """Send 16-message batches until the master is SIGKILLed (after ``kill_after_acks``
     acknowledged batches, from a second thread); returns every acknowledged body."""
     acked: list[bytes] = []
@@ -40,7 +41,7 @@ def produce_until_killed(master: BrokerProcess, topic: str, kill_after_acks: int
         killer.start()
         n = 0
         while master.process.poll() is None or not enough.is_set():
-            batch = [b"kill-%08d" % (n + i) for i in range(16)]
+            batch = [f"{prefix}-{n + i:08d}".encode() for i in range(16)]
             n += 16
             try:
                 client.send_batch(topic, batch)

@@ -10,6 +10,7 @@ import pytest
 from broker_core.client import RocketMQClient
 from broker_core.errors import PermissionDeniedError
 from tests.ha.conftest import Group, pull_all, wait_replicated, wait_until, written_end
+from tests.server.conftest import start_broker
 
 
 def test_the_slave_holds_the_masters_bytes_and_serves_reads(
@@ -74,3 +75,32 @@ def test_a_restarted_slave_resumes_from_its_offset(group_factory: Callable[..., 
         with RocketMQClient(group.slave.endpoint, max_attempts=1) as slave:
             wait_until(lambda: len(pull_all(slave, "ha-resume", 2)) == 400,
                        what="all 400 messages readable on the restarted slave")  # fmt: skip
+
+
+def test_a_slave_restarted_as_master_has_everything_a_master_needs(
+    group_factory: Callable[..., Group],
+) -> None:
+    group = group_factory()
+    with RocketMQClient(group.master.endpoint, max_attempts=1) as master:
+        master.create_topic("ha-promote", queues=2)
+        master.create_group("GID-promote", max_retries=3)
+        master.send_batch("ha-promote", [b"old-%d" % i for i in range(100)])
+        master.update_offset("GID-promote", "ha-promote", 1, 7)
+        wait_replicated(group)
+        with RocketMQClient(group.slave.endpoint, max_attempts=1) as slave:
+            wait_until(lambda: slave.get_offset("GID-promote", "ha-promote", 1) == 7,
+                       what="the committed offset on the slave")  # fmt: skip
+    group.master.kill()
+    assert group.slave.stop() == 0
+    promoted = start_broker(group.workdir / "slave",
+                            config={"broker": {"broker_name": "g", "broker_id": 0}})
+    try:
+        with RocketMQClient(promoted.endpoint, max_attempts=1) as client:
+            receipts = client.send_batch("ha-promote", [b"new-%d" % i for i in range(10)])
+            assert {r.offset for r in receipts} == set(range(50, 55))  # continues
+            assert sorted(pull_all(client, "ha-promote", 2)) == sorted(
+                [b"old-%d" % i for i in range(100)] + [b"new-%d" % i for i in range(10)])
+            assert client.get_offset("GID-promote", "ha-promote", 1) == 7
+            assert "GID-promote" in {g["name"] for g in client.list_groups()}
+    finally:
+        assert promoted.stop() == 0
