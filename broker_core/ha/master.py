@@ -12,7 +12,9 @@ starts is decided by the first report R:
 * anything else (negative, past the master's end, below its retention, going backwards
   later): ReplicationProtocolError; that connection is closed, nothing else is touched.
 
-Idle links get a 0-byte heartbeat frame every heartbeat interval; a report of
+Idle links get a 0-byte heartbeat frame every heartbeat interval; a slave that neither
+reports nor takes bytes for 30 s (a dead host, a long freeze) has its link closed (it
+reconnects from its own end when it can); a report of
 ``METADATA_REQUEST`` gets the config tables (``metadata``) instead of a stream.
 
 Threads: ``after_append`` runs on appending threads (it wakes the senders) and
@@ -35,6 +37,7 @@ from broker_core.ha.in_sync import InSyncSet
 from broker_core.store.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
+_SILENT_LINK_S = 30.0  # a link whose slave neither reports nor drains this long is closed
 
 
 class HAMaster:
@@ -104,7 +107,7 @@ class HAMaster:
             log.info("slave %s connected, streaming from offset %d", name, start)
             self.in_sync.join(link_id, name, self._log.max_offset)
             self.in_sync.report(link_id, first, self._log.max_offset)
-            sock.settimeout(None)
+            sock.settimeout(max(_SILENT_LINK_S, 10 * self._heartbeat_s))  # a dead peer ends
             reader = threading.Thread(target=self._read_reports, args=(link_id, sock, first),
                                       name=f"ha-reports-{link_id}", daemon=True)  # fmt: skip
             reader.start()

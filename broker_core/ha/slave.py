@@ -75,6 +75,9 @@ class HASlave:
                 if not self._stop.is_set():
                     self.last_error = str(exc)
                     log.warning("HA link to master %s dropped: %s", self.master, exc)
+            except Exception as exc:  # a bug must not end replication for good
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("HA link to master %s failed", self.master)
             self.connected.clear()
             self._stop.wait(_RECONNECT_S)
 
