@@ -88,6 +88,8 @@ def test_a_slave_restarted_as_master_has_everything_a_master_needs(
         master.update_offset("GID-promote", "ha-promote", 1, 7)
         wait_replicated(group)
         with RocketMQClient(group.slave.endpoint, max_attempts=1) as slave:
+            wait_until(lambda: "ha-promote" in {t["name"] for t in slave.list_topics()},
+                       what="the topic on the slave")  # fmt: skip
             wait_until(lambda: slave.get_offset("GID-promote", "ha-promote", 1) == 7,
                        what="the committed offset on the slave")  # fmt: skip
     group.master.kill()
