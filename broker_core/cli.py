@@ -114,6 +114,23 @@ def broker_start(listen: str, store_dir: str, flush: str | None, config_file: st
     raise SystemExit(code)
 
 
+@broker.command("replication")
+@endpoints_option
+def broker_replication(endpoints: str) -> None:
+    """The broker's place in its group: role, HA addresses, slaves and the in-sync set."""
+    with _client(endpoints) as client:
+        health = client.health()
+    status = health.get("replication", {})
+    fields = ("role", "broker_id", "replication", "ha_endpoint", "master", "connected")
+    _table(f"broker {health.get('broker_name', '')}", ["field", "value"],
+           [(f, status[f]) for f in fields if f in status])  # fmt: skip
+    if status.get("role") == "master":
+        in_sync = status.get("in_sync", {})
+        _table("slaves", ["slave", "acked offset", "in sync"],
+               [(name, acked, "yes" if name in in_sync else "no")
+                for name, acked in sorted(status.get("slaves", {}).items())])  # fmt: skip
+
+
 # ---- topics ---------------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ line, and the clear errors of a wrong combination."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from broker_core.cli import cli
 from broker_core.client import RocketMQClient
 from tests.ha.conftest import pull_all, wait_until
 
@@ -57,6 +61,14 @@ def test_a_group_from_the_command_line(tmp_path: Path) -> None:
         wait_until(lambda: "cli-ha" in {t["name"] for t in to_slave.list_topics()})
         wait_until(lambda: pull_all(to_slave, "cli-ha", 1) == [b"replicated"])
         assert to_slave.health()["replication"]["role"] == "slave"
+        shown = CliRunner(env={"COLUMNS": "200"}).invoke(
+            cli, ["broker", "replication", "--endpoints", master["READY"]])
+        assert shown.exit_code == 0, shown.output
+        assert re.search(r"role\s*│\s*master", shown.output)
+        assert re.search(r"127\.0\.0\.1:\d+\s*│\s*\d+\s*│\s*yes", shown.output), shown.output
+        shown = CliRunner(env={"COLUMNS": "200"}).invoke(
+            cli, ["broker", "replication", "--endpoints", slave["READY"]])
+        assert re.search(r"master\s*│\s*" + re.escape(master["HA_LISTEN"]), shown.output)
 
 
 def test_wrong_group_flags_fail_with_one_clear_line(tmp_path: Path) -> None:
