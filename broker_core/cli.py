@@ -121,7 +121,8 @@ def broker_replication(endpoints: str) -> None:
     with _client(endpoints) as client:
         health = client.health()
     status = health.get("replication", {})
-    fields = ("role", "broker_id", "replication", "ha_endpoint", "master", "connected")
+    fields = ("role", "broker_id", "replication", "ha_endpoint", "master", "connected",
+              "last_error")
     _table(f"broker {health.get('broker_name', '')}", ["field", "value"],
            [(f, status[f]) for f in fields if f in status])  # fmt: skip
     if status.get("role") == "master":
