@@ -57,7 +57,10 @@ class HAMaster:
         self._ids = itertools.count(1)
         self._links: dict[int, socket.socket] = {}
         host, port = wire.parse_endpoint(listen)
-        self._server = socket.create_server((host, port), reuse_port=False)
+        try:
+            self._server = socket.create_server((host, port))
+        except OSError as exc:
+            raise OSError(f"cannot listen for slaves on {listen}: {exc}") from exc
         self.endpoint = f"{host}:{self._server.getsockname()[1]}"
         self._accepter = threading.Thread(target=self._accept, name="ha-accept", daemon=True)
         self._accepter.start()
