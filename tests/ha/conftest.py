@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from broker_core.client import RocketMQClient
+from broker_core.errors import RocketMQError
 from tests.server.conftest import BrokerProcess, start_broker
 
 FAST_HA = {"ha_heartbeat_interval_ms": 200, "ha_metadata_interval_ms": 300}
@@ -63,10 +64,19 @@ def group_factory(tmp_path: Path) -> Iterator[Callable[..., Group]]:
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float = 20, what: str = "") -> None:
+    """Poll ``check`` until true. A broker error counts as "not yet" (a slave answers
+    TopicNotFound until the topic's config is copied); the last one is reported."""
     deadline = time.monotonic() + timeout_s
-    while not check():
+    last_error: RocketMQError | None = None
+    while True:
+        try:
+            if check():
+                return
+        except RocketMQError as exc:
+            last_error = exc
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or check}")
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or check}"
+                                 f" (last error: {last_error!r})")
         time.sleep(0.05)
 
 
@@ -100,7 +110,7 @@ def pull_all(client: RocketMQClient, topic: str, queues: int) -> list[bytes]:
     """Every body in the topic's queues (queue by queue, in offset order)."""
     bodies: list[bytes] = []
     for qid in range(queues):
-        offset = 0
+        offset = client.query_offset(topic, qid, "BEGINNING")  # retention may have cut it
         while True:
             batch = client.pull("ha-reader", topic, qid, offset, 256)
             bodies.extend(m.body for m in batch.messages)

@@ -4,12 +4,21 @@ slave, the slave refusing writes, config tables copied, a restarted slave resumi
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from broker_core.client import RocketMQClient
 from broker_core.errors import PermissionDeniedError
-from tests.ha.conftest import Group, pull_all, wait_replicated, wait_until, written_end
+from tests.ha.conftest import (
+    FAST_HA,
+    Group,
+    commitlog_bytes,
+    pull_all,
+    wait_replicated,
+    wait_until,
+    written_end,
+)
 from tests.server.conftest import start_broker
 
 
@@ -106,3 +115,41 @@ def test_a_slave_restarted_as_master_has_everything_a_master_needs(
             assert "GID-promote" in {g["name"] for g in client.list_groups()}
     finally:
         assert promoted.stop() == 0
+
+
+def test_a_new_slave_starts_at_the_masters_first_retained_segment(tmp_path: Path) -> None:
+    # Any disk is "fuller" than 1e-6: retention deletes every segment but the active one.
+    small = {"segment_size_bytes": 64 << 10, "max_body_bytes": 16 << 10,
+             "max_properties_bytes": 4 << 10, "disk_max_used_ratio": 1e-6,
+             "cleanup_interval_ms": 200}  # fmt: skip
+    master = start_broker(tmp_path / "master", config={
+        "broker": {"broker_name": "g", "ha_listen": "127.0.0.1:0", **FAST_HA},
+        "store": small})  # fmt: skip
+    slave = None
+    try:
+        with RocketMQClient(master.endpoint, max_attempts=1) as client:
+            client.create_topic("ha-retained", queues=1)
+            for i in range(6):
+                client.send_batch("ha-retained", [b"r%d-%d" % (i, j) + bytes(900)
+                                                  for j in range(40)])  # fmt: skip
+            segments = master.store_dir / "commitlog"
+            wait_until(lambda: len(list(segments.glob("0*"))) == 1, 30,
+                       "retention to delete every segment but the active one")  # fmt: skip
+            first = int(next(segments.glob("0*")).name)
+            assert first > 0 and client.health()["commitlog_min_offset"] == first
+            slave = start_broker(tmp_path / "slave", config={
+                "broker": {"broker_name": "g", "broker_id": 1, "ha_master": master.ha_endpoint,
+                           **FAST_HA}, "store": {**small, "disk_max_used_ratio": 0.99}})
+            wait_until(lambda: [p.name for p in sorted((slave.store_dir / "commitlog")
+                                                       .glob("0*"))] == [f"{first:020d}"])
+            wait_until(lambda: commitlog_bytes(slave.store_dir)
+                       == (master.store_dir / "commitlog" / f"{first:020d}").read_bytes())
+            low = client.topic_status("ha-retained")[0]["min_offset"]
+            with RocketMQClient(slave.endpoint, max_attempts=1) as reader:
+                wait_until(lambda: reader.topic_status("ha-retained")[0]["min_offset"] == low
+                           and pull_all(reader, "ha-retained", 1)
+                           == pull_all(client, "ha-retained", 1), 30)  # fmt: skip
+    finally:
+        for proc in (slave, master):
+            if proc is not None:
+                proc.stop()
