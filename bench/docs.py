@@ -27,7 +27,7 @@ from typing import Any
 from bench.peers import versions
 
 ORDER = ("store-append", "produce", "consume", "latency", "topics", "backlog",
-         "spark-read", "spark-write", "server-mode", "cluster")  # fmt: skip
+         "spark-read", "spark-write", "server-mode", "cluster", "replication")  # fmt: skip
 WHAT = {
     "cluster": "batch-send throughput (2 sender processes, batch 256 × 128 B) into a topic on "
     "2 broker groups vs on 1, same run; check: a `namesrv=` client's single send within 5 % "
@@ -44,6 +44,8 @@ WHAT = {
     "backlog": "random-offset single-pull p99 at the large vs the small backlog; broker RSS",
     "server-mode": "grpc's thread-pool server vs its asyncio server (same handlers): 16 "
     "threads of single sends (batch-256 rates in details)",
+    "replication": "batch send (256 × 128 B) to a master with one slave, sync replication "
+    "vs one broker without; async replication and single-send latency in details",
     "spark-read": "8 queues → `noop` sink through `format('rocketmq')` vs the same rows "
     "from Parquet",
     "spark-write": "rows → topic through `format('rocketmq')` vs the same rows → Parquet",

@@ -113,17 +113,25 @@ def broker() -> None:
 @click.option("--cluster", "cluster_name", default=None, help="cluster name [DefaultCluster]")
 @click.option("--register-interval-ms", type=int, default=None, help="re-register period [30000]")
 @click.option("--route-ttl-ms", type=int, default=None, help="cluster route cache life [3000]")
+@click.option("--broker-id", type=int, default=None, help="0 = the group's master, > 0 = a slave")
+@click.option("--ha-listen", default=None, help="master: HOST:PORT its slaves replicate from")
+@click.option("--ha-master", default=None, help="slave: its master's HA HOST:PORT")
+@click.option("--replication", type=click.Choice(["sync", "async"]), default=None,
+              help="sync: a send is acknowledged once the in-sync slaves have it")  # fmt: skip
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
                  advertise: str | None, namesrv: str | None, broker_name: str | None,
                  cluster_name: str | None, register_interval_ms: int | None,
-                 route_ttl_ms: int | None) -> None:  # fmt: skip
+                 route_ttl_ms: int | None, broker_id: int | None, ha_listen: str | None,
+                 ha_master: str | None, replication: str | None) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
     argv = ["--listen", listen, "--store-dir", store_dir]
     options = {"--flush": flush, "--config": config_file, "--advertise": advertise,
                "--namesrv": namesrv, "--broker-name": broker_name, "--cluster": cluster_name,
-               "--register-interval-ms": register_interval_ms, "--route-ttl-ms": route_ttl_ms}
+               "--register-interval-ms": register_interval_ms, "--route-ttl-ms": route_ttl_ms,
+               "--broker-id": broker_id, "--ha-listen": ha_listen, "--ha-master": ha_master,
+               "--replication": replication}  # fmt: skip
     argv += [str(text) for flag, value in options.items() if value is not None
              for text in (flag, value)]  # fmt: skip
     raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
@@ -173,6 +181,24 @@ def namesrv_start(listen: str, scan_interval_ms: int, broker_expiry_ms: int) -> 
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
     raise SystemExit(code)
+
+
+@broker.command("replication")
+@endpoints_option
+def broker_replication(endpoints: str) -> None:
+    """The broker's place in its group: role, HA addresses, slaves and the in-sync set."""
+    with _client(endpoints) as client:
+        health = client.health()
+    status = health.get("replication", {})
+    fields = ("role", "broker_id", "replication", "ha_endpoint", "master", "connected",
+              "last_error")
+    _table(f"broker {health.get('broker_name', '')}", ["field", "value"],
+           [(f, status[f]) for f in fields if f in status])  # fmt: skip
+    if status.get("role") == "master":
+        in_sync = status.get("in_sync", {})
+        _table("slaves", ["slave", "acked offset", "in sync"],
+               [(name, acked, "yes" if name in in_sync else "no")
+                for name, acked in sorted(status.get("slaves", {}).items())])  # fmt: skip
 
 
 # ---- topics ---------------------------------------------------------------------------------

@@ -163,10 +163,21 @@ class BrokerConfig:
     max_pull_batch: int = 1_024
     max_raw_pull_batch: int = 65_536  # raw pulls also stop at their byte budget
     max_long_polling_ms: int = 30_000
+    # Broker groups and replication (``broker_core.ha``; docs/ARCHITECTURE.md).
+    broker_id: int = 0  # 0 = the group's master, > 0 = a slave
+    ha_listen: str = ""  # master: HOST:PORT its slaves connect to ("" = no replication)
+    ha_master: str = ""  # slave: the master's HA HOST:PORT
+    replication: str = "async"  # master: "sync" acks a send once the in-sync slaves have it
+    sync_replication_timeout_ms: int = 5_000
+    ha_catch_up_window_ms: int = 15_000  # a slave not caught up this long leaves the in-sync set
+    min_in_sync_replicas: int = 1  # replicas (master included) a sync send needs in the set
+    ha_heartbeat_interval_ms: int = 1_000
+    ha_metadata_interval_ms: int = 2_000  # slave: how often it copies the master's tables
 
     def __post_init__(self) -> None:
         _require(bool(self.broker_name) and len(self.broker_name) <= 255,
                  "broker_name must be 1..255 chars")  # fmt: skip
+        _check_ha(self)
         host, _, port = self.endpoint.rpartition(":")
         _require(bool(host) and port.isdigit() and 0 < int(port) < 65536,
                  f"endpoint must be host:port, got {self.endpoint!r}")  # fmt: skip
@@ -177,6 +188,25 @@ class BrokerConfig:
                      "pop_revive_interval_ms", "queue_lock_expiry_ms", "max_pull_batch",
                      "max_raw_pull_batch", "max_long_polling_ms"):  # fmt: skip
             _require(getattr(self, name) >= 1, f"{name} must be ≥ 1")
+
+
+def _check_ha(c: BrokerConfig) -> None:
+    """Validate the broker-group fields (a slave needs its master's HA address)."""
+    _require(c.broker_id >= 0, "broker_id must be ≥ 0 (0 = master)")
+    _require(c.replication in ("sync", "async"),
+             f"replication must be 'sync' or 'async', got {c.replication!r}")  # fmt: skip
+    for name in ("ha_listen", "ha_master"):
+        value = getattr(c, name)
+        host, _, port = value.rpartition(":")
+        _require(not value or (bool(host) and port.isdigit() and int(port) < 65536),
+                 f"{name} must be HOST:PORT, got {value!r}")  # fmt: skip
+    _require(c.broker_id == 0 or bool(c.ha_master),
+             f"broker {c.broker_name} id {c.broker_id} is a slave: it needs ha_master "
+             "(--ha-master HOST:PORT)")
+    _require(c.broker_id > 0 or not c.ha_master, "ha_master is for slaves (broker_id > 0)")
+    for name in ("sync_replication_timeout_ms", "ha_catch_up_window_ms", "min_in_sync_replicas",
+                 "ha_heartbeat_interval_ms", "ha_metadata_interval_ms"):  # fmt: skip
+        _require(getattr(c, name) >= 1, f"{name} must be ≥ 1")
 
 
 def load_config(

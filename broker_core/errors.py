@@ -31,6 +31,7 @@ class here names a distinct situation, never a generic "something failed".
     │   ├── GroupNotFoundError
     │   └── MessageNotFoundError
     ├── PermissionDeniedError           topic perm forbids the operation
+    │   └── NotMasterError              a write sent to a slave of a broker group
     ├── OffsetOutOfRangeError           read below the minimum / above the maximum
     ├── StaleReceiptHandleError         handle superseded, acked, or expired
     ├── QueueLockedError                retriable: another client holds the queue's lock
@@ -42,7 +43,10 @@ class here names a distinct situation, never a generic "something failed".
     │   ├── StoreClosedError            the store is shut down
     │   ├── StoreLockedError            another process holds the store directory
     │   ├── DiskFullError               retriable: no room for the append
-    │   └── FlushTimeoutError           retriable: sync flush did not finish in time
+    │   ├── FlushTimeoutError           retriable: sync flush did not finish in time
+    │   ├── ReplicationTimeoutError     retriable: the in-sync slaves did not ack in time
+    │   ├── InSyncReplicasNotEnoughError retriable: fewer in-sync replicas than the minimum
+    │   └── ReplicationProtocolError    bad bytes or offsets on the HA port (that link closes)
     ├── ConflictError                   clashes with what exists (asks for update/force)
     ├── ServerError                     the broker process could not start or stop cleanly
     │   └── ListenError                 the listen address cannot be bound
@@ -172,6 +176,10 @@ class StaleReceiptHandleError(RocketMQError):
     """The receipt handle was superseded, already acked, or its message redelivered."""
 
 
+class NotMasterError(PermissionDeniedError):
+    """A client write reached a slave: only a broker group's master takes writes."""
+
+
 class UnsupportedError(RocketMQError):
     """The operation is recognised but deliberately not supported."""
 
@@ -256,11 +264,21 @@ class RemotingFrameError(RemotingError):
 class RemotingConnectError(RemotingError):
     """The peer cannot be reached, or the connection broke before the response arrived."""
 
+
+class ReplicationTimeoutError(StoreError):
+    """A sync-replication append was stored on the master but the in-sync slaves did not
+    ack it in time (RocketMQ's FLUSH_SLAVE_TIMEOUT); the message may still be replicated."""
+
     retriable = True
 
 
 class RemotingTimeoutError(RemotingError):
     """No response arrived within the timeout; the request may or may not have been served."""
+
+
+class InSyncReplicasNotEnoughError(StoreError):
+    """Sync replication needs more in-sync replicas than the group has now
+    (RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH); nothing was appended."""
 
     retriable = True
 
@@ -272,3 +290,8 @@ class RemotingCommandError(RemotingError):
         super().__init__(message)
         self.code = code
         self.remark = remark
+
+
+class ReplicationProtocolError(StoreError):
+    """Bytes on the HA port break the replication protocol (a gap, an overlap that
+    differs, a unit that does not verify, a bad frame); the link is closed."""

@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,8 @@ from broker_core.broker.transaction import (
     TransactionService,
 )
 from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.errors import GroupNotFoundError, InvalidArgumentError
+from broker_core.errors import GroupNotFoundError, InvalidArgumentError, NotMasterError
+from broker_core.ha.group import Replication
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_DELIVER_TIME_MS,
@@ -141,6 +143,7 @@ class Broker:
             is_fifo=lambda g: BROADCAST_MARK in g or self.group(g).fifo,  # members: in place
             initial_offset=self.positions.pop_initial_offset, group_of=base_group,
         )  # fmt: skip
+        self.replication = Replication(self)
         self._stop = threading.Event()
         self._housekeeper: threading.Thread | None = None
         self.recovery: RecoveryReport | None = None
@@ -155,10 +158,15 @@ class Broker:
         self.recovery = self.store.open()
         self.topics.ensure_system_topics()
         self.store.add_dispatch_listener(self.waiter.notify)
-        self.pop.open()
-        self.transactions.open()  # reads the half/op topics: only after the store is open
-        for service in (self.long_polling, self.schedule, self.timer, self.transactions,
-                        self.pop, self.clients):  # fmt: skip
+        self.replication.start()
+        if self.replication.is_slave:  # its log holds only the master's bytes: no appenders
+            services: tuple[Any, ...] = (self.long_polling, self.clients)
+        else:
+            self.pop.open()
+            self.transactions.open()  # reads the half/op topics: only after the store opens
+            services = (self.long_polling, self.schedule, self.timer, self.transactions,
+                        self.pop, self.clients)  # fmt: skip
+        for service in services:
             service.start()
         self._stop.clear()
         self._housekeeper = threading.Thread(target=self._housekeep, name="broker-housekeeping",
@@ -173,6 +181,7 @@ class Broker:
             self._housekeeper.join()
             self._housekeeper = None
         self.waiter.close()
+        self.replication.stop()
         for service in (self.clients, self.transactions, self.timer, self.schedule,
                         self.long_polling):  # fmt: skip
             service.stop()
@@ -273,6 +282,7 @@ class Broker:
     def send(self, messages: Sequence[Message], *,
              producer_group: str | None = None) -> list[SendResult]:  # fmt: skip
         """Store messages (routing delayed and transactional ones); results in order."""
+        self.require_master()
         if not messages:
             raise InvalidArgumentError("send needs at least one message")
         results: list[SendResult | None] = [None] * len(messages)
@@ -293,6 +303,8 @@ class Broker:
             stored = self.store.put_messages([m for _, m in plain])
             for (i, msg), put in zip(plain, stored, strict=True):
                 results[i] = SendResult(put.message_id, msg.topic, msg.queue_id, put.queue_offset)
+        # The log's end now covers this send (held messages too; at worst a little more).
+        self.replication.wait_replicated(self.store.commitlog.max_offset)
         return [r for r in results if r is not None]
 
     def send_columns(self, batch: ColumnBatch) -> np.ndarray:
@@ -301,6 +313,7 @@ class Broker:
         The fast lane of :meth:`send` for a batch with nothing to route: queues are
         chosen round robin, as ``send`` does for each message.
         """
+        self.require_master()
         config = self.topics.for_send(batch.topic)
         if not config.accepts("NORMAL"):
             raise InvalidArgumentError(
@@ -311,7 +324,14 @@ class Broker:
         batch.queue_ids = ((first + np.arange(len(batch))) % config.write_queue_nums).astype(
             np.int32
         )
-        return self.store.put_columns(batch)
+        offsets = self.store.put_columns(batch)
+        self.replication.wait_replicated(self.store.commitlog.max_offset)
+        return offsets
+
+    def require_master(self) -> None:
+        """NotMasterError on a slave (before anything is created or written)."""
+        if self.store.slave_of:
+            raise NotMasterError(self.store.slave_of)
 
     def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
@@ -370,8 +390,10 @@ class Broker:
     def end_transaction(self, message_id: str, transaction_id: str, commit: bool, *,
                         from_check: bool = False) -> EndResult:  # fmt: skip
         resolution = Resolution.COMMIT if commit else Resolution.ROLLBACK
-        return self.transactions.end(message_id, transaction_id, resolution,
-                                     from_check=from_check)  # fmt: skip
+        result = self.transactions.end(message_id, transaction_id, resolution,
+                                       from_check=from_check)  # fmt: skip
+        self.replication.wait_replicated(self.store.commitlog.max_offset)
+        return result
 
     # ---- pull consumers -------------------------------------------------------------------
 
@@ -406,6 +428,7 @@ class Broker:
 
         ``client_id`` is required for a broadcasting group (each client its own progress).
         """
+        self.require_master()  # POP keeps its state in the log: offset pulls work on slaves
         config = self.group(group)
         if not config.consume_enable:
             raise InvalidArgumentError(f"consumer group {group} is disabled")
@@ -425,6 +448,7 @@ class Broker:
             self.waiter.wait((topic, retry), seen, min(remaining, 1_000))
 
     def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
+        self.require_master()
         self.pop.ack(self.positions.state_group(group, client_id), topic, receipt_handle)
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,

@@ -214,6 +214,11 @@ class GroupManager:
             return {**item, "rebalance_strategy": DEFAULT_STRATEGY}
         return item
 
+    def reload(self) -> None:
+        """Re-read the file (a slave adopting the copy of its master's table)."""
+        with self._lock:
+            self._load()
+
     def _write_locked(self, table: dict[str, GroupConfig]) -> None:
         """Persist ``table`` and then adopt it; the caller holds ``_lock``."""
         write_json_atomic(self._path, {"groups": [table[n].to_dict() for n in sorted(table)]})

@@ -89,6 +89,18 @@ class ConsumerOffsetManager:
             self._offsets = {k: v for k, v in self._offsets.items() if k[1] != topic}
             self._dirty = True
 
+    def adopt(self, doc: dict[str, dict[str, dict[str, int]]]) -> None:
+        """Take a master's offsets (its ``consumerOffset.json`` document): they replace
+        ours queue by queue; queues only we know keep their offsets."""
+        with self._lock:
+            for group, topics in doc.items():
+                for topic, queues in topics.items():
+                    for qid, offset in queues.items():
+                        key = (group, topic, int(qid))
+                        if self._offsets.get(key) != int(offset):
+                            self._offsets[key] = int(offset)
+                            self._dirty = True
+
     def persist(self) -> None:
         """Write all offsets durably if anything changed since the last write."""
         with self._persist_lock:

@@ -236,6 +236,11 @@ class TopicManager:
             raise ConfigError(f"{self._path} holds malformed topic configs: {exc!r}") from exc
         self._topics = {config.name: config for config in configs}
 
+    def reload(self) -> None:
+        """Re-read the file (a slave adopting the copy of its master's table)."""
+        with self._lock:
+            self._load()
+
     def _write_locked(self, table: dict[str, TopicConfig]) -> None:
         """Persist ``table`` and then adopt it, so memory never runs ahead of the disk.
 

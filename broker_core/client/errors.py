@@ -46,6 +46,7 @@ _PREFERRED: Final[dict[int, type[e.RocketMQError]]] = {
     Code.CLIENT_ID_REQUIRED: e.InvalidArgumentError,
     Code.OFFSET_NOT_FOUND: e.NotFoundError,
     Code.PROXY_TIMEOUT: e.FlushTimeoutError,
+    Code.FORBIDDEN: e.PermissionDeniedError,
 }
 
 

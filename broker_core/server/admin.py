@@ -320,6 +320,7 @@ def health(ctx: ServerContext, args: Args) -> Json:
         "commitlog_max_offset": commitlog.max_offset,
         "commitlog_flushed_offset": commitlog.flushed_offset,
         "services": ctx.broker.service_health(),
+        "replication": ctx.broker.replication.status(),
     }
 
 

@@ -137,6 +137,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="re-registration period (default 30000)")
     p.add_argument("--route-ttl-ms", type=int, default=None,
                    help="how long cluster routes are cached (default 3000)")
+    _add_group_args(p)
     return p.parse_args(argv)
 
 
@@ -164,6 +165,20 @@ def _cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
     return options
 
 
+def _add_group_args(p: argparse.ArgumentParser) -> None:
+    """Broker-group flags (``broker_core.ha``); each overrides its ``[broker]`` key."""
+    p.add_argument("--broker-id", type=int, default=None, help="0 = master, > 0 = slave")
+    p.add_argument("--ha-listen", default=None, help="master: HOST:PORT for its slaves")
+    p.add_argument("--ha-master", default=None, help="slave: the master's HA HOST:PORT")
+    p.add_argument("--replication", choices=("sync", "async"), default=None,
+                   help="sync: a send is acked once the in-sync slaves have it")  # fmt: skip
+
+
+def _group_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    names = ("broker_id", "ha_listen", "ha_master", "replication")
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
 def build(args: argparse.Namespace) -> BrokerServer:
     overrides: dict[str, Any] = {"store_dir": args.store_dir}
     if args.flush:
@@ -175,6 +190,7 @@ def build(args: argparse.Namespace) -> BrokerServer:
     if port > 0:  # stored messages record where they were stored
         overrides.update(store_host=host or "127.0.0.1", store_port=port)
     broker_config, store_config = load_config(args.config, **overrides)
+    broker_config = dataclasses.replace(broker_config, **_group_overrides(args))
     cluster = _cluster_options(args)
     name = args.broker_name
     if name is None and cluster is not None and broker_config.broker_name == "broker-a":
@@ -229,6 +245,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     recovery = server.broker.recovery
     if recovery is not None:
         log.info("store opened: %s", recovery.summary())
+    ha_endpoint = server.broker.replication.ha_endpoint
+    if ha_endpoint:
+        print(f"HA_LISTEN {ha_endpoint}", flush=True)
     print(f"READY {server.endpoint}", flush=True)
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
     # thread runs, so wait in slices instead of blocking until an event nobody sets.

@@ -25,6 +25,7 @@ class BrokerProcess:
     store_dir: Path
     process: subprocess.Popen[str]
     output: list[str]
+    ha_endpoint: str = ""  # a group master's HA port (its ``HA_LISTEN`` line)
 
     def stop(self, timeout_s: float = 30) -> int:
         """SIGTERM and wait; returns the exit code (0 after a clean shutdown)."""
@@ -70,9 +71,11 @@ def launch_broker(workdir: Path, *, flush: str = "async",
     )  # fmt: skip
     output: list[str] = []
     assert proc.stdout is not None
-    endpoint = ""
+    endpoint = ha_endpoint = ""
     for line in proc.stdout:
         output.append(line)
+        if line.startswith("HA_LISTEN "):
+            ha_endpoint = line.split()[1]
         if line.startswith("READY "):
             endpoint = line.split()[1]
             break
@@ -81,4 +84,4 @@ def launch_broker(workdir: Path, *, flush: str = "async",
         raise RuntimeError("broker exited before READY:\n" + "".join(output[-40:]))
     stream = proc.stdout
     threading.Thread(target=lambda: output.extend(stream), daemon=True).start()
-    return BrokerProcess(endpoint, store_dir, proc, output)
+    return BrokerProcess(endpoint, store_dir, proc, output, ha_endpoint)

@@ -31,7 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from broker_core.errors import CorruptionError, OffsetOutOfRangeError, StoreError
+from broker_core.errors import (
+    CorruptionError,
+    OffsetOutOfRangeError,
+    ReplicationProtocolError,
+    StoreError,
+)
 from broker_core.message import StoredMessage
 from broker_core.store import codec
 from broker_core.store.appended import Appended, appended_columns, appended_rows
@@ -265,6 +270,28 @@ class CommitLog:
             seg.append(pack(lo, hi, seg.base_offset + start))
             lo = hi
         return seg.end_offset
+
+    def append_raw(self, offset: int, data: bytes) -> int:
+        """Write verified units (``replica.verified_prefix``) of one segment at ``offset``.
+
+        A slave's append: ``offset`` must be the log's end (or, for an empty log, any
+        segment boundary: a new slave starts at its master's first segment). Returns the
+        new end offset. No queue offsets are taken: dispatch reads them from the units.
+        """
+        with self._put_lock:
+            end = self.max_offset
+            local = offset % self.segment_size
+            if (offset != end and self._segments) or (not self._segments and local):
+                raise ReplicationProtocolError(
+                    f"replicated bytes at offset {offset} do not continue the log (ends at {end})")
+            if local + len(data) > self.segment_size:
+                raise ReplicationProtocolError(f"{len(data)} bytes at {offset} cross a segment")
+            last = self._segments[-1] if self._segments else None
+            if last is None or not last.free_bytes:
+                last = self._new_segment(offset - local)
+            seg = last
+            seg.append(data)
+            return seg.end_offset
 
     def _pack(self, chunk: bytearray, encs: list[codec.EncodedMessage], phys: int,
               now_ms: int, results: list[AppendResult]) -> None:  # fmt: skip

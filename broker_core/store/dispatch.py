@@ -164,7 +164,8 @@ class Dispatcher:
         if not self._lock.acquire(blocking=blocking):
             return 0
         try:
-            start = self.dispatched_offset
+            # A new slave's log starts at its master's first segment, not at 0.
+            start = max(self.dispatched_offset, self._commitlog.min_offset)
             end = self._commitlog.max_offset
             if end <= start:
                 return 0

@@ -37,6 +37,7 @@ from broker_core.errors import (
     CorruptionError,
     InvalidOffsetError,
     MessageNotFoundError,
+    NotMasterError,
     OffsetOutOfRangeError,
     StoreClosedError,
     StoreError,
@@ -59,6 +60,7 @@ from broker_core.store.index_service import IndexService
 from broker_core.store.lock import StoreLock
 from broker_core.store.raw_read import RawUnits, queue_units, read_spans, within_bytes
 from broker_core.store.recovery import RecoveryReport, recover
+from broker_core.store.replica import append_replica
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,11 @@ class MessageStore:
         self.disk_ratio: Callable[[], float] = lambda: disk_used_ratio(str(root))
         self._disk_checked_at = -1.0
         self._disk_full = False
+        # Broker groups (``broker_core.ha``): a slave refuses writes with this text; a
+        # master's hook runs after each append with its end offset (it wakes the HA
+        # senders; sync replication waits in the broker, not here).
+        self.slave_of = ""
+        self.after_append: Callable[[int], None] | None = None
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -222,6 +229,8 @@ class MessageStore:
     def _check_writable(self) -> None:
         if not self._open:
             raise StoreClosedError("message store is not open")
+        if self.slave_of:
+            raise NotMasterError(self.slave_of)
         failure = self.dispatcher.failure or self.flusher.failure
         if failure is not None:
             raise StoreError(f"store is failing, refusing writes: {failure}")
@@ -263,6 +272,8 @@ class MessageStore:
         self.dispatcher.dispatch_inline()
         if self.flusher.sync:
             self.flusher.wait_durable(batch.end_offset, cfg.sync_flush_timeout_ms)
+        if self.after_append is not None:
+            self.after_append(batch.end_offset)
         ts, host = batch.store_timestamp_ms, self._store_host
         return [
             PutResult(msg.topic, msg.queue_id, res.queue_offset, res.physical_offset, res.size,
@@ -281,10 +292,26 @@ class MessageStore:
             return np.zeros(0, np.int64)
         offsets, starts = self.commitlog.append_columns(batch, self._clock_ms())
         self.dispatcher.dispatch_inline()
+        end = int(starts[-1] + batch.sizes[-1])
         if self.flusher.sync:
-            end = int(starts[-1] + batch.sizes[-1])
             self.flusher.wait_durable(end, self.config.sync_flush_timeout_ms)
+        if self.after_append is not None:
+            self.after_append(end)
         return offsets
+
+    def append_replica(self, offset: int, data: bytes) -> int:
+        """A slave stores its master's commitlog bytes at the same offsets (``replica``).
+
+        Returns how many bytes of ``data`` are now stored (the rest is an incomplete
+        unit); ReplicationProtocolError for a gap, a differing overlap or a bad unit.
+        Dispatch builds consume queues and index from the stored units.
+        """
+        if not self._open:
+            raise StoreClosedError("message store is not open")
+        done = append_replica(self.commitlog, offset, data)
+        if done:  # the dispatch thread builds queues and index: the ack need not wait
+            self.dispatcher.notify_appended()
+        return done
 
     # ---- reading ------------------------------------------------------------------------
 

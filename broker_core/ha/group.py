@@ -1,0 +1,98 @@
+"""A broker's place in its group: master (HA port, in-sync set) or slave (HA link).
+
+Roles are static here: broker id 0 is the master, any other id a slave of the master at
+``ha_master`` (a controller will assign both later: ``Replication`` is what it would
+switch). A slave's store refuses client writes (NotMasterError: "broker X is a slave")
+and its broker runs no service that appends (delay levels, timers, transaction checks,
+POP revive): its log holds only its master's bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from broker_core.ha import metadata
+from broker_core.ha.in_sync import InSyncSet
+from broker_core.ha.master import HAMaster
+from broker_core.ha.slave import HASlave
+
+if TYPE_CHECKING:
+    from broker_core.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+class Replication:
+    """Starts and stops the HA side of one broker (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        cfg = broker.config
+        self.is_slave = cfg.broker_id > 0
+        self.master: HAMaster | None = None
+        self.slave: HASlave | None = None
+        self.in_sync = InSyncSet(window_ms=cfg.ha_catch_up_window_ms,
+                                 min_replicas=cfg.min_in_sync_replicas)  # fmt: skip
+
+    @property
+    def ha_endpoint(self) -> str:
+        """The HA port a master listens on ("" when it does not)."""
+        return self.master.endpoint if self.master is not None else ""
+
+    def start(self) -> None:
+        """Call with the store open, before the broker's services start."""
+        broker, cfg = self._broker, self._broker.config
+        store = broker.store
+        if self.is_slave:
+            store.slave_of = (f"broker {cfg.broker_name} is a slave (broker id {cfg.broker_id}); "
+                              "send to its master")  # fmt: skip
+            self.slave = HASlave(
+                store, cfg.ha_master, heartbeat_ms=cfg.ha_heartbeat_interval_ms,
+                metadata_interval_ms=cfg.ha_metadata_interval_ms,
+                apply_metadata=lambda body: metadata.apply(broker, body),
+            )  # fmt: skip
+            self.slave.start()
+        elif cfg.ha_listen:
+            self.master = HAMaster(
+                store.commitlog, cfg.ha_listen, in_sync=self.in_sync,
+                sync=cfg.replication == "sync", timeout_ms=cfg.sync_replication_timeout_ms,
+                heartbeat_ms=cfg.ha_heartbeat_interval_ms,
+                metadata=lambda: metadata.snapshot(broker),
+            )  # fmt: skip
+            store.after_append = self.master.after_append
+            log.info("broker %s master: HA port %s, %s replication", cfg.broker_name,
+                     self.master.endpoint, cfg.replication)  # fmt: skip
+
+    def wait_replicated(self, end_offset: int) -> None:
+        """Called by the broker after a client's write ended at ``end_offset``: with sync
+        replication it returns once the in-sync slaves have it (``in_sync``), raising
+        ReplicationTimeoutError or InSyncReplicasNotEnoughError otherwise.
+
+        Only writes a client is told about wait (sends, held messages, transaction ends);
+        the broker's own re-puts (delay levels, timers, POP revive) do not: a timeout
+        there would make them put again.
+        """
+        if self.master is not None:
+            self.master.wait_replicated(end_offset)
+
+    def stop(self) -> None:
+        if self.slave is not None:
+            self.slave.stop()
+        if self.master is not None:
+            self._broker.store.after_append = None
+            self.master.stop()
+
+    def status(self) -> dict[str, Any]:
+        """Role, HA addresses and, on a master, the connected and in-sync slaves with
+        their acked offsets (the admin service's Health shows it)."""
+        cfg = self._broker.config
+        status: dict[str, Any] = {"role": "slave" if self.is_slave else "master",
+                                  "broker_id": cfg.broker_id, "replication": cfg.replication}
+        if self.slave is not None:
+            status.update(master=self.slave.master, connected=self.slave.connected.is_set(),
+                          last_error=self.slave.last_error)
+        if self.master is not None:
+            status.update(ha_endpoint=self.master.endpoint, slaves=self.in_sync.connected(),
+                          in_sync=self.in_sync.members())  # fmt: skip
+        return status

@@ -1,0 +1,66 @@
+"""The config tables a new master needs, copied from master to slave.
+
+What is copied (all under ``store_dir/config``): topics (``topics.json``), consumer
+groups (``subscriptionGroup.json``), consumer offsets (``consumerOffset.json``, which
+also holds the POP revive and transaction-op progress) and the delay-level progress
+(``delayOffset.json``). The slave asks every ``ha_metadata_interval_ms`` over its own
+short HA connection (``wire.METADATA_REQUEST``); the master answers with one JSON
+document ``{file name: file content}`` read from its durable files (offsets are
+persisted first). The slave writes the topic, group and delay files atomically and
+reloads them; offsets are adopted queue by queue (queues only the slave knows keep
+theirs) and persisted by the slave's own offset manager.
+
+Not copied: the timer wheel's own files (``timerwheel/``). Its messages are in the
+replicated commitlog, but a promoted slave rebuilds the wheel by ingesting the timer
+topic from the start, so timers that had already fired may fire again (at-least-once).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from broker_core.errors import ReplicationProtocolError
+from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
+
+if TYPE_CHECKING:
+    from broker_core.broker.broker import Broker
+
+TOPICS, GROUPS, OFFSETS, DELAY = ("topics.json", "subscriptionGroup.json",
+                                  "consumerOffset.json", "delayOffset.json")  # fmt: skip
+
+
+def snapshot(broker: Broker) -> bytes:
+    """The master's tables as one JSON document (``{file name: content or null}``)."""
+    broker.offsets.persist()
+    root = broker.store.config.config_dir
+    doc = {name: read_json_atomic(root / name).data for name in (TOPICS, GROUPS, OFFSETS, DELAY)}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def apply(broker: Broker, body: bytes) -> None:
+    """Adopt a master's tables on a slave; ReplicationProtocolError if it is no snapshot."""
+    try:
+        doc: dict[str, Any] = json.loads(body)
+        if not isinstance(doc, dict):
+            raise ValueError("not an object")
+    except ValueError as exc:
+        raise ReplicationProtocolError(f"metadata from the master does not parse: {exc}") from exc
+    root = broker.store.config.config_dir
+    if _write_if_changed(root / TOPICS, doc.get(TOPICS)):
+        broker.topics.reload()
+    if _write_if_changed(root / GROUPS, doc.get(GROUPS)):
+        broker.groups.reload()
+    _write_if_changed(root / DELAY, doc.get(DELAY))
+    offsets = doc.get(OFFSETS)
+    if isinstance(offsets, dict):
+        broker.offsets.adopt(offsets)
+        broker.offsets.persist()
+
+
+def _write_if_changed(path: Path, content: Any) -> bool:
+    if not isinstance(content, dict) or read_json_atomic(path).data == content:
+        return False
+    write_json_atomic(path, content)
+    return True

@@ -1,0 +1,160 @@
+"""The slave's link to its master's HA port (``wire``): store the stream, report progress.
+
+One thread connects, reports the store's commitlog end, then stores each frame through
+``MessageStore.append_replica`` (same offsets, every unit verified; a unit cut by a frame
+boundary waits in ``pending`` for the rest) and reports the new end after progress and
+every heartbeat interval. Silence from the master for ``dead_after`` heartbeats, a closed
+connection or a protocol error (a gap, an overlap that differs, a unit that does not
+verify, a bad header) drops the link: nothing after the last whole verified unit is kept,
+and it reconnects from its log's end after a short pause.
+
+A second thread copies the master's config tables every ``metadata_interval_ms``
+(``metadata``).
+
+Threads: ``start`` and ``stop`` from the owner; the rest runs on the two threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from broker_core.errors import ReplicationProtocolError, RocketMQError
+from broker_core.ha import wire
+from broker_core.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+_RECONNECT_S = 0.5
+_DEAD_AFTER_HEARTBEATS = 5
+
+
+class HASlave:
+    """Replicates the master at ``master`` into ``store``."""
+
+    def __init__(self, store: MessageStore, master: str, *, heartbeat_ms: int,
+                 metadata_interval_ms: int,
+                 apply_metadata: Callable[[bytes], None]) -> None:  # fmt: skip
+        self._store = store
+        self.master = master
+        self._heartbeat_s = heartbeat_ms / 1000
+        self._metadata_s = metadata_interval_ms / 1000
+        self._apply_metadata = apply_metadata
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self.connected = threading.Event()
+        self.last_error = ""
+        self._threads = [
+            threading.Thread(target=self._replicate_forever, name="ha-slave", daemon=True),
+            threading.Thread(target=self._metadata_forever, name="ha-metadata", daemon=True),
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(10)
+
+    # ---- the commitlog stream ------------------------------------------------------------
+
+    def _replicate_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._replicate_once()
+            except (OSError, ConnectionError, RocketMQError) as exc:
+                if not self._stop.is_set():
+                    self.last_error = str(exc)
+                    log.warning("HA link to master %s dropped: %s", self.master, exc)
+            except Exception as exc:  # a bug must not end replication for good
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("HA link to master %s failed", self.master)
+            self.connected.clear()
+            self._stop.wait(_RECONNECT_S)
+
+    def _replicate_once(self) -> None:
+        host, port = wire.parse_endpoint(self.master)
+        with socket.create_connection((host, port), timeout=5) as sock:
+            self._sock = sock
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(self._heartbeat_s)
+            reported = self._report(sock)
+            self.connected.set()
+            log.info("replicating from master %s, from offset %d", self.master, reported)
+            reader = wire.FrameReader(sock, wire.MAX_BATCH_BYTES * 8)
+            stream = _Pending(self._store)
+            last_report = last_heard = time.monotonic()
+            silent_s = _DEAD_AFTER_HEARTBEATS * self._heartbeat_s + 1
+            while not self._stop.is_set():
+                frame = reader.next_frame()
+                now = time.monotonic()
+                if frame is not None:
+                    last_heard = now
+                    stream.store(*frame)
+                elif now - last_heard > silent_s:
+                    raise ConnectionError(f"master {self.master} silent for {silent_s:.1f} s")
+                end = self._store.commitlog.max_offset
+                if end != reported or now - last_report >= self._heartbeat_s:
+                    reported = self._report(sock)
+                    last_report = now
+
+    def _report(self, sock: socket.socket) -> int:
+        offset = self._store.commitlog.max_offset
+        sock.sendall(wire.REPORT.pack(offset))
+        return offset
+
+    # ---- config tables -------------------------------------------------------------------
+
+    def _metadata_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._apply_metadata(self.fetch_metadata())
+            except (OSError, ConnectionError, RocketMQError, ValueError) as exc:
+                if not self._stop.is_set():
+                    log.warning("copying config tables from master %s failed: %s", self.master,
+                                exc)  # fmt: skip
+            self._stop.wait(self._metadata_s)
+
+    def fetch_metadata(self) -> bytes:
+        """The master's config tables (one METADATA_REQUEST round trip)."""
+        host, port = wire.parse_endpoint(self.master)
+        with socket.create_connection((host, port), timeout=10) as sock:
+            sock.sendall(wire.REPORT.pack(wire.METADATA_REQUEST))
+            offset, size = wire.FRAME_HEADER.unpack(wire.recv_exact(sock, wire.FRAME_HEADER.size))
+            if offset != wire.METADATA_OFFSET or not 0 <= size <= wire.MAX_METADATA_BYTES:
+                raise ReplicationProtocolError(f"bad metadata frame ({offset}, {size})")
+            return wire.recv_exact(sock, size)
+
+
+class _Pending:
+    """The stream's bytes not yet stored: a unit cut by a frame boundary waits here."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+        self._bytes = bytearray()
+        self._at = -1  # global offset of the first pending byte
+
+    def store(self, offset: int, body: bytes) -> None:
+        """Add a frame and store every whole unit; raises on a frame out of sequence."""
+        if not body:
+            return  # a heartbeat
+        if self._bytes and offset != self._at + len(self._bytes):
+            raise ReplicationProtocolError(f"frame at {offset} does not follow the stream at "
+                                           f"{self._at + len(self._bytes)}")  # fmt: skip
+        if not self._bytes:
+            self._at = offset
+        self._bytes += body
+        done = self._store.append_replica(self._at, bytes(self._bytes))
+        del self._bytes[:done]
+        self._at += done
+        if len(self._bytes) > self._store.commitlog.segment_size:
+            raise ReplicationProtocolError("the stream holds a unit larger than a segment")

@@ -1,0 +1,110 @@
+"""Checking replicated commitlog bytes before a slave stores them (``MessageStore.append_replica``).
+
+A slave receives the master's commitlog as a byte stream cut anywhere (``broker_core.ha``).
+Before anything is written it finds the longest prefix that is *whole* units, each one
+verified (both CRCs, and the physical-offset field equal to the unit's global offset), plus
+end-of-segment blanks that run exactly to their segment's end. The prefix never crosses a
+segment boundary, so one prefix is written into one segment. What follows a prefix is
+either an incomplete unit (the caller keeps it and waits for more bytes) or bytes that
+break the rules (ReplicationProtocolError: the link is dropped, nothing of it is stored).
+"""
+
+from __future__ import annotations
+
+from broker_core.errors import CorruptionError, ReplicationProtocolError
+from broker_core.store import codec
+from broker_core.store.commitlog import CommitLog
+
+
+def verified_prefix(buf: bytes, offset: int, segment_size: int) -> int:
+    """Bytes at the start of ``buf`` (placed at global ``offset``) that are whole, verified
+    units of one segment; 0 when the first unit is not complete yet.
+
+    Raises ReplicationProtocolError when the *first* unit does not verify, would cross its
+    segment's end, or is a blank that does not end its segment (a bad unit after good
+    ones ends the prefix; the next call, starting at it, raises).
+    """
+    pos, size = 0, len(buf)
+    while pos + codec.MIN_BLANK_BYTES <= size:
+        here = offset + pos
+        if pos > 0 and here % segment_size == 0:
+            return pos  # a segment boundary: the caller writes one segment at a time
+        try:
+            total = _unit_at(buf, pos, here, segment_size - here % segment_size)
+        except ReplicationProtocolError:
+            if pos:
+                return pos
+            raise
+        if total == 0 or pos + total > size:
+            return pos
+        pos += total
+    return pos
+
+
+def _unit_at(buf: bytes, pos: int, here: int, seg_left: int) -> int:
+    """Size of the unit or blank at ``buf[pos:]`` (global ``here``), verified when whole;
+    0 when its header is not all there."""
+    total, magic = codec.SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == codec.BLANK_MAGIC:
+        if total != seg_left:
+            raise ReplicationProtocolError(
+                f"blank at offset {here} covers {total} bytes, its segment has {seg_left}")
+        return int(total)
+    if magic != codec.MESSAGE_MAGIC or total < codec.HEADER_SIZE:
+        raise ReplicationProtocolError(f"no unit at offset {here} (size {total}, "
+                                       f"magic {magic:#x})")  # fmt: skip
+    if total + codec.MIN_BLANK_BYTES > seg_left:
+        raise ReplicationProtocolError(f"unit of {total} bytes at offset {here} would "
+                                       "cross its segment's end")  # fmt: skip
+    if pos + total <= len(buf):
+        try:
+            codec.check_unit(buf, pos, here)
+        except CorruptionError as exc:
+            raise ReplicationProtocolError(f"replicated unit does not verify: {exc}") from None
+    return int(total)
+
+
+def stored_bytes(commitlog: CommitLog, offset: int, size: int) -> bytes:
+    """``size`` bytes of the log from ``offset`` (below its end), across segments."""
+    parts: list[bytes] = []
+    while size > 0:
+        seg = commitlog.segment_at(offset)
+        local = offset - seg.base_offset
+        part = seg.read(local, min(size, seg.wrote_position - local))
+        if not part:
+            break
+        parts.append(part)
+        offset, size = offset + len(part), size - len(part)
+    return b"".join(parts)
+
+
+def append_replica(commitlog: CommitLog, offset: int, data: bytes) -> int:
+    """Store the master's bytes ``data`` placed at ``offset``; returns how many of them are
+    now in the log (the rest is an incomplete unit: send it again with what follows).
+
+    Bytes below the log's end must equal what is stored there (a resend); anything else,
+    a gap after the end, or a unit that does not verify raises ReplicationProtocolError and
+    stores nothing more.
+    """
+    end = commitlog.max_offset
+    if offset < end:
+        if offset < commitlog.min_offset:
+            raise ReplicationProtocolError(
+                f"replicated bytes at {offset} are below this log's start {commitlog.min_offset}")
+        same = min(len(data), end - offset)
+        if stored_bytes(commitlog, offset, same) != data[:same]:
+            raise ReplicationProtocolError(
+                f"replicated bytes at {offset} differ from the {same} bytes stored there")
+        return same + (append_replica(commitlog, end, data[same:]) if same < len(data) else 0)
+    if offset > end and commitlog.segments():
+        raise ReplicationProtocolError(f"replicated bytes at {offset} leave a gap after this "
+                                       f"log's end {end}")  # fmt: skip
+    done = 0
+    while done < len(data):
+        rest = data[done:]
+        size = verified_prefix(rest, offset + done, commitlog.segment_size)
+        if size == 0:
+            break
+        commitlog.append_raw(offset + done, rest[:size])
+        done += size
+    return done

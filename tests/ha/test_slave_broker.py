@@ -1,0 +1,77 @@
+"""Broker groups in process: a slave refuses client writes and POP with one clear error
+before anything is created and runs no appending service; the config-table copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker_core.broker.broker import Broker
+from broker_core.broker.groups import GroupConfig
+from broker_core.broker.topics import TopicConfig
+from broker_core.config import BrokerConfig, StoreConfig
+from broker_core.errors import NotMasterError, ReplicationProtocolError
+from broker_core.ha import metadata
+from broker_core.message import Message
+from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
+from broker_core.store.columns import ColumnBatch
+
+
+def test_a_slave_refuses_writes_and_pop_but_serves_pulls(tmp_path: Path) -> None:
+    broker = Broker(BrokerConfig(broker_name="s", broker_id=2, ha_master="127.0.0.1:1"),
+                    StoreConfig(store_dir=str(tmp_path), segment_size_bytes=1 << 20,
+                                max_body_bytes=1024))  # fmt: skip
+    broker.start()
+    try:
+        refusals = [
+            lambda: broker.send([Message("t-new", b"x")]),
+            lambda: broker.send_columns(ColumnBatch.__new__(ColumnBatch)),
+            lambda: broker.receive("GID", "t-new", max_count=1, invisible_ms=1000),
+            lambda: broker.ack("GID", "t-new", "handle"),
+        ]
+        for refused in refusals:
+            with pytest.raises(NotMasterError, match=r"broker s is a slave \(broker id 2\)"):
+                refused()
+        assert broker.topics.get("t-new") is None  # refused before auto-creation
+        assert broker.store.commitlog.max_offset == 0
+        assert broker.replication.status() == {
+            "role": "slave", "broker_id": 2, "replication": "async", "master": "127.0.0.1:1",
+            "connected": False, "last_error": broker.replication.status()["last_error"]}
+        assert broker.schedule._thread is None and broker.timer._thread is None  # not started
+    finally:
+        broker.stop()
+
+
+def test_metadata_snapshot_carries_every_table_a_new_master_needs(tmp_path: Path) -> None:
+    def store(name: str) -> StoreConfig:
+        return StoreConfig(store_dir=str(tmp_path / name), segment_size_bytes=1 << 20,
+                           max_body_bytes=1024)  # fmt: skip
+
+    master = Broker(BrokerConfig(broker_name="m"), store("m"))
+    slave = Broker(BrokerConfig(broker_name="m", broker_id=1, ha_master="127.0.0.1:1"),
+                   store("s"))  # fmt: skip
+    master.start()
+    slave.start()
+    try:
+        master.update_topic(TopicConfig("t-meta", read_queue_nums=3, write_queue_nums=3))
+        master.groups.create_or_update(GroupConfig("GID-meta", consume_from_where="first_offset"))
+        master.commit_offset("GID-meta", "t-meta", 2, 41)
+        master.commit_offset("GID-meta", "t-meta", 1, 5)
+        slave.offsets.commit("GID-meta", "t-meta", 1, 9)  # the master's value wins
+        slave.offsets.commit("GID-slave", "t-meta", 0, 3)  # a queue only the slave knows
+        delay = master.store.config.config_dir / metadata.DELAY
+        write_json_atomic(delay, {"offsets": {"1": 12, "3": 4}})  # delivery progress
+        metadata.apply(slave, metadata.snapshot(master))
+        assert slave.topics.get("t-meta") == master.topics.get("t-meta")
+        assert slave.groups.get("GID-meta") == master.groups.get("GID-meta")
+        assert slave.offsets.query("GID-meta", "t-meta", 2) == 41
+        assert slave.offsets.query("GID-meta", "t-meta", 1) == 5
+        assert slave.offsets.query("GID-slave", "t-meta", 0) == 3
+        slave_delay = slave.store.config.config_dir / metadata.DELAY
+        assert read_json_atomic(slave_delay).data == {"offsets": {"1": 12, "3": 4}}
+        with pytest.raises(ReplicationProtocolError, match="does not parse"):
+            metadata.apply(slave, b"{torn")
+    finally:
+        slave.stop()
+        master.stop()
