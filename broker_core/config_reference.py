@@ -36,6 +36,18 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
         "max_pull_batch": "most messages one (decoded) pull returns",
         "max_raw_pull_batch": "most messages one bulk (raw) pull returns",
         "max_long_polling_ms": "longest a pull or receive waits for new messages",
+        "broker_id": "0 = the group's master, > 0 = a slave (--broker-id)",
+        "ha_listen": "master: HOST:PORT its slaves replicate from; empty = no replication "
+                     "(--ha-listen)",
+        "ha_master": "slave: its master's HA HOST:PORT (--ha-master)",
+        "replication": "master: 'sync' acknowledges a send once the in-sync slaves have it, "
+                       "'async' at once (--replication)",
+        "sync_replication_timeout_ms": "a sync-replicated send fails with "
+                                       "ReplicationTimeoutError (retriable) after this",
+        "ha_catch_up_window_ms": "a slave not caught up for this long leaves the in-sync set",
+        "min_in_sync_replicas": "replicas (master included) a sync send needs in the in-sync set",
+        "ha_heartbeat_interval_ms": "how often a slave reports its offset when idle",
+        "ha_metadata_interval_ms": "how often a slave copies its master's config tables",
     },
     "store": {
         "store_dir": "directory of the commitlog, consume queues, index and config files "
