@@ -132,10 +132,10 @@ def namesrv_start(listen: str, scan_interval_ms: int, broker_expiry_ms: int) -> 
     """Start a NameServer in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.namesrv.server import run
 
-    argv = ["--listen", listen, "--scan-interval-ms", str(scan_interval_ms),
-            "--broker-expiry-ms", str(broker_expiry_ms)]  # fmt: skip
+    timers = ["--scan-interval-ms", str(scan_interval_ms)]
+    timers += ["--broker-expiry-ms", str(broker_expiry_ms)]
     try:
-        code = run(argv)
+        code = run(["--listen", listen, *timers])
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
     raise SystemExit(code)

@@ -39,6 +39,7 @@ class here names a distinct situation, never a generic "something failed".
     ├── StoreError
     │   ├── CorruptionError             bad bytes in a file (names file and position)
     │   ├── StoreClosedError            the store is shut down
+    │   ├── StoreLockedError            another process holds the store directory
     │   ├── DiskFullError               retriable: no room for the append
     │   └── FlushTimeoutError           retriable: sync flush did not finish in time
     ├── BusyError                       retriable: flow control, try again later
@@ -194,6 +195,10 @@ class CorruptionError(StoreError):
 
 class StoreClosedError(StoreError):
     """The store has been shut down."""
+
+
+class StoreLockedError(StoreError):
+    """Another broker process holds the store directory's lock."""
 
 
 class DiskFullError(StoreError):

@@ -96,6 +96,15 @@ class Broker:
         self.config = config
         self._clock_ms = clock_ms
         self.store = MessageStore(store_config, clock_ms)
+        self.store.acquire_lock()  # before any file under the store is read or written
+        try:
+            self._build(config, store_config, clock_ms)
+        except BaseException:
+            self.store.close()  # unlocks: a broker that failed to build holds nothing
+            raise
+
+    def _build(self, config: BrokerConfig, store_config: StoreConfig,
+               clock_ms: Callable[[], int]) -> None:  # fmt: skip
         cfg_dir = store_config.config_dir
         self.topics = TopicManager(cfg_dir / "topics.json", auto_create=config.auto_create_topics,
                                    default_queue_nums=config.default_queue_nums)  # fmt: skip
@@ -142,6 +151,7 @@ class Broker:
         self.topics.ensure_system_topics()
         self.store.add_dispatch_listener(self.waiter.notify)
         self.pop.open()
+        self.transactions.open()  # reads the half/op topics: only after the store is open
         for service in (self.long_polling, self.schedule, self.timer, self.transactions,
                         self.pop, self.clients):  # fmt: skip
             service.start()
@@ -166,6 +176,24 @@ class Broker:
         self.schedule.close()
         self.offsets.persist()
         self.store.close()
+
+    def service_health(self) -> dict[str, str]:
+        """Each background service: ``"ok"``, or what stopped it or failed its last round."""
+
+        def state(failure: BaseException | str | None) -> str:
+            if failure is None:
+                return "ok"
+            return failure if isinstance(failure, str) else f"{type(failure).__name__}: {failure}"
+
+        tx = self.transactions
+        return {
+            "dispatch": state(self.store.dispatcher.failure),
+            "flush": state(self.store.flusher.failure),
+            "schedule": state(self.schedule.failure),
+            "timer": state(self.timer.failure),
+            "transaction-check": state(tx.failure or tx.last_round_error),
+            "pop-revive": state(self.pop.failure),
+        }
 
     def _housekeep(self) -> None:
         while not self._stop.wait(self.config.offsets_persist_interval_ms / 1000):

@@ -16,11 +16,12 @@ older), a commit may be delivered a second time if the producer confirms it agai
 at-least-once window RocketMQ has too, a few hundred bytes wide.
 
 Durability and restart: all state is derived from the half and op topics plus the check
-progress offsets kept in the ConsumerOffsetManager (see ``transaction_check``). The
-constructor rebuilds it from an open store; unresolved halves are checked again and can
-still be ended; finished ones never come back. ``stop()`` persists the progress offsets;
-an older persisted progress only makes the next recovery read more. Messages become
-durable as the store's flush mode says; process crashes lose nothing (mmap writes).
+progress offsets kept in the ConsumerOffsetManager (see ``transaction_check``). ``open()``
+rebuilds it from the store once the store is open and recovered; unresolved halves are
+checked again and can still be ended; finished ones never come back. ``stop()`` persists
+the progress offsets; an older persisted progress only makes the next recovery read
+more. Messages become durable as the store's flush mode says; process crashes lose
+nothing (mmap writes).
 
 Threads: ``prepare``, ``end``, ``run_checks`` and ``stats`` may be called from any thread;
 one lock serialises every write to the half and op topics and the ledger. The checker
@@ -41,6 +42,7 @@ or timer service is not done here yet.
 >>> _ = store.open()
 >>> tx = TransactionService(store, ConsumerOffsetManager(root / "offsets.json"),
 ...                         checker=lambda request: None)
+>>> tx.open()  # rebuilds the ledger from the half and op topics
 >>> half = tx.prepare(Message("orders", b"paid"), "order-producers", "tx-1")
 >>> tx.end(half.message_id, "tx-1", Resolution.COMMIT, from_check=False).delivered.topic
 'orders'
@@ -74,6 +76,7 @@ from broker_core.broker.transaction_check import (
     CheckRound,
     HalfLedger,
     LiveHalf,
+    admit_half,
     decide_check,
     live_half_from,
     op_message,
@@ -82,11 +85,14 @@ from broker_core.broker.transaction_check import (
 )
 from broker_core.errors import (
     ConfigError,
+    CorruptionError,
     InvalidArgumentError,
     InvalidTopicError,
     InvalidTransactionIdError,
     MessageNotFoundError,
+    OffsetOutOfRangeError,
     RocketMQError,
+    StoreClosedError,
 )
 from broker_core.message import (
     PROPERTY_CHECK_TIMES,
@@ -224,23 +230,41 @@ class TransactionService:
         self._committed_progress = (-1, -1)
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
-        self.failure: BaseException | None = None
-        self._ledger = HalfLedger(0, 0)
-        self._recover()
+        self.failure: BaseException | None = None  # the check thread died of it
+        self.last_round_error: str | None = None  # the last check round's error, if it failed
+        self._ledger_or_none: HalfLedger | None = None
 
-    def _recover(self) -> None:
+    def open(self) -> None:
+        """Rebuild the ledger from the (open, recovered) store; idempotent.
+
+        Must run after ``MessageStore.open()``: before it the consume queues of the half
+        and op topics are not loaded and every transaction would look finished.
+        """
+        with self._lock:
+            if self._ledger_or_none is not None:
+                return
         half_p = self._offsets.query(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, HALF_QUEUE_ID)
         op_p = self._offsets.query(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, OP_QUEUE_ID)
         ledger, retire = recover_ledger(self._store, half_p, op_p, self._check_timeout_ms)
-        now_ms = self._clock_ms()
         with self._lock:
-            for half_offset in retire:
-                op = self._store.put_message(op_message(half_offset, now_ms))
-                ledger.finish(half_offset, op.queue_offset)
-            self._ledger = ledger
+            self._ledger_or_none = ledger
+            self._retire(retire)
             self._commit_progress()
         log.info("transactions recovered: %d unresolved, %d retired, half progress %d",
                  ledger.live_count, len(retire), ledger.half_progress)  # fmt: skip
+
+    @property
+    def _ledger(self) -> HalfLedger:
+        if self._ledger_or_none is None:
+            raise StoreClosedError("transaction service is not open (call open() after the store)")
+        return self._ledger_or_none
+
+    def _retire(self, half_offsets: list[int]) -> None:
+        """Write op records finishing ``half_offsets`` (superseded or unreadable halves)."""
+        now_ms = self._clock_ms()
+        for half_offset in half_offsets:
+            op = self._store.put_message(op_message(half_offset, now_ms))
+            self._ledger.finish(half_offset, op.queue_offset)
 
     # ---- producer side ------------------------------------------------------------------
 
@@ -277,6 +301,8 @@ class TransactionService:
             raise InvalidArgumentError(f"unknown resolution {resolution!r}") from None
         with self._lock:
             half = self._ledger.live_by_id(message_id)
+            if half is None and self._fill_gaps():  # maybe a half the ledger has not seen
+                half = self._ledger.live_by_id(message_id)
             if half is None:
                 raise self._not_found(message_id)
             if half.transaction_id != transaction_id:
@@ -315,12 +341,46 @@ class TransactionService:
         """Advance P over finished halves and hand (P, Q) to the offset manager, P first."""
         ledger = self._ledger
         ledger.advance()
+        if self._fill_gaps():
+            ledger.advance()
         progress = (ledger.half_progress, ledger.op_progress)
         if progress == self._committed_progress:
             return
         self._offsets.commit(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, HALF_QUEUE_ID, progress[0])
         self._offsets.commit(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, OP_QUEUE_ID, progress[1])
         self._committed_progress = progress
+
+    def _fill_gaps(self, limit: int = 1024) -> bool:
+        """Read back half records the ledger missed (see ``HalfLedger.advance``).
+
+        Each gap offset is looked up in the half topic: a record found is registered
+        (live, or retired when superseded or malformed); a unit that exists but cannot be
+        read is skipped with an error logged; a record not dispatched yet stays a gap and
+        is looked at again later. Returns True if any gap was filled. Caller holds the lock.
+        """
+        filled = False
+        ledger = self._ledger
+        for _ in range(limit):
+            offset = ledger.gap()
+            if offset is None or offset >= self._store.max_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID):
+                break
+            try:
+                got = self._store.get_messages(TRANS_HALF_TOPIC, HALF_QUEUE_ID, offset, 1)
+                found = [m for m in got.messages if m.queue_offset == offset]
+            except (OffsetOutOfRangeError, CorruptionError) as exc:  # retention, bit rot
+                log.error("transaction ledger: half record %d: %s", offset, exc)
+                found = []
+            if found:
+                log.warning("transaction ledger: half record %d was not registered; "
+                            "read it back from the store", offset)  # fmt: skip
+                retired = admit_half(ledger, found[0], self._check_timeout_ms)
+                self._retire([] if retired is None else [retired])
+            else:
+                log.error("transaction ledger: half record %d cannot be read; skipped", offset)
+                ledger.skip(offset)
+            ledger.advance()
+            filled = True
+        return filled
 
     # ---- check-back ---------------------------------------------------------------------
 
@@ -393,9 +453,10 @@ class TransactionService:
     # ---- the check thread ---------------------------------------------------------------
 
     def start(self) -> None:
-        """Run a check round every ``check_interval_ms`` on a daemon thread."""
+        """Run a check round every ``check_interval_ms`` on a daemon thread (opens first)."""
         if self._thread is not None:
             return
+        self.open()
         self._stop_event.clear()
         self._thread = threading.Thread(target=self._run, name="transaction-check", daemon=True)
         self._thread.start()
@@ -405,8 +466,13 @@ class TransactionService:
             while not self._stop_event.wait(self._check_interval_ms / 1000):
                 try:
                     self.run_checks(self._clock_ms())
+                    self.last_round_error = None
                 except RocketMQError as exc:  # store busy or closing: the next round retries
                     log.warning("transaction check round failed: %s", exc)
+                    self.last_round_error = str(exc)
+                except Exception as exc:  # a bug in one round must not end check-backs
+                    log.exception("transaction check round raised; the next round retries")
+                    self.last_round_error = f"{type(exc).__name__}: {exc}"
         except BaseException as exc:  # recorded so the owner sees checks have stopped
             log.exception("transaction check thread died")
             self.failure = exc

@@ -28,7 +28,10 @@ for retirement. Memory: one :class:`LiveHalf` per unresolved message plus the fi
 offsets at or above ``P``; op records below ``P`` are never held.
 
 Only the TransactionService writes to the half and op topics, so half offsets arrive
-without gaps; the ledger asserts it.
+in order; a put that failed after its record was appended (a sync flush that timed out)
+leaves a record the ledger has not seen. ``advance`` stops at such a *gap* and the service
+reads the record back from the store, so the ledger is always rebuilt from the log, never
+trusted over it.
 
 Threads: the pure functions may be called from anywhere. :class:`HalfLedger` is not
 thread-safe: the TransactionService calls it only while holding its own lock.
@@ -42,7 +45,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from broker_core.broker.system_topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from broker_core.errors import BusyError, InvalidArgumentError
+from broker_core.errors import BusyError, InvalidArgumentError, StoreClosedError
 from broker_core.message import (
     PROPERTY_CHECK_TIMES,
     PROPERTY_PRODUCER_GROUP,
@@ -231,6 +234,9 @@ class HalfLedger:
         offset = self._by_id.get(message_id)
         return None if offset is None else self._live[offset]
 
+    def live_at(self, half_offset: int) -> bool:
+        return half_offset in self._live
+
     def is_finished(self, half_offset: int) -> bool:
         return half_offset < self.half_progress or half_offset in self._finished
 
@@ -258,13 +264,31 @@ class HalfLedger:
             self._finished[half_offset] = min(known, op_offset)
 
     def advance(self) -> bool:
-        """Move ``half_progress`` over finished records; True if it moved."""
+        """Move ``half_progress`` over finished records; True if it moved.
+
+        It stops at the first live record, and at a *gap*: an offset below ``half_end``
+        the ledger knows nothing of (a half whose put failed after it was appended, or a
+        unit recovery could not read). :meth:`gap` names it; the service reads that
+        record back from the store and registers it (``add_live``, ``finish`` or
+        ``skip``), then advances again. A gap never fails a request.
+        """
         start = self.half_progress
-        while self.half_progress < self.half_end and self.half_progress not in self._live:
-            assert self.half_progress in self._finished, "half offset neither live nor finished"
+        while self.half_progress < self.half_end and self.half_progress in self._finished:
             del self._finished[self.half_progress]
             self.half_progress += 1
         return self.half_progress != start
+
+    def gap(self) -> int | None:
+        """The offset ``advance`` stopped at that is neither live nor finished, if any."""
+        offset = self.half_progress
+        if offset < self.half_end and offset not in self._live and offset not in self._finished:
+            return offset
+        return None
+
+    def skip(self, half_offset: int) -> None:
+        """Mark a half record that cannot be read as finished, with no op record."""
+        if half_offset >= self.half_progress and half_offset not in self._live:
+            self._finished.setdefault(half_offset, self.op_end)
 
     def due(self, now_ms: int) -> list[LiveHalf]:
         """Live records due for a check at ``now_ms``, oldest first."""
@@ -307,6 +331,8 @@ def recover_ledger(
     superseded copies and records too malformed to check. ``None`` progress means "from
     the start of the topic".
     """
+    if not store.is_open:
+        raise StoreClosedError("transaction state is recovered from an open store only")
     if not store.wait_dispatched():
         raise BusyError("dispatch is behind; transaction state cannot be recovered yet")
     h_lo, h_hi = store.min_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID), store.max_offset(
@@ -326,18 +352,28 @@ def recover_ledger(
     ledger.op_end = max(ledger.op_end, o_hi)
     retire: list[int] = []
     for msg in read_queue(store, TRANS_HALF_TOPIC, HALF_QUEUE_ID, ledger.half_progress, h_hi):
-        if ledger.is_finished(msg.queue_offset):
-            continue
-        try:
-            half = live_half_from(msg.properties, msg.queue_offset, msg.physical_offset,
-                                  check_timeout_ms)  # fmt: skip
-        except InvalidArgumentError as exc:
-            log.error("half record %d cannot be checked, rolling it back: %s",
-                      msg.queue_offset, exc)  # fmt: skip
-            retire.append(msg.queue_offset)
-            continue
-        older = ledger.add_live(half)
-        if older is not None:
-            retire.append(older.queue_offset)
+        retired = admit_half(ledger, msg, check_timeout_ms)
+        if retired is not None:
+            retire.append(retired)
     ledger.half_end = max(ledger.half_end, h_hi)
     return ledger, retire
+
+
+def admit_half(ledger: HalfLedger, msg: StoredMessage, check_timeout_ms: int) -> int | None:
+    """Register the half record ``msg`` read back from the store (recovery, or a gap).
+
+    Returns the half offset the caller must retire with an op record, if any: the older
+    of two live copies of one message, or a record too malformed to check.
+    """
+    if ledger.is_finished(msg.queue_offset) or ledger.live_at(msg.queue_offset):
+        return None
+    try:
+        half = live_half_from(msg.properties, msg.queue_offset, msg.physical_offset,
+                              check_timeout_ms)  # fmt: skip
+    except InvalidArgumentError as exc:
+        log.error("half record %d cannot be checked, rolling it back: %s",
+                  msg.queue_offset, exc)  # fmt: skip
+        ledger.half_end = max(ledger.half_end, msg.queue_offset + 1)
+        return msg.queue_offset
+    older = ledger.add_live(half)
+    return None if older is None else older.queue_offset

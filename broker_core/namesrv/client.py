@@ -85,7 +85,8 @@ class NameServerClient:
     def register_broker(self, reg: BrokerRegistration) -> list[str]:
         """Register with every NameServer at once; per NameServer ``""`` or the error text.
 
-        Raises the first NameServer's error only if every NameServer failed.
+        Raises only if every NameServer failed: ``RemotingCommandError`` if any of them
+        refused the registration (e.g. a stale data version), else ``RemotingConnectError``.
         """
         results = self.register_broker_results(reg)
         texts = ["" if isinstance(r, RegisterResult) else str(r) for r in results]

@@ -51,6 +51,7 @@ class NameServer:
         self._stop = threading.Event()
         self._scanner = threading.Thread(target=self._scan_loop, name="namesrv-scan", daemon=True)
         self.address = ""
+        self.scan_failure = ""  # the last scan's error, "" when it succeeded
 
     def start(self) -> str:
         """Bind, accept, start the scan; returns ``host:port``. Raises ``OSError`` if busy."""
@@ -93,8 +94,10 @@ class NameServer:
         while not self._stop.wait(self.scan_interval_ms / 1000):
             try:
                 self.scan_once()
-            except Exception:  # the scan must outlive one bad pass; the next one retries
+                self.scan_failure = ""
+            except Exception as exc:  # the scan must outlive one bad pass; the next retries
                 log.exception("expiry scan failed")
+                self.scan_failure = f"{type(exc).__name__}: {exc}"
 
     def _on_channel_closed(self, channel: Channel) -> None:
         for live in self.table.on_channel_closed(channel.id):

@@ -60,6 +60,8 @@ def loads(body: bytes, what: str) -> Any:
         return json.loads(text)
     except ValueError:
         pass
+    except RecursionError:
+        raise InvalidArgumentError(f"{what} body is nested too deeply") from None
     try:
         return json.loads(_BARE_NUMERIC_KEY.sub(r'\1"\2"\3', text))
     except ValueError as exc:

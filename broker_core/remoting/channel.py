@@ -137,8 +137,12 @@ class Channel:
 
     def _answer(self, cmd: RemotingCommand, on_request: RequestHandler) -> None:
         response = on_request(self, cmd)
-        if response is not None and not cmd.is_oneway:
+        if response is None or cmd.is_oneway:
+            return
+        try:
             self.send(response)
+        except RemotingFrameError as exc:  # our answer is too large: say so, keep the channel
+            self.send(cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"answer not sent: {exc}"))
 
     def _reject_frame(self, exc: RemotingFrameError) -> None:
         log.warning("%r: malformed frame, closing: %s", self, exc)

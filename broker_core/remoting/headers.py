@@ -64,6 +64,8 @@ def decode_json_header(data: bytes, body: bytes) -> RemotingCommand:
         header = json.loads(data.decode())
     except (UnicodeDecodeError, ValueError) as exc:
         raise RemotingFrameError(f"header is not JSON: {exc}") from None
+    except RecursionError:
+        raise RemotingFrameError("header is not JSON we accept: nested too deeply") from None
     if not isinstance(header, dict):
         raise RemotingFrameError(f"header is not a JSON object: {type(header).__name__}")
     remark = header.get("remark")
@@ -125,13 +127,18 @@ def _ext_fields(raw: object) -> dict[str, str]:
 
 
 def encode_binary_header(cmd: RemotingCommand) -> bytes:
+    """Raises ``RemotingFrameError`` if a value does not fit its field (e.g. a code > 32767,
+    which Java would silently truncate)."""
     remark = cmd.remark.encode()
-    entries = []
-    for key, value in cmd.ext_fields.items():
-        k, v = key.encode(), value.encode()
-        entries += [INT16.pack(len(k)), k, INT32.pack(len(v)), v]
-    ext = b"".join(entries)
-    fixed = BINARY_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag)
+    try:
+        entries = []
+        for key, value in cmd.ext_fields.items():
+            k, v = key.encode(), value.encode()
+            entries += [INT16.pack(len(k)), k, INT32.pack(len(v)), v]
+        ext = b"".join(entries)
+        fixed = BINARY_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag)
+    except struct.error as exc:
+        raise RemotingFrameError(f"command does not fit a binary header: {exc}") from None
     return b"".join([fixed, INT32.pack(len(remark)), remark, INT32.pack(len(ext)), ext])
 
 

@@ -16,7 +16,8 @@ unknown or malformed fields are BAD_REQUEST (40000), and so on. No exception esc
 Methods and their request fields (``?`` = optional):
 
 ==============  ==========================================================================
-Health          (none) → broker name, endpoint, commitlog min/max/flushed offsets
+Health          (none) → broker name, endpoint, commitlog min/max/flushed offsets, and
+                          each background service's state ("ok" or its failure)
 CreateTopic     name, queues?, read_queues?, write_queues?, perm?, message_type?,
                 attributes? → the topic (an existing topic keeps what is not given)
 ListTopics      include_system? → topics
@@ -299,6 +300,7 @@ def health(ctx: ServerContext, args: Args) -> Json:
         "commitlog_min_offset": commitlog.min_offset,
         "commitlog_max_offset": commitlog.max_offset,
         "commitlog_flushed_offset": commitlog.flushed_offset,
+        "services": ctx.broker.service_health(),
     }
 
 

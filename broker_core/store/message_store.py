@@ -55,6 +55,7 @@ from broker_core.store.consume_queue import UNIT, ConsumeQueue, ConsumeQueueSet
 from broker_core.store.dispatch import Dispatcher, Listener
 from broker_core.store.flush import Checkpoint, CommitLogFlusher, DerivedFlusher
 from broker_core.store.index_service import IndexService
+from broker_core.store.lock import StoreLock
 from broker_core.store.raw_read import RawUnits, queue_units, read_spans, within_bytes
 from broker_core.store.recovery import RecoveryReport, recover
 
@@ -120,6 +121,7 @@ class MessageStore:
         root = Path(config.store_dir)
         root.mkdir(parents=True, exist_ok=True)
         self._abort_path = root / "abort"
+        self._lock = StoreLock(root)
         self._checkpoint_path = root / "checkpoint"
         host = (config.store_host, config.store_port)
         self._store_host = host
@@ -146,8 +148,24 @@ class MessageStore:
 
     # ---- lifecycle --------------------------------------------------------------------
 
+    def acquire_lock(self) -> None:
+        """Take the store directory's lock (see ``store.lock``); ``open`` does it too.
+
+        Raises StoreLockedError when another process uses the directory. A broker calls
+        this before it reads or writes anything else under the store directory.
+        """
+        self._lock.acquire()
+
     def open(self) -> RecoveryReport:
-        """Recover and start the background services."""
+        """Lock the directory, recover and start the background services."""
+        self._lock.acquire()
+        try:
+            return self._open_locked()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open_locked(self) -> RecoveryReport:
         abnormal = self._abort_path.exists()
         self.recovery = recover(
             checkpoint_path=self._checkpoint_path, abnormal=abnormal, commitlog=self.commitlog,
@@ -165,8 +183,9 @@ class MessageStore:
         return self.recovery
 
     def close(self) -> None:
-        """Stop services, flush everything and mark the shutdown clean."""
+        """Stop services, flush everything, mark the shutdown clean and unlock."""
         if not self._open:
+            self._lock.release()  # locked by acquire_lock() but never opened
             return
         self._open = False
         self.cleanup.stop()
@@ -178,6 +197,12 @@ class MessageStore:
         self.index.close()
         self.commitlog.close()
         self._abort_path.unlink(missing_ok=True)
+        self._lock.release()
+
+    @property
+    def is_open(self) -> bool:
+        """True between a successful ``open()`` and ``close()``."""
+        return self._open
 
     def checkpoint(self) -> None:
         """Flush consume queues and index, then record what recovery may rely on."""

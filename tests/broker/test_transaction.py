@@ -111,6 +111,7 @@ class Broker:
         self.offsets = ConsumerOffsetManager(self.root / "config" / "consumerOffset.json")
         self.tx = TransactionService(self.store, self.offsets, self._checker,
                                      clock_ms=lambda: self.now_ms, **self.options)  # fmt: skip
+        self.tx.open()
 
     def close(self) -> None:
         self.tx.stop()

@@ -115,6 +115,7 @@ def test_response_and_oneway_flags():
         (frame_of(b"not json"), "header is not JSON"),
         (frame_of(b"\xff\xfe"), "header is not JSON"),
         (frame_of(b"[1, 2]"), "not a JSON object"),
+        (frame_of(b"[" * 100_000), "nested too deeply"),
         (frame_of(b'{"opaque": 1}'), "'code' is not an integer"),
         (frame_of(b'{"code": "105"}'), "'code' is not an integer"),
         (frame_of(b'{"code": 1, "extFields": {"a": {"b": 1}}}'), "extFields"),
@@ -144,3 +145,36 @@ def test_every_truncation_of_a_binary_header_is_an_error():
 def test_encoding_an_oversize_frame_is_refused():
     with pytest.raises(RemotingFrameError, match="exceeds"):
         encode_frame(RemotingCommand(code=1, body=b"x" * MAX_FRAME_BYTES))
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        RemotingCommand(code=200_050),  # a 5.x POP code: 16 bits in a binary header
+        RemotingCommand(code=1, opaque=2**31),
+        RemotingCommand(code=1, ext_fields={"k" * 40_000: "v"}),
+    ],
+)
+def test_values_that_do_not_fit_a_binary_header_are_refused(cmd: RemotingCommand):
+    cmd.serialize_type = SerializeType.ROCKETMQ
+    with pytest.raises(RemotingFrameError, match="does not fit a binary header"):
+        encode_frame(cmd)
+    cmd.serialize_type = SerializeType.JSON
+    assert decode_frame(encode_frame(cmd)) == cmd
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    header=st.binary(max_size=64),
+    body=st.binary(max_size=16),
+    serialize_type=st.integers(0, 255),
+    length_delta=st.integers(-8, 8),
+)
+def test_garbage_decodes_or_raises_frame_error_only(header, body, serialize_type, length_delta):
+    data = bytearray(frame_of(header, body, serialize_type))
+    struct.pack_into(">i", data, 0, len(data) - 4 + length_delta)
+    try:
+        cmd = decode_frame(bytes(data))
+    except RemotingFrameError:
+        return
+    assert length_delta == 0 and cmd.body == body
