@@ -94,17 +94,20 @@ def broker() -> None:
 @click.option("--cluster", "cluster_name", default=None, help="cluster name [DefaultCluster]")
 @click.option("--register-interval-ms", type=int, default=None, help="re-register period [30000]")
 @click.option("--route-ttl-ms", type=int, default=None, help="cluster route cache life [3000]")
+@click.option("--remoting-listen", default=None,
+              help="HOST:PORT for 4.x remoting clients ['off'; with --namesrv HOST:10911]")
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
                  advertise: str | None, namesrv: str | None, broker_name: str | None,
                  cluster_name: str | None, register_interval_ms: int | None,
-                 route_ttl_ms: int | None) -> None:  # fmt: skip
+                 route_ttl_ms: int | None, remoting_listen: str | None) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
     argv = ["--listen", listen, "--store-dir", store_dir]
     options = {"--flush": flush, "--config": config_file, "--advertise": advertise,
                "--namesrv": namesrv, "--broker-name": broker_name, "--cluster": cluster_name,
-               "--register-interval-ms": register_interval_ms, "--route-ttl-ms": route_ttl_ms}
+               "--register-interval-ms": register_interval_ms, "--route-ttl-ms": route_ttl_ms,
+               "--remoting-listen": remoting_listen}
     argv += [str(text) for flag, value in options.items() if value is not None
              for text in (flag, value)]  # fmt: skip
     try:

@@ -37,8 +37,10 @@ class ClusterOptions:
 class ClusterMember:
     """Registration plus routes plus forwarder of one broker; see the module docstring."""
 
-    def __init__(self, broker: Broker, ctx: ServerContext, options: ClusterOptions) -> None:
-        identity = BrokerIdentity(options.cluster, ctx.broker_name, ctx.endpoint)
+    def __init__(self, broker: Broker, ctx: ServerContext, options: ClusterOptions, *,
+                 remoting_addr: str = "") -> None:  # fmt: skip
+        identity = BrokerIdentity(options.cluster, ctx.broker_name, ctx.endpoint,
+                                  remoting_addr=remoting_addr)
         self.registration = RegistrationService(broker, identity, options.namesrv,
                                                 interval_ms=options.register_interval_ms)
         self.routes = ClusterRoutes(NameServerClient(options.namesrv),
