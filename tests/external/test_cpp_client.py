@@ -1,0 +1,159 @@
+"""The RocketMQ C++ client (PyPI ``rocketmq`` 0.4.4, ``librocketmq.so``) through our
+NameServer and broker, given only the NameServer address.
+
+Each scenario runs the client in child processes (``tests/external/cpp/*.py`` under the
+``.venv-cpp`` interpreter) and checks what they print.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from broker_core.client.client import RocketMQClient
+from broker_core.remoting.client import RemotingClient
+from broker_core.remoting.codes import RequestCode
+from broker_core.remoting.command import RemotingCommand
+from tests.external.conftest import HERE, Cluster4x, spawn
+
+CPP = HERE / "cpp"
+
+
+def create_topic(cluster: Cluster4x, topic: str, queues: int = 4) -> None:
+    with RocketMQClient(cluster.grpc) as client:
+        client.create_topic(topic, queues=queues)
+
+
+def produce(python: Path, cluster: Cluster4x, topic: str, count: int, *extra: str) -> list[dict]:
+    done = subprocess.run([str(python), str(CPP / "produce.py"), cluster.namesrv, topic,
+                           str(count), *extra], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    import json
+
+    lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    assert len(lines) == count and all(x["status"] == 0 for x in lines)
+    return lines
+
+
+def consumer(python: Path, cluster: Cluster4x, topic: str, group: str, *extra: str):
+    return spawn([str(python), str(CPP / "consume.py"), cluster.namesrv, topic, group, *extra],
+                 ready=True)
+
+
+def consumer_ids(cluster: Cluster4x, group: str) -> list[str]:
+    """GET_CONSUMER_LIST_BY_GROUP asked of the broker over remoting."""
+    client = RemotingClient(cluster.remoting)
+    try:
+        resp = client.invoke(RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                                     {"consumerGroup": group}), 5.0)  # fmt: skip
+    finally:
+        client.close()
+    if resp.code != 0:
+        return []
+    import json
+
+    return list(json.loads(resp.body)["consumerIdList"])
+
+
+def test_produce_1000_then_push_consume_exactly_once(cpp_python: Path, cluster4x: Cluster4x):
+    create_topic(cluster4x, "cpp-all")
+    sent = produce(cpp_python, cluster4x, "cpp-all", 1000, "--delay-every", "100")
+    assert len({s["msg_id"] for s in sent}) == 1000
+    sub = consumer(cpp_python, cluster4x, "cpp-all", "cpp-g1")
+    try:
+        got = sub.wait_for(1000, 60)
+    finally:
+        assert sub.stop() == 0
+    bodies = Counter(str(x["body"]) for x in got)
+    assert set(bodies) == {f"m-{i}" for i in range(1000)}, sub.other[-20:]
+    assert max(bodies.values()) == 1, [b for b, n in bodies.items() if n > 1][:5]
+    tags = {str(x["body"]): x["tags"] for x in got}
+    assert tags["m-0"] == "TagA" and tags["m-1"] == "TagB" and tags["m-3"] == ""
+    assert {x["q"] for x in got} == {0, 1, 2, 3}
+
+
+def wait_members(cluster: Cluster4x, group: str, count: int, timeout_s: float = 20) -> list[str]:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ids = consumer_ids(cluster, group)
+        if len(ids) >= count or time.monotonic() > deadline:
+            return ids
+        time.sleep(0.1)
+
+
+def test_two_push_consumers_split_the_queues(cpp_python: Path, cluster4x: Cluster4x):
+    create_topic(cluster4x, "cpp-split")
+    subs = [consumer(cpp_python, cluster4x, "cpp-split", "cpp-g2", "--instance", f"c{i}")
+            for i in range(2)]
+    try:
+        assert len(wait_members(cluster4x, "cpp-g2", 2)) == 2
+        import time
+
+        time.sleep(3)  # both clients have rebalanced after the broker's notification  # noqa
+        produce(cpp_python, cluster4x, "cpp-split", 200)
+        deadline = time.monotonic() + 60
+        while sum(len(s.lines) for s in subs) < 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        codes = [s.stop() for s in subs]
+    assert codes == [0, 0]
+    queues = [{x["q"] for x in s.lines} for s in subs]
+    bodies = Counter(str(x["body"]) for s in subs for x in s.lines)
+    assert set(bodies) == {f"m-{i}" for i in range(200)} and max(bodies.values()) == 1
+    assert queues[0] and queues[1] and not queues[0] & queues[1], queues
+    assert queues[0] | queues[1] == {0, 1, 2, 3}
+
+
+def test_tag_subscription_filters(cpp_python: Path, cluster4x: Cluster4x):
+    create_topic(cluster4x, "cpp-tags")
+    produce(cpp_python, cluster4x, "cpp-tags", 60)
+    sub = consumer(cpp_python, cluster4x, "cpp-tags", "cpp-g3", "--expression", "TagB")
+    want = {f"m-{i}" for i in range(60) if i % 2 == 1 and i % 3 == 1}
+    try:
+        got = sub.wait_for(len(want), 30)
+    finally:
+        sub.stop()
+    assert {str(x["body"]) for x in got} == want
+
+
+def test_orderly_consumer_gets_each_queue_in_order(cpp_python: Path, cluster4x: Cluster4x):
+    create_topic(cluster4x, "cpp-order")
+    produce(cpp_python, cluster4x, "cpp-order", 300, "--orderly-keys", "4")
+    sub = consumer(cpp_python, cluster4x, "cpp-order", "cpp-g4", "--orderly")
+    try:
+        got = sub.wait_for(300, 60)
+    finally:
+        sub.stop()
+    assert len(got) == 300, sub.other[-20:]
+    per_queue: dict[int, list[int]] = defaultdict(list)
+    per_key: dict[int, list[int]] = defaultdict(list)
+    for x in got:
+        per_queue[int(x["q"])].append(int(x["o"]))
+        i = int(str(x["body"]).split("-")[1])
+        per_key[i % 4].append(i)
+    assert all(offs == sorted(offs) for offs in per_queue.values())
+    assert all(seq == sorted(seq) for seq in per_key.values())
+    assert len(per_queue) > 1
+
+
+def test_failed_message_is_retried_then_dead_lettered(cpp_python: Path, cluster4x: Cluster4x):
+    create_topic(cluster4x, "cpp-retry")
+    with RocketMQClient(cluster4x.grpc) as client:  # 2 retries, 1 s apart (delay level 1)
+        client.create_group("cpp-g5", max_retries=2, retry_backoff="1s")
+    produce(cpp_python, cluster4x, "cpp-retry", 3, "--body-prefix", "ok")
+    produce(cpp_python, cluster4x, "cpp-retry", 1, "--body-prefix", "fail")
+    sub = consumer(cpp_python, cluster4x, "cpp-retry", "cpp-g5", "--fail-prefix", "fail")
+    try:
+        got = sub.wait_for(3 + 3, 40)  # 3 ok + the failing one delivered 3 times
+    finally:
+        sub.stop()
+    fails = [x for x in got if str(x["body"]).startswith("fail")]
+    assert [x["reconsume"] for x in fails] == [0, 1, 2], got
+    with RocketMQClient(cluster4x.grpc) as client:
+        dead = client.pull("cpp-g5-dlq-reader", "%DLQ%cpp-g5", 0, 0, 10)
+    assert [m.body for m in dead.messages] == [b"fail-0"]
