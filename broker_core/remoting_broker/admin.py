@@ -63,4 +63,4 @@ def handle_runtime_info(ctx: RemotingContext, channel: Channel,
 def handle_view_message(ctx: RemotingContext, channel: Channel,
                         req: RemotingCommand) -> RemotingCommand:  # fmt: skip
     msg = ctx.broker.message_at(field_int(req.ext_fields, "offset"))
-    return req.response(body=encode_message(msg))
+    return req.response(body=encode_message(msg, ctx.host_port))

@@ -107,8 +107,10 @@ def handle_query_offset(ctx: RemotingContext, channel: Channel,
     offset = ctx.broker.committed_offset(group, topic, queue_id)
     if offset is None:
         if ctx.broker.queue_bounds(topic, queue_id)[0] > 0:
-            return req.response(ResponseCode.QUERY_NOT_FOUND,
-                                remark=f"group {group} has no offset in {topic}:{queue_id}")
+            return req.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                remark=f"group {group} has no offset in {topic}:{queue_id}",
+            )
         offset = 0
     return req.response(ext_fields={"offset": str(offset)})
 

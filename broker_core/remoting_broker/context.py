@@ -20,6 +20,12 @@ class RemotingContext:
     address: str = ""  # host:port of the listener, set once it is bound
     sessions: RemotingSessions = field(default_factory=RemotingSessions)
 
+    @property
+    def host_port(self) -> tuple[str, int]:
+        """The listener's address as (host, port), for records' STOREHOST."""
+        host, _, port = self.address.rpartition(":")
+        return host, int(port) if port.isdigit() else 0
+
 
 def field_bool(fields: dict[str, str], key: str, default: bool = False) -> bool:
     """A boolean header field (``"true"``/``"false"``, any case; absent -> ``default``)."""

@@ -110,4 +110,3 @@ class RemotingFrontEnd:
                 session.channel.send(notice)
             except RemotingError as exc:
                 log.info("notify %s of group %s failed: %s", session.client_id, group, exc)
-

@@ -18,7 +18,7 @@ own magic and a unit CRC, so its bytes cannot be sent as they are). Big-endian::
     40      8     BORNTIMESTAMP        ms
     48      8     BORNHOST             4-byte IPv4 + int32 port
     56      8     STORETIMESTAMP       ms
-    64      8     STOREHOST            4-byte IPv4 + int32 port
+    64      8     STOREHOST            4-byte IPv4 + int32 port: the remoting listener
     72      4     RECONSUMETIMES
     76      8     PREPAREDTRANSACTIONOFFSET
     84      4     BODYLEN, then the body
@@ -73,11 +73,14 @@ def _host_bytes(host: tuple[str, int]) -> bytes:
     return ip + struct.pack(">i", host[1] & 0x7FFFFFFF)
 
 
-def encode_message(msg: StoredMessage, extra_props: dict[str, str] | None = None) -> bytes:
-    """One stored message in ``MessageDecoder``'s layout (see the module docstring)."""
-    props = dict(msg.properties)
-    if extra_props:
-        props.update(extra_props)
+def encode_message(msg: StoredMessage, store_host: tuple[str, int] | None = None) -> bytes:
+    """One stored message in ``MessageDecoder``'s layout (see the module docstring).
+
+    ``store_host`` replaces the stored one: 4.x clients send CONSUMER_SEND_MSG_BACK and
+    VIEW_MESSAGE_BY_ID to a record's STOREHOST, so it must be the remoting address (ours
+    records the gRPC one).
+    """
+    props = msg.properties
     topic = msg.topic.encode()
     prop_bytes = encode_properties(props).encode()
     if len(topic) > 255 or len(prop_bytes) > _MAX_PROPS_BYTES:
@@ -87,15 +90,16 @@ def encode_message(msg: StoredMessage, extra_props: dict[str, str] | None = None
         total, MESSAGE_MAGIC_CODE, zlib.crc32(msg.body) & 0x7FFFFFFF, msg.queue_id, msg.flag,
         msg.queue_offset, msg.physical_offset, msg.sys_flag & ~SYSFLAG_COMPRESSED,
         msg.born_timestamp_ms, _host_bytes(msg.born_host), msg.store_timestamp_ms,
-        _host_bytes(msg.store_host), msg.reconsume_times, msg.prepared_transaction_offset,
-        len(msg.body),
+        _host_bytes(store_host or msg.store_host), msg.reconsume_times,
+        msg.prepared_transaction_offset, len(msg.body),
     )  # fmt: skip
     return b"".join((head, msg.body, bytes((len(topic),)), topic,
                      struct.pack(">H", len(prop_bytes)), prop_bytes))  # fmt: skip
 
 
-def encode_messages(msgs: Iterable[StoredMessage]) -> bytes:
-    return b"".join(encode_message(m) for m in msgs)
+def encode_messages(msgs: Iterable[StoredMessage],
+                    store_host: tuple[str, int] | None = None) -> bytes:  # fmt: skip
+    return b"".join(encode_message(m, store_host) for m in msgs)
 
 
 def decode_stored(data: bytes) -> list[dict[str, object]]:

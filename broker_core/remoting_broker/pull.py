@@ -49,10 +49,12 @@ _CODES = {
 }
 
 
-def pull_response(req: RemotingCommand, result: PullResult) -> RemotingCommand:
+def pull_response(req: RemotingCommand, result: PullResult,
+                  store_host: tuple[str, int] | None = None) -> RemotingCommand:  # fmt: skip
     """The 4.x answer to a pull (see the module docstring)."""
     code = _CODES[result.status]
-    body = encode_messages(result.messages) if result.status is PullStatus.FOUND else b""
+    found = result.status is PullStatus.FOUND
+    body = encode_messages(result.messages, store_host) if found else b""
     ext = {"nextBeginOffset": str(result.next_offset), "minOffset": str(result.min_offset),
            "maxOffset": str(result.max_offset), "suggestWhichBrokerId": "0"}  # fmt: skip
     return req.response(code, ext_fields=ext, body=body, remark=result.problem)
@@ -86,7 +88,7 @@ def handle_pull(ctx: RemotingContext, channel: Channel,
     state = _Reply()
 
     def deliver(result: PullResult) -> None:
-        answer = pull_response(req, result)
+        answer = pull_response(req, result, ctx.host_port)
         if state.hand_back(answer):
             return  # still on the connection's thread: returned below
         try:

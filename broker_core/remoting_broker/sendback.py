@@ -17,6 +17,8 @@ topic, which the client restores) and ``ORIGIN_MESSAGE_ID``.
 
 from __future__ import annotations
 
+import logging
+
 from broker_core.broker.retry import DelayLevelBackoff, dlq_topic, retry_topic
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
@@ -31,6 +33,8 @@ from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting_broker.context import RemotingContext, field_int, field_str
 from broker_core.store.message_store import now_ms
 
+log = logging.getLogger(__name__)
+
 
 def handle_send_back(ctx: RemotingContext, channel: Channel,
                      req: RemotingCommand) -> RemotingCommand:  # fmt: skip
@@ -39,6 +43,7 @@ def handle_send_back(ctx: RemotingContext, channel: Channel,
     delay_level = field_int(fields, "delayLevel", 0)
     broker = ctx.broker
     old = broker.message_at(field_int(fields, "offset"))
+    log.info("send back %s: %s", fields, old)
     policy = broker.group(group).retry_policy
     client_max = field_int(fields, "maxReconsumeTimes", -1)
     max_times = policy.max_retries if client_max < 0 else min(client_max, policy.max_retries)
@@ -62,4 +67,6 @@ def handle_send_back(ctx: RemotingContext, channel: Channel,
                   sys_flag=old.sys_flag, born_timestamp_ms=old.born_timestamp_ms,
                   born_host=old.born_host, reconsume_times=retries)  # fmt: skip
     broker.send([msg])
+    log.debug("sent back %s of %s (reconsumed %d times) to %s", msg.properties.get("UNIQ_KEY"),
+              old.topic, old.reconsume_times, topic)  # fmt: skip
     return req.response(ResponseCode.SUCCESS)

@@ -7,11 +7,12 @@ Each scenario runs the client in child processes (``tests/external/cpp/*.py`` un
 
 from __future__ import annotations
 
+import itertools
+import json
 import subprocess
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
-
-import pytest
 
 from broker_core.client.client import RocketMQClient
 from broker_core.remoting.client import RemotingClient
@@ -28,19 +29,18 @@ def create_topic(cluster: Cluster4x, topic: str, queues: int = 4) -> None:
 
 
 def produce(python: Path, cluster: Cluster4x, topic: str, count: int, *extra: str) -> list[dict]:
-    done = subprocess.run([str(python), str(CPP / "produce.py"), cluster.namesrv, topic,
-                           str(count), *extra], capture_output=True, text=True, timeout=300)  # fmt: skip
+    cmd = [str(python), str(CPP / "produce.py"), cluster.namesrv, topic, str(count), *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    import json
-
     lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
     assert len(lines) == count and all(x["status"] == 0 for x in lines)
     return lines
 
 
 def consumer(python: Path, cluster: Cluster4x, topic: str, group: str, *extra: str):
-    return spawn([str(python), str(CPP / "consume.py"), cluster.namesrv, topic, group, *extra],
-                 ready=True)
+    return spawn(
+        [str(python), str(CPP / "consume.py"), cluster.namesrv, topic, group, *extra], ready=True
+    )
 
 
 def consumer_ids(cluster: Cluster4x, group: str) -> list[str]:
@@ -53,8 +53,6 @@ def consumer_ids(cluster: Cluster4x, group: str) -> list[str]:
         client.close()
     if resp.code != 0:
         return []
-    import json
-
     return list(json.loads(resp.body)["consumerIdList"])
 
 
@@ -76,8 +74,6 @@ def test_produce_1000_then_push_consume_exactly_once(cpp_python: Path, cluster4x
 
 
 def wait_members(cluster: Cluster4x, group: str, count: int, timeout_s: float = 20) -> list[str]:
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         ids = consumer_ids(cluster, group)
@@ -86,25 +82,43 @@ def wait_members(cluster: Cluster4x, group: str, count: int, timeout_s: float = 
         time.sleep(0.1)
 
 
+def _queues_by_consumer(subs: list, prefix: str) -> list[set[int]]:
+    return [{int(x["q"]) for x in s.lines if str(x["body"]).startswith(prefix)} for s in subs]
+
+
+def _received(subs: list, prefix: str, count: int, timeout_s: float) -> Counter[str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        bodies = Counter(str(x["body"]) for s in subs for x in s.lines
+                         if str(x["body"]).startswith(prefix))  # fmt: skip
+        if len(bodies) >= count or time.monotonic() > deadline:
+            return bodies
+        time.sleep(0.05)
+
+
 def test_two_push_consumers_split_the_queues(cpp_python: Path, cluster4x: Cluster4x):
+    """The clients' own rebalance (AllocateMessageQueueAveragely) splits 4 queues 2/2 once
+    the broker tells both (NOTIFY_CONSUMER_IDS_CHANGED); probes run until it has."""
     create_topic(cluster4x, "cpp-split")
     subs = [consumer(cpp_python, cluster4x, "cpp-split", "cpp-g2", "--instance", f"c{i}")
-            for i in range(2)]
+            for i in range(2)]  # fmt: skip
     try:
         assert len(wait_members(cluster4x, "cpp-g2", 2)) == 2
-        import time
-
-        time.sleep(3)  # both clients have rebalanced after the broker's notification  # noqa
-        produce(cpp_python, cluster4x, "cpp-split", 200)
         deadline = time.monotonic() + 60
-        while sum(len(s.lines) for s in subs) < 200 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        for round_no in itertools.count():  # probes until each queue has one owner
+            prefix = f"probe{round_no}"
+            produce(cpp_python, cluster4x, "cpp-split", 16, "--body-prefix", prefix)
+            assert len(_received(subs, prefix + "-", 16, 30)) == 16
+            owned = _queues_by_consumer(subs, prefix + "-")
+            if (all(owned) and not owned[0] & owned[1]) or time.monotonic() > deadline:
+                break
+        produce(cpp_python, cluster4x, "cpp-split", 200)
+        bodies = _received(subs, "m-", 200, 60)
     finally:
         codes = [s.stop() for s in subs]
     assert codes == [0, 0]
-    queues = [{x["q"] for x in s.lines} for s in subs]
-    bodies = Counter(str(x["body"]) for s in subs for x in s.lines)
     assert set(bodies) == {f"m-{i}" for i in range(200)} and max(bodies.values()) == 1
+    queues = _queues_by_consumer(subs, "m-")
     assert queues[0] and queues[1] and not queues[0] & queues[1], queues
     assert queues[0] | queues[1] == {0, 1, 2, 3}
 
@@ -143,17 +157,22 @@ def test_orderly_consumer_gets_each_queue_in_order(cpp_python: Path, cluster4x: 
 
 def test_failed_message_is_retried_then_dead_lettered(cpp_python: Path, cluster4x: Cluster4x):
     create_topic(cluster4x, "cpp-retry")
+    # The client looks routes up every 30 s and at start; a retry topic the broker makes at
+    # the first heartbeat would be seen only at the next look-up, so it is made first.
+    create_topic(cluster4x, "%RETRY%cpp-g5", 1)
     with RocketMQClient(cluster4x.grpc) as client:  # 2 retries, 1 s apart (delay level 1)
         client.create_group("cpp-g5", max_retries=2, retry_backoff="1s")
-    produce(cpp_python, cluster4x, "cpp-retry", 3, "--body-prefix", "ok")
-    produce(cpp_python, cluster4x, "cpp-retry", 1, "--body-prefix", "fail")
+    # Only the failing message: this client answers a whole pull batch at once (the C API's
+    # per-message callback results are folded into one status), so a message pulled with
+    # it would be sent back too.
+    produce(cpp_python, cluster4x, "cpp-retry", 1, "--body-prefix", "fail", "--group", "pg5")
     sub = consumer(cpp_python, cluster4x, "cpp-retry", "cpp-g5", "--fail-prefix", "fail")
     try:
-        got = sub.wait_for(3 + 3, 40)  # 3 ok + the failing one delivered 3 times
+        got = sub.wait_for(3, 40)  # delivered 3 times: first try + 2 retries
     finally:
         sub.stop()
     fails = [x for x in got if str(x["body"]).startswith("fail")]
-    assert [x["reconsume"] for x in fails] == [0, 1, 2], got
+    assert [x["reconsume"] for x in fails] == [0, 1, 2], "\n".join(map(str, got))
     with RocketMQClient(cluster4x.grpc) as client:
         dead = client.pull("cpp-g5-dlq-reader", "%DLQ%cpp-g5", 0, 0, 10)
     assert [m.body for m in dead.messages] == [b"fail-0"]

@@ -40,9 +40,15 @@ def main() -> None:
     def on_message(_consumer, handle):  # type: ignore[no-untyped-def]
         msg = RecvMessage(handle)
         body = msg.body
-        line = {"topic": msg.topic, "q": msg.queue_id, "o": msg.queue_offset,
-                "body": body.decode(), "tags": (msg.tags or b"").decode(),
-                "reconsume": msg.reconsume_times, "id": msg.id}
+        line = {
+            "topic": msg.topic,
+            "q": msg.queue_id,
+            "o": msg.queue_offset,
+            "body": body.decode(),
+            "tags": (msg.tags or b"").decode(),
+            "reconsume": msg.reconsume_times,
+            "id": msg.id,
+        }
         with _lock:
             print(json.dumps(line), flush=True)
         if fail is not None and body.startswith(fail):

@@ -44,8 +44,17 @@ def main() -> None:
                 result = producer.send_orderly(msg, i % args.orderly_keys)
             else:
                 result = producer.send_sync(msg)
-            print(json.dumps({"i": i, "status": int(result.status), "msg_id": result.msg_id,
-                              "offset": result.offset}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "i": i,
+                        "status": int(result.status),
+                        "msg_id": result.msg_id,
+                        "offset": result.offset,
+                    }
+                ),
+                flush=True,
+            )
     finally:
         producer.shutdown()
 
