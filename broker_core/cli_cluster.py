@@ -9,8 +9,10 @@ answer.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,8 @@ from broker_core.errors import InvalidArgumentError, NotFoundError, RocketMQErro
 if TYPE_CHECKING:
     from broker_core.namesrv.client import ClusterInfo
 
+log = logging.getLogger(__name__)
+ROUTE_WAIT_S = 5.0
 Table = Callable[[str, list[str], list[tuple[Any, ...]]], None]
 
 
@@ -62,7 +66,10 @@ def broker_addrs(namesrv: str, only: str | None = None) -> dict[str, str]:
 def create_topic_everywhere(namesrv: str, only: str | None, name: str,
                             **settings: Any) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
     """Create (or update) topic ``name`` on every broker group, or on ``only``; returns
-    (broker, config) per group. A group that fails raises its error, naming it."""
+    (broker, config) per group once the NameServers' route lists every one of them (each
+    broker registers a topic change at once). A group that fails raises its error,
+    naming it; a route that does not show them all within ``ROUTE_WAIT_S`` is only
+    logged (the next periodic registration brings it)."""
     done = []
     for broker, addr in broker_addrs(namesrv, only).items():
         with RocketMQClient(addr, timeout_s=10.0, max_attempts=2) as client:
@@ -70,7 +77,31 @@ def create_topic_everywhere(namesrv: str, only: str | None, name: str,
                 done.append((broker, client.create_topic(name, **settings)))
             except RocketMQError as exc:
                 raise type(exc)(f"broker {broker} ({addr}): {exc}") from exc
+    _wait_for_route(namesrv, name, {broker for broker, _ in done})
     return done
+
+
+def _wait_for_route(namesrv: str, topic: str, brokers: set[str]) -> bool:
+    """True once the NameServers route ``topic`` to every group of ``brokers``."""
+    from broker_core.namesrv.client import NameServerClient
+
+    client = NameServerClient(namesrv)
+    deadline = time.monotonic() + ROUTE_WAIT_S
+    try:
+        while True:
+            try:
+                listed = {q.broker_name for q in client.get_route(topic).queue_datas}
+            except NotFoundError:
+                listed = set()
+            if brokers <= listed:
+                return True
+            if time.monotonic() > deadline:
+                log.warning("the route of %s lists %s, not yet %s", topic, sorted(listed),
+                            sorted(brokers))  # fmt: skip
+                return False
+            time.sleep(0.05)
+    finally:
+        client.close()
 
 
 def progress_everywhere(namesrv: str, group: str, topic: str | None) -> list[tuple[Any, ...]]:

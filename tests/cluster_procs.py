@@ -1,5 +1,6 @@
 """Start and stop cluster processes (NameServers) on free loopback ports, for tests.
 
+``start_cluster_broker(workdir, namesrv, name)`` starts a broker that joins it.
 ``start_namesrv()`` runs ``python -m broker_core.namesrv`` and returns ``(proc,
 "127.0.0.1:PORT")`` once the NameServer accepts connections; ``stop_namesrv(proc)`` sends
 SIGTERM and returns the exit code; ``proc.kill()`` is a crash. The child's output is
@@ -24,6 +25,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+from broker_core.server.launcher import BrokerProcess, launch_broker
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 30.0
@@ -96,3 +100,21 @@ def stop_namesrv(proc: subprocess.Popen[str], timeout_s: float = 15.0) -> int:
         proc.kill()
         proc.wait(timeout_s)
         raise
+
+
+# ---- brokers that join a cluster (the cluster branch) ---------------------------------------
+
+
+def start_cluster_broker(workdir: Path, namesrv: str, broker_name: str | None = None, *,
+                         register_interval_ms: int = 500, route_ttl_ms: int = 300,
+                         config: dict[str, dict[str, Any]] | None = None,
+                         extra_args: list[str] | None = None) -> BrokerProcess:  # fmt: skip
+    """Start a broker on a free loopback port that registers with ``namesrv`` (as
+    ``broker_name``, or its default name) and wait for READY; stop it with ``.stop()``
+    (SIGTERM: it unregisters) or ``.kill()``. Raises RuntimeError with the broker's output
+    when it exits before READY (e.g. a name clash)."""
+    args = ["--namesrv", namesrv, "--register-interval-ms", str(register_interval_ms),
+            "--route-ttl-ms", str(route_ttl_ms), *(extra_args or [])]  # fmt: skip
+    if broker_name is not None:
+        args += ["--broker-name", broker_name]
+    return launch_broker(workdir, config=config, extra_args=args)

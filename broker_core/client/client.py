@@ -105,6 +105,15 @@ def parse_endpoint(endpoints: str) -> str:
     return first
 
 
+def _picker(indexes: list[int]) -> Callable[[Sequence[T] | None], list[T] | None]:
+    """``pick(column)``: the column's items at ``indexes`` (None stays None)."""
+
+    def pick(column: Sequence[T] | None) -> list[T] | None:
+        return None if column is None else [column[i] for i in indexes]
+
+    return pick
+
+
 class RocketMQClient(AdminCalls):
     """One broker endpoint, or a cluster; see the module docstring for the contract."""
 
@@ -277,6 +286,11 @@ class RocketMQClient(AdminCalls):
         """
         if self.cluster is not None:
             items = list(messages)
+            groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group
+                      for m in items]  # fmt: skip
+            if any(groups):  # FIFO messages: each message group pinned to one broker group
+                return self.cluster.send_split(topic, groups, lambda c, idx: c.send_batch(
+                    topic, [items[i] for i in idx]))  # fmt: skip
             return self.cluster.send(topic, lambda c: c.send_batch(topic, items))
         request, count = wire.encode_messages(topic, messages, namespace=self.namespace)
         if not count:
@@ -294,6 +308,15 @@ class RocketMQClient(AdminCalls):
         """:meth:`send_batch` for messages given column by column, with no object per
         message: columns as :func:`wire.encode_send_request` takes them (None: absent)."""
         if self.cluster is not None:
+            if message_groups is not None and any(message_groups):
+                def part(c: RocketMQClient, idx: list[int]) -> list[SendReceipt]:
+                    pick = _picker(idx)
+                    return c.send_columns(
+                        topic, pick(bodies) or [], tags=pick(tags), keys=pick(keys),
+                        properties=pick(properties), message_groups=pick(message_groups),
+                        delivery_ms=pick(delivery_ms))  # fmt: skip
+
+                return self.cluster.send_split(topic, message_groups, part)
             return self.cluster.send(topic, lambda c: c.send_columns(
                 topic, bodies, tags=tags, keys=keys, properties=properties,
                 message_groups=message_groups, delivery_ms=delivery_ms))  # fmt: skip
@@ -324,6 +347,16 @@ class RocketMQClient(AdminCalls):
         return self.send_batch(topic, [OutgoingMessage(data, **fields)])[0]
 
     # ---- routes and offsets ----------------------------------------------------------------
+
+    def broker_clients(self, topic: str) -> dict[str, RocketMQClient]:
+        """Broker group name -> a single-broker client of it, for every group holding
+        ``topic`` (TopicNotFoundError when none does). A single-broker client answers
+        ``{its broker's name: itself}``. The clients belong to this one: do not close them."""
+        if self.cluster is None:
+            queues = self.query_route(topic)
+            return {queues[0].broker_name: self} if queues else {}
+        return {g.broker_name: self.cluster.client_at(g.grpc_addr)
+                for g in self.cluster.brokers(topic)}  # fmt: skip
 
     def query_route(self, topic: str) -> list[QueueInfo]:
         """The topic's message queues (TopicNotFoundError when it does not exist); a

@@ -10,7 +10,12 @@ per broker address. Contract:
 * **Sends** rotate over the broker groups with writable queues, one request per group
   in turn; a group that cannot be reached is skipped (routes are refreshed and the next
   group gets the request). A topic no group has yet goes to one live broker, whose
-  auto-creation (a broker setting) decides.
+  auto-creation (a broker setting) decides. Messages with a message group (FIFO) are
+  pinned: each group's messages go to the broker group its hash picks among the
+  writable ones (sorted by name), the same one as long as those stay the same, and the
+  broker pins it to one queue; that group not being reachable is an error, never a
+  silent move. A batch that spans broker groups is one request per group (each stored
+  whole or not at all; not atomic across groups).
 * **Admin calls** (topics, groups, queries) go to one broker: the ``endpoints`` given,
   else the first live broker of the cluster.
 * Pickles without connections; a copy in another process reconnects on first use.
@@ -21,7 +26,8 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from broker_core.errors import InvalidArgumentError, RocketMQError, TopicNotFoundError
@@ -137,6 +143,37 @@ class ClusterRouting:
                 self.routes.invalidate(topic)
         assert last is not None
         raise last
+
+    def send_split(self, topic: str, message_groups: Sequence[str | None],
+                   attempt: Callable[[Any, list[int]], list[T]]) -> list[T]:  # fmt: skip
+        """``attempt(client, indexes)`` per broker group for the messages at ``indexes``:
+        those with a message group on the group its hash pins, the others together on the
+        next group in turn (with :meth:`send`'s fail-over); results in message order."""
+        try:
+            groups = sorted((g for g in self.brokers(topic) if g.perm & PERM_WRITE),
+                            key=lambda g: g.broker_name)  # fmt: skip
+        except TopicNotFoundError:
+            everything = list(range(len(message_groups)))
+            return attempt(self.client_at(self.first_broker_addr()), everything)
+        if not groups:
+            raise InvalidArgumentError(f"topic {topic!r} has no writable queue in the cluster")
+        parts: dict[str, list[int]] = {}
+        free: list[int] = []
+        for i, group in enumerate(message_groups):
+            if group is None:
+                free.append(i)
+            else:
+                pinned = groups[zlib.crc32(group.encode()) % len(groups)].grpc_addr
+                parts.setdefault(pinned, []).append(i)
+        results: list[T | None] = [None] * len(message_groups)
+        for addr, indexes in parts.items():
+            for i, result in zip(indexes, attempt(self.client_at(addr), indexes), strict=True):
+                results[i] = result
+        if free:
+            for i, result in zip(free, self.send(topic, lambda c: attempt(c, free)),
+                                 strict=True):  # fmt: skip
+                results[i] = result
+        return results  # type: ignore[return-value]  # every index was filled above
 
     def close(self) -> None:
         """Close every connection of this process (the next call reopens them)."""

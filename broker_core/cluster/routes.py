@@ -4,9 +4,10 @@ RocketMQ's proxy caches routes (refresh after 20 s); we keep them ``ttl_ms`` (de
 3 s) so a broker that left the cluster leaves the answers within seconds, and a lookup
 on the send path is a dict access. Contract:
 
-* ``route(topic)`` is the topic's :class:`TopicRoute` from the first NameServer that
-  answers, cached for ``ttl_ms``; an unknown topic raises ``TopicNotFoundError`` (misses
-  are cached for ``miss_ttl_ms``, shorter, so a topic created a moment ago shows soon).
+* ``brokers(topic)`` is the topic's broker groups from the first NameServer that
+  answers, cached for ``ttl_ms``; an unknown topic raises ``TopicNotFoundError`` and no
+  answering NameServer raises its error (both cached for ``miss_ttl_ms``, shorter, so a
+  topic created a moment ago shows soon and a dead NameServer is not asked per call).
 * ``grpc_addr(broker_name)`` is that broker group's master gRPC address from the
   cluster table (cached the same way), or None when no live broker has that name.
 * Only :class:`BrokerData` whose broker is registered with a gRPC address count; a
@@ -16,14 +17,16 @@ on the send path is a dict access. Contract:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker_core.errors import TopicNotFoundError
+from broker_core.errors import RocketMQError, TopicNotFoundError
 from broker_core.namesrv.client import BrokerData, ClusterInfo, NameServerClient, TopicRoute
 
+log = logging.getLogger(__name__)
 MASTER_ID = 0
 DEFAULT_ROUTE_TTL_MS = 3_000
 DEFAULT_MISS_TTL_MS = 500
@@ -68,25 +71,30 @@ class ClusterRoutes:
         self.miss_ttl_s = miss_ttl_ms / 1000
         self._clock = clock
         self._lock = threading.Lock()
-        self._routes: dict[str, tuple[float, list[BrokerQueues] | None]] = {}
+        self._routes: dict[str, tuple[float, list[BrokerQueues] | RocketMQError]] = {}
         self._cluster: tuple[float, ClusterInfo] | None = None
 
     def brokers(self, topic: str) -> list[BrokerQueues]:
-        """The topic's broker groups (TopicNotFoundError when none has it)."""
+        """The topic's broker groups (TopicNotFoundError when none has it; the NameServers'
+        error, also cached for ``miss_ttl_ms``, when none answers)."""
         now = self._clock()
         with self._lock:
             cached = self._routes.get(topic)
         if cached is None or cached[0] <= now:
+            found: list[BrokerQueues] | RocketMQError
             try:
-                found: list[BrokerQueues] | None = brokers_of(self.client.get_route(topic))
-            except TopicNotFoundError:
-                found = None
-            expires = now + (self.ttl_s if found else self.miss_ttl_s)
+                found = brokers_of(self.client.get_route(topic)) or TopicNotFoundError(
+                    f"topic {topic!r} does not exist on any live broker of the cluster")
+            except TopicNotFoundError as exc:
+                found = exc
+            except RocketMQError as exc:  # no NameServer answered: do not ask at every call
+                log.warning("no NameServer answered the route of %s: %s", topic, exc)
+                found = exc
+            expires = now + (self.miss_ttl_s if isinstance(found, RocketMQError) else self.ttl_s)
             with self._lock:
-                self._routes[topic] = cached = (expires, found or None)
-        if not cached[1]:
-            raise TopicNotFoundError(f"topic {topic!r} does not exist on any live broker "
-                                     "of the cluster")  # fmt: skip
+                self._routes[topic] = cached = (expires, found)
+        if isinstance(cached[1], RocketMQError):
+            raise cached[1].with_traceback(None)
         return cached[1]
 
     def cluster_info(self) -> ClusterInfo:

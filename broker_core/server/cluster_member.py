@@ -20,8 +20,11 @@ from broker_core.cluster.registration import (
     RegistrationService,
 )
 from broker_core.cluster.routes import DEFAULT_ROUTE_TTL_MS, ClusterRoutes
+from broker_core.errors import ConfigError
 from broker_core.namesrv.client import NameServerClient
 from broker_core.server.context import ServerContext
+
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,18 @@ class ClusterMember:
 
     def __init__(self, broker: Broker, ctx: ServerContext, options: ClusterOptions, *,
                  remoting_addr: str = "") -> None:  # fmt: skip
+        """ConfigError when the broker would register an address nobody can dial.
+
+        ``remoting_addr`` (the 4.x listener, "" without one) is registered as
+        ``brokerAddr``; on a wildcard host it takes the advertised host instead.
+        """
+        if ctx.host.strip("[]") in WILDCARD_HOSTS:
+            raise ConfigError(
+                f"a cluster member must register an address other brokers and clients can "
+                f"reach, not {ctx.endpoint}: give --advertise HOST:PORT with --namesrv")
+        host, _, port = remoting_addr.rpartition(":")
+        if remoting_addr and host.strip("[]") in WILDCARD_HOSTS:
+            remoting_addr = f"{ctx.host}:{port}"
         identity = BrokerIdentity(options.cluster, ctx.broker_name, ctx.endpoint,
                                   remoting_addr=remoting_addr)
         self.registration = RegistrationService(broker, identity, options.namesrv,

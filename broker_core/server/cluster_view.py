@@ -47,7 +47,7 @@ def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, Any]]:
     except TopicNotFoundError:
         remote = []
     except RocketMQError as exc:  # NameServers unreachable: serve our own share
-        log.warning("route of %s from the NameServers failed (%s); answering locally", topic, exc)
+        log.debug("route of %s from the NameServers failed (%s); answering locally", topic, exc)
         remote = []
     groups: list[tuple[TopicConfig, Any]] = []
     if local is not None:

@@ -4,6 +4,7 @@ through one broker, forwarding, and no topic created by a route lookup."""
 from __future__ import annotations
 
 import collections
+import pickle
 import time
 from typing import Any
 
@@ -12,10 +13,13 @@ import pytest
 from click.testing import CliRunner
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
     FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
     SimpleConsumer,
 )
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -23,9 +27,9 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.broker.receipt import ReceiptHandle
 from broker_core.cli import cli
-from broker_core.client import RocketMQClient
+from broker_core.client import OutgoingMessage, RocketMQClient
 from broker_core.cluster.local import LocalCluster
-from broker_core.errors import TopicNotFoundError
+from broker_core.errors import RocketMQError, TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
 from tests.server.test_pull_and_offsets import split_stream
 from tests.server.test_simple_consumer import ack, change_invisible, receive
@@ -231,3 +235,75 @@ def test_our_client_routes_sends_pulls_and_offsets_per_broker(cluster3) -> None:
             client.pull("GID-ours", "ours", 0, 0, 1)  # which broker's queue 0?
     progress = rmq("group", "progress", "GID-ours", "--namesrv", cluster3.namesrv)
     assert all(name in progress for name in BROKERS) and "total lag 0" in progress
+
+
+# ---- the official PushConsumer: QueryAssignment for the whole cluster -------------------------
+
+
+class Collect(MessageListener):
+    def __init__(self) -> None:
+        self.bodies: collections.Counter[bytes] = collections.Counter()
+
+    def consume(self, message: Any) -> ConsumeResult:
+        self.bodies[message.body] += 1
+        return ConsumeResult.SUCCESS
+
+
+def test_official_push_consumer_through_one_broker_gets_every_group(cluster3) -> None:
+    create_everywhere(cluster3, "pushed", queues=2)
+    with RocketMQClient(namesrv=cluster3.namesrv) as client:
+        for i in range(6):
+            client.send_batch("pushed", [b"p%d-%d" % (i, j) for j in range(10)])
+    assert held(cluster3, "pushed") == {name: 20 for name in BROKERS}
+    listener = Collect()
+    consumer = PushConsumer(ClientConfiguration(cluster3.endpoints["broker-c"], Credentials()),
+                            "GID-pushed", listener, {"pushed": FilterExpression()})  # fmt: skip
+    consumer.startup()
+    try:
+        wait_for(lambda: len(listener.bodies) == 60, 30, "all 60 messages pushed")
+    finally:
+        consumer.shutdown()
+    assert max(listener.bodies.values()) == 1
+
+
+def test_cluster_client_pickles_and_names_an_unreachable_namesrv(cluster3) -> None:
+    create_everywhere(cluster3, "pickled", queues=1)
+    client = RocketMQClient(namesrv=cluster3.namesrv)
+    try:
+        client.send_batch("pickled", [b"one"])
+        copy = pickle.loads(pickle.dumps(client))
+        try:
+            copy.send_batch("pickled", [b"two"])
+            assert sum(held(cluster3, "pickled").values()) == 2
+        finally:
+            copy.close()
+    finally:
+        client.close()
+    with RocketMQClient(namesrv="127.0.0.1:1") as nowhere, \
+            pytest.raises(RocketMQError, match=r"127\.0\.0\.1:1"):  # fmt: skip
+        nowhere.send_batch("pickled", [b"lost"])
+
+
+def test_message_groups_stay_on_one_broker_group_and_in_order(cluster3) -> None:
+    create_everywhere(cluster3, "fifo-c", queues=2)
+    with RocketMQClient(namesrv=cluster3.namesrv) as client:
+        for round_ in range(4):
+            client.send_batch("fifo-c", [OutgoingMessage(b"%s-%d" % (g.encode(), round_),
+                                                         message_group=g)
+                                         for g in ("g1", "g2", "g3", "g4", "g5")] + [b"free"])
+            client.send_columns("fifo-c", [b"c-%d" % round_], message_groups=["g1"])
+        where: dict[str, set[tuple[str, int]]] = collections.defaultdict(set)
+        order: dict[str, list[bytes]] = collections.defaultdict(list)
+        for broker, single in client.broker_clients("fifo-c").items():
+            for q in single.query_route("fifo-c"):
+                if q.broker_name != broker:
+                    continue
+                for m in single.pull("GID-fifo-c", "fifo-c", q.queue_id, 0, 100).messages:
+                    if m.message_group:
+                        where[m.message_group].add((broker, q.queue_id))
+                        order[m.message_group].append(m.body)
+    assert set(where) == {"g1", "g2", "g3", "g4", "g5"}
+    assert all(len(places) == 1 for places in where.values()), where  # one queue each
+    assert len({next(iter(p))[0] for p in where.values()}) > 1  # spread over groups
+    assert order["g2"] == [b"g2-%d" % r for r in range(4)]
+    assert [b for b in order["g1"] if b.startswith(b"c-")] == [b"c-%d" % r for r in range(4)]

@@ -10,9 +10,10 @@ from typing import Any
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from broker_core.client import RocketMQClient
+from broker_core.cluster.local import start_namesrv
 from broker_core.errors import TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
-from tests.cluster.conftest import start_cluster
+from tests.cluster.conftest import NAMESRV_ARGS, start_cluster
 from tests.cluster.test_cluster import create_everywhere, held, route_brokers, wait_for
 
 
@@ -97,3 +98,23 @@ def test_stopped_and_killed_brokers_leave_routes_and_sends_go_on(tmp_path) -> No
 def held_one(cluster: Any, name: str) -> int:
     with RocketMQClient(cluster.endpoints[name]) as client:
         return sum(r["max_offset"] - r["min_offset"] for r in client.topic_status("steady"))
+
+
+def test_brokers_serve_their_own_share_while_the_namesrv_is_down(tmp_path) -> None:
+    cluster = start_cluster(tmp_path, 2)
+    try:
+        create_everywhere(cluster, "alone")
+        entry = cluster.endpoints["broker-a"]
+        assert cluster.namesrv_process is not None
+        cluster.namesrv_process.terminate()
+        assert cluster.namesrv_process.wait(15) == 0
+        wait_for(lambda: set(route_brokers(entry, "alone")) == {"broker-a"}, 5,
+                 "broker-a to answer with its own share")  # fmt: skip
+        with RocketMQClient(entry) as client:
+            client.send("alone", b"still here")
+        cluster.namesrv_process = start_namesrv(cluster.namesrv, tmp_path / "namesrv-2.log",
+                                                NAMESRV_ARGS)  # fmt: skip
+        wait_for(lambda: set(route_brokers(entry, "alone")) == {"broker-a", "broker-b"}, 10,
+                 "the restarted NameServer to know both groups again")  # fmt: skip
+    finally:
+        cluster.stop()
