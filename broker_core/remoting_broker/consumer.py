@@ -147,8 +147,11 @@ def _lock_body(req: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:
     data = loads(req.body, "lock batch")
     if not isinstance(data, dict):
         raise InvalidArgumentError("lock batch: body is not an object")
-    queues = [MessageQueue(str(q.get("topic")), str(q.get("brokerName")), int(q.get("queueId")))
-              for q in _list(data, "mqSet")]  # fmt: skip
+    try:
+        queues = [MessageQueue(str(q["topic"]), str(q.get("brokerName")), int(q["queueId"]))
+                  for q in _list(data, "mqSet")]  # fmt: skip
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"lock batch: bad mqSet entry: {exc!r}") from None
     return str(data.get("consumerGroup") or ""), str(data.get("clientId") or ""), queues
 
 
