@@ -17,6 +17,7 @@ from bench import (
     consume,
     latency,
     produce,
+    remoting,
     server_mode,
     spark_rw,
     store_append,
@@ -35,6 +36,7 @@ WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "spark-write": spark_rw.run_write,
     "server-mode": server_mode.run,
     "cluster": cluster.run,
+    "remoting": remoting.run,
 }
 ROOT = Path(__file__).resolve().parents[1]
 

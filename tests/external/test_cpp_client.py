@@ -15,6 +15,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from broker_core.client.client import RocketMQClient
+from broker_core.errors import RocketMQError
+from broker_core.namesrv.client import NameServerClient
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode
 from broker_core.remoting.command import RemotingCommand
@@ -24,8 +26,23 @@ CPP = HERE / "cpp"
 
 
 def create_topic(cluster: Cluster4x, topic: str, queues: int = 4) -> None:
+    """Create ``topic`` on the broker and wait until the NameServer routes it (clients that
+    find no route fall back to the default topic, which a lone test broker lacks)."""
     with RocketMQClient(cluster.grpc) as client:
         client.create_topic(topic, queues=queues)
+    names = NameServerClient(cluster.namesrv)
+    deadline = time.monotonic() + 20
+    try:
+        while True:
+            try:
+                if names.get_route(topic).queue_datas[0].read_queue_nums == queues:
+                    return
+            except RocketMQError:
+                pass
+            assert time.monotonic() < deadline, f"no route for {topic}"
+            time.sleep(0.05)
+    finally:
+        names.close()
 
 
 def produce(python: Path, cluster: Cluster4x, topic: str, count: int, *extra: str) -> list[dict]:

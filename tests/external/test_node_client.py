@@ -10,11 +10,11 @@ from pathlib import Path
 
 from broker_core.client.client import RocketMQClient
 from tests.external.conftest import Cluster4x
+from tests.external.test_cpp_client import create_topic
 
 
 def test_ali_ons_producer_and_consumer(node_dir: Path, cluster4x: Cluster4x) -> None:
-    with RocketMQClient(cluster4x.grpc) as client:
-        client.create_topic("js-topic", queues=4)
+    create_topic(cluster4x, "js-topic")
     done = subprocess.run(["node", "produce_consume.js", cluster4x.namesrv, "js-topic",
                            "js-group", "50"], cwd=node_dir, capture_output=True, text=True,
                           timeout=120)  # fmt: skip
