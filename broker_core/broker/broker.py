@@ -206,6 +206,11 @@ class Broker:
         """Who asks producers about unresolved transactions (the server's Telemetry)."""
         self._checker = checker
 
+    @property
+    def transaction_checker(self) -> Checker | None:
+        """The checker now set (a second front end chains to it)."""
+        return self._checker
+
     def _check_back(self, request: CheckRequest) -> None:
         if self._checker is None:
             log.info("no producer reachable to check transaction %s", request.transaction_id)

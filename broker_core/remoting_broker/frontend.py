@@ -11,6 +11,7 @@ shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection
   QUERY/UPDATE_CONSUMER_OFFSET 14/15, GET_MAX/MIN_OFFSET 30/31, SEARCH_OFFSET_BY_TIMESTAMP 29,
   LOCK/UNLOCK_BATCH_MQ 41/42
 * :mod:`.sendback` - CONSUMER_SEND_MSG_BACK 36 (retry topic, then DLQ)
+* :mod:`.transactions` - CHECK_TRANSACTION_STATE 39 pushed to producers
 * :mod:`.admin` - UPDATE_AND_CREATE_TOPIC 17, GET_ALL_TOPIC_CONFIG 21,
   GET_BROKER_RUNTIME_INFO 28, VIEW_MESSAGE_BY_ID 33
 
@@ -34,6 +35,7 @@ from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting.server import RemotingServer
 from broker_core.remoting_broker import admin, consumer, pull, send, sendback
 from broker_core.remoting_broker.context import RemotingContext
+from broker_core.remoting_broker.transactions import chained_checker
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class RemotingFrontEnd:
         handlers = {code: _bound(self.ctx, h) for code, h in HANDLERS.items()}
         self._server = RemotingServer(listen, handlers, on_close=self._on_close)
         broker.add_rebalance_listener(self._notify_group)
+        broker.set_transaction_checker(chained_checker(self.ctx, broker.transaction_checker))
 
     @property
     def address(self) -> str:
