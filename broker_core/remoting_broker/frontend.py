@@ -14,6 +14,7 @@ shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection
 * :mod:`.transactions` - CHECK_TRANSACTION_STATE 39 pushed to producers
 * :mod:`.admin` - UPDATE_AND_CREATE_TOPIC 17, GET_ALL_TOPIC_CONFIG 21,
   GET_BROKER_RUNTIME_INFO 28, VIEW_MESSAGE_BY_ID 33
+* :mod:`.admin_stats` - GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208, QUERY_MESSAGE 12
 
 Broker -> client: NOTIFY_CONSUMER_IDS_CHANGED (40, oneway) to every remoting consumer of a
 group whose membership changed (any protocol's join, leave or expiry), so the clients'
@@ -33,7 +34,7 @@ from broker_core.remoting.channel import Channel, RequestHandler
 from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting.server import RemotingServer
-from broker_core.remoting_broker import admin, consumer, pull, send, sendback
+from broker_core.remoting_broker import admin, admin_stats, consumer, pull, send, sendback
 from broker_core.remoting_broker.context import RemotingContext
 from broker_core.remoting_broker.transactions import chained_checker
 
@@ -64,6 +65,9 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.GET_ALL_TOPIC_CONFIG: admin.handle_all_topics,
     RequestCode.GET_BROKER_RUNTIME_INFO: admin.handle_runtime_info,
     RequestCode.VIEW_MESSAGE_BY_ID: admin.handle_view_message,
+    RequestCode.GET_TOPIC_STATS_INFO: admin_stats.handle_topic_stats,
+    RequestCode.GET_CONSUME_STATS: admin_stats.handle_consume_stats,
+    RequestCode.QUERY_MESSAGE: admin_stats.handle_query_message,
 }
 
 

@@ -228,3 +228,24 @@ def test_admin_and_unknown_codes(front: RemotingFrontEnd, clients):
     missing = call(c, RC.SEND_MESSAGE_V2, {"a": "pg"}, b"x")
     assert missing.code == ResponseCode.MESSAGE_ILLEGAL and "topic" in missing.remark
     assert call(c, RC.GET_MAX_OFFSET, {"topic": "ta", "queueId": "0"}).code == 0  # still fine
+
+
+def test_mqadmin_statistics_queries(front: RemotingFrontEnd, clients):
+    c = connect(front, clients)
+    create_topic(c, "ts", 2)
+    for i in range(3):
+        send_v2(c, "ts", f"s{i}".encode(), 0, KEYS=f"order-{i % 2}")
+    call(c, RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "gs", "topic": "ts", "queueId": "0",
+                                        "commitOffset": "1"})  # fmt: skip
+    stats = call(c, RC.GET_TOPIC_STATS_INFO, {"topic": "ts"}).body.decode()
+    assert stats == ('{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"ts"}:'
+                     '{"lastUpdateTimestamp":0,"maxOffset":3,"minOffset":0},'
+                     '{"brokerName":"broker-a","queueId":1,"topic":"ts"}:'
+                     '{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0}}}')  # fmt: skip
+    consume = call(c, RC.GET_CONSUME_STATS, {"consumerGroup": "gs"}).body.decode()
+    assert '"queueId":0,"topic":"ts"}:{"brokerOffset":3,"consumerOffset":1' in consume
+    found = call(c, RC.QUERY_MESSAGE, {"topic": "ts", "key": "order-0", "maxNum": "10",
+                                       "beginTimestamp": "0", "endTimestamp": str(2**62)})
+    assert sorted(r["body"] for r in decode_stored(found.body)) == [b"s0", b"s2"]
+    none = call(c, RC.QUERY_MESSAGE, {"topic": "ts", "key": "nope", "maxNum": "10"})
+    assert none.code == ResponseCode.QUERY_NOT_FOUND
