@@ -10,7 +10,8 @@ reconsumed ``max`` times (or ``delayLevel`` < 0) it goes to ``%DLQ%group`` inste
 retry policy ``max_retries``, so an operator's policy applies to 4.x clients too. The
 delay: the client's ``delayLevel`` when > 0 (the ``DELAY`` property, levels 1-18); for 0
 the group's retry policy (RocketMQ's default policy is delay level 3 + reconsume times; a
-custom or exponential backoff becomes a delivery time). The properties are kept (the
+custom or exponential backoff's delay is sent as the delay level of that length when one
+of the 18 has it, e.g. ``1s`` is level 1, else as a delivery time). The properties are kept (the
 UNIQ_KEY, so the client sees the same message id), plus ``RETRY_TOPIC`` (the original
 topic, which the client restores) and ``ORIGIN_MESSAGE_ID``.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-from broker_core.broker.retry import DelayLevelBackoff, dlq_topic, retry_topic
+from broker_core.broker.retry import DELAY_LEVELS_MS, DelayLevelBackoff, dlq_topic, retry_topic
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_DELIVER_TIME_MS,
@@ -60,8 +61,10 @@ def handle_send_back(ctx: RemotingContext, channel: Channel,
             props[PROPERTY_DELAY_LEVEL] = str(delay_level)
         elif isinstance(policy.backoff, DelayLevelBackoff):
             props[PROPERTY_DELAY_LEVEL] = str(policy.backoff.level_for_retry(retries))
+        elif (wait_ms := policy.backoff.delay_ms(retries)) in DELAY_LEVELS_MS:
+            props[PROPERTY_DELAY_LEVEL] = str(DELAY_LEVELS_MS.index(wait_ms) + 1)
         else:
-            props[PROPERTY_DELIVER_TIME_MS] = str(now_ms() + policy.backoff.delay_ms(retries))
+            props[PROPERTY_DELIVER_TIME_MS] = str(now_ms() + wait_ms)
     assert topic in (retry_topic(group), dlq_topic(group))
     msg = Message(topic=topic, body=old.body, queue_id=-1, properties=props, flag=old.flag,
                   sys_flag=old.sys_flag, born_timestamp_ms=old.born_timestamp_ms,

@@ -190,6 +190,8 @@ def test_failed_message_is_retried_then_dead_lettered(cpp_python: Path, cluster4
         sub.stop()
     fails = [x for x in got if str(x["body"]).startswith("fail")]
     assert [x["reconsume"] for x in fails] == [0, 1, 2], "\n".join(map(str, got))
+    gaps = [float(b["t"]) - float(a["t"]) for a, b in itertools.pairwise(fails)]
+    assert all(gap >= 0.9 for gap in gaps), gaps  # each retry held at delay level 1 (1 s)
     with RocketMQClient(cluster4x.grpc) as client:
         dead = client.pull("cpp-g5-dlq-reader", "%DLQ%cpp-g5", 0, 0, 10)
     assert [m.body for m in dead.messages] == [b"fail-0"]

@@ -5,9 +5,10 @@ Run with the ``.venv-cpp`` interpreter::
     consume.py NAMESRV TOPIC GROUP [--orderly] [--expression EXPR] [--fail-prefix P]
 
 Prints ``READY`` once started, then one JSON line per delivery: ``{"topic", "q", "o",
-"body", "tags", "reconsume", "id"}``; stops (shutdown, exit 0) when its standard input
-closes or reads ``stop``. A message whose body starts with ``--fail-prefix`` is answered
-RECONSUME_LATER (the client then sends it back to the broker with CONSUMER_SEND_MSG_BACK).
+"body", "tags", "reconsume", "id", "t"}`` (``t``: when it arrived, epoch s); stops
+(shutdown, exit 0) when its standard input closes or reads ``stop``. A message whose body
+starts with ``--fail-prefix`` is answered RECONSUME_LATER (the client then sends it back
+to the broker with CONSUMER_SEND_MSG_BACK).
 
 The library's ``subscribe`` turns a callback's exception into CONSUME_SUCCESS (ctypes
 swallows what its ``finally: raise`` re-raises), so RECONSUME_LATER is returned through
@@ -18,6 +19,7 @@ import argparse
 import json
 import sys
 import threading
+import time
 
 from rocketmq.client import PushConsumer, RecvMessage, dll, ffi_check
 from rocketmq.ffi import _CConsumeStatus
@@ -48,6 +50,7 @@ def main() -> None:
             "tags": (msg.tags or b"").decode(),
             "reconsume": msg.reconsume_times,
             "id": msg.id,
+            "t": time.time(),
         }
         with _lock:
             print(json.dumps(line), flush=True)
