@@ -275,17 +275,25 @@ class Broker:
                 results[i] = SendResult(put.message_id, msg.topic, msg.queue_id, put.queue_offset)
         return [r for r in results if r is not None]
 
-    def send_columns(self, batch: ColumnBatch) -> np.ndarray:
+    def send_columns(self, batch: ColumnBatch, *, queue_id: int | None = None) -> np.ndarray:
         """Store a column batch of plain (NORMAL) messages; returns their queue offsets.
 
         The fast lane of :meth:`send` for a batch with nothing to route: queues are
-        chosen round robin, as ``send`` does for each message.
+        chosen round robin, as ``send`` does for each message, or all go to ``queue_id``
+        (a 4.x batch names its queue).
         """
         config = self.topics.for_send(batch.topic)
         if not config.accepts("NORMAL"):
             raise InvalidArgumentError(
                 f"topic {batch.topic} takes {config.message_type} messages, not NORMAL"
             )
+        if queue_id is not None:
+            if not 0 <= queue_id < config.write_queue_nums:
+                raise InvalidArgumentError(
+                    f"queue {queue_id} of topic {batch.topic} does not exist "
+                    f"(it has {config.write_queue_nums} write queues)")  # fmt: skip
+            batch.queue_ids = np.full(len(batch), queue_id, np.int32)
+            return self.store.put_columns(batch)
         first = self._send_counter + 1
         self._send_counter += len(batch)
         batch.queue_ids = ((first + np.arange(len(batch))) % config.write_queue_nums).astype(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+from broker_core.broker.filters import MessageFilter
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
@@ -249,3 +250,25 @@ def test_mqadmin_statistics_queries(front: RemotingFrontEnd, clients):
     assert sorted(r["body"] for r in decode_stored(found.body)) == [b"s0", b"s2"]
     none = call(c, RC.QUERY_MESSAGE, {"topic": "ts", "key": "nope", "maxNum": "10"})
     assert none.code == ResponseCode.QUERY_NOT_FOUND
+
+
+def test_batch_fast_lane_stores_what_the_general_path_stores(front, clients, monkeypatch):
+    c = connect(front, clients)
+    create_topic(c, "fast", 1)
+    create_topic(c, "slow", 1)
+    items = [(0, f"body-{i}".encode(), {"UNIQ_KEY": f"U{i}", "TAGS": "t" if i % 2 else "u",
+                                        "KEYS": f"k{i} x{i}", "user": "v"}) for i in range(6)]
+    fields = {"a": "pg", "e": "0", "f": "0", "g": "1234", "h": "0", "i": "", "m": "true"}
+    fast = call(c, RC.SEND_BATCH_MESSAGE, {**fields, "b": "fast"}, encode_batch(items))
+    monkeypatch.setattr("broker_core.remoting_broker.send.plain_columns", lambda *a, **k: None)
+    slow = call(c, RC.SEND_BATCH_MESSAGE, {**fields, "b": "slow"}, encode_batch(items))
+    assert fast.code == slow.code == 0 and fast.ext_fields["msgId"] == slow.ext_fields["msgId"]
+    broker = front.ctx.broker
+    a = broker.pull("g", "fast", 0, 0, 10).messages
+    b = broker.pull("g", "slow", 0, 0, 10).messages
+    keep = ("body", "properties", "flag", "sys_flag", "born_timestamp_ms", "born_host",
+            "reconsume_times", "queue_offset", "body_crc")  # fmt: skip
+    assert [[getattr(m, k) for k in keep] for m in a] == [[getattr(m, k) for k in keep] for m in b]
+    assert broker.query_by_key("fast", "x3")[0].body == b"body-3"  # KEYS are indexed
+    tagged = broker.pull("g", "fast", 0, 0, 10, filter=MessageFilter("TAG", "t")).messages
+    assert [m.body for m in tagged] == [b"body-1", b"body-3", b"body-5"]  # tag codes kept
