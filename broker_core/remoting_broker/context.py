@@ -28,6 +28,7 @@ class RemotingContext:
 
 
 def field_bool(fields: dict[str, str], key: str, default: bool = False) -> bool:
-    """A boolean header field (``"true"``/``"false"``, any case; absent -> ``default``)."""
+    """A boolean header field: ``"true"`` (any case) or ``"1"`` (the C++ client's form) is
+    true, anything else false; absent -> ``default``."""
     text = fields.get(key)
-    return default if text is None else text.strip().lower() == "true"
+    return default if text is None else text.strip().lower() in ("true", "1")

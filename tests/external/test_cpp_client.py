@@ -195,3 +195,20 @@ def test_failed_message_is_retried_then_dead_lettered(cpp_python: Path, cluster4
     with RocketMQClient(cluster4x.grpc) as client:
         dead = client.pull("cpp-g5-dlq-reader", "%DLQ%cpp-g5", 0, 0, 10)
     assert [m.body for m in dead.messages] == [b"fail-0"]
+
+
+def test_batch_send_and_pull_consumer(cpp_python: Path, cluster4x: Cluster4x):
+    create_topic(cluster4x, "cpp-batch")
+    cmd = [str(cpp_python), str(CPP / "batch_and_pull.py"), cluster4x.namesrv, "cpp-batch",
+           "100", "10"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    batches = [x for x in lines if "batch" in x]
+    assert len(batches) == 10 and all(x["status"] == 0 for x in batches)
+    pulled = [x for x in lines if "body" in x]
+    assert sorted(str(x["body"]) for x in pulled) == sorted(f"b-{i}" for i in range(0, 100, 2))
+    per_queue = defaultdict(list)
+    for x in pulled:
+        per_queue[int(x["q"])].append(int(x["o"]))
+    assert all(offsets == sorted(offsets) for offsets in per_queue.values())
