@@ -80,9 +80,12 @@ def handle_unregister(ctx: RemotingContext, channel: Channel,
                       req: RemotingCommand) -> RemotingCommand:  # fmt: skip
     fields = req.ext_fields
     client_id = field_str(fields, "clientID")
-    for key in ("producerGroup", "consumerGroup"):
+    session = ctx.sessions.touch(client_id, channel)
+    for key, groups in (("producerGroup", session.producer_groups),
+                        ("consumerGroup", session.consumer_groups)):  # fmt: skip
         group = fields.get(key)
         if group:
+            groups.discard(group)
             ctx.broker.clients.unregister(group, client_id)
     return req.response(ResponseCode.SUCCESS)
 

@@ -57,15 +57,6 @@ class RemotingSessions:
         with self._lock:
             return self._subscriptions.get((group, topic))
 
-    def channel_of(self, client_id: str) -> Channel | None:
-        with self._lock:
-            session = self._clients.get(client_id)
-        return None if session is None or session.channel.closed else session.channel
-
-    def remove_client(self, client_id: str) -> ClientSession | None:
-        with self._lock:
-            return self._clients.pop(client_id, None)
-
     def closed(self, channel: Channel) -> list[ClientSession]:
         """Forget every client whose channel this was; returns them (to unregister)."""
         with self._lock:
