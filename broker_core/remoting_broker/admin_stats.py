@@ -6,6 +6,9 @@ GET_TOPIC_STATS_INFO (202)         topic -> ``TopicStatsTable{offsetTable: {mq: 
 GET_CONSUME_STATS (208)            consumerGroup[, topic] -> ``ConsumeStats{offsetTable: {mq:
                                    {brokerOffset, consumerOffset, lastTimestamp}},
                                    consumeTps}``
+GET_CONSUMER_CONNECTION_LIST       consumerGroup -> ``ConsumerConnection{connectionSet[{clientId,
+(203)                              clientAddr, language, version}], subscriptionTable, ...}``
+                                   of its remoting consumers; CONSUMER_NOT_ONLINE (206) if none
 QUERY_MESSAGE (12)                 topic, key, maxNum, beginTimestamp, endTimestamp -> the
                                    messages as ``MessageDecoder`` records; QUERY_NOT_FOUND
                                    (22) when none
@@ -21,7 +24,7 @@ from __future__ import annotations
 import json
 
 from broker_core.remoting.channel import Channel
-from broker_core.remoting.codes import ResponseCode
+from broker_core.remoting.codes import LanguageCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting_broker.context import RemotingContext, field_int, field_str
 from broker_core.remoting_broker.msgcodec import encode_messages
@@ -60,6 +63,32 @@ def handle_consume_stats(ctx: RemotingContext, channel: Channel,
     }
     body = '{"consumeTps":0.0,"offsetTable":' + fastjson_mq_map(ctx.broker_name, rows) + "}"
     return req.response(body=body.encode())
+
+
+def handle_consumer_connections(ctx: RemotingContext, channel: Channel,
+                                req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+    group = field_str(req.ext_fields, "consumerGroup")
+    sessions = ctx.sessions.consumers_of(group)
+    if not sessions:
+        return req.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                            remark=f"no remoting consumer of group {group} is online")
+    connections = [{"clientId": s.client_id, "clientAddr": s.channel.peer,
+                    "language": _language_name(s.language), "version": s.version}
+                   for s in sessions]  # fmt: skip
+    table = {topic: {"topic": topic, "subString": expr, "expressionType": kind, "tagsSet": [],
+                     "codeSet": [], "subVersion": 0, "classFilterMode": False}
+             for topic, (kind, expr) in ctx.sessions.subscriptions_of(group).items()}  # fmt: skip
+    body = {"connectionSet": connections, "subscriptionTable": table,
+            "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET"}  # fmt: skip
+    return req.response(body=_dumps(body).encode())
+
+
+def _language_name(code: int) -> str:
+    try:
+        return LanguageCode(code).name
+    except ValueError:
+        return "OTHER"
 
 
 def handle_query_message(ctx: RemotingContext, channel: Channel,

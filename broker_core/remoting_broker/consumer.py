@@ -52,6 +52,7 @@ def handle_heartbeat(ctx: RemotingContext, channel: Channel,
         raise InvalidArgumentError("heartbeat: body needs a clientID")
     client_id = data["clientID"]
     session = ctx.sessions.touch(client_id, channel)
+    session.language, session.version = req.language, req.version
     broker = ctx.broker
     for producer in _list(data, "producerDataSet"):
         group = str(producer.get("groupName") or "")

@@ -14,7 +14,8 @@ shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection
 * :mod:`.transactions` - CHECK_TRANSACTION_STATE 39 pushed to producers
 * :mod:`.admin` - UPDATE_AND_CREATE_TOPIC 17, GET_ALL_TOPIC_CONFIG 21,
   GET_BROKER_RUNTIME_INFO 28, VIEW_MESSAGE_BY_ID 33
-* :mod:`.admin_stats` - GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208, QUERY_MESSAGE 12
+* :mod:`.admin_stats` - GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208, QUERY_MESSAGE 12,
+  GET_CONSUMER_CONNECTION_LIST 203
 
 Broker -> client: NOTIFY_CONSUMER_IDS_CHANGED (40, oneway) to every remoting consumer of a
 group whose membership changed (any protocol's join, leave or expiry), so the clients'
@@ -68,6 +69,7 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.GET_TOPIC_STATS_INFO: admin_stats.handle_topic_stats,
     RequestCode.GET_CONSUME_STATS: admin_stats.handle_consume_stats,
     RequestCode.QUERY_MESSAGE: admin_stats.handle_query_message,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: admin_stats.handle_consumer_connections,
 }
 
 

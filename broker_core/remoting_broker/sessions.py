@@ -24,6 +24,8 @@ class ClientSession:
 
     client_id: str
     channel: Channel
+    language: int = 0  # the LanguageCode of its last heartbeat
+    version: int = 0
     producer_groups: set[str] = field(default_factory=set)
     consumer_groups: set[str] = field(default_factory=set)
 
@@ -56,6 +58,11 @@ class RemotingSessions:
     def subscription(self, group: str, topic: str) -> tuple[str, str] | None:
         with self._lock:
             return self._subscriptions.get((group, topic))
+
+    def subscriptions_of(self, group: str) -> dict[str, tuple[str, str]]:
+        """topic -> (expression type, expression) of every subscription ``group`` sent."""
+        with self._lock:
+            return {t: sub for (g, t), sub in self._subscriptions.items() if g == group}
 
     def closed(self, channel: Channel) -> list[ClientSession]:
         """Forget every client whose channel this was; returns them (to unregister)."""

@@ -272,3 +272,15 @@ def test_batch_fast_lane_stores_what_the_general_path_stores(front, clients, mon
     assert broker.query_by_key("fast", "x3")[0].body == b"body-3"  # KEYS are indexed
     tagged = broker.pull("g", "fast", 0, 0, 10, filter=MessageFilter("TAG", "t")).messages
     assert [m.body for m in tagged] == [b"body-1", b"body-3", b"body-5"]  # tag codes kept
+
+
+def test_consumer_connection_list(front: RemotingFrontEnd, clients):
+    c = connect(front, clients)
+    create_topic(c, "tcx")
+    assert call(c, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "gcx"}).code == (
+        ResponseCode.CONSUMER_NOT_ONLINE)  # fmt: skip
+    call(c, RC.HEART_BEAT, body=heartbeat_body("cid-x", "gcx", "tcx", "TagA || TagB"))
+    got = json.loads(call(c, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "gcx"}).body)
+    (conn,) = got["connectionSet"]
+    assert conn["clientId"] == "cid-x" and conn["language"] == "PYTHON"
+    assert got["subscriptionTable"]["tcx"]["subString"] == "TagA || TagB"
