@@ -91,10 +91,11 @@ def test_produce_1000_then_push_consume_exactly_once(cpp_python: Path, cluster4x
 
 
 def wait_members(cluster: Cluster4x, group: str, count: int, timeout_s: float = 20) -> list[str]:
+    """The group's consumer ids once there are exactly ``count`` (or at the deadline)."""
     deadline = time.monotonic() + timeout_s
     while True:
         ids = consumer_ids(cluster, group)
-        if len(ids) >= count or time.monotonic() > deadline:
+        if len(ids) == count or time.monotonic() > deadline:
             return ids
         time.sleep(0.1)
 
@@ -131,9 +132,16 @@ def test_two_push_consumers_split_the_queues(cpp_python: Path, cluster4x: Cluste
                 break
         produce(cpp_python, cluster4x, "cpp-split", 200)
         bodies = _received(subs, "m-", 200, 60)
+        # One leaves: the broker tells the other, which takes every queue.
+        assert subs[0].stop() == 0
+        assert len(wait_members(cluster4x, "cpp-g2", 1)) == 1
+        produce(cpp_python, cluster4x, "cpp-split", 40, "--body-prefix", "after")
+        after = _received(subs[1:], "after-", 40, 60)
     finally:
         codes = [s.stop() for s in subs]
     assert codes == [0, 0]
+    assert set(after) == {f"after-{i}" for i in range(40)}
+    assert _queues_by_consumer(subs[1:], "after-") == [{0, 1, 2, 3}]
     assert set(bodies) == {f"m-{i}" for i in range(200)} and max(bodies.values()) == 1
     queues = _queues_by_consumer(subs, "m-")
     assert queues[0] and queues[1] and not queues[0] & queues[1], queues
