@@ -14,6 +14,8 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pytest
+
 from broker_core.client.client import RocketMQClient
 from broker_core.errors import RocketMQError
 from broker_core.namesrv.client import NameServerClient
@@ -220,3 +222,19 @@ def test_batch_send_and_pull_consumer(cpp_python: Path, cluster4x: Cluster4x):
     for x in pulled:
         per_queue[int(x["q"])].append(int(x["o"]))
     assert all(offsets == sorted(offsets) for offsets in per_queue.values())
+
+
+@pytest.mark.slow
+def test_default_retry_policy_waits_delay_level_3(cpp_python: Path, cluster4x: Cluster4x):
+    """RocketMQ's default: first retry at delay level 3 (10 s). Nothing is prepared: the
+    retry topic is made at the consumer's first heartbeat, and the client sees its route
+    at its next route refresh (every 30 s), so the retry arrives within about 40 s."""
+    create_topic(cluster4x, "cpp-retry-default")
+    produce(cpp_python, cluster4x, "cpp-retry-default", 1, "--body-prefix", "fail")
+    sub = consumer(cpp_python, cluster4x, "cpp-retry-default", "cpp-g6", "--fail-prefix", "fail")
+    try:
+        got = sub.wait_for(2, 90)
+    finally:
+        sub.stop()
+    assert [x["reconsume"] for x in got[:2]] == [0, 1], got
+    assert float(got[1]["t"]) - float(got[0]["t"]) >= 9.5
