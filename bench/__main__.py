@@ -17,6 +17,7 @@ from bench import (
     consume,
     latency,
     produce,
+    remoting,
     replication,
     server_mode,
     spark_rw,
@@ -37,6 +38,7 @@ WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "server-mode": server_mode.run,
     "cluster": cluster.run,
     "replication": replication.run,
+    "remoting": remoting.run,
 }
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,8 +27,11 @@ from typing import Any
 from bench.peers import versions
 
 ORDER = ("store-append", "produce", "consume", "latency", "topics", "backlog",
-         "spark-read", "spark-write", "server-mode", "cluster", "replication")  # fmt: skip
+         "spark-read", "spark-write", "server-mode", "cluster", "replication",
+         "remoting")  # fmt: skip
 WHAT = {
+    "remoting": "4.x remoting SEND_BATCH_MESSAGE (batch 256 × 128 B, one client) vs gRPC "
+    "batch send on the same broker, same run; remoting vs gRPC offset-pull drain in details",
     "cluster": "batch-send throughput (2 sender processes, batch 256 × 128 B) into a topic on "
     "2 broker groups vs on 1, same run; check: a `namesrv=` client's single send within 5 % "
     "of an `endpoints=` one",

@@ -28,10 +28,10 @@ from broker_core.broker.filters import MessageFilter
 from broker_core.broker.group_positions import GroupPositions
 from broker_core.broker.groups import BROADCAST_MARK, GroupConfig, GroupManager, base_group
 from broker_core.broker.locks import QueueLockManager
-from broker_core.broker.long_polling import LongPollingService
+from broker_core.broker.long_polling import LongPollingService, monotonic_ms
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop import PopConfig, PoppedMessage, PopService
-from broker_core.broker.pull import DEFAULT_PULL_MAX_BYTES, PullResult, PullService
+from broker_core.broker.pull import DEFAULT_PULL_MAX_BYTES, PullRequest, PullResult, PullService
 from broker_core.broker.rebalance import MessageQueue
 from broker_core.broker.retry import delay_level_ms, is_retry_topic
 from broker_core.broker.schedule import ScheduleService
@@ -223,6 +223,11 @@ class Broker:
         """Who asks producers about unresolved transactions (the server's Telemetry)."""
         self._checker = checker
 
+    @property
+    def transaction_checker(self) -> Checker | None:
+        """The checker now set (a second front end chains to it)."""
+        return self._checker
+
     def _check_back(self, request: CheckRequest) -> None:
         if self._checker is None:
             log.info("no producer reachable to check transaction %s", request.transaction_id)
@@ -307,11 +312,12 @@ class Broker:
         self.replication.wait_replicated(self.store.commitlog.max_offset)
         return [r for r in results if r is not None]
 
-    def send_columns(self, batch: ColumnBatch) -> np.ndarray:
+    def send_columns(self, batch: ColumnBatch, *, queue_id: int | None = None) -> np.ndarray:
         """Store a column batch of plain (NORMAL) messages; returns their queue offsets.
 
         The fast lane of :meth:`send` for a batch with nothing to route: queues are
-        chosen round robin, as ``send`` does for each message.
+        chosen round robin, as ``send`` does for each message, or all go to ``queue_id``
+        (a 4.x batch names its queue).
         """
         self.require_master()
         config = self.topics.for_send(batch.topic)
@@ -319,6 +325,13 @@ class Broker:
             raise InvalidArgumentError(
                 f"topic {batch.topic} takes {config.message_type} messages, not NORMAL"
             )
+        if queue_id is not None:
+            if not 0 <= queue_id < config.write_queue_nums:
+                raise InvalidArgumentError(
+                    f"queue {queue_id} of topic {batch.topic} does not exist "
+                    f"(it has {config.write_queue_nums} write queues)")  # fmt: skip
+            batch.queue_ids = np.full(len(batch), queue_id, np.int32)
+            return self.store.put_columns(batch)
         first = self._send_counter + 1
         self._send_counter += len(batch)
         batch.queue_ids = ((first + np.arange(len(batch))) % config.write_queue_nums).astype(
@@ -419,6 +432,25 @@ class Broker:
             timeout_ms=min(timeout_ms, self.config.max_long_polling_ms),
         )  # fmt: skip
 
+    def pull_async(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
+                   callback: Callable[[PullResult], None], *, filter: MessageFilter | None = None,
+                   timeout_ms: int = 0) -> None:  # fmt: skip
+        """:meth:`pull` for event-driven servers: ``callback(result)`` runs once, at once on
+        this thread when there is something (or ``timeout_ms`` is 0), else on the long-polling
+        thread when messages arrive or the wait ends. Bad arguments raise here."""
+        self.group(group)
+        config = self.topics.for_read(topic)
+        if not 0 <= queue_id < config.read_queue_nums:
+            raise InvalidArgumentError(f"queue {queue_id} of topic {topic} does not exist")
+        request = PullRequest(topic, queue_id, offset, min(max_count, self.config.max_pull_batch),
+                              filter)  # fmt: skip
+        wait_ms = min(max(timeout_ms, 0), self.config.max_long_polling_ms)
+        self.long_polling.pull_or_park(request, monotonic_ms() + wait_ms, callback)
+
+    def message_at(self, physical_offset: int) -> StoredMessage:
+        """The stored message at a commitlog offset (4.x clients name messages so)."""
+        return self.store.commitlog.read_message(physical_offset)
+
     # ---- POP consumers ----------------------------------------------------------------------
 
     def receive(self, group: str, topic: str, *, max_count: int, invisible_ms: int,
@@ -480,6 +512,18 @@ class Broker:
             raise GroupNotFoundError(f"consumer group {group!r} does not exist and "
                                      f"auto-create is off")  # fmt: skip
         return self.positions.configured_start(config or GroupConfig(group), topic, queue_id)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed offset in a queue, None if it never committed there."""
+        return self.offsets.query(group, topic, queue_id)
+
+    def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, max offset) of one queue (max = the next offset to be written)."""
+        return self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
+
+    def offset_at(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset of a queue stored at or after ``timestamp_ms``."""
+        return self.store.offset_for_timestamp(topic, queue_id, timestamp_ms)
 
     def reset_offsets(self, group: str, topic: str, to: str | int) -> dict[int, int]:
         """Move a group to ``earliest``, ``latest`` or a timestamp (ms) in every queue.

@@ -61,12 +61,13 @@ class BrokerIdentity:
     broker_name: str
     grpc_addr: str
     broker_id: int = 0  # RocketMQ's master id
+    remoting_addr: str = ""  # where 4.x clients connect ("" without a remoting listener)
 
     @property
     def broker_addr(self) -> str:
-        """The address NameServers key this broker by (its gRPC one until it has a
-        remoting listener)."""
-        return self.grpc_addr
+        """The address NameServers key this broker by: its remoting listener (what 4.x
+        clients connect to), else its gRPC one."""
+        return self.remoting_addr or self.grpc_addr
 
 
 class RegistrationService:

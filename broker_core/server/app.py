@@ -38,6 +38,7 @@ from broker_core.server.raw_pull import bulk_handler
 from broker_core.server.service import MessagingService
 
 if TYPE_CHECKING:  # cluster code loads only for a broker started with --namesrv
+    from broker_core.remoting_broker.frontend import RemotingFrontEnd
     from broker_core.server.cluster_member import ClusterMember, ClusterOptions
 
 log = logging.getLogger(__name__)
@@ -73,12 +74,33 @@ class BrokerServer:
         )
         sessions.install_transaction_checker(self.ctx)
         self.cluster: ClusterMember | None = None
+        self.remoting: RemotingFrontEnd | None = None
+
+    def add_remoting(self, listen: str, *, any_port_if_taken: bool = False) -> None:
+        """Serve 4.x remoting clients on ``listen`` too (before ``join_cluster``/``start``);
+        binds now, so the registered ``brokerAddr`` is the real port. With
+        ``any_port_if_taken`` (the default port, not one the operator asked for) a taken
+        port falls back to a free one: clients find it through the NameServer."""
+        from broker_core.remoting_broker.frontend import RemotingFrontEnd
+
+        self.remoting = RemotingFrontEnd(self.broker, listen, broker_name=self.ctx.broker_name)
+        try:
+            self.remoting.start()
+        except OSError as exc:
+            if not any_port_if_taken:
+                raise ConfigError(f"--remoting-listen {listen}: {exc}") from None
+            host = listen.rpartition(":")[0]
+            log.warning("remoting port %s taken (%s); using a free port", listen, exc)
+            self.remoting = RemotingFrontEnd(self.broker, f"{host}:0",
+                                             broker_name=self.ctx.broker_name)  # fmt: skip
+            self.remoting.start()
 
     def join_cluster(self, options: ClusterOptions) -> None:
         """Become a member of the NameServers' cluster (before ``start``)."""
         from broker_core.server.cluster_member import ClusterMember
 
-        self.cluster = ClusterMember(self.broker, self.ctx, options)
+        remoting = self.remoting.address if self.remoting is not None else ""
+        self.cluster = ClusterMember(self.broker, self.ctx, options, remoting_addr=remoting)
 
     def add_generic_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         """Register more services (the admin service) before ``start``."""
@@ -102,6 +124,8 @@ class BrokerServer:
         """
         if self.cluster is not None:
             self.cluster.stop()
+        if self.remoting is not None:
+            self.remoting.stop()
         done = self._server.stop(grace_s)
         sessions.close_all(self.ctx)
         if not done.wait(grace_s + 5):  # the store must close even if a call never ends
@@ -137,8 +161,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="re-registration period (default 30000)")
     p.add_argument("--route-ttl-ms", type=int, default=None,
                    help="how long cluster routes are cached (default 3000)")
+    p.add_argument("--remoting-listen", default=None,
+                   help="HOST:PORT for RocketMQ 4.x remoting clients (default with --namesrv: "
+                        "the --listen host, port 10911; 'off' disables)")
     _add_group_args(p)
     return p.parse_args(argv)
+
+
+def _remoting_listen(args: argparse.Namespace) -> str | None:
+    """Where 4.x clients connect: the flag, else 10911 on the gRPC host with NameServers,
+    else nowhere (a lone embedded broker stays as it was)."""
+    value = args.remoting_listen
+    if value is not None:
+        return None if value.strip().lower() == "off" else value
+    if not args.namesrv:
+        return None
+    from broker_core.remoting_broker.frontend import DEFAULT_REMOTING_PORT
+
+    host = args.listen.rpartition(":")[0] or "127.0.0.1"
+    return f"{host}:{DEFAULT_REMOTING_PORT}"
 
 
 def _cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
@@ -207,6 +248,9 @@ def build(args: argparse.Namespace) -> BrokerServer:
     except OSError as exc:
         raise StoreError(f"cannot open the store at {store_dir}: {exc}") from exc
     server = BrokerServer(broker, args.listen, advertise=args.advertise)
+    remoting = _remoting_listen(args)
+    if remoting is not None:
+        server.add_remoting(remoting, any_port_if_taken=args.remoting_listen is None)
     if cluster is not None:
         server.join_cluster(cluster)
     server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
@@ -248,6 +292,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     ha_endpoint = server.broker.replication.ha_endpoint
     if ha_endpoint:
         print(f"HA_LISTEN {ha_endpoint}", flush=True)
+    if server.remoting is not None:
+        log.info("remoting (4.x clients) on %s", server.remoting.address)
     print(f"READY {server.endpoint}", flush=True)
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
     # thread runs, so wait in slices instead of blocking until an event nobody sets.

@@ -40,13 +40,22 @@ class ClusterOptions:
 class ClusterMember:
     """Registration plus routes plus forwarder of one broker; see the module docstring."""
 
-    def __init__(self, broker: Broker, ctx: ServerContext, options: ClusterOptions) -> None:
-        """ConfigError when the broker would register an address nobody can dial."""
+    def __init__(self, broker: Broker, ctx: ServerContext, options: ClusterOptions, *,
+                 remoting_addr: str = "") -> None:  # fmt: skip
+        """ConfigError when the broker would register an address nobody can dial.
+
+        ``remoting_addr`` (the 4.x listener, "" without one) is registered as
+        ``brokerAddr``; on a wildcard host it takes the advertised host instead.
+        """
         if ctx.host.strip("[]") in WILDCARD_HOSTS:
             raise ConfigError(
                 f"a cluster member must register an address other brokers and clients can "
                 f"reach, not {ctx.endpoint}: give --advertise HOST:PORT with --namesrv")
-        identity = BrokerIdentity(options.cluster, ctx.broker_name, ctx.endpoint)
+        host, _, port = remoting_addr.rpartition(":")
+        if remoting_addr and host.strip("[]") in WILDCARD_HOSTS:
+            remoting_addr = f"{ctx.host}:{port}"
+        identity = BrokerIdentity(options.cluster, ctx.broker_name, ctx.endpoint,
+                                  remoting_addr=remoting_addr)
         self.registration = RegistrationService(broker, identity, options.namesrv,
                                                 interval_ms=options.register_interval_ms)
         self.routes = ClusterRoutes(NameServerClient(options.namesrv),

@@ -1,0 +1,1 @@
+"""The broker's RocketMQ 4.x remoting front end (see ``frontend.py``)."""

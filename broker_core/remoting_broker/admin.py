@@ -1,0 +1,66 @@
+"""Administration requests of 4.x tools (``mqadmin``) and clients.
+
+=================================  =========================================================
+UPDATE_AND_CREATE_TOPIC (17)       topic, readQueueNums, writeQueueNums, perm, order ->
+                                   ``Broker.update_topic`` (re-registers with NameServers)
+GET_ALL_TOPIC_CONFIG (21)          body ``{"topicConfigTable": {name: {...}}, "dataVersion"}``
+GET_BROKER_RUNTIME_INFO (28)       body ``{"table": {key: value}}`` (a KVTable)
+VIEW_MESSAGE_BY_ID (33)            offset (commitlog) -> the message as one pull record
+=================================  =========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from broker_core.broker.topics import TopicConfig
+from broker_core.remoting.channel import Channel
+from broker_core.remoting.codes import ResponseCode
+from broker_core.remoting.command import RemotingCommand
+from broker_core.remoting_broker.context import RemotingContext, field_bool, field_int, field_str
+from broker_core.remoting_broker.msgcodec import encode_message
+
+_STARTED_MS = int(time.time() * 1000)
+
+
+def handle_create_topic(ctx: RemotingContext, channel: Channel,
+                        req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+    fields = req.ext_fields
+    name = field_str(fields, "topic")
+    write = field_int(fields, "writeQueueNums", 8)
+    kind = "FIFO" if field_bool(fields, "order") else "MIXED"
+    config = TopicConfig(name, field_int(fields, "readQueueNums", write), write,
+                         field_int(fields, "perm", 6), message_type=kind)  # fmt: skip
+    ctx.broker.update_topic(config)
+    return req.response(ResponseCode.SUCCESS)
+
+
+def handle_all_topics(ctx: RemotingContext, channel: Channel,
+                      req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+    table = {t.name: {"topicName": t.name, "readQueueNums": t.read_queue_nums,
+                      "writeQueueNums": t.write_queue_nums, "perm": t.perm,
+                      "order": t.message_type == "FIFO", "topicFilterType": "SINGLE_TAG",
+                      "topicSysFlag": 0} for t in ctx.broker.topics.list()}  # fmt: skip
+    body = {"topicConfigTable": table,
+            "dataVersion": {"timestamp": _STARTED_MS, "counter": len(table)}}  # fmt: skip
+    return req.response(body=json.dumps(body).encode())
+
+
+def handle_runtime_info(ctx: RemotingContext, channel: Channel,
+                        req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+    broker = ctx.broker
+    table = {"brokerVersionDesc": "V4_9_4 (rocketmq-style python broker)",
+             "brokerVersion": "401", "bootTimestamp": str(_STARTED_MS),
+             "brokerName": ctx.broker_name, "remotingAddr": ctx.address,
+             "topicCount": str(len(broker.topics.list())),
+             "parkedPulls": str(broker.long_polling.parked_count),
+             "msgPutTotalTodayNow": "0", "msgGetTotalTodayNow": "0"}  # fmt: skip
+    table.update({f"service.{k}": v for k, v in broker.service_health().items()})
+    return req.response(body=json.dumps({"table": table}).encode())
+
+
+def handle_view_message(ctx: RemotingContext, channel: Channel,
+                        req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+    msg = ctx.broker.message_at(field_int(req.ext_fields, "offset"))
+    return req.response(body=encode_message(msg, ctx.host_port))

@@ -1,0 +1,121 @@
+"""The broker's remoting front end: RocketMQ 4.x clients on a TCP port (10911 by default).
+
+One :class:`RemotingFrontEnd` per broker process, beside the gRPC server and over the same
+``Broker``: a message sent over one protocol is pulled over the other, and offsets are
+shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection; see
+``broker_core/remoting/server.py``). The handler modules, one per request family:
+
+* :mod:`.send` - SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH_MESSAGE 320, END_TRANSACTION 37
+* :mod:`.pull` - PULL_MESSAGE 11 (long polling without holding the connection's thread)
+* :mod:`.consumer` - HEART_BEAT 34, UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38,
+  QUERY/UPDATE_CONSUMER_OFFSET 14/15, GET_MAX/MIN_OFFSET 30/31, SEARCH_OFFSET_BY_TIMESTAMP 29,
+  LOCK/UNLOCK_BATCH_MQ 41/42
+* :mod:`.sendback` - CONSUMER_SEND_MSG_BACK 36 (retry topic, then DLQ)
+* :mod:`.transactions` - CHECK_TRANSACTION_STATE 39 pushed to producers
+* :mod:`.admin` - UPDATE_AND_CREATE_TOPIC 17, GET_ALL_TOPIC_CONFIG 21,
+  GET_BROKER_RUNTIME_INFO 28, VIEW_MESSAGE_BY_ID 33
+* :mod:`.admin_stats` - GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208, QUERY_MESSAGE 12,
+  GET_CONSUMER_CONNECTION_LIST 203
+
+Broker -> client: NOTIFY_CONSUMER_IDS_CHANGED (40, oneway) to every remoting consumer of a
+group whose membership changed (any protocol's join, leave or expiry), so the clients'
+own rebalance runs at once. A closed connection unregisters its clients at once (as
+RocketMQ's ClientHousekeepingService does). Unknown codes get REQUEST_CODE_NOT_SUPPORTED;
+a malformed frame closes that connection only; an unknown topic is TOPIC_NOT_EXIST (17).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from broker_core.broker.broker import Broker
+from broker_core.errors import RemotingError, TopicNotFoundError
+from broker_core.remoting.channel import Channel, RequestHandler
+from broker_core.remoting.codes import RequestCode, ResponseCode
+from broker_core.remoting.command import RemotingCommand
+from broker_core.remoting.server import RemotingServer
+from broker_core.remoting_broker import admin, admin_stats, consumer, pull, send, sendback
+from broker_core.remoting_broker.context import RemotingContext
+from broker_core.remoting_broker.transactions import chained_checker
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REMOTING_PORT = 10911
+
+Handler = Callable[[RemotingContext, Channel, RemotingCommand], "RemotingCommand | None"]
+
+HANDLERS: dict[int, Handler] = {
+    RequestCode.SEND_MESSAGE: send.handle_send,
+    RequestCode.SEND_MESSAGE_V2: send.handle_send,
+    RequestCode.SEND_BATCH_MESSAGE: send.handle_send,
+    RequestCode.END_TRANSACTION: send.handle_end_transaction,
+    RequestCode.PULL_MESSAGE: pull.handle_pull,
+    RequestCode.HEART_BEAT: consumer.handle_heartbeat,
+    RequestCode.UNREGISTER_CLIENT: consumer.handle_unregister,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.handle_consumer_list,
+    RequestCode.QUERY_CONSUMER_OFFSET: consumer.handle_query_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: consumer.handle_update_offset,
+    RequestCode.GET_MAX_OFFSET: consumer.handle_max_offset,
+    RequestCode.GET_MIN_OFFSET: consumer.handle_min_offset,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: consumer.handle_search_offset,
+    RequestCode.LOCK_BATCH_MQ: consumer.handle_lock,
+    RequestCode.UNLOCK_BATCH_MQ: consumer.handle_unlock,
+    RequestCode.CONSUMER_SEND_MSG_BACK: sendback.handle_send_back,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: admin.handle_create_topic,
+    RequestCode.GET_ALL_TOPIC_CONFIG: admin.handle_all_topics,
+    RequestCode.GET_BROKER_RUNTIME_INFO: admin.handle_runtime_info,
+    RequestCode.VIEW_MESSAGE_BY_ID: admin.handle_view_message,
+    RequestCode.GET_TOPIC_STATS_INFO: admin_stats.handle_topic_stats,
+    RequestCode.GET_CONSUME_STATS: admin_stats.handle_consume_stats,
+    RequestCode.QUERY_MESSAGE: admin_stats.handle_query_message,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: admin_stats.handle_consumer_connections,
+}
+
+
+def _bound(ctx: RemotingContext, handler: Handler) -> RequestHandler:
+    def run(channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
+        try:
+            return handler(ctx, channel, req)
+        except TopicNotFoundError as exc:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=str(exc))
+
+    return run
+
+
+class RemotingFrontEnd:
+    """A remoting listener over ``broker``; ``start()`` binds, ``stop()`` closes."""
+
+    def __init__(self, broker: Broker, listen: str, *, broker_name: str | None = None) -> None:
+        self.ctx = RemotingContext(broker, broker_name or broker.config.broker_name)
+        handlers = {code: _bound(self.ctx, h) for code, h in HANDLERS.items()}
+        self._server = RemotingServer(listen, handlers, on_close=self._on_close)
+        broker.add_rebalance_listener(self._notify_group)
+        broker.set_transaction_checker(chained_checker(self.ctx, broker.transaction_checker))
+
+    @property
+    def address(self) -> str:
+        return self.ctx.address
+
+    def start(self) -> str:
+        """Bind and serve; returns ``host:port``."""
+        self.ctx.address = self._server.start()
+        return self.ctx.address
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def _on_close(self, channel: Channel) -> None:
+        for session in self.ctx.sessions.closed(channel):
+            for group in session.producer_groups | session.consumer_groups:
+                self.ctx.broker.clients.unregister(group, session.client_id)
+
+    def _notify_group(self, group: str) -> None:
+        """Push NOTIFY_CONSUMER_IDS_CHANGED to the group's remoting consumers (oneway)."""
+        for session in self.ctx.sessions.consumers_of(group):
+            notice = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                             {"consumerGroup": group}, oneway=True)  # fmt: skip
+            try:
+                session.channel.send(notice)
+            except RemotingError as exc:
+                log.info("notify %s of group %s failed: %s", session.client_id, group, exc)
