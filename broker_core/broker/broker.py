@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,14 @@ from broker_core.broker.clients import ClientKind, ClientRegistry
 from broker_core.broker.filters import MessageFilter
 from broker_core.broker.group_positions import GroupPositions
 from broker_core.broker.groups import BROADCAST_MARK, GroupConfig, GroupManager, base_group
+from broker_core.broker.lite import (
+    PROPERTY_LITE_TOPIC,
+    PROPERTY_PRIORITY,
+    LiteSubscriptions,
+    lmq_topic,
+    priority_queue,
+    priority_scan_order,
+)
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.offsets import ConsumerOffsetManager
@@ -78,7 +87,8 @@ class SendResult:
 
 
 def message_type(msg: Message) -> str:
-    """RocketMQ 5 topic message type a message needs: TRANSACTION, DELAY, FIFO or NORMAL."""
+    """RocketMQ 5 topic message type a message needs, in RocketMQ's precedence:
+    TRANSACTION, DELAY, FIFO, PRIORITY, LITE or NORMAL."""
     props = msg.properties
     if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
         return "TRANSACTION"
@@ -86,6 +96,10 @@ def message_type(msg: Message) -> str:
         return "DELAY"
     if props.get(PROPERTY_MESSAGE_GROUP):
         return "FIFO"
+    if props.get(PROPERTY_PRIORITY) is not None:
+        return "PRIORITY"
+    if props.get(PROPERTY_LITE_TOPIC):
+        return "LITE"
     return "NORMAL"
 
 
@@ -121,6 +135,7 @@ class Broker:
         self.pulls = PullService(self.store)
         self.long_polling = LongPollingService(self.store, self.pulls)
         self.waiter = TopicWaiter()
+        self.lite = LiteSubscriptions()
         self.schedule = ScheduleService(self.store, cfg_dir / "delayOffset.json", clock_ms)
         self.timer = TimerService(self.store, cfg_dir.parent / "timerwheel",
                                   precision_ms=config.timer_precision_ms, clock_ms=clock_ms)
@@ -293,6 +308,21 @@ class Broker:
         return self.store.put_columns(batch)
 
     def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
+        kind = message_type(msg)
+        if not config.accepts(kind):
+            raise InvalidArgumentError(
+                f"topic {msg.topic} takes {config.message_type} messages, not {kind}"
+            )
+        if kind == "PRIORITY":  # the priority picks the queue, whatever the client named
+            priority = msg.properties[PROPERTY_PRIORITY]
+            if not priority.isdigit():
+                raise InvalidArgumentError(f"priority must be an int ≥ 0, got {priority!r}")
+            msg.queue_id = priority_queue(int(priority), config.write_queue_nums)
+        elif kind == "LITE":  # stored in the lite topic's own one-queue topic
+            lite = msg.properties[PROPERTY_LITE_TOPIC]
+            msg.topic = self.topics.ensure_internal(lmq_topic(msg.topic, lite)).name
+            msg.queue_id = 0
+            config = self.topics.require(msg.topic)
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
             self._send_counter += 1
             msg.queue_id = select_write_queue(config.write_queue_nums,
@@ -302,11 +332,6 @@ class Broker:
             raise InvalidArgumentError(
                 f"queue {msg.queue_id} of topic {msg.topic} does not exist "
                 f"(it has {config.write_queue_nums} write queues)"
-            )
-        kind = message_type(msg)
-        if not config.accepts(kind):
-            raise InvalidArgumentError(
-                f"topic {msg.topic} takes {config.message_type} messages, not {kind}"
             )
         if not msg.properties.get(PROPERTY_UNIQ_KEY):
             msg.properties[PROPERTY_UNIQ_KEY] = new_message_id()
@@ -395,26 +420,67 @@ class Broker:
         ids = list(range(topic_config.read_queue_nums)) if queue_ids is None else list(queue_ids)
         deadline = self._clock_ms() + min(max(timeout_ms, 0), self.config.max_long_polling_ms)
         while True:
-            seen = self.waiter.generation((topic, retry))
+            ids, how = self._receive_plan(topic_config, group, client_id, ids)
+            watched = (topic, retry, *how.get("topics", ()))
+            seen = self.waiter.generation(watched)
             got = self.pop.receive(state_group, topic, ids, max_count=max_count,
-                                   invisible_ms=invisible_ms, filter=filter)  # fmt: skip
+                                   invisible_ms=invisible_ms, filter=filter, **how)  # fmt: skip
             remaining = deadline - self._clock_ms()
             if got or remaining <= 0:
                 return got
-            self.waiter.wait((topic, retry), seen, min(remaining, 1_000))
+            self.waiter.wait(watched, seen, min(remaining, 1_000))
 
-    def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
-        self.pop.ack(self.positions.state_group(group, client_id), topic, receipt_handle)
+    def _receive_plan(self, topic_config: TopicConfig, group: str, client_id: str,
+                      ids: list[int]) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
+        """Queues and PopService options of one receive: a PRIORITY topic reads its highest
+        queue first and retries last; a LITE topic reads the client's lite topics in order."""
+        if topic_config.message_type == "PRIORITY" and not self.group(group).fifo:
+            order = priority_scan_order(topic_config.read_queue_nums)
+            return [q for q in order if q in ids], {"retry": "last"}
+        if topic_config.message_type == "LITE":
+            lites = self.lite.topics_of(group, client_id, topic_config.name)
+            return [], {"retry": "none", "fifo": True,
+                        "topics": [lmq_topic(topic_config.name, lite) for lite in lites]}
+        return ids, {}
+
+    def sync_lite_subscription(self, group: str, client_id: str, topic: str, action: int,
+                               lite_topics: Sequence[str]) -> frozenset[str]:  # fmt: skip
+        """Apply a lite consumer's SyncLiteSubscription; returns its lite topics afterwards.
+
+        The topic must exist and be of type LITE (InvalidArgumentError otherwise); see
+        :meth:`LiteSubscriptions.sync` for the other errors.
+        """
+        self.group(group)
+        config = self.topics.require(topic)
+        if config.message_type != "LITE":
+            raise InvalidArgumentError(f"topic {topic} is a {config.message_type} topic; lite "
+                                       f"consumers bind a LITE topic")  # fmt: skip
+        if not client_id:
+            raise InvalidArgumentError("a lite subscription needs the client's id")
+        return self.lite.sync(group, client_id, topic, action, lite_topics)
+
+    @staticmethod
+    def _lite_topic(topic: str, lite_topic: str) -> str:
+        """The topic a delivery lives in: the lite topic's own when one is named."""
+        return lmq_topic(topic, lite_topic) if lite_topic else topic
+
+    def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "",
+            lite_topic: str = "") -> None:  # fmt: skip
+        self.pop.ack(self.positions.state_group(group, client_id),
+                     self._lite_topic(topic, lite_topic), receipt_handle)  # fmt: skip
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
-                                  invisible_ms: int, *, client_id: str = "") -> str:  # fmt: skip
+                                  invisible_ms: int, *, client_id: str = "",
+                                  lite_topic: str = "") -> str:  # fmt: skip
         state_group = self.positions.state_group(group, client_id)
-        return self.pop.change_invisible_duration(state_group, topic, receipt_handle, invisible_ms)
+        return self.pop.change_invisible_duration(state_group, self._lite_topic(topic, lite_topic),
+                                                  receipt_handle, invisible_ms)  # fmt: skip
 
     def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str, *,
-                               client_id: str = "") -> None:  # fmt: skip
+                               client_id: str = "", lite_topic: str = "") -> None:  # fmt: skip
         self.topics.ensure_dlq_topic(group)
-        self.pop.forward_to_dlq(self.positions.state_group(group, client_id), topic, receipt_handle)
+        self.pop.forward_to_dlq(self.positions.state_group(group, client_id),
+                                self._lite_topic(topic, lite_topic), receipt_handle)  # fmt: skip
 
     # ---- offsets ----------------------------------------------------------------------------
 

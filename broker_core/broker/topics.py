@@ -89,7 +89,7 @@ class Perm:
         return ("R" if Perm.readable(perm) else "-") + ("W" if Perm.writeable(perm) else "-") + "-"
 
 
-MESSAGE_TYPES: Final = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+MESSAGE_TYPES: Final = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE", "MIXED")
 MIXED: Final = "MIXED"
 MAX_QUEUE_NUMS: Final = 1024
 DEFAULT_QUEUE_NUMS: Final = 8
@@ -139,7 +139,10 @@ class TopicConfig:
         object.__setattr__(self, "attributes", dict(self.attributes))
 
     def accepts(self, message_type: str) -> bool:
-        """True if a message of ``message_type`` may be sent here (MIXED takes anything)."""
+        """True if a message of ``message_type`` may be sent here (MIXED takes anything but
+        LITE: lite topics live only under a LITE parent topic)."""
+        if message_type == "LITE":
+            return self.message_type == "LITE"
         return self.message_type in (MIXED, message_type)
 
     def read_queues(self, broker_name: str) -> list[MessageQueue]:
@@ -325,6 +328,10 @@ class TopicManager:
     def ensure_dlq_topic(self, group: str) -> TopicConfig:
         """The dead-letter topic of ``group`` (``%DLQ%group``), made with one queue if missing."""
         return self._ensure(dlq_topic(validate_group_name(group)))
+
+    def ensure_internal(self, name: str) -> TopicConfig:
+        """Topic ``name`` (a lite topic's ``%LMQ%…``), created with one queue if missing."""
+        return self._ensure(validate_topic_name(name))
 
     def _ensure(self, name: str) -> TopicConfig:
         with self._lock:

@@ -38,6 +38,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from broker_core.broker.lite import PROPERTY_LITE_TOPIC, PROPERTY_PRIORITY, split_lmq
 from broker_core.broker.pop import PoppedMessage
 from broker_core.broker.retry import is_dlq_topic
 from broker_core.message import (
@@ -91,7 +92,8 @@ def now_timestamp() -> Timestamp:
 
 
 def message_type_of(msg: StoredMessage) -> int:
-    """RocketMQ 5 message type: TRANSACTION, DELAY, FIFO or NORMAL (in that precedence)."""
+    """RocketMQ 5 message type: TRANSACTION, DELAY, FIFO, PRIORITY, LITE or NORMAL (in that
+    precedence)."""
     props = msg.properties
     committed = msg.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT
     if committed or props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
@@ -100,6 +102,10 @@ def message_type_of(msg: StoredMessage) -> int:
         return int(pb.MessageType.DELAY)
     if props.get(PROPERTY_MESSAGE_GROUP):
         return int(pb.MessageType.FIFO)
+    if props.get(PROPERTY_PRIORITY, "").isdigit():
+        return int(pb.MessageType.PRIORITY)
+    if props.get(PROPERTY_LITE_TOPIC):
+        return int(pb.MessageType.LITE)
     return int(pb.MessageType.NORMAL)
 
 
@@ -135,6 +141,10 @@ def system_properties(msg: StoredMessage) -> pb.SystemProperties:
         sp.tag = msg.tag
     if group := props.get(PROPERTY_MESSAGE_GROUP):
         sp.message_group = group
+    if (priority := props.get(PROPERTY_PRIORITY, "")).isdigit():
+        sp.priority = int(priority)
+    if lite := props.get(PROPERTY_LITE_TOPIC):
+        sp.lite_topic = lite
     if (deliver_ms := _deliver_at_ms(props)) is not None:
         sp.delivery_timestamp.CopyFrom(timestamp_of_ms(deliver_ms))
     if trace := props.get(PROPERTY_TRACE_CONTEXT):
@@ -156,10 +166,14 @@ def to_pb_message(msg: StoredMessage, *, topic: str | None = None) -> Any:
     """The protobuf ``Message`` for ``msg`` (as an offset pull returns it).
 
     ``topic`` overrides the topic shown to the client (a retry copy shows its original
-    topic, so the client acks against the topic it subscribed to).
+    topic, so the client acks against the topic it subscribed to); a lite topic's message
+    shows its parent topic (and its lite topic in ``system_properties``).
     """
+    shown = topic or msg.topic
+    if (lite := split_lmq(shown)) is not None:
+        shown = lite[0]
     return pb.Message(
-        topic=pb.Resource(name=topic or msg.topic),
+        topic=pb.Resource(name=shown),
         user_properties=user_properties(msg),
         system_properties=system_properties(msg),
         body=msg.body,
