@@ -33,7 +33,7 @@ from broker_core.broker.lite import (
     LiteSubscriptions,
     lmq_topic,
     priority_queue,
-    priority_scan_order,
+    receive_plan,
 )
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService
@@ -432,32 +432,17 @@ class Broker:
 
     def _receive_plan(self, topic_config: TopicConfig, group: str, client_id: str,
                       ids: list[int]) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
-        """Queues and PopService options of one receive: a PRIORITY topic reads its highest
-        queue first and retries last; a LITE topic reads the client's lite topics in order."""
-        if topic_config.message_type == "PRIORITY" and not self.group(group).fifo:
-            order = priority_scan_order(topic_config.read_queue_nums)
-            return [q for q in order if q in ids], {"retry": "last"}
-        if topic_config.message_type == "LITE":
-            lites = self.lite.topics_of(group, client_id, topic_config.name)
-            return [], {"retry": "none", "fifo": True,
-                        "topics": [lmq_topic(topic_config.name, lite) for lite in lites]}
-        return ids, {}
+        lites = (self.lite.topics_of(group, client_id, topic_config.name)
+                 if topic_config.message_type == "LITE" else [])  # fmt: skip
+        return receive_plan(topic_config.message_type, topic_config.name, ids,
+                            group_fifo=self.group(group).fifo, lite_topics=lites)  # fmt: skip
 
     def sync_lite_subscription(self, group: str, client_id: str, topic: str, action: int,
                                lite_topics: Sequence[str]) -> frozenset[str]:  # fmt: skip
-        """Apply a lite consumer's SyncLiteSubscription; returns its lite topics afterwards.
-
-        The topic must exist and be of type LITE (InvalidArgumentError otherwise); see
-        :meth:`LiteSubscriptions.sync` for the other errors.
-        """
+        """Apply a lite consumer's SyncLiteSubscription (see :meth:`LiteSubscriptions.sync`);
+        the topic must exist (TopicNotFoundError); returns the client's lite topics after."""
         self.group(group)
-        config = self.topics.require(topic)
-        if config.message_type != "LITE":
-            raise InvalidArgumentError(f"topic {topic} is a {config.message_type} topic; lite "
-                                       f"consumers bind a LITE topic")  # fmt: skip
-        if not client_id:
-            raise InvalidArgumentError("a lite subscription needs the client's id")
-        return self.lite.sync(group, client_id, topic, action, lite_topics)
+        return self.lite.sync(group, client_id, self.topics.require(topic), action, lite_topics)
 
     @staticmethod
     def _lite_topic(topic: str, lite_topic: str) -> str:

@@ -25,10 +25,13 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-from broker_core.errors import InvalidLiteTopicError, LiteQuotaExceededError
+from broker_core.errors import InvalidArgumentError, InvalidLiteTopicError, LiteQuotaExceededError
 from broker_core.message import MAX_TOPIC_NAME_CHARS
+
+if TYPE_CHECKING:
+    from broker_core.broker.topics import TopicConfig
 
 PROPERTY_LITE_TOPIC: Final = "__LITE_TOPIC"  # RocketMQ's MessageConst.PROPERTY_LITE_TOPIC
 PROPERTY_PRIORITY: Final = "_SYS_MSG_PRIORITY_"  # RocketMQ's MessageConst.PROPERTY_PRIORITY
@@ -86,6 +89,24 @@ def priority_scan_order(read_queue_nums: int) -> list[int]:
     return list(range(read_queue_nums - 1, -1, -1))
 
 
+def receive_plan(message_type: str, topic: str, queue_ids: list[int], *, group_fifo: bool,
+                 lite_topics: list[str]) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
+    """The queues and ``PopService.receive`` options of one POP receive on ``topic``.
+
+    A PRIORITY topic (for a group that is not FIFO) reads its highest queue first and its
+    retries last; a LITE topic reads the client's ``lite_topics`` in order, without a
+    retry topic; any other topic reads ``queue_ids`` with the defaults.
+    """
+    if message_type == "PRIORITY" and not group_fifo:
+        wanted = set(queue_ids)
+        order = [q for q in priority_scan_order(max(queue_ids, default=-1) + 1) if q in wanted]
+        return order, {"retry": "last"}
+    if message_type == "LITE":
+        return [], {"retry": "none", "fifo": True,
+                    "topics": [lmq_topic(topic, lite) for lite in lite_topics]}
+    return queue_ids, {}
+
+
 class LiteSubscriptions:
     """Which lite topics of which parent each client of each group wants.
 
@@ -99,13 +120,20 @@ class LiteSubscriptions:
         self._lock = threading.Lock()
         self._subs: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
 
-    def sync(self, group: str, client_id: str, parent: str, action: int,
+    def sync(self, group: str, client_id: str, parent_config: TopicConfig, action: int,
              lite_topics: Iterable[str]) -> frozenset[str]:  # fmt: skip
         """Apply one SyncLiteSubscription; returns the client's set afterwards.
 
-        Raises InvalidLiteTopicError for a bad name or action and LiteQuotaExceededError
-        when the set would grow past the quota (nothing changes then).
+        Raises InvalidArgumentError when the parent is not a LITE topic or ``client_id`` is
+        empty, InvalidLiteTopicError for a bad name or action, and LiteQuotaExceededError
+        when the set would grow past the quota (nothing changes on any error).
         """
+        parent = parent_config.name
+        if parent_config.message_type != "LITE":
+            raise InvalidArgumentError(f"topic {parent} is a {parent_config.message_type} "
+                                       f"topic; lite consumers bind a LITE topic")  # fmt: skip
+        if not client_id:
+            raise InvalidArgumentError("a lite subscription needs the client's id")
         names = frozenset(validate_lite_topic(n) for n in lite_topics)
         key = (group, client_id)
         with self._lock:

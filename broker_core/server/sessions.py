@@ -206,6 +206,7 @@ def terminate(ctx: ServerContext, client_id: str, group: str = "") -> None:
         groups |= set(profile.topics) if profile.kind == "producer" else {profile.group}
     for name in groups:
         ctx.broker.clients.unregister(name, client_id)
+    ctx.broker.lite.forget_client(client_id)
     if session is not None:
         session.retire()
     log.info("client %s terminated (groups %s)", client_id, sorted(groups))
