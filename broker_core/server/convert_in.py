@@ -314,6 +314,10 @@ def _check_type(declared: int, fields: tuple[bool, bool, bool, bool]) -> bool:
     if len(present) > 1:
         raise MessageTypeConflictError(f"a message cannot have both a {present[0]} and a "
                                        f"{present[1]}")  # fmt: skip
+    if declared == Type.NORMAL and fields == _WANTS[Type.PRIORITY]:
+        # the official Node.js client 1.0.8 declares priority 0 as NORMAL (``!priority``);
+        # RocketMQ takes the type from the properties, and so do we: a PRIORITY message
+        return False
     if declared in _WANTS and _WANTS[declared] != fields:
         raise MessageTypeConflictError(
             f"message type {name} conflicts with the message: it has "

@@ -9,9 +9,11 @@ protobuf message the official clients decode (``rocketmq/v5/model/message.py``):
   offset, delivery attempt, delivery timestamp, trace context, message type, and for POP
   deliveries the receipt handle and invisible duration; for a message read from a DLQ
   topic, where it came from.
-- ``body_digest`` is CRC32 as 8 upper-case hex digits, the form the client recomputes
-  and compares (a mismatch marks the message corrupted); we send the CRC the store
-  verified when it read the body, so the check covers disk and wire end to end.
+- ``body_digest`` is MD5 as upper-case hex, as RocketMQ's proxy sends it: every official
+  client recomputes it the same way and marks a mismatch corrupted. (CRC32 is not: the
+  Python and Java clients compare hex digits, the Node.js client decimal ones, so a CRC32
+  digest made every message "corrupted" for Node's push consumers.) The store verified
+  the body's CRC when it read it; the MD5 covers the wire.
 - ``body_encoding`` is always IDENTITY: the store keeps bodies as sent (a client decoding
   ENCODING_UNSPECIFIED raises, so it must be set).
 - ``user_properties`` are our properties minus every system key (:data:`SYSTEM_KEYS`).
@@ -26,11 +28,12 @@ Pure functions, no I/O; safe from any thread.
 >>> pb.system_properties.message_id, pb.system_properties.tag, dict(pb.user_properties)
 ('01AB', 'paid', {'x': '1'})
 >>> pb.system_properties.body_digest.checksum, pb.system_properties.delivery_attempt
-('D8932AAC', 1)
+('49F68A5C8493EC2C0BF489821C21FC3B', 1)
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -109,6 +112,10 @@ def message_type_of(msg: StoredMessage) -> int:
     return int(pb.MessageType.NORMAL)
 
 
+def _md5_hex(body: bytes) -> str:
+    return hashlib.md5(body).hexdigest().upper()
+
+
 def _host_port(host: tuple[str, int]) -> str:
     ip, port = host
     return f"{ip}:{port}" if port > 0 else ip
@@ -126,7 +133,7 @@ def system_properties(msg: StoredMessage) -> pb.SystemProperties:
     sp = pb.SystemProperties(
         message_id=msg.message_id,
         keys=msg.keys,
-        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=f"{msg.body_crc:08X}"),
+        body_digest=pb.Digest(type=pb.DigestType.MD5, checksum=_md5_hex(msg.body)),
         body_encoding=pb.Encoding.IDENTITY,
         message_type=message_type_of(msg),
         born_timestamp=timestamp_of_ms(msg.born_timestamp_ms),

@@ -40,13 +40,17 @@ def broker(tmp_path_factory: pytest.TempPathFactory, node_modules: Path
         admin.create_topic("node-normal", queues=2)
         admin.create_topic("node-fifo", queues=2, message_type="FIFO")
         admin.create_group("node-fifo-group", fifo=True, consume_from_where="first_offset")
+        admin.create_topic("node-prio", queues=4, message_type="PRIORITY")
+        admin.create_group("node-prio-group", consume_from_where="first_offset")
+        admin.create_topic("node-lite", queues=2, message_type="LITE")
+        admin.create_topic("node-prio0", queues=2)
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
 
-def node(broker: BrokerProcess, tmp_path: Path, *args: str) -> dict[str, Any]:
+def node(broker: BrokerProcess, tmp_path: Path, *args: str, **extra_env: str) -> dict[str, Any]:
     """Run the interop script; its JSON answer. The client logs under ``$HOME/logs``."""
-    env = {**os.environ, "HOME": str(tmp_path)}
+    env = {**os.environ, "HOME": str(tmp_path), **extra_env}
     done = subprocess.run(["node", str(SCRIPT), broker.endpoint, *args], cwd=PACKAGE_DIR,
                           capture_output=True, text=True, timeout=NODE_TIMEOUT_S, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -99,3 +103,27 @@ def test_node_send_to_a_fifo_topic_without_group_is_refused(broker, tmp_path) ->
                           timeout=NODE_TIMEOUT_S, env=env)  # fmt: skip
     assert done.returncode == 1
     assert "FIFO" in done.stderr or "message type" in done.stderr.lower(), done.stderr[-2000:]
+
+
+def test_node_priority_messages_highest_first(broker, tmp_path) -> None:
+    answer = node(broker, tmp_path, "priority", "node-prio", "node-prio-group", "5")
+    assert [m["body"] for m in answer["got"]] == [  # priorities 3, 4, 5 share queue 3
+        "priority-3", "priority-4", "priority-5", "priority-2", "priority-1"]
+    assert [m["priority"] for m in answer["got"]] == [3, 4, 5, 2, 1]
+
+
+def test_node_priority_zero_declared_normal_is_taken_as_priority(broker, tmp_path) -> None:
+    """The Node client declares priority 0 as NORMAL; like RocketMQ, the broker takes the
+    type from the fields: the message is a PRIORITY one, in queue 0."""
+    sent = node(broker, tmp_path, "produce", "node-prio0", "-", "3", PRIORITY="0")["sent"]
+    with RocketMQClient(broker.endpoint) as client:
+        stored = client.pull("node-check", "node-prio0", 0, 0, 32).messages
+        assert [client.pull("node-check", "node-prio0", 1, 0, 32).messages] == [[]]
+    assert sorted(m.message_id for m in stored) == sorted(sent)  # all in queue 0, none in 1
+
+
+def test_node_lite_push_consumer_gets_only_its_lite_topics(broker, tmp_path) -> None:
+    answer = node(broker, tmp_path, "lite", "node-lite", "node-lite-group", "5")
+    assert len(answer["sent"]) == 6
+    assert sorted((m["body"], m["liteTopic"]) for m in answer["got"]) == [
+        (f"lite-{i}", f"lt-{i}") for i in range(5)]

@@ -1,12 +1,20 @@
 // Our interop script: the official Node.js gRPC client (rocketmq-client-nodejs) against
 // our broker. Usage: node interop.js ENDPOINT SCENARIO TOPIC [GROUP] [COUNT]
 //   produce  send COUNT messages (tags a/b alternating, a key each) -> {"sent": [ids]}
+//            (with env PRIORITY=p each message also gets that priority)
 //   consume  SimpleConsumer: receive + ack until COUNT arrived -> {"got": [{id, body, tag, keys}]}
 //   fifo     send COUNT messages in 3 message groups, then receive them in a FIFO group
 //            one at a time, acking each -> {"sent": [...], "got": [{body, group}]}
+//   priority send priorities 1..COUNT to a PRIORITY topic, then receive them one at a
+//            time -> {"sent": [...], "got": [{body, priority}]}
+//   lite     LitePushConsumer bound to TOPIC (a LITE topic) subscribes lite topics
+//            lt-0..COUNT-1; a producer sends one message to each and one to lt-other
+//            -> {"sent": [...], "got": [{body, liteTopic}]}
 // Prints one JSON line on stdout; exits 1 with the error on stderr.
 'use strict';
-const { Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
+const {
+  ConsumeResult, LitePushConsumerImpl, Producer, SimpleConsumer,
+} = require('rocketmq-client-nodejs');
 
 const [endpoint, scenario, topic, group = 'node-group', countText = '10'] = process.argv.slice(2);
 const count = Number(countText);
@@ -59,11 +67,45 @@ async function receive(want, batch, view) {
   return got;
 }
 
+async function lite() {
+  const got = [];
+  let enough;
+  const arrived = new Promise(resolve => { enough = resolve; });
+  const consumer = new LitePushConsumerImpl({
+    endpoints: endpoint, namespace: '', consumerGroup: group, bindTopic: topic,
+    subscriptions: new Map(),
+    messageListener: {
+      consume(m) {
+        got.push({ body: m.body.toString(), liteTopic: m.liteTopic });
+        if (got.length >= count) enough();
+        return ConsumeResult.SUCCESS;
+      },
+    },
+  });
+  await consumer.startup();
+  try {
+    for (let i = 0; i < count; i++) await consumer.subscribeLite(`lt-${i}`);
+    const messages = [];
+    for (let i = 0; i < count; i++) {
+      messages.push({ topic, liteTopic: `lt-${i}`, body: Buffer.from(`lite-${i}`) });
+    }
+    messages.push({ topic, liteTopic: 'lt-other', body: Buffer.from('not-subscribed') });
+    const sent = await produce(messages);
+    await Promise.race([arrived, new Promise(resolve => setTimeout(resolve, deadlineMs - Date.now()))]);
+    await new Promise(resolve => setTimeout(resolve, 500));  // nothing else may arrive
+    return { sent, got };
+  } finally {
+    await quietShutdown(consumer);
+  }
+}
+
 async function main() {
   if (scenario === 'produce') {
     const messages = [];
     for (let i = 0; i < count; i++) {
-      messages.push({ topic, tag: i % 2 ? 'b' : 'a', keys: [`k${i}`], body: Buffer.from(`node-${i}`) });
+      const options = { topic, tag: i % 2 ? 'b' : 'a', keys: [`k${i}`], body: Buffer.from(`node-${i}`) };
+      if (process.env.PRIORITY !== undefined) options.priority = Number(process.env.PRIORITY);
+      messages.push(options);
     }
     return { sent: await produce(messages) };
   }
@@ -81,6 +123,20 @@ async function main() {
     const sent = await produce(messages);
     const got = await receive(count, 1, m => ({ body: m.body.toString(), group: m.messageGroup }));
     return { sent, got };
+  }
+  if (scenario === 'priority') {
+    const messages = [];
+    for (let i = 0; i < count; i++) {
+      // from 1: the client declares priority 0 as a NORMAL message (its `!priority`
+      // check) and then refuses it itself for a PRIORITY topic (accepts only PRIORITY)
+      messages.push({ topic, priority: i + 1, body: Buffer.from(`priority-${i + 1}`) });
+    }
+    const sent = await produce(messages);
+    const got = await receive(count, 1, m => ({ body: m.body.toString(), priority: m.priority }));
+    return { sent, got };
+  }
+  if (scenario === 'lite') {
+    return lite();
   }
   throw new Error(`unknown scenario ${scenario}`);
 }
