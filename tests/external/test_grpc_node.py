@@ -35,7 +35,10 @@ def node_modules() -> Path:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory, node_modules: Path
            ) -> Iterator[BrokerProcess]:  # fmt: skip
-    proc = start_broker(tmp_path_factory.mktemp("node-broker"))
+    # push consumers take their long-poll time from the broker's settings and wait for an
+    # in-flight poll on shutdown: 3 s instead of 30 keeps each script to a few seconds
+    proc = start_broker(tmp_path_factory.mktemp("node-broker"),
+                        config={"broker": {"max_long_polling_ms": 3_000}})
     with RocketMQClient(proc.endpoint) as admin:
         admin.create_topic("node-normal", queues=2)
         admin.create_topic("node-fifo", queues=2, message_type="FIFO")

@@ -22,6 +22,10 @@ const deadlineMs = Date.now() + 20000;
 
 // The client's shutdown logs after closing its own log file and then throws
 // "log stream had been closed" (rocketmq-client-nodejs 1.0.8); only that is ignored.
+function debug(text) {
+  if (process.env.INTEROP_DEBUG) process.stderr.write(`${new Date().toISOString()} ${text}\n`);
+}
+
 async function quietShutdown(client) {
   try {
     await client.shutdown();
@@ -55,7 +59,7 @@ async function receive(want, batch, view) {
   try {
     while (got.length < want && Date.now() < deadlineMs) {
       const messages = await consumer.receive(batch, 15000);
-      if (process.env.INTEROP_DEBUG) process.stderr.write(`received ${messages.length}\n`);
+      debug(`received ${messages.length}`);
       for (const m of messages) {
         got.push(view(m));
         await consumer.ack(m);
@@ -85,17 +89,24 @@ async function lite() {
   await consumer.startup();
   try {
     for (let i = 0; i < count; i++) await consumer.subscribeLite(`lt-${i}`);
+    // The client's startup fires a COMPLETE_ADD of its (empty) set without awaiting it, so
+    // it can reach the broker after the first PARTIAL_ADD and replace it; its next
+    // COMPLETE_ADD comes 30 s later. Send the full set now, as that timer would.
+    await consumer.liteSubscriptionManager.syncAllLiteSubscription();
     const messages = [];
     for (let i = 0; i < count; i++) {
       messages.push({ topic, liteTopic: `lt-${i}`, body: Buffer.from(`lite-${i}`) });
     }
     messages.push({ topic, liteTopic: 'lt-other', body: Buffer.from('not-subscribed') });
     const sent = await produce(messages);
+    debug('lite: sent');
     await Promise.race([arrived, new Promise(resolve => setTimeout(resolve, deadlineMs - Date.now()))]);
+    debug(`lite: got ${got.length}`);
     await new Promise(resolve => setTimeout(resolve, 500));  // nothing else may arrive
     return { sent, got };
   } finally {
     await quietShutdown(consumer);
+    debug('lite: closed');
   }
 }
 
