@@ -31,6 +31,7 @@ from broker_core.broker.lite import (
     PROPERTY_LITE_TOPIC,
     PROPERTY_PRIORITY,
     LiteSubscriptions,
+    delivery_topic,
     lmq_topic,
     priority_queue,
     receive_plan,
@@ -445,27 +446,28 @@ class Broker:
         return self.lite.sync(group, client_id, self.topics.require(topic), action, lite_topics)
 
     @staticmethod
-    def _lite_topic(topic: str, lite_topic: str) -> str:
-        """The topic a delivery lives in: the lite topic's own when one is named."""
-        return lmq_topic(topic, lite_topic) if lite_topic else topic
+    def _lite_topic(topic: str, lite_topic: str, receipt_handle: str) -> str:
+        return delivery_topic(topic, lite_topic, receipt_handle)
 
     def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "",
             lite_topic: str = "") -> None:  # fmt: skip
         self.pop.ack(self.positions.state_group(group, client_id),
-                     self._lite_topic(topic, lite_topic), receipt_handle)  # fmt: skip
+                     self._lite_topic(topic, lite_topic, receipt_handle), receipt_handle)
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
                                   invisible_ms: int, *, client_id: str = "",
                                   lite_topic: str = "") -> str:  # fmt: skip
         state_group = self.positions.state_group(group, client_id)
-        return self.pop.change_invisible_duration(state_group, self._lite_topic(topic, lite_topic),
-                                                  receipt_handle, invisible_ms)  # fmt: skip
+        return self.pop.change_invisible_duration(
+            state_group, self._lite_topic(topic, lite_topic, receipt_handle), receipt_handle,
+            invisible_ms)  # fmt: skip
 
     def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str, *,
                                client_id: str = "", lite_topic: str = "") -> None:  # fmt: skip
         self.topics.ensure_dlq_topic(group)
         self.pop.forward_to_dlq(self.positions.state_group(group, client_id),
-                                self._lite_topic(topic, lite_topic), receipt_handle)  # fmt: skip
+                                self._lite_topic(topic, lite_topic, receipt_handle),
+                                receipt_handle)  # fmt: skip
 
     # ---- offsets ----------------------------------------------------------------------------
 

@@ -27,7 +27,13 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
-from broker_core.errors import InvalidArgumentError, InvalidLiteTopicError, LiteQuotaExceededError
+from broker_core.broker.receipt import decode_handle
+from broker_core.errors import (
+    InvalidArgumentError,
+    InvalidLiteTopicError,
+    InvalidReceiptHandleError,
+    LiteQuotaExceededError,
+)
 from broker_core.message import MAX_TOPIC_NAME_CHARS
 
 if TYPE_CHECKING:
@@ -77,6 +83,23 @@ def split_lmq(topic: str) -> tuple[str, str] | None:
         return None
     parent, sep, lite = topic[len(LMQ_PREFIX):].rpartition(_SEPARATOR)
     return (parent, lite) if sep and parent and lite else None
+
+
+def delivery_topic(topic: str, lite_topic: str, receipt_handle: str) -> str:
+    """The topic a delivery being acked (or changed, or dead-lettered) lives in.
+
+    The lite topic's own when the request names one; else, when the receipt handle is
+    for a lite topic of ``topic`` (a client that does not send ``lite_topic``), that
+    one; else ``topic``. A handle that does not decode is left for the caller to refuse.
+    """
+    if lite_topic:
+        return lmq_topic(topic, lite_topic)
+    try:
+        handle_topic = decode_handle(receipt_handle).topic
+    except InvalidReceiptHandleError:
+        return topic
+    parts = split_lmq(handle_topic)
+    return handle_topic if parts is not None and parts[0] == topic else topic
 
 
 def priority_queue(priority: int, write_queue_nums: int) -> int:

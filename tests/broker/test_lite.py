@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
+from broker_core.broker.broker import Broker
 from broker_core.broker.lite import (
     COMPLETE_ADD,
     COMPLETE_REMOVE,
     PARTIAL_ADD,
     PARTIAL_REMOVE,
+    PROPERTY_LITE_TOPIC,
+    PROPERTY_PRIORITY,
     LiteSubscriptions,
     lmq_topic,
     priority_queue,
@@ -17,7 +23,10 @@ from broker_core.broker.lite import (
     validate_lite_topic,
 )
 from broker_core.broker.topics import TopicConfig
+from broker_core.config import BrokerConfig
 from broker_core.errors import InvalidArgumentError, InvalidLiteTopicError, LiteQuotaExceededError
+from broker_core.message import Message
+from tests.store.conftest import small_config
 
 LITE = TopicConfig("parent", message_type="LITE")
 
@@ -85,3 +94,41 @@ def test_quota_and_bad_requests_change_nothing() -> None:
     with pytest.raises(InvalidArgumentError, match="client"):
         subs.sync("g", "", LITE, PARTIAL_ADD, ["a"])
     assert subs.topics_of("g", "c", "parent") == ["a", "b"]
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = Broker(BrokerConfig(default_queue_nums=2), small_config(tmp_path / "store"))
+    b.start()
+    b.topics.create_or_update(TopicConfig("lp", 2, 2, message_type="LITE"))
+    b.topics.create_or_update(TopicConfig("pp", 4, 4, message_type="PRIORITY"))
+    yield b
+    b.stop()
+
+
+def _lite(body: bytes, lite: str) -> Message:
+    return Message("lp", body, queue_id=-1, properties={PROPERTY_LITE_TOPIC: lite})
+
+
+def test_lite_messages_live_in_their_own_topic_and_ack_with_or_without_the_name(broker) -> None:
+    [sent] = broker.send([_lite(b"x", "la")])
+    assert (sent.topic, sent.queue_id, sent.queue_offset) == ("%LMQ%lp|la", 0, 0)
+    broker.send([_lite(b"y", "la"), _lite(b"z", "lb")])
+    broker.sync_lite_subscription("g", "c1", "lp", PARTIAL_ADD, ["la", "lb"])
+    got = broker.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c1")
+    assert [p.message.body for p in got] == [b"x", b"z"]  # y waits behind x (in order)
+    broker.ack("g", "lp", got[0].receipt_handle, client_id="c1", lite_topic="la")
+    broker.ack("g", "lp", got[1].receipt_handle, client_id="c1")  # no lite_topic: from handle
+    again = broker.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c1")
+    assert [p.message.body for p in again] == [b"y"]
+    assert broker.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c2") == []
+
+
+def test_priority_messages_go_to_their_queue_and_come_out_highest_first(broker) -> None:
+    msgs = [Message("pp", b"p%d" % p, queue_id=-1, properties={PROPERTY_PRIORITY: str(p)})
+            for p in (0, 5, 1, 2)]  # fmt: skip
+    assert [r.queue_id for r in broker.send(msgs)] == [0, 3, 1, 2]
+    got = broker.receive("g", "pp", max_count=8, invisible_ms=60_000)
+    assert [p.message.body for p in got] == [b"p5", b"p2", b"p1", b"p0"]
+    with pytest.raises(InvalidArgumentError, match="priority"):
+        broker.send([Message("pp", b"bad", queue_id=-1, properties={PROPERTY_PRIORITY: "-1"})])
