@@ -319,11 +319,11 @@ class Broker:
             if not priority.isdigit():
                 raise InvalidArgumentError(f"priority must be an int ≥ 0, got {priority!r}")
             msg.queue_id = priority_queue(int(priority), config.write_queue_nums)
-        elif kind == "LITE":  # stored in the lite topic's own one-queue topic
-            lite = msg.properties[PROPERTY_LITE_TOPIC]
-            msg.topic = self.topics.ensure_internal(lmq_topic(msg.topic, lite)).name
+        elif kind == "LITE":  # its own one-queue topic, kept out of the topic table (as
+            # RocketMQ's LMQ): a table entry per lite topic would rewrite topics.json each
+            msg.topic = lmq_topic(msg.topic, msg.properties[PROPERTY_LITE_TOPIC])
             msg.queue_id = 0
-            config = self.topics.require(msg.topic)
+            config = TopicConfig(msg.topic, 1, 1)
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
             self._send_counter += 1
             msg.queue_id = select_write_queue(config.write_queue_nums,

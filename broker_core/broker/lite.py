@@ -3,8 +3,9 @@
 **Lite topics.** A *parent* topic of message type LITE holds any number of lite topics,
 named by the producer per message (``SystemProperties.lite_topic``). Each lite topic is
 its own one-queue topic, ``%LMQ%{parent}|{lite}`` (:func:`lmq_topic`, RocketMQ's LMQ),
-created on its first message, so every lite topic keeps its own order and every consumer
-group its own progress in it. A lite consumer (LitePushConsumer / LiteSimpleConsumer)
+made in the store by its first message and, like an LMQ, not listed in the topic table
+(lite topics are many and short-lived), so every lite topic keeps its own order and
+every consumer group its own progress in it. A lite consumer (LitePushConsumer / LiteSimpleConsumer)
 binds a group to the parent topic and tells the broker which lite topics it wants with
 ``SyncLiteSubscription``; its receives deliver only from those, in order per lite topic
 (a lite topic has no retry topic: a message that was not acked is delivered again from

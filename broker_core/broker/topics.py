@@ -329,10 +329,6 @@ class TopicManager:
         """The dead-letter topic of ``group`` (``%DLQ%group``), made with one queue if missing."""
         return self._ensure(dlq_topic(validate_group_name(group)))
 
-    def ensure_internal(self, name: str) -> TopicConfig:
-        """Topic ``name`` (a lite topic's ``%LMQ%…``), created with one queue if missing."""
-        return self._ensure(validate_topic_name(name))
-
     def _ensure(self, name: str) -> TopicConfig:
         with self._lock:
             if name not in self._topics:

@@ -132,3 +132,24 @@ def test_priority_messages_go_to_their_queue_and_come_out_highest_first(broker) 
     assert [p.message.body for p in got] == [b"p5", b"p2", b"p1", b"p0"]
     with pytest.raises(InvalidArgumentError, match="priority"):
         broker.send([Message("pp", b"bad", queue_id=-1, properties={PROPERTY_PRIORITY: "-1"})])
+
+
+def test_lite_topics_stay_out_of_the_topic_table_and_survive_a_restart(tmp_path) -> None:
+    config = small_config(tmp_path / "store")
+    first = Broker(BrokerConfig(), config)
+    first.start()
+    first.topics.create_or_update(TopicConfig("lp", 2, 2, message_type="LITE"))
+    first.send([_lite(b"a", "la"), _lite(b"b", "la")])
+    first.sync_lite_subscription("g", "c", "lp", PARTIAL_ADD, ["la"])
+    [got] = first.receive("g", "lp", max_count=1, invisible_ms=60_000, client_id="c")
+    first.ack("g", "lp", got.receipt_handle, client_id="c", lite_topic="la")
+    assert first.topics.get("%LMQ%lp|la") is None
+    first.stop()
+    second = Broker(BrokerConfig(), config)
+    second.start()
+    try:
+        second.sync_lite_subscription("g", "c", "lp", COMPLETE_ADD, ["la"])
+        again = second.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c")
+        assert [p.message.body for p in again] == [b"b"]  # a was acked before the restart
+    finally:
+        second.stop()
