@@ -32,9 +32,8 @@ from broker_core.broker.lite import (
     PROPERTY_PRIORITY,
     LiteSubscriptions,
     delivery_topic,
-    lmq_topic,
-    priority_queue,
     receive_plan,
+    route,
 )
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService
@@ -314,16 +313,8 @@ class Broker:
             raise InvalidArgumentError(
                 f"topic {msg.topic} takes {config.message_type} messages, not {kind}"
             )
-        if kind == "PRIORITY":  # the priority picks the queue, whatever the client named
-            priority = msg.properties[PROPERTY_PRIORITY]
-            if not priority.isdigit():
-                raise InvalidArgumentError(f"priority must be an int ≥ 0, got {priority!r}")
-            msg.queue_id = priority_queue(int(priority), config.write_queue_nums)
-        elif kind == "LITE":  # its own one-queue topic, kept out of the topic table (as
-            # RocketMQ's LMQ): a table entry per lite topic would rewrite topics.json each
-            msg.topic = lmq_topic(msg.topic, msg.properties[PROPERTY_LITE_TOPIC])
-            msg.queue_id = 0
-            config = TopicConfig(msg.topic, 1, 1)
+        if kind in ("PRIORITY", "LITE"):
+            config = route(msg, kind, config)
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
             self._send_counter += 1
             msg.queue_id = select_write_queue(config.write_queue_nums,
@@ -445,28 +436,24 @@ class Broker:
         self.group(group)
         return self.lite.sync(group, client_id, self.topics.require(topic), action, lite_topics)
 
-    @staticmethod
-    def _lite_topic(topic: str, lite_topic: str, receipt_handle: str) -> str:
-        return delivery_topic(topic, lite_topic, receipt_handle)
-
     def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "",
             lite_topic: str = "") -> None:  # fmt: skip
         self.pop.ack(self.positions.state_group(group, client_id),
-                     self._lite_topic(topic, lite_topic, receipt_handle), receipt_handle)
+                     delivery_topic(topic, lite_topic, receipt_handle), receipt_handle)
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
                                   invisible_ms: int, *, client_id: str = "",
                                   lite_topic: str = "") -> str:  # fmt: skip
         state_group = self.positions.state_group(group, client_id)
         return self.pop.change_invisible_duration(
-            state_group, self._lite_topic(topic, lite_topic, receipt_handle), receipt_handle,
+            state_group, delivery_topic(topic, lite_topic, receipt_handle), receipt_handle,
             invisible_ms)  # fmt: skip
 
     def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str, *,
                                client_id: str = "", lite_topic: str = "") -> None:  # fmt: skip
         self.topics.ensure_dlq_topic(group)
         self.pop.forward_to_dlq(self.positions.state_group(group, client_id),
-                                self._lite_topic(topic, lite_topic, receipt_handle),
+                                delivery_topic(topic, lite_topic, receipt_handle),
                                 receipt_handle)  # fmt: skip
 
     # ---- offsets ----------------------------------------------------------------------------

@@ -26,19 +26,17 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from broker_core.broker.receipt import decode_handle
+from broker_core.broker.topics import TopicConfig
 from broker_core.errors import (
     InvalidArgumentError,
     InvalidLiteTopicError,
     InvalidReceiptHandleError,
     LiteQuotaExceededError,
 )
-from broker_core.message import MAX_TOPIC_NAME_CHARS
-
-if TYPE_CHECKING:
-    from broker_core.broker.topics import TopicConfig
+from broker_core.message import MAX_TOPIC_NAME_CHARS, Message
 
 PROPERTY_LITE_TOPIC: Final = "__LITE_TOPIC"  # RocketMQ's MessageConst.PROPERTY_LITE_TOPIC
 PROPERTY_PRIORITY: Final = "_SYS_MSG_PRIORITY_"  # RocketMQ's MessageConst.PROPERTY_PRIORITY
@@ -106,6 +104,26 @@ def delivery_topic(topic: str, lite_topic: str, receipt_handle: str) -> str:
 def priority_queue(priority: int, write_queue_nums: int) -> int:
     """The queue a message of ``priority`` (≥ 0) is written to."""
     return min(priority, write_queue_nums - 1)
+
+
+def route(msg: Message, kind: str, config: TopicConfig) -> TopicConfig:
+    """Place a PRIORITY or LITE message (``kind``) sent to the topic of ``config``.
+
+    A priority message goes to queue :func:`priority_queue` of its topic, whatever the
+    client named; a lite message to queue 0 of its lite topic's own topic, which is kept
+    out of the topic table as RocketMQ keeps its LMQs (lite topics are many and
+    short-lived: a table entry each would rewrite ``topics.json`` every time). Returns the
+    config of the topic written. InvalidArgumentError for a priority that is not an int ≥ 0.
+    """
+    if kind == "PRIORITY":
+        priority = msg.properties[PROPERTY_PRIORITY]
+        if not priority.isdigit():
+            raise InvalidArgumentError(f"priority must be an int ≥ 0, got {priority!r}")
+        msg.queue_id = priority_queue(int(priority), config.write_queue_nums)
+        return config
+    msg.topic = lmq_topic(msg.topic, msg.properties[PROPERTY_LITE_TOPIC])
+    msg.queue_id = 0
+    return TopicConfig(msg.topic, 1, 1)
 
 
 def priority_scan_order(read_queue_nums: int) -> list[int]:

@@ -69,7 +69,8 @@ def client_id_of(context: grpc.ServicerContext, *, required: bool = True) -> str
 
 
 def kind_of(client_type: int) -> Kind:
-    """``producer`` or ``consumer`` for a ``ClientType``; UNSUPPORTED/BAD_REQUEST otherwise."""
+    """``producer`` or ``consumer`` (lite consumers too) for a ``ClientType``; BAD_REQUEST
+    otherwise."""
     if client_type == pb.ClientType.PRODUCER:
         return "producer"
     if client_type in _CONSUMER_TYPES:
