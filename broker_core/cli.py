@@ -218,8 +218,9 @@ def topic() -> None:
 @click.option("--read-queues", type=click.IntRange(1, 1024), help="queues consumers read")
 @click.option("--write-queues", type=click.IntRange(1, 1024), help="queues producers write")
 @click.option("--perm", type=click.Choice(["2", "4", "6"]), help="2 write, 4 read, 6 both")
-@click.option("--type", "message_type", help="NORMAL, FIFO, DELAY, TRANSACTION or MIXED",
-              type=click.Choice(["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
+@click.option("--type", "message_type", help="the topic's message type (default MIXED)",
+              type=click.Choice(["NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE",
+                                 "MIXED"],
                                 case_sensitive=False))  # fmt: skip
 @click.option("--update", is_flag=True, help="change an existing topic's settings")
 @click.option("--force", is_flag=True,

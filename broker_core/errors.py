@@ -111,6 +111,14 @@ class EmptyBodyError(InvalidArgumentError):
     """A message has an empty body."""
 
 
+class InvalidLiteTopicError(InvalidArgumentError):
+    """A lite topic name that is blank, too long or has characters outside [a-zA-Z0-9_-]."""
+
+
+class LiteQuotaExceededError(RocketMQError):
+    """A client asked to subscribe to more lite topics than its quota allows."""
+
+
 class MessageTypeConflictError(InvalidArgumentError):
     """The declared message type conflicts with the message (group, delivery time)."""
 

@@ -27,6 +27,14 @@ from broker_core.broker.clients import ClientKind, ClientRegistry
 from broker_core.broker.filters import MessageFilter
 from broker_core.broker.group_positions import GroupPositions
 from broker_core.broker.groups import BROADCAST_MARK, GroupConfig, GroupManager, base_group
+from broker_core.broker.lite import (
+    PROPERTY_LITE_TOPIC,
+    PROPERTY_PRIORITY,
+    LiteSubscriptions,
+    delivery_topic,
+    receive_plan,
+    route,
+)
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService, monotonic_ms
 from broker_core.broker.offsets import ConsumerOffsetManager
@@ -82,7 +90,8 @@ class SendResult:
 
 
 def message_type(msg: Message) -> str:
-    """RocketMQ 5 topic message type a message needs: TRANSACTION, DELAY, FIFO or NORMAL."""
+    """RocketMQ 5 topic message type a message needs, in RocketMQ's precedence:
+    TRANSACTION, DELAY, FIFO, PRIORITY, LITE or NORMAL."""
     props = msg.properties
     if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
         return "TRANSACTION"
@@ -90,6 +99,10 @@ def message_type(msg: Message) -> str:
         return "DELAY"
     if props.get(PROPERTY_MESSAGE_GROUP):
         return "FIFO"
+    if props.get(PROPERTY_PRIORITY) is not None:
+        return "PRIORITY"
+    if props.get(PROPERTY_LITE_TOPIC):
+        return "LITE"
     return "NORMAL"
 
 
@@ -125,6 +138,7 @@ class Broker:
         self.pulls = PullService(self.store)
         self.long_polling = LongPollingService(self.store, self.pulls)
         self.waiter = TopicWaiter()
+        self.lite = LiteSubscriptions()
         self.schedule = ScheduleService(self.store, cfg_dir / "delayOffset.json", clock_ms)
         self.timer = TimerService(self.store, cfg_dir.parent / "timerwheel",
                                   precision_ms=config.timer_precision_ms, clock_ms=clock_ms)
@@ -347,6 +361,13 @@ class Broker:
             raise NotMasterError(self.store.slave_of)
 
     def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
+        kind = message_type(msg)
+        if not config.accepts(kind):
+            raise InvalidArgumentError(
+                f"topic {msg.topic} takes {config.message_type} messages, not {kind}"
+            )
+        if kind in ("PRIORITY", "LITE"):
+            config = route(msg, kind, config)
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
             self._send_counter += 1
             msg.queue_id = select_write_queue(config.write_queue_nums,
@@ -356,11 +377,6 @@ class Broker:
             raise InvalidArgumentError(
                 f"queue {msg.queue_id} of topic {msg.topic} does not exist "
                 f"(it has {config.write_queue_nums} write queues)"
-            )
-        kind = message_type(msg)
-        if not config.accepts(kind):
-            raise InvalidArgumentError(
-                f"topic {msg.topic} takes {config.message_type} messages, not {kind}"
             )
         if not msg.properties.get(PROPERTY_UNIQ_KEY):
             msg.properties[PROPERTY_UNIQ_KEY] = new_message_id()
@@ -471,27 +487,50 @@ class Broker:
         ids = list(range(topic_config.read_queue_nums)) if queue_ids is None else list(queue_ids)
         deadline = self._clock_ms() + min(max(timeout_ms, 0), self.config.max_long_polling_ms)
         while True:
-            seen = self.waiter.generation((topic, retry))
+            ids, how = self._receive_plan(topic_config, group, client_id, ids)
+            watched = (topic, retry, *how.get("topics", ()))
+            seen = self.waiter.generation(watched)
             got = self.pop.receive(state_group, topic, ids, max_count=max_count,
-                                   invisible_ms=invisible_ms, filter=filter)  # fmt: skip
+                                   invisible_ms=invisible_ms, filter=filter, **how)  # fmt: skip
             remaining = deadline - self._clock_ms()
             if got or remaining <= 0:
                 return got
-            self.waiter.wait((topic, retry), seen, min(remaining, 1_000))
+            self.waiter.wait(watched, seen, min(remaining, 1_000))
 
-    def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "") -> None:
+    def _receive_plan(self, topic_config: TopicConfig, group: str, client_id: str,
+                      ids: list[int]) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
+        lites = (self.lite.topics_of(group, client_id, topic_config.name)
+                 if topic_config.message_type == "LITE" else [])  # fmt: skip
+        return receive_plan(topic_config.message_type, topic_config.name, ids,
+                            group_fifo=self.group(group).fifo, lite_topics=lites)  # fmt: skip
+
+    def sync_lite_subscription(self, group: str, client_id: str, topic: str, action: int,
+                               lite_topics: Sequence[str]) -> frozenset[str]:  # fmt: skip
+        """Apply a lite consumer's SyncLiteSubscription (see :meth:`LiteSubscriptions.sync`);
+        the topic must exist (TopicNotFoundError); returns the client's lite topics after."""
+        self.group(group)
+        return self.lite.sync(group, client_id, self.topics.require(topic), action, lite_topics)
+
+    def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "",
+            lite_topic: str = "") -> None:  # fmt: skip
         self.require_master()
-        self.pop.ack(self.positions.state_group(group, client_id), topic, receipt_handle)
+        self.pop.ack(self.positions.state_group(group, client_id),
+                     delivery_topic(topic, lite_topic, receipt_handle), receipt_handle)
 
     def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
-                                  invisible_ms: int, *, client_id: str = "") -> str:  # fmt: skip
+                                  invisible_ms: int, *, client_id: str = "",
+                                  lite_topic: str = "") -> str:  # fmt: skip
         state_group = self.positions.state_group(group, client_id)
-        return self.pop.change_invisible_duration(state_group, topic, receipt_handle, invisible_ms)
+        return self.pop.change_invisible_duration(
+            state_group, delivery_topic(topic, lite_topic, receipt_handle), receipt_handle,
+            invisible_ms)  # fmt: skip
 
     def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str, *,
-                               client_id: str = "") -> None:  # fmt: skip
+                               client_id: str = "", lite_topic: str = "") -> None:  # fmt: skip
         self.topics.ensure_dlq_topic(group)
-        self.pop.forward_to_dlq(self.positions.state_group(group, client_id), topic, receipt_handle)
+        self.pop.forward_to_dlq(self.positions.state_group(group, client_id),
+                                delivery_topic(topic, lite_topic, receipt_handle),
+                                receipt_handle)  # fmt: skip
 
     # ---- offsets ----------------------------------------------------------------------------
 

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from broker_core.broker.filters import MessageFilter
@@ -229,8 +229,17 @@ class PopService:
         max_count: int,
         invisible_ms: int,
         filter: MessageFilter | None = None,
+        retry: str = "first",
+        fifo: bool | None = None,
+        topics: Sequence[str] = (),
     ) -> list[PoppedMessage]:
-        """Pop up to ``max_count`` visible messages (retry topic first); [] when none."""
+        """Pop up to ``max_count`` visible messages; [] when none.
+
+        ``retry`` places the group's retry topic ``first`` (the default), ``last`` (a
+        PRIORITY topic: retries rank below every priority) or ``none`` (lite topics have
+        no retry topic). ``fifo`` overrides the group's FIFO setting; ``topics`` are more
+        topics read (queue 0 of each, after ``topic``'s queues: a lite consumer's topics).
+        """
         validate_group_name(group)
         validate_topic_name(topic)
         qids = list(dict.fromkeys(_check_int("queue id", q, 0, 2**31 - 1) for q in queue_ids))
@@ -238,11 +247,15 @@ class PopService:
         _check_int("invisible_ms", invisible_ms, 1, self.config.max_invisible_ms)
         with self._lock:
             self._check_open()
-            fifo, rtopic = self._is_fifo(group), retry_topic(group)
-            sources: list[tuple[str, int, MessageFilter | None]] = [
+            rtopic = retry_topic(group)
+            fifo = self._is_fifo(group) if fifo is None else fifo
+            retries: list[tuple[str, int, MessageFilter | None]] = [
                 (rtopic, q, None) for q in self._store.queue_ids(rtopic)
-            ]
+            ] if retry != "none" else []
+            sources = retries if retry == "first" else []
             sources += [(topic, q, filter) for q in qids]
+            sources += [(extra, 0, filter) for extra in topics]
+            sources += retries if retry == "last" else []
             plans: list[QueuePlan] = []
             budget = max_count
             for src, qid, flt in sources:

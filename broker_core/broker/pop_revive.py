@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from broker_core.broker.lite import split_lmq
 from broker_core.broker.pop_log import PopRecord, RecordKind, ReviveLog
 from broker_core.broker.pop_policy import (
     Destination,
@@ -56,6 +57,10 @@ class Reviver:
         self._is_fifo = is_fifo
         self._group_of = group_of  # whose DLQ: a broadcast member's is its group's
 
+    def _in_place(self, group: str, topic: str) -> bool:
+        """True when a delivery is retried from its own queue: FIFO groups, lite topics."""
+        return self._is_fifo(group) or split_lmq(topic) is not None
+
     def revive(self, due: Due, now_ms: int, *, force_dlq: bool = False) -> None:
         """Retry, re-expose or dead-letter each of ``due`` (all to the DLQ if ``force_dlq``)."""
         copies: list[Message] = []
@@ -66,7 +71,8 @@ class Reviver:
             group, topic, qid = qs.key
             policy = _GIVE_UP if force_dlq else self._policy_for(group)
             decision = revive_decision(self._group_of(group), topic, entry.attempt, policy,
-                                       fifo=self._is_fifo(group), now_ms=now_ms)  # fmt: skip
+                                       fifo=self._in_place(group, topic),
+                                       now_ms=now_ms)  # fmt: skip
             if decision.destination is Destination.IN_PLACE:
                 in_place.append((qs, entry))
                 continue

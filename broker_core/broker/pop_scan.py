@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass, field
 
 from broker_core.broker.filters import MessageFilter
+from broker_core.broker.lite import PROPERTY_LITE_TOPIC
 from broker_core.broker.pop_policy import delivered_topic, delivery_attempt
 from broker_core.broker.pop_state import InFlight, PopState, QueueState
 from broker_core.errors import CorruptionError
@@ -66,6 +67,12 @@ class QueuePlan:
         self.picks.append(pick)
         if pick.message_group:
             self.taken_groups.add(pick.message_group)
+
+
+def _order_key(message: StoredMessage) -> str:
+    """What a FIFO receive keeps in order: the message group, or a lite topic as a whole."""
+    return (message.properties.get(PROPERTY_MESSAGE_GROUP)
+            or message.properties.get(PROPERTY_LITE_TOPIC, ""))
 
 
 class QueueScanner:
@@ -172,7 +179,7 @@ class QueueScanner:
         qs, offset = plan.qs, message.queue_offset
         if offset in qs.skip or offset in qs.inflight or offset in qs.withheld:
             return
-        message_group = message.properties.get(PROPERTY_MESSAGE_GROUP, "") if fifo else ""
+        message_group = _order_key(message) if fifo else ""
         anchor = qs.anchor_for(offset, plan.anchor)
         if plan.blocked(message_group):
             plan.withhold[offset] = (message_group, anchor)

@@ -89,7 +89,7 @@ class Perm:
         return ("R" if Perm.readable(perm) else "-") + ("W" if Perm.writeable(perm) else "-") + "-"
 
 
-MESSAGE_TYPES: Final = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+MESSAGE_TYPES: Final = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE", "MIXED")
 MIXED: Final = "MIXED"
 MAX_QUEUE_NUMS: Final = 1024
 DEFAULT_QUEUE_NUMS: Final = 8
@@ -139,7 +139,10 @@ class TopicConfig:
         object.__setattr__(self, "attributes", dict(self.attributes))
 
     def accepts(self, message_type: str) -> bool:
-        """True if a message of ``message_type`` may be sent here (MIXED takes anything)."""
+        """True if a message of ``message_type`` may be sent here (MIXED takes anything but
+        LITE: lite topics live only under a LITE parent topic)."""
+        if message_type == "LITE":
+            return self.message_type == "LITE"
         return self.message_type in (MIXED, message_type)
 
     def read_queues(self, broker_name: str) -> list[MessageQueue]:

@@ -14,6 +14,8 @@ What goes where (RocketMQ's property names, see ``broker_core.message``)::
     system_properties.tag                   TAGS
     system_properties.keys                  KEYS (joined with a space)
     system_properties.message_group         __SHARDINGKEY (FIFO: the broker picks the queue)
+    system_properties.priority              _SYS_MSG_PRIORITY_ (PRIORITY: queue = priority)
+    system_properties.lite_topic            __LITE_TOPIC (LITE: the lite topic's own queue)
     system_properties.delivery_timestamp    __STARTDELIVERTIME (ms; the broker's timer)
     system_properties.message_type          TRANSACTION → TRAN_MSG=true (a half message)
     …orphaned_transaction_recovery_duration CHECK_IMMUNITY_TIME_IN_SECONDS
@@ -54,6 +56,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from broker_core.broker.lite import PROPERTY_LITE_TOPIC, PROPERTY_PRIORITY, validate_lite_topic
 from broker_core.broker.timer_policy import PROPERTY_TIMER_DELIVER_MS
 from broker_core.broker.transaction_check import PROPERTY_CHECK_BASE_MS, PROPERTY_CHECK_IMMUNITY_S
 from broker_core.errors import (
@@ -114,6 +117,7 @@ SYSTEM_PROPERTY_KEYS: Final = frozenset({
     "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "POP_CK", "1ST_POP_TIME",
     "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRACE_CONTEXT", "BORNHOST", "CLUSTER",
     "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "MSG_TYPE",
+    PROPERTY_PRIORITY, PROPERTY_LITE_TOPIC,
 })  # fmt: skip
 
 MAX_MESSAGE_GROUP_CHARS: Final = 64  # RocketMQ proxy's default maxMessageGroupSize
@@ -123,7 +127,13 @@ MAX_TIMESTAMP_SECONDS: Final = 253_402_300_799  # 9999-12-31T23:59:59Z, the prot
 _RESERVED_CHARS = re.compile("[\x00\x01\x02]")  # the store's property separators (and NUL)
 
 Type = MessageType
-_WANTS: Final = {Type.NORMAL: (False, False), Type.FIFO: (True, False), Type.DELAY: (False, True)}
+# the fields each type needs: (message group, delivery timestamp, priority, lite topic)
+_WANTS: Final = {
+    Type.NORMAL: (False, False, False, False), Type.FIFO: (True, False, False, False),
+    Type.DELAY: (False, True, False, False), Type.PRIORITY: (False, False, True, False),
+    Type.LITE: (False, False, False, True),
+}  # fmt: skip
+_FIELD_NAMES: Final = ("message group", "delivery timestamp", "priority", "lite topic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,29 +292,40 @@ def _system_properties(sp: Any) -> dict[str, str]:
         props[PROPERTY_MESSAGE_GROUP] = _check_text(
             "message group", sp.message_group, MAX_MESSAGE_GROUP_CHARS, InvalidMessageGroupError
         )
+    if sp.HasField("priority"):
+        if sp.priority < 0:
+            raise InvalidArgumentError(f"priority must be ≥ 0, got {sp.priority}")
+        props[PROPERTY_PRIORITY] = str(sp.priority)
+    if sp.HasField("lite_topic"):
+        props[PROPERTY_LITE_TOPIC] = validate_lite_topic(sp.lite_topic)
     return props
 
 
-def _check_type(declared: int, *, has_group: bool, has_delivery: bool) -> bool:
+def _check_type(declared: int, fields: tuple[bool, bool, bool, bool]) -> bool:
     """Check the declared message type against the fields; True for a transactional one.
 
-    ``MESSAGE_TYPE_UNSPECIFIED`` is taken from the fields. A conflict is
-    MessageTypeConflictError (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
+    ``fields`` says which of (message group, delivery timestamp, priority, lite topic) the
+    message has; at most one may be set. ``MESSAGE_TYPE_UNSPECIFIED`` is taken from the
+    fields. A conflict is MessageTypeConflictError (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
     """
     name = MESSAGE_TYPE_NAMES.get(declared, str(declared))
-    if declared in (Type.LITE, Type.PRIORITY) or declared not in MESSAGE_TYPE_NAMES:
+    if declared not in MESSAGE_TYPE_NAMES:
         raise UnsupportedError(f"message type {name} is not supported by this broker")
-    if has_group and has_delivery:
-        raise MessageTypeConflictError("a message cannot have both a message group and a "
-                                   "delivery timestamp")  # fmt: skip
-    if declared in _WANTS and _WANTS[declared] != (has_group, has_delivery):
+    present = [n for n, has in zip(_FIELD_NAMES, fields, strict=True) if has]
+    if len(present) > 1:
+        raise MessageTypeConflictError(f"a message cannot have both a {present[0]} and a "
+                                       f"{present[1]}")  # fmt: skip
+    if declared == Type.NORMAL and fields == _WANTS[Type.PRIORITY]:
+        # the official Node.js client 1.0.8 declares priority 0 as NORMAL (``!priority``);
+        # RocketMQ takes the type from the properties, and so do we: a PRIORITY message
+        return False
+    if declared in _WANTS and _WANTS[declared] != fields:
         raise MessageTypeConflictError(
-            f"message type {name} conflicts with the message: "
-            f"{'a' if has_group else 'no'} message group, "
-            f"{'a' if has_delivery else 'no'} delivery timestamp"
+            f"message type {name} conflicts with the message: it has "
+            f"{present[0] if present else 'none of ' + ', '.join(_FIELD_NAMES)}"
         )
-    if declared == Type.TRANSACTION and has_delivery:
-        raise MessageTypeConflictError("a transactional message cannot have a delivery timestamp")
+    if declared == Type.TRANSACTION and any(fields[1:]):
+        raise MessageTypeConflictError(f"a transactional message cannot have a {present[-1]}")
     return bool(declared == Type.TRANSACTION)
 
 
@@ -343,7 +364,7 @@ def to_messages(protos: Iterable[Any], *, limits: Limits, peer: tuple[str, int],
     born time) is checked or converted once.
     """
     topics: dict[str, str] = {}
-    kinds: dict[tuple[int, bool, bool], bool] = {}
+    kinds: dict[tuple[int, tuple[bool, bool, bool, bool]], bool] = {}
     borns: dict[tuple[int, int], int] = {}
     check_size_always = limits.max_properties_bytes < _FIXED_PROPERTIES_BYTES
     out = []
@@ -364,11 +385,11 @@ def to_messages(protos: Iterable[Any], *, limits: Limits, peer: tuple[str, int],
         if not body:
             raise EmptyBodyError(f"message {props[PROPERTY_UNIQ_KEY]} has an empty body")
         has_delivery = sp.HasField("delivery_timestamp")
-        kind = (sp.message_type, PROPERTY_MESSAGE_GROUP in props, has_delivery)
+        kind = (sp.message_type, (PROPERTY_MESSAGE_GROUP in props, has_delivery,
+                                  PROPERTY_PRIORITY in props, PROPERTY_LITE_TOPIC in props))
         transactional = kinds.get(kind)
         if transactional is None:
-            transactional = kinds[kind] = _check_type(kind[0], has_group=kind[1],
-                                                      has_delivery=has_delivery)  # fmt: skip
+            transactional = kinds[kind] = _check_type(*kind)
         if has_delivery:
             props[PROPERTY_DELIVER_TIME_MS] = str(timestamp_ms(sp.delivery_timestamp))
         if transactional:

@@ -9,9 +9,11 @@ protobuf message the official clients decode (``rocketmq/v5/model/message.py``):
   offset, delivery attempt, delivery timestamp, trace context, message type, and for POP
   deliveries the receipt handle and invisible duration; for a message read from a DLQ
   topic, where it came from.
-- ``body_digest`` is CRC32 as 8 upper-case hex digits, the form the client recomputes
-  and compares (a mismatch marks the message corrupted); we send the CRC the store
-  verified when it read the body, so the check covers disk and wire end to end.
+- ``body_digest`` is MD5 as upper-case hex, as RocketMQ's proxy sends it: every official
+  client recomputes it the same way and marks a mismatch corrupted. (CRC32 is not: the
+  Python and Java clients compare hex digits, the Node.js client decimal ones, so a CRC32
+  digest made every message "corrupted" for Node's push consumers.) The store verified
+  the body's CRC when it read it; the MD5 covers the wire.
 - ``body_encoding`` is always IDENTITY: the store keeps bodies as sent (a client decoding
   ENCODING_UNSPECIFIED raises, so it must be set).
 - ``user_properties`` are our properties minus every system key (:data:`SYSTEM_KEYS`).
@@ -26,11 +28,12 @@ Pure functions, no I/O; safe from any thread.
 >>> pb.system_properties.message_id, pb.system_properties.tag, dict(pb.user_properties)
 ('01AB', 'paid', {'x': '1'})
 >>> pb.system_properties.body_digest.checksum, pb.system_properties.delivery_attempt
-('D8932AAC', 1)
+('49F68A5C8493EC2C0BF489821C21FC3B', 1)
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -38,6 +41,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from broker_core.broker.lite import PROPERTY_LITE_TOPIC, PROPERTY_PRIORITY, split_lmq
 from broker_core.broker.pop import PoppedMessage
 from broker_core.broker.retry import is_dlq_topic
 from broker_core.message import (
@@ -91,7 +95,8 @@ def now_timestamp() -> Timestamp:
 
 
 def message_type_of(msg: StoredMessage) -> int:
-    """RocketMQ 5 message type: TRANSACTION, DELAY, FIFO or NORMAL (in that precedence)."""
+    """RocketMQ 5 message type: TRANSACTION, DELAY, FIFO, PRIORITY, LITE or NORMAL (in that
+    precedence)."""
     props = msg.properties
     committed = msg.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT
     if committed or props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
@@ -100,7 +105,15 @@ def message_type_of(msg: StoredMessage) -> int:
         return int(pb.MessageType.DELAY)
     if props.get(PROPERTY_MESSAGE_GROUP):
         return int(pb.MessageType.FIFO)
+    if props.get(PROPERTY_PRIORITY, "").isdigit():
+        return int(pb.MessageType.PRIORITY)
+    if props.get(PROPERTY_LITE_TOPIC):
+        return int(pb.MessageType.LITE)
     return int(pb.MessageType.NORMAL)
+
+
+def _md5_hex(body: bytes) -> str:
+    return hashlib.md5(body).hexdigest().upper()
 
 
 def _host_port(host: tuple[str, int]) -> str:
@@ -120,7 +133,7 @@ def system_properties(msg: StoredMessage) -> pb.SystemProperties:
     sp = pb.SystemProperties(
         message_id=msg.message_id,
         keys=msg.keys,
-        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=f"{msg.body_crc:08X}"),
+        body_digest=pb.Digest(type=pb.DigestType.MD5, checksum=_md5_hex(msg.body)),
         body_encoding=pb.Encoding.IDENTITY,
         message_type=message_type_of(msg),
         born_timestamp=timestamp_of_ms(msg.born_timestamp_ms),
@@ -135,6 +148,10 @@ def system_properties(msg: StoredMessage) -> pb.SystemProperties:
         sp.tag = msg.tag
     if group := props.get(PROPERTY_MESSAGE_GROUP):
         sp.message_group = group
+    if (priority := props.get(PROPERTY_PRIORITY, "")).isdigit():
+        sp.priority = int(priority)
+    if lite := props.get(PROPERTY_LITE_TOPIC):
+        sp.lite_topic = lite
     if (deliver_ms := _deliver_at_ms(props)) is not None:
         sp.delivery_timestamp.CopyFrom(timestamp_of_ms(deliver_ms))
     if trace := props.get(PROPERTY_TRACE_CONTEXT):
@@ -156,10 +173,14 @@ def to_pb_message(msg: StoredMessage, *, topic: str | None = None) -> Any:
     """The protobuf ``Message`` for ``msg`` (as an offset pull returns it).
 
     ``topic`` overrides the topic shown to the client (a retry copy shows its original
-    topic, so the client acks against the topic it subscribed to).
+    topic, so the client acks against the topic it subscribed to); a lite topic's message
+    shows its parent topic (and its lite topic in ``system_properties``).
     """
+    shown = topic or msg.topic
+    if (lite := split_lmq(shown)) is not None:
+        shown = lite[0]
     return pb.Message(
-        topic=pb.Resource(name=topic or msg.topic),
+        topic=pb.Resource(name=shown),
         user_properties=user_properties(msg),
         system_properties=system_properties(msg),
         body=msg.body,

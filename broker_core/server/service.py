@@ -17,7 +17,7 @@ import grpc
 from google.protobuf import message_factory
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
-from broker_core.errors import RocketMQError, UnsupportedError
+from broker_core.errors import RocketMQError
 from broker_core.server import handlers as h
 from broker_core.server.context import ServerContext
 from broker_core.server.status import status_of
@@ -27,10 +27,6 @@ log = logging.getLogger(__name__)
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 
 Handler = Callable[[ServerContext, Any, grpc.ServicerContext], Any]
-
-
-def _lite_unsupported(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
-    raise UnsupportedError("lite topics are not supported by this broker")
 
 
 HANDLERS: dict[str, Handler] = {
@@ -50,7 +46,7 @@ HANDLERS: dict[str, Handler] = {
     "NotifyClientTermination": h.notify_client_termination.handle,
     "ChangeInvisibleDuration": h.change_invisible_duration.handle,
     "RecallMessage": h.recall_message.handle,
-    "SyncLiteSubscription": _lite_unsupported,
+    "SyncLiteSubscription": h.sync_lite_subscription.handle,
 }
 
 

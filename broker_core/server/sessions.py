@@ -41,7 +41,6 @@ from broker_core.errors import (
     InvalidArgumentError,
     NotFoundError,
     RocketMQError,
-    UnsupportedError,
 )
 from broker_core.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, StoredMessage
 from broker_core.server.context import ServerContext
@@ -55,7 +54,8 @@ POLL_S: Final = 0.5  # how often a stream waiting for commands checks it is stil
 
 Kind = Literal["producer", "consumer"]
 _CONSUMER_TYPES: Final = frozenset({pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER,
-                                    pb.ClientType.PULL_CONSUMER})  # fmt: skip
+                                    pb.ClientType.PULL_CONSUMER, pb.ClientType.LITE_PUSH_CONSUMER,
+                                    pb.ClientType.LITE_SIMPLE_CONSUMER})  # fmt: skip
 
 
 def client_id_of(context: grpc.ServicerContext, *, required: bool = True) -> str:
@@ -69,13 +69,12 @@ def client_id_of(context: grpc.ServicerContext, *, required: bool = True) -> str
 
 
 def kind_of(client_type: int) -> Kind:
-    """``producer`` or ``consumer`` for a ``ClientType``; UNSUPPORTED/BAD_REQUEST otherwise."""
+    """``producer`` or ``consumer`` (lite consumers too) for a ``ClientType``; BAD_REQUEST
+    otherwise."""
     if client_type == pb.ClientType.PRODUCER:
         return "producer"
     if client_type in _CONSUMER_TYPES:
         return "consumer"
-    if client_type in (pb.ClientType.LITE_PUSH_CONSUMER, pb.ClientType.LITE_SIMPLE_CONSUMER):
-        raise UnsupportedError("lite consumers are not supported by this broker")
     raise InvalidArgumentError(f"unrecognised client type {client_type}")
 
 
@@ -208,6 +207,7 @@ def terminate(ctx: ServerContext, client_id: str, group: str = "") -> None:
         groups |= set(profile.topics) if profile.kind == "producer" else {profile.group}
     for name in groups:
         ctx.broker.clients.unregister(name, client_id)
+    ctx.broker.lite.forget_client(client_id)
     if session is not None:
         session.retire()
     log.info("client %s terminated (groups %s)", client_id, sorted(groups))

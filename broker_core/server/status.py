@@ -25,6 +25,8 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (e.InvalidPropertyError, Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
     (e.InvalidMessageIdError, Code.ILLEGAL_MESSAGE_ID),
     (e.EmptyBodyError, Code.MESSAGE_BODY_EMPTY),
+    (e.InvalidLiteTopicError, Code.ILLEGAL_LITE_TOPIC),
+    (e.LiteQuotaExceededError, Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED),
     (e.MessageTypeConflictError, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (e.MessageCorruptedError, Code.MESSAGE_CORRUPTED),
     (e.InvalidTransactionIdError, Code.INVALID_TRANSACTION_ID),

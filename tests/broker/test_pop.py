@@ -814,3 +814,25 @@ def test_a_dead_letter_topic_is_delivered_and_acked_as_itself(broker: Broker) ->
     assert got.topic == "%DLQ%g"  # not "orders": the drainer subscribed to the DLQ
     broker.pop.ack("drainer", "%DLQ%g", got.receipt_handle)
     assert broker.receive("drainer", "%DLQ%g") == []
+
+
+def test_retry_topic_first_last_or_not_at_all(broker: Broker) -> None:
+    """``retry="last"`` (PRIORITY topics) ranks retries below every queue; ``"none"`` (lite
+    topics) leaves them out; the default reads them first."""
+    broker.produce([make_message(0)])
+    broker.receive()
+    assert broker.revive_at(INVISIBLE_MS) == 1  # message 0 now waits in %RETRY%g
+    broker.produce([make_message(1, queue_id=1), make_message(2, queue_id=1)])
+
+    def take(retry: str, max_count: int = 1) -> list[int]:
+        popped = broker.pop.receive("g", "orders", [1, 0], max_count=max_count,
+                                    invisible_ms=INVISIBLE_MS, retry=retry)  # fmt: skip
+        for p in popped:
+            broker.pop.ack("g", "orders", p.receipt_handle)
+        return ns(popped)
+
+    assert take("last") == [1]
+    assert take("none", 5) == [2]  # message 0 waits in the retry topic, left out
+    broker.produce([make_message(3, queue_id=1)])
+    assert take("first") == [0]
+    assert take("first") == [3]

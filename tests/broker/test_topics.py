@@ -170,6 +170,10 @@ def test_topic_config_from_dict_rejects(data: Any, fragment: str) -> None:
         ("FIFO", "FIFO", True),
         ("DELAY", "NORMAL", False),
         ("TRANSACTION", "TRANSACTION", True),
+        ("MIXED", "PRIORITY", True),
+        ("MIXED", "LITE", False),  # lite topics live only under a LITE parent
+        ("LITE", "LITE", True),
+        ("PRIORITY", "NORMAL", False),
     ],
 )
 def test_accepts_message_type(topic_type: str, message_type: str, accepted: bool) -> None:
@@ -177,7 +181,8 @@ def test_accepts_message_type(topic_type: str, message_type: str, accepted: bool
 
 
 def test_message_types_are_rocketmq_5_ones() -> None:
-    assert set(MESSAGE_TYPES) == {"NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"}
+    assert set(MESSAGE_TYPES) == {"NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE",
+                                  "MIXED"}
 
 
 def test_read_queues_follow_read_count() -> None:

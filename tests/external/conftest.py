@@ -29,13 +29,13 @@ from pathlib import Path
 
 import pytest
 
-# The client scripts run in the C++ client's own venv; pytest (with --doctest-modules)
-# must not import them here, where `rocketmq` is the official gRPC client.
-collect_ignore_glob = ["cpp/*.py"]
-
 from broker_core.cluster.local import LocalCluster
 from broker_core.namesrv.client import NameServerClient
 from tests.server.conftest import DEFAULT_CONFIG
+
+# The client scripts run in the C++ client's own venv; pytest (with --doctest-modules)
+# must not import them here, where `rocketmq` is the official gRPC client.
+collect_ignore_glob = ["cpp/*.py"]
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

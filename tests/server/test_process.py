@@ -21,5 +21,5 @@ def test_unknown_rpc_answers_are_statuses_not_crashes(broker_process: BrokerProc
     with grpc.insecure_channel(broker_process.endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         reply = stub.SyncLiteSubscription(service_pb2.SyncLiteSubscriptionRequest(), timeout=5)
-        assert reply.status.code == definition_pb2.Code.UNSUPPORTED
-        assert "lite" in reply.status.message
+        assert reply.status.code == definition_pb2.Code.ILLEGAL_CONSUMER_GROUP
+        assert "group" in reply.status.message

@@ -347,8 +347,18 @@ BAD_MESSAGES = {
             message_id="BAD-12", message_type=pb.MessageType.DELAY,
             delivery_timestamp=Timestamp(seconds=int(time.time()) + 60))),
         Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
-    "lite message": (
-        proto_message("bad", b"x", "BAD-10", message_type=pb.MessageType.LITE), Code.UNSUPPORTED),
+    "LITE without lite topic": (
+        proto_message("bad", b"x", "BAD-10", message_type=pb.MessageType.LITE),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    "lite message to a MIXED topic": (
+        proto_message("bad", b"x", "BAD-14", message_type=pb.MessageType.LITE, lite_topic="l1"),
+        Code.BAD_REQUEST),
+    "bad lite topic name": (
+        proto_message("bad", b"x", "BAD-15", message_type=pb.MessageType.LITE, lite_topic="a b"),
+        Code.ILLEGAL_LITE_TOPIC),
+    "priority with message group": (
+        proto_message("bad", b"x", "BAD-16", message_type=pb.MessageType.FIFO, priority=3,
+                      message_group="g"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     "corrupt gzip": (proto_message("bad", b"not gzip", "BAD-11", body_encoding=pb.Encoding.GZIP),
                      Code.MESSAGE_CORRUPTED),
 }  # fmt: skip

@@ -125,7 +125,7 @@ def test_route_lists_every_queue_with_its_permission(broker_process, stub) -> No
             (host, int(port))]
         assert sorted(queue_proto.accept_message_types) == [
             pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY,
-            pb.MessageType.TRANSACTION]  # fmt: skip
+            pb.MessageType.TRANSACTION, pb.MessageType.PRIORITY]  # fmt: skip
 
 
 def test_route_of_typed_and_read_only_topics(broker_process, stub) -> None:
@@ -268,8 +268,8 @@ def test_bad_settings_get_a_status_and_the_stream_lives_on(streams) -> None:
     assert stream.next().status.code == Code.BAD_REQUEST
     stream.send(consumer_settings("bad group", "tm-topic"))
     assert stream.next().status.code == Code.ILLEGAL_CONSUMER_GROUP
-    stream.send(consumer_settings("g", "t", client_type=pb.ClientType.LITE_PUSH_CONSUMER))
-    assert stream.next().status.code == Code.UNSUPPORTED
+    stream.send(consumer_settings("g", "t", client_type=99))
+    assert stream.next().status.code == Code.BAD_REQUEST
     stream.send(service_pb2.TelemetryCommand())
     assert stream.next().status.code == Code.BAD_REQUEST
     stream.send(producer_settings("tm-topic"))

@@ -14,6 +14,7 @@ from broker_core.server.handlers import (
     recall_message,
     receive_message,
     send_message,
+    sync_lite_subscription,
     telemetry,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "recall_message",
     "receive_message",
     "send_message",
+    "sync_lite_subscription",
     "telemetry",
 ]

@@ -44,7 +44,8 @@ def require_group_and_topic(ctx: ServerContext, request: Any) -> tuple[str, str]
 
 def _ack_one(ctx: ServerContext, group: str, topic: str, entry: Any, client_id: str) -> Any:
     try:
-        ctx.broker.ack(group, topic, entry.receipt_handle, client_id=client_id)
+        ctx.broker.ack(group, topic, entry.receipt_handle, client_id=client_id,
+                       lite_topic=entry.lite_topic)  # fmt: skip
         status = ok()
     except RocketMQError as exc:
         status = status_of(exc)

@@ -39,6 +39,6 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
         )
     new_handle = ctx.broker.change_invisible_duration(
         group, topic, request.receipt_handle, ms_of_duration(request.invisible_duration),
-        client_id=sessions.client_id_of(context, required=False),
+        client_id=sessions.client_id_of(context, required=False), lite_topic=request.lite_topic,
     )
     return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=new_handle)

@@ -31,9 +31,9 @@ from broker_core.server.status import ok
 
 Type = pb.MessageType
 ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {
-    MIXED: (Type.NORMAL, Type.FIFO, Type.DELAY, Type.TRANSACTION),
+    MIXED: (Type.NORMAL, Type.FIFO, Type.DELAY, Type.TRANSACTION, Type.PRIORITY),
     "NORMAL": (Type.NORMAL,), "FIFO": (Type.FIFO,), "DELAY": (Type.DELAY,),
-    "TRANSACTION": (Type.TRANSACTION,),
+    "TRANSACTION": (Type.TRANSACTION,), "PRIORITY": (Type.PRIORITY,), "LITE": (Type.LITE,),
 }  # fmt: skip
 _WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "::", "[::]", ""})
 

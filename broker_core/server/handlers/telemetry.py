@@ -30,6 +30,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
+from broker_core.broker.lite import MAX_LITE_TOPIC_CHARS
 from broker_core.broker.retry import (
     MAX_DELAY_LEVEL,
     CustomBackoff,
@@ -102,6 +103,8 @@ def consumer_settings(ctx: ServerContext, settings: Any, group: str) -> Any:
     out.subscription.fifo = config.fifo
     out.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
     out.subscription.long_polling_timeout.CopyFrom(duration(ctx.broker.config.max_long_polling_ms))
+    out.subscription.lite_subscription_quota = ctx.broker.lite.quota
+    out.subscription.max_lite_topic_size = MAX_LITE_TOPIC_CHARS
     out.backoff_policy.CopyFrom(retry_policy_proto(config.retry_policy))
     out.metric.CopyFrom(pb.Metric(on=False))
     return out
