@@ -7,7 +7,8 @@ error that names the option or the column (``ConfigError`` for options,
 Options (names are case-insensitive, as Spark passes them lower-cased)::
 
     endpoints               required  broker HOST:PORT
-    topic                   -         default topic for rows without a topic column value
+    topic                   -         the topic of every row: wins over a topic column
+                                      (as in Spark's Kafka sink)
     batchSize               1024      messages per SendMessage request (1 .. 10000)
     ignoreExtraColumns      false     drop columns the sink does not know instead of failing
     exactlyOnce             false     transactional (half) messages committed by the driver
@@ -21,6 +22,7 @@ Columns (matched case-insensitively)::
 
     body               binary | string             required, never null or empty
     topic              string                      required unless the topic option is set
+                                                   (then ignored)
     tag                string                      optional
     keys               array<string> | string      optional; a string is one key
     properties         map<string,string>          optional user properties
