@@ -163,7 +163,8 @@ def _duration_ms(option: str, text: str) -> int:
     return value
 
 
-def _endpoints(text: str) -> tuple[str, ...]:
+def parse_endpoints(text: str) -> tuple[str, ...]:
+    """The ``endpoints`` option: ``host:port[,host:port]``, duplicates dropped, in order."""
     parts = [p.strip() for p in text.split(",")]
     if not text.strip() or any(not p for p in parts):
         raise _error("endpoints", f"must be host:port[,host:port], got {text!r}")
@@ -295,7 +296,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     topics, pattern = _subscription(given)
     expression, filter_type, tags = _filter(given)
     return ReadOptions(
-        endpoints=_endpoints(given["endpoints"]), topics=topics, topic_pattern=pattern,
+        endpoints=parse_endpoints(given["endpoints"]), topics=topics, topic_pattern=pattern,
         starting=_offset_spec(given, start=True, streaming=streaming),
         ending=None if streaming else _offset_spec(given, start=False, streaming=False),
         max_messages_per_trigger=_optional(given, "maxMessagesPerTrigger", _positive_int),

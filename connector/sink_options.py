@@ -6,7 +6,8 @@ error that names the option or the column (``ConfigError`` for options,
 
 Options (names are case-insensitive, as Spark passes them lower-cased)::
 
-    endpoints               required  broker HOST:PORT
+    endpoints               required  broker HOST:PORT[,HOST:PORT]: rows are spread over
+                                      all of them (exactlyOnce takes one)
     topic                   -         the topic of every row: wins over a topic column
                                       (as in Spark's Kafka sink)
     batchSize               1024      messages per SendMessage request (1 .. 10000)
@@ -57,9 +58,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from broker_core.client.client import parse_endpoint
 from broker_core.errors import ConfigError, InvalidArgumentError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from connector.options import parse_endpoints
 
 DEFAULT_BATCH_SIZE: Final = 1024  # a request costs a round trip (~0.7 ms): amortise it
 MAX_BATCH_SIZE: Final = 10_000
@@ -80,7 +81,7 @@ COLUMNS: Final = ("body", "topic", "tag", "keys", "properties", "messageGroup",
 class SinkOptions:
     """Parsed, validated sink options (picklable; shipped to every task)."""
 
-    endpoints: str
+    endpoints: tuple[str, ...]
     topic: str | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
     ignore_extra_columns: bool = False
@@ -112,10 +113,8 @@ def _named(name: str, raw: str) -> str:
     try:
         if name == "topic":
             validate_topic_name(raw)
-        elif name == "producerGroup":
-            validate_group_name(raw)
         else:
-            parse_endpoint(raw)
+            validate_group_name(raw)
     except RocketMQError as exc:
         raise ConfigError(f"option '{name}': {exc}") from None
     return raw
@@ -137,7 +136,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise ConfigError("option 'endpoints' is required (the broker's HOST:PORT)")
     timeout_ms = given.get("transactionTimeoutMs")
     parsed = SinkOptions(
-        endpoints=_named("endpoints", given["endpoints"].strip()),
+        endpoints=parse_endpoints(given["endpoints"]),
         topic=_named("topic", given["topic"]) if "topic" in given else None,
         batch_size=_int("batchSize", given.get("batchSize", str(DEFAULT_BATCH_SIZE)), 1,
                         MAX_BATCH_SIZE),
@@ -152,6 +151,9 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                                 given.get("requestTimeoutMs", str(DEFAULT_REQUEST_TIMEOUT_MS)),
                                 1, 3_600_000),
     )  # fmt: skip
+    if parsed.exactly_once and len(parsed.endpoints) > 1:
+        raise ConfigError("option 'endpoints': exactlyOnce=true writes through one broker; "
+                          f"give one endpoint, got {', '.join(parsed.endpoints)}")  # fmt: skip
     if not parsed.exactly_once:
         for name in ("producerGroup", "transactionTimeoutMs"):
             if name in given:

@@ -176,11 +176,22 @@ class BrokerSet:
         self._names: dict[str, str] | None = None
 
     def names(self) -> dict[str, str]:
-        """Broker name → endpoint, for every endpoint given (asked once)."""
+        """Broker name → endpoint, for every endpoint given (asked once).
+
+        Queues are keyed by broker name, so two endpoints answering with the same name
+        would be read as one broker (and lose rows): that is a ConfigError naming both.
+        """
         if self._names is None:
             names: dict[str, str] = {}
             for endpoint, client in self._clients.items():
-                names.setdefault(str(client.health()["broker_name"]), endpoint)
+                name = str(client.health()["broker_name"])
+                if name in names:
+                    raise ConfigError(
+                        f"option 'endpoints': {names[name]} and {endpoint} are both named "
+                        f"broker {name!r}; the source keys queues by broker name, so each "
+                        f"broker needs its own (broker_name in the broker's config), or give "
+                        f"one broker only once")  # fmt: skip
+                names[name] = endpoint
             self._names = names
         return self._names
 

@@ -91,6 +91,8 @@ def write(df: DataFrame, endpoint: str, **options: str) -> None:
     ({**ENDPOINT_ONLY, "transactionTimeoutMs": "5000"}, "transactionTimeoutMs"),
     ({**ENDPOINT_ONLY, "requestTimeoutMs": "-1"}, "requestTimeoutMs"),
     ({**ENDPOINT_ONLY, "startingOffsets": "earliest"}, "startingOffsets"),
+    ({"endpoints": "127.0.0.1:1,127.0.0.1:2", "exactlyOnce": "true"}, "endpoints"),
+    ({"endpoints": "127.0.0.1:1,"}, "endpoints"),
 ])  # fmt: skip
 def test_bad_options_are_errors_naming_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=f"'{named}'"):
@@ -101,7 +103,7 @@ def test_options_are_case_insensitive_and_spark_options_are_ignored() -> None:
     opts = parse_sink_options({"ENDPOINTS": "127.0.0.1:9876", "batchsize": "7",
                                "exactlyonce": "TRUE", "producergroup": "orders-sink",
                                "checkpointLocation": "/tmp/x", "path": "p"})  # fmt: skip
-    assert opts == SinkOptions("127.0.0.1:9876", batch_size=7, exactly_once=True,
+    assert opts == SinkOptions(("127.0.0.1:9876",), batch_size=7, exactly_once=True,
                                producer_group="orders-sink")  # fmt: skip
 
 
