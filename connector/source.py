@@ -53,8 +53,9 @@ from connector.options import OffsetSpec, ReadOptions
 log = logging.getLogger(__name__)
 
 PULL_MAX_BYTES: Final = 8 << 20  # per bulk pull: one Arrow batch of about this size
-STALL_RETRIES: Final = 20
+STALL_TIMEOUT_S: Final = 10.0  # a partition that moves no offset for this long fails
 STALL_SLEEP_S: Final = 0.05
+REQUEST_TIMEOUT_S: Final = 10.0  # one broker call (the client retries a timed-out call twice)
 
 Bounds = dict[QueueRef, tuple[int, int]]
 
@@ -105,9 +106,14 @@ def _after_illegal_offset(part: QueueRange, offset: int, exc: InvalidOffsetError
     return part.end
 
 
-def _after_stall(client: RocketMQClient, part: QueueRange, offset: int, stalls: int,
+def _after_stall(client: RocketMQClient, part: QueueRange, offset: int, stalled_s: float,
                  settings: ReadSettings) -> int:  # fmt: skip
-    """An empty pull inside ``[start, end)``: retention moved the queue, or a slow broker."""
+    """An empty pull inside ``[start, end)``: retention moved the queue, or a slow broker.
+
+    Bounded by time, not by a count of tries: ``stalled_s`` is how long the partition has
+    made no progress, and past ``STALL_TIMEOUT_S`` it fails (each call here can itself
+    take up to the client's timeout and retries).
+    """
     low = client.query_offset(part.ref.topic, part.ref.queue_id, "BEGINNING")
     high = client.query_offset(part.ref.topic, part.ref.queue_id, "END")
     if low > offset:
@@ -117,9 +123,9 @@ def _after_stall(client: RocketMQClient, part: QueueRange, offset: int, stalls: 
         data_loss(part.ref, offset, part.end, settings,
                   f"are beyond the queue's end ({high}): the queue was reset")  # fmt: skip
         return part.end
-    if stalls >= STALL_RETRIES:
-        raise RocketMQError(f"rocketmq source: {part.ref} returns nothing at offset {offset} "
-                            f"although it holds [{low}, {high})")  # fmt: skip
+    if stalled_s >= STALL_TIMEOUT_S:
+        raise RocketMQError(f"rocketmq source: {part.ref} returned nothing at offset {offset} "
+                            f"for {stalled_s:.1f} s although it holds [{low}, {high})")  # fmt: skip
     time.sleep(STALL_SLEEP_S)
     return offset
 
@@ -133,8 +139,8 @@ def read_range(part: QueueRange, settings: ReadSettings,
     decoded as columns. Messages the broker filters out are skipped but still counted
     as read.
     """
-    client = RocketMQClient(part.endpoint)
-    ref, offset, stalls = part.ref, part.start, 0
+    client = RocketMQClient(part.endpoint, timeout_s=REQUEST_TIMEOUT_S)
+    ref, offset, stalled_since = part.ref, part.start, None
     try:
         while offset < part.end:
             try:
@@ -155,10 +161,11 @@ def read_range(part: QueueRange, settings: ReadSettings,
                                                  include_properties=settings.include_properties)
                     yield rows if keep == cols.count else rows.slice(0, keep)
             if batch.next_offset > offset:
-                offset, stalls = batch.next_offset, 0
+                offset, stalled_since = batch.next_offset, None
             else:
-                stalls += 1
-                offset = _after_stall(client, part, offset, stalls, settings)
+                stalled_since = stalled_since or time.monotonic()
+                offset = _after_stall(client, part, offset, time.monotonic() - stalled_since,
+                                      settings)  # fmt: skip
     finally:
         client.close()
 
@@ -172,7 +179,8 @@ class BrokerSet:
     """
 
     def __init__(self, endpoints: Sequence[str]) -> None:
-        self._clients = {endpoint: RocketMQClient(endpoint) for endpoint in endpoints}
+        self._clients = {endpoint: RocketMQClient(endpoint, timeout_s=REQUEST_TIMEOUT_S)
+                         for endpoint in endpoints}  # fmt: skip
         self._names: dict[str, str] | None = None
 
     def names(self) -> dict[str, str]:

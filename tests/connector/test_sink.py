@@ -35,6 +35,7 @@ from broker_core.client import ReceivedMessage, RocketMQClient
 from broker_core.errors import ConfigError, InvalidArgumentError
 from connector.sink import rows_to_messages
 from connector.sink_options import SinkOptions, parse_sink_options, plan_columns
+from tests.connector.conftest import await_query
 from tests.server.conftest import BrokerProcess, start_broker
 
 ENDPOINT_ONLY = {"endpoints": "127.0.0.1:1"}
@@ -336,8 +337,7 @@ def test_streaming_write_at_least_once(spark: SparkSession, broker: BrokerProces
     query = source.writeStream.format("rocketmq").option("endpoints", broker.endpoint) \
         .option("topic", "sink-stream").option("checkpointLocation", str(tmp_path / "cp")) \
         .trigger(availableNow=True).start()  # fmt: skip
-    query.awaitTermination(120)
-    assert query.exception() is None
+    await_query(query, 120)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sorted(sizes) == [10, 11, 12]  # one file per micro-batch
     got = sorted((m.body.decode(), m.tag) for m in read_topic(client, "sink-stream"))
