@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bench import (
     backlog,
+    cluster,
     consume,
     latency,
     produce,
@@ -33,6 +34,7 @@ WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "spark-read": spark_rw.run_read,
     "spark-write": spark_rw.run_write,
     "server-mode": server_mode.run,
+    "cluster": cluster.run,
 }
 ROOT = Path(__file__).resolve().parents[1]
 

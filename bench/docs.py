@@ -26,8 +26,11 @@ from typing import Any
 from bench.peers import versions
 
 ORDER = ("store-append", "produce", "consume", "latency", "topics", "backlog",
-         "spark-read", "spark-write", "server-mode")  # fmt: skip
+         "spark-read", "spark-write", "server-mode", "cluster")  # fmt: skip
 WHAT = {
+    "cluster": "batch-send throughput (2 sender processes, batch 256 × 128 B) into a topic on "
+    "2 broker groups vs on 1, same run; check: a `namesrv=` client's single send within 5 % "
+    "of an `endpoints=` one",
     "store-append": "1 KiB appends through the store (batch 64, async flush; sync group "
     "commit with 64 appenders in details) vs raw `os.write` of the same bytes",
     "produce": "gRPC batch send, 128 B, batch 256, 1 client vs Redis XADD pipelined "

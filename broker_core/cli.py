@@ -1,6 +1,6 @@
 """``rmq``: run a broker and administer it — mqadmin's everyday verbs.
 
-``rmq broker start``, ``rmq topic create|list|status|delete``, ``rmq group
+``rmq broker start``, ``rmq namesrv start``, ``rmq topic create|list|status|delete``, ``rmq group
 create|list|progress``, ``rmq send``, ``rmq consume``, ``rmq message query``, ``rmq offset
 reset``. Example::
 
@@ -25,6 +25,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from broker_core import cli_cluster
 from broker_core.broker.retry import parse_duration_ms
 from broker_core.client import OutgoingMessage, RocketMQClient
 from broker_core.errors import RocketMQError
@@ -88,19 +89,54 @@ def broker() -> None:
 @click.option("--flush", type=click.Choice(["sync", "async"]), default=None)
 @click.option("--config", "config_file", default=None, help="TOML file with [broker], [store]")
 @click.option("--advertise", default=None, help="endpoint clients are given in routes")
+@click.option("--namesrv", default=None, help="join a cluster: NameServers HOST:PORT[;HOST:PORT]")
+@click.option("--broker-name", default=None, help="broker group name (unique in the cluster)")
+@click.option("--cluster", "cluster_name", default=None, help="cluster name [DefaultCluster]")
+@click.option("--register-interval-ms", type=int, default=None, help="re-register period [30000]")
+@click.option("--route-ttl-ms", type=int, default=None, help="cluster route cache life [3000]")
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
-                 advertise: str | None) -> None:  # fmt: skip
+                 advertise: str | None, namesrv: str | None, broker_name: str | None,
+                 cluster_name: str | None, register_interval_ms: int | None,
+                 route_ttl_ms: int | None) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
     argv = ["--listen", listen, "--store-dir", store_dir]
-    options = {"--flush": flush, "--config": config_file, "--advertise": advertise}
-    argv += [text for flag, value in options.items() if value for text in (flag, value)]
+    options = {"--flush": flush, "--config": config_file, "--advertise": advertise,
+               "--namesrv": namesrv, "--broker-name": broker_name, "--cluster": cluster_name,
+               "--register-interval-ms": register_interval_ms, "--route-ttl-ms": route_ttl_ms}
+    argv += [str(text) for flag, value in options.items() if value is not None
+             for text in (flag, value)]  # fmt: skip
     try:
         code = run(argv)
     except (OSError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and "bind" not in str(exc):
             raise  # a crash, not a busy port: keep its traceback
+        raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
+    raise SystemExit(code)
+
+
+# ---- namesrv --------------------------------------------------------------------------------
+
+
+@cli.group()
+def namesrv() -> None:
+    """Run a NameServer."""
+
+
+@namesrv.command("start")
+@click.option("--listen", default="127.0.0.1:9876", show_default=True, help="HOST:PORT (0 = any)")
+@click.option("--scan-interval-ms", type=click.IntRange(min=1), default=5_000, show_default=True)
+@click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=120_000, show_default=True)
+def namesrv_start(listen: str, scan_interval_ms: int, broker_expiry_ms: int) -> None:
+    """Start a NameServer in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
+    from broker_core.namesrv.server import run
+
+    timers = ["--scan-interval-ms", str(scan_interval_ms)]
+    timers += ["--broker-expiry-ms", str(broker_expiry_ms)]
+    try:
+        code = run(["--listen", listen, *timers])
+    except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
     raise SystemExit(code)
 
@@ -123,19 +159,30 @@ def topic() -> None:
               type=click.Choice(["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
                                 case_sensitive=False))  # fmt: skip
 @endpoints_option
+@cli_cluster.namesrv_option(required=False)
+@click.option("--broker", "broker_name", help="with --namesrv: only this broker group")
 def topic_create(name: str, queues: int | None, read_queues: int | None,
                  write_queues: int | None, perm: str | None, message_type: str | None,
-                 endpoints: str) -> None:  # fmt: skip
-    """Create topic NAME, or change the settings given of an existing one."""
-    with _client(endpoints) as client:
-        config = client.create_topic(
-            name, queues=queues, read_queues=read_queues, write_queues=write_queues,
-            perm=int(perm) if perm else None,
-            message_type=message_type.upper() if message_type else None)  # fmt: skip
-    verb = "created" if config["created"] else "updated"
-    click.echo(f"topic {name} {verb}: {config['read_queue_nums']} read / "
-               f"{config['write_queue_nums']} write queues, perm {config['perm']}, "
-               f"type {config['message_type']}")  # fmt: skip
+                 endpoints: str, namesrv: str | None, broker_name: str | None) -> None:  # fmt: skip
+    """Create topic NAME, or change the settings given of an existing one; with
+    --namesrv on every broker group of the cluster (or --broker NAME only)."""
+    settings: dict[str, Any] = {
+        "queues": queues, "read_queues": read_queues, "write_queues": write_queues,
+        "perm": int(perm) if perm else None,
+        "message_type": message_type.upper() if message_type else None}  # fmt: skip
+    if broker_name and not namesrv:
+        raise click.UsageError("--broker needs --namesrv")
+    if namesrv:
+        done = cli_cluster.create_topic_everywhere(namesrv, broker_name, name, **settings)
+    else:
+        with _client(endpoints) as client:
+            done = [("", client.create_topic(name, **settings))]
+    for broker_group, config in done:
+        verb = "created" if config["created"] else "updated"
+        where = f" on {broker_group}" if broker_group else ""
+        click.echo(f"topic {name} {verb}{where}: {config['read_queue_nums']} read / "
+                   f"{config['write_queue_nums']} write queues, perm {config['perm']}, "
+                   f"type {config['message_type']}")  # fmt: skip
 
 
 @topic.command("list")
@@ -227,8 +274,16 @@ def group_list(endpoints: str) -> None:
 @click.argument("name")
 @click.option("--topic", "topic_name", help="only this topic")
 @endpoints_option
-def group_progress(name: str, topic_name: str | None, endpoints: str) -> None:
-    """Per-queue broker offset, consumer offset and lag of group NAME."""
+@cli_cluster.namesrv_option(required=False)
+def group_progress(name: str, topic_name: str | None, endpoints: str,
+                   namesrv: str | None) -> None:  # fmt: skip
+    """Per-queue broker offset, consumer offset and lag of group NAME (with --namesrv:
+    of every broker group of the cluster)."""
+    if namesrv:
+        rows = cli_cluster.progress_everywhere(namesrv, name, topic_name)
+        _table(f"group {name} (total lag {sum(r[5] for r in rows)})",
+               ["broker", "topic", "queue", "broker offset", "consumer offset", "lag"], rows)
+        return
     with _client(endpoints) as client:
         progress = client.group_progress(name, topic_name)
     _table(f"group {name} (total lag {progress['total_lag']})",
@@ -395,6 +450,9 @@ def offset_reset(group_name: str, topic_name: str, target: str, endpoints: str) 
         offsets = client.reset_offset(group_name, topic_name, target)
     _table(f"{group_name} on {topic_name} reset to {target}", ["queue", "offset"],
            sorted(offsets.items()))
+
+
+cli_cluster.install(cli, topic, _table, _iso)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

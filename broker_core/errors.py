@@ -24,7 +24,8 @@ class here names a distinct situation, never a generic "something failed".
     │   ├── FilterSyntaxError           tag or SQL92 expression does not parse
     │   ├── InvalidOffsetError          offset negative or otherwise meaningless
     │   ├── InvalidReceiptHandleError   receipt handle does not decode
-    │   └── ConfigError                 a configuration value is invalid
+    │   ├── ConfigError                 a configuration value is invalid
+    │   └── StaleRegistrationError      a broker claims a live broker id with an older data version
     ├── NotFoundError
     │   ├── TopicNotFoundError
     │   ├── GroupNotFoundError
@@ -33,12 +34,19 @@ class here names a distinct situation, never a generic "something failed".
     ├── OffsetOutOfRangeError           read below the minimum / above the maximum
     ├── StaleReceiptHandleError         handle superseded, acked, or expired
     ├── UnsupportedError                a feature we deliberately do not offer
+    ├── BrokerNotReachableError         retriable: a call for another broker of the
+    │                                   cluster could not be forwarded there
     ├── StoreError
     │   ├── CorruptionError             bad bytes in a file (names file and position)
     │   ├── StoreClosedError            the store is shut down
     │   ├── DiskFullError               retriable: no room for the append
     │   └── FlushTimeoutError           retriable: sync flush did not finish in time
-    └── BusyError                       retriable: flow control, try again later
+    ├── BusyError                       retriable: flow control, try again later
+    └── RemotingError                   the TCP remoting protocol (NameServer, 4.x clients)
+        ├── RemotingFrameError          a malformed frame: bad length, header not JSON, oversize
+        ├── RemotingConnectError        retriable: cannot connect, or the connection broke
+        ├── RemotingTimeoutError        retriable: no response within the timeout
+        └── RemotingCommandError        the peer answered with an error code (``.code``)
 """
 
 from __future__ import annotations
@@ -122,6 +130,10 @@ class ConfigError(InvalidArgumentError):
     """A configuration value is missing, unknown or out of range."""
 
 
+class StaleRegistrationError(InvalidArgumentError):
+    """A broker registration claims a broker id held by another address with a newer version."""
+
+
 class NotFoundError(RocketMQError):
     """The named resource does not exist."""
 
@@ -159,6 +171,13 @@ class UnsupportedError(RocketMQError):
     """The operation is recognised but deliberately not supported."""
 
 
+class BrokerNotReachableError(RocketMQError):
+    """A call that belongs to another broker of the cluster could not be forwarded to
+    it (unknown, dead, or reached through a forwarded call); the message names it."""
+
+    retriable = True
+
+
 class StoreError(RocketMQError):
     """A failure inside the message store."""
 
@@ -193,3 +212,32 @@ class BusyError(RocketMQError):
     """The broker is shedding load (flush or dispatch lag, disk nearly full)."""
 
     retriable = True
+
+
+class RemotingError(RocketMQError):
+    """A failure of the TCP remoting protocol (frames, connections, peers' error codes)."""
+
+
+class RemotingFrameError(RemotingError):
+    """Bytes on a remoting connection do not form a valid frame; the connection is closed."""
+
+
+class RemotingConnectError(RemotingError):
+    """The peer cannot be reached, or the connection broke before the response arrived."""
+
+    retriable = True
+
+
+class RemotingTimeoutError(RemotingError):
+    """No response arrived within the timeout; the request may or may not have been served."""
+
+    retriable = True
+
+
+class RemotingCommandError(RemotingError):
+    """The peer answered a request with a non-success response code."""
+
+    def __init__(self, message: str, *, code: int, remark: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.remark = remark

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -217,7 +217,13 @@ class TopicManager:
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
         self.load_problem = ""
+        self._listeners: builtins.list[Callable[[], None]] = []
         self._load()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` runs (under the table's lock: keep it short, e.g. set an event)
+        after every durable change of the table: create, update, delete."""
+        self._listeners.append(listener)
 
     def _load(self) -> None:
         loaded = read_json_table(self._path, "topic configs")
@@ -237,6 +243,8 @@ class TopicManager:
         """
         write_json_atomic(self._path, {"topics": [table[n].to_dict() for n in sorted(table)]})
         self._topics = table
+        for listener in self._listeners:
+            listener()
 
     def _put_locked(self, configs: builtins.list[TopicConfig]) -> None:
         """Store ``configs``, persisting once if any changed; the caller holds ``_lock``."""

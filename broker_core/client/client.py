@@ -18,6 +18,9 @@ Contract:
   was lost may store a message twice (at least once); reads and offset calls are
   idempotent.
 * **Threads.** A client may be shared between threads (gRPC channels are thread-safe).
+* **Clusters.** ``RocketMQClient(namesrv="h:p")`` routes each queue to the broker group
+  that owns it: queue calls take ``broker=NAME``, sends rotate over the topic's broker
+  groups (see ``client/cluster.py``); ``endpoints`` alone is one broker, as always.
 
 Example (needs a running broker)::
 
@@ -30,6 +33,7 @@ Example (needs a running broker)::
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -44,6 +48,7 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.client import convert, wire
 from broker_core.client.admin import ADMIN_SERVICE, AdminCalls, decode_response, encode_request
+from broker_core.client.cluster import ClusterRouting
 from broker_core.client.errors import check, transport_error
 from broker_core.client.model import (
     OutgoingMessage,
@@ -66,6 +71,27 @@ QUERY_POLICIES: Final = {"BEGINNING": pb.QueryOffsetPolicy.BEGINNING,
 FILTER_TYPES: Final = {"TAG": pb.FilterType.TAG, "SQL": pb.FilterType.SQL}
 _SERVICE: Final = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 _OK_CODES: Final = frozenset({int(pb.Code.OK), int(pb.Code.MULTIPLE_RESULTS)})
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def routed(topic_index: int) -> Callable[[F], F]:
+    """A per-queue method that, on a cluster client, runs on the broker group named by its
+    ``broker=`` keyword (the topic is positional argument ``topic_index``); a
+    single-broker client ignores ``broker`` (the method never sees it)."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def call(self: RocketMQClient, *args: Any, broker: str | None = None,
+                 **kwargs: Any) -> Any:  # fmt: skip
+            if self.cluster is None:
+                return method(self, *args, **kwargs)
+            topic = args[topic_index] if len(args) > topic_index else kwargs["topic"]
+            return getattr(self.cluster.for_queue(topic, broker), method.__name__)(
+                *args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 def parse_endpoint(endpoints: str) -> str:
@@ -79,15 +105,30 @@ def parse_endpoint(endpoints: str) -> str:
     return first
 
 
-class RocketMQClient(AdminCalls):
-    """One broker endpoint; see the module docstring for the contract."""
+def _picker(indexes: list[int]) -> Callable[[Sequence[T] | None], list[T] | None]:
+    """``pick(column)``: the column's items at ``indexes`` (None stays None)."""
 
-    def __init__(self, endpoints: str, *, timeout_s: float = 10.0, client_id: str | None = None,
+    def pick(column: Sequence[T] | None) -> list[T] | None:
+        return None if column is None else [column[i] for i in indexes]
+
+    return pick
+
+
+class RocketMQClient(AdminCalls):
+    """One broker endpoint, or a cluster; see the module docstring for the contract."""
+
+    def __init__(self, endpoints: str | None = None, *, namesrv: str | None = None,
+                 timeout_s: float = 10.0, client_id: str | None = None,
                  max_attempts: int = 3, retry_backoff_s: float = 0.1,
                  namespace: str = "") -> None:  # fmt: skip
         if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0:
             raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0")
-        self.endpoint = parse_endpoint(endpoints)
+        if endpoints is None and namesrv is None:
+            raise InvalidArgumentError("give endpoints (one broker) or namesrv (a cluster)")
+        self.endpoint = parse_endpoint(endpoints) if endpoints is not None else ""
+        self.cluster = None if namesrv is None else ClusterRouting(namesrv, functools.partial(
+            RocketMQClient, timeout_s=timeout_s, client_id=client_id, max_attempts=max_attempts,
+            retry_backoff_s=retry_backoff_s, namespace=namespace))  # fmt: skip
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s
@@ -113,6 +154,8 @@ class RocketMQClient(AdminCalls):
         return self._generated_id[1]
 
     def _channel_for_process(self) -> grpc.Channel:
+        if not self.endpoint and self.cluster is not None:  # admin calls: any live broker
+            self.endpoint = self.cluster.first_broker_addr()
         with self._lock:
             if self._channel is None or self._owner_pid != os.getpid():
                 # A channel made by another process (fork) is never used nor closed here.
@@ -138,6 +181,8 @@ class RocketMQClient(AdminCalls):
                 self._channel.close()
             self._channel, self._stub, self._owner_pid = None, None, -1
             self._raw_methods = {}
+        if self.cluster is not None:
+            self.cluster.close()
 
     def __enter__(self) -> RocketMQClient:
         return self
@@ -159,6 +204,8 @@ class RocketMQClient(AdminCalls):
         self._raw_methods = {}
 
     def __repr__(self) -> str:
+        if self.cluster is not None:
+            return f"RocketMQClient(namesrv={self.cluster.namesrv!r})"
         return f"RocketMQClient({self.endpoint!r})"
 
     # ---- plumbing --------------------------------------------------------------------------
@@ -234,8 +281,17 @@ class RocketMQClient(AdminCalls):
         Each item is an :class:`OutgoingMessage`, a tuple in its field order
         ``(body, tag, keys, properties, message_group, delivery_timestamp_ms)`` or a bare
         body. The broker stores the whole batch or none of it (a bad message fails the
-        request with its error, e.g. MessageTooLargeError).
+        request with its error, e.g. MessageTooLargeError). A cluster client sends the
+        batch to one broker group of the topic, the next group on the next call.
         """
+        if self.cluster is not None:
+            items = list(messages)
+            groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group
+                      for m in items]  # fmt: skip
+            if any(groups):  # FIFO messages: each message group pinned to one broker group
+                return self.cluster.send_split(topic, groups, lambda c, idx: c.send_batch(
+                    topic, [items[i] for i in idx]))  # fmt: skip
+            return self.cluster.send(topic, lambda c: c.send_batch(topic, items))
         request, count = wire.encode_messages(topic, messages, namespace=self.namespace)
         if not count:
             raise InvalidArgumentError("send_batch needs at least one message")
@@ -251,6 +307,19 @@ class RocketMQClient(AdminCalls):
     ) -> list[SendReceipt]:  # fmt: skip
         """:meth:`send_batch` for messages given column by column, with no object per
         message: columns as :func:`wire.encode_send_request` takes them (None: absent)."""
+        if self.cluster is not None:
+            if message_groups is not None and any(message_groups):
+                def part(c: RocketMQClient, idx: list[int]) -> list[SendReceipt]:
+                    pick = _picker(idx)
+                    return c.send_columns(
+                        topic, pick(bodies) or [], tags=pick(tags), keys=pick(keys),
+                        properties=pick(properties), message_groups=pick(message_groups),
+                        delivery_ms=pick(delivery_ms))  # fmt: skip
+
+                return self.cluster.send_split(topic, message_groups, part)
+            return self.cluster.send(topic, lambda c: c.send_columns(
+                topic, bodies, tags=tags, keys=keys, properties=properties,
+                message_groups=message_groups, delivery_ms=delivery_ms))  # fmt: skip
         request = wire.encode_send_request(
             topic, bodies, namespace=self.namespace, tags=tags, keys=keys, properties=properties,
             message_groups=message_groups, delivery_ms=delivery_ms,
@@ -279,8 +348,23 @@ class RocketMQClient(AdminCalls):
 
     # ---- routes and offsets ----------------------------------------------------------------
 
+    def broker_clients(self, topic: str) -> dict[str, RocketMQClient]:
+        """Broker group name -> a single-broker client of it, for every group holding
+        ``topic`` (TopicNotFoundError when none does). A single-broker client answers
+        ``{its broker's name: itself}``. The clients belong to this one: do not close them."""
+        if self.cluster is None:
+            queues = self.query_route(topic)
+            return {queues[0].broker_name: self} if queues else {}
+        return {g.broker_name: self.cluster.client_at(g.grpc_addr)
+                for g in self.cluster.brokers(topic)}  # fmt: skip
+
     def query_route(self, topic: str) -> list[QueueInfo]:
-        """The topic's message queues (TopicNotFoundError when it does not exist)."""
+        """The topic's message queues (TopicNotFoundError when it does not exist); a
+        cluster client lists every broker group's, sorted by (broker, queue id)."""
+        if self.cluster is not None:
+            # any broker of a cluster answers for every broker group of the topic
+            first = self.cluster.client_at(self.cluster.brokers(topic)[0].grpc_addr)
+            return sorted(first.query_route(topic), key=lambda q: (q.broker_name, q.queue_id))
         request = service_pb2.QueryRouteRequest(topic=self._resource(topic))
         host, _, port = self.endpoint.rpartition(":")
         request.endpoints.scheme = pb.AddressScheme.IPv4
@@ -289,21 +373,27 @@ class RocketMQClient(AdminCalls):
         return sorted((convert.queue_from_protobuf(q) for q in response.message_queues),
                       key=lambda q: q.queue_id)  # fmt: skip
 
-    def get_offset(self, group: str, topic: str, queue_id: int) -> int:
+    @routed(1)
+    def get_offset(self, group: str, topic: str, queue_id: int, *,
+                   broker: str | None = None) -> int:  # fmt: skip
         """The offset ``group`` committed in the queue."""
         request = service_pb2.GetOffsetRequest(
             group=self._resource(group), message_queue=convert.message_queue(topic, queue_id))
         return int(self.call("GetOffset", request).offset)
 
-    def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    @routed(1)
+    def update_offset(self, group: str, topic: str, queue_id: int, offset: int, *,
+                      broker: str | None = None) -> None:  # fmt: skip
         """Commit ``offset`` (the next message to consume) for ``group`` in the queue."""
         request = service_pb2.UpdateOffsetRequest(
             group=self._resource(group), message_queue=convert.message_queue(topic, queue_id),
             offset=offset)  # fmt: skip
         self.call("UpdateOffset", request)
 
+    @routed(0)
     def query_offset(self, topic: str, queue_id: int, policy: str = "END", *,
-                     timestamp_ms: int | None = None) -> int:  # fmt: skip
+                     timestamp_ms: int | None = None,
+                     broker: str | None = None) -> int:  # fmt: skip
         """The queue's first offset (BEGINNING), next offset (END), or the first offset
         stored at or after ``timestamp_ms`` (TIMESTAMP)."""
         if policy not in QUERY_POLICIES:
@@ -319,9 +409,11 @@ class RocketMQClient(AdminCalls):
 
     # ---- pulling ---------------------------------------------------------------------------
 
+    @routed(1)
     def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, *,
              filter_expression: str | None = None, filter_type: str = "TAG",
-             long_polling_timeout_ms: int = 0, with_bounds: bool = True) -> PullBatch:  # fmt: skip
+             long_polling_timeout_ms: int = 0, with_bounds: bool = True,
+             broker: str | None = None) -> PullBatch:  # fmt: skip
         """Up to ``max_count`` messages of one queue from ``offset``, in offset order.
 
         To read exactly ``[start, end)``, pull from ``start`` with ``max_count = end -
@@ -351,10 +443,12 @@ class RocketMQClient(AdminCalls):
                      self.query_offset(topic, queue_id, "END")) if with_bounds else (-1, -1)
         return PullBatch(messages, next_offset, low, high)
 
+    @routed(1)
     def pull_raw(
         self, group: str, topic: str, queue_id: int, offset: int, max_count: int, *,
         max_bytes: int | None = None, filter_expression: str | None = None,
         filter_type: str = "TAG", long_polling_timeout_ms: int = 0,
+        broker: str | None = None,
     ) -> RawPullBatch:  # fmt: skip
         """Like :meth:`pull`, but the units come back as stored, for decoding in bulk.
 

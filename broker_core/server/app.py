@@ -4,12 +4,15 @@
 why) and the broker. ``run(...)`` is the process entry point used by ``rmq broker start``
 and ``python -m broker_core.server``: it prints one line ``READY <endpoint>`` once it
 accepts requests, and on SIGTERM or SIGINT stops accepting, lets in-flight calls finish
-(up to the grace period), then flushes and closes the store.
+(up to the grace period), then flushes and closes the store. With ``--namesrv`` the broker
+joins a cluster (``cluster_member.py``): it registers with every NameServer, answers
+routes for the whole cluster, and unregisters before it stops.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import logging
 import resource
@@ -18,18 +21,22 @@ import sys
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker_core.broker.broker import Broker
 from broker_core.config import load_config
+from broker_core.errors import ConfigError
 from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
 from broker_core.server.context import ServerContext
 from broker_core.server.raw_pull import bulk_handler
 from broker_core.server.service import MessagingService
+
+if TYPE_CHECKING:  # cluster code loads only for a broker started with --namesrv
+    from broker_core.server.cluster_member import ClusterMember, ClusterOptions
 
 log = logging.getLogger(__name__)
 
@@ -58,21 +65,36 @@ class BrokerServer:
             MessagingService(self.ctx), self._server
         )
         sessions.install_transaction_checker(self.ctx)
+        self.cluster: ClusterMember | None = None
+
+    def join_cluster(self, options: ClusterOptions) -> None:
+        """Become a member of the NameServers' cluster (before ``start``)."""
+        from broker_core.server.cluster_member import ClusterMember
+
+        self.cluster = ClusterMember(self.broker, self.ctx, options)
 
     def add_generic_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         """Register more services (the admin service) before ``start``."""
         self._server.add_generic_rpc_handlers(tuple(handlers))
 
     def start(self) -> None:
+        """Serve; with a cluster, refuse a clashing name first and register once serving."""
+        if self.cluster is not None:
+            self.cluster.check()
         self.broker.start()
         self._server.start()
+        if self.cluster is not None:
+            self.cluster.start()
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Refuse new calls, let running ones finish for ``grace_s``, then close the broker.
 
         Telemetry streams stay open as long as clients live, so they are closed right
-        away instead of holding shutdown for the whole grace period.
+        away instead of holding shutdown for the whole grace period. A cluster member
+        unregisters first, so routes stop naming it while it drains.
         """
+        if self.cluster is not None:
+            self.cluster.stop()
         done = self._server.stop(grace_s)
         sessions.close_all(self.ctx)
         if not done.wait(grace_s + 5):  # the store must close even if a call never ends
@@ -99,7 +121,39 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--store-dir", default=".rocketmq/store")
     p.add_argument("--flush", choices=("sync", "async"), default=None)
     p.add_argument("--config", default=None, help="TOML file with [broker] and [store]")
+    p.add_argument("--namesrv", default=None, help="NameServers HOST:PORT[;HOST:PORT]")
+    p.add_argument("--broker-name", default=None,
+                   help="broker group name (default with --namesrv: host + store digest)")
+    p.add_argument("--cluster", default=None, help="cluster name (default DefaultCluster)")
+    p.add_argument("--register-interval-ms", type=int, default=None,
+                   help="re-registration period (default 30000)")
+    p.add_argument("--route-ttl-ms", type=int, default=None,
+                   help="how long cluster routes are cached (default 3000)")
     return p.parse_args(argv)
+
+
+def _cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
+    """The cluster settings, or None for a lone broker (ConfigError for cluster flags
+    without --namesrv)."""
+    given = {"--cluster": args.cluster, "--register-interval-ms": args.register_interval_ms,
+             "--route-ttl-ms": args.route_ttl_ms}  # fmt: skip
+    if not args.namesrv:
+        stray = [flag for flag, value in given.items() if value is not None]
+        if stray:
+            raise ConfigError(f"{', '.join(stray)} need(s) --namesrv")
+        return None
+    from broker_core.server.cluster_member import ClusterOptions
+
+    options = ClusterOptions(args.namesrv)
+    if args.cluster is not None:
+        options = dataclasses.replace(options, cluster=args.cluster)
+    for name in ("register_interval_ms", "route_ttl_ms"):
+        value = getattr(args, name)
+        if value is not None:
+            if value < 10:
+                raise ConfigError(f"--{name.replace('_', '-')} must be ≥ 10, got {value}")
+            options = dataclasses.replace(options, **{name: value})
+    return options
 
 
 def build(args: argparse.Namespace) -> BrokerServer:
@@ -110,8 +164,18 @@ def build(args: argparse.Namespace) -> BrokerServer:
     if port.isdigit() and int(port) > 0:  # stored messages record where they were stored
         overrides.update(store_host=host or "127.0.0.1", store_port=int(port))
     broker_config, store_config = load_config(args.config, **overrides)
+    cluster = _cluster_options(args)
+    name = args.broker_name
+    if name is None and cluster is not None and broker_config.broker_name == "broker-a":
+        from broker_core.cluster.registration import default_broker_name
+
+        name = default_broker_name(args.store_dir)  # unique: two brokers never share it
+    if name is not None:
+        broker_config = dataclasses.replace(broker_config, broker_name=name)
     server = BrokerServer(Broker(broker_config, store_config), args.listen,
                           advertise=args.advertise)  # fmt: skip
+    if cluster is not None:
+        server.join_cluster(cluster)
     server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
     return server
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker_core.broker.broker import Broker
+
+if TYPE_CHECKING:
+    from broker_core.cluster.forward import Forwarder
+    from broker_core.cluster.routes import ClusterRoutes
 
 
 @dataclass
@@ -18,6 +23,9 @@ class ServerContext:
     # Telemetry sessions by client id (see handlers/telemetry.py); guarded by ``lock``.
     sessions: dict[str, object] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # With NameServers: the cluster's routes and the forwarder to other brokers (else None).
+    routes: ClusterRoutes | None = None
+    forwarder: Forwarder | None = None
 
     @property
     def host(self) -> str:

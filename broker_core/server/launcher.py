@@ -51,15 +51,20 @@ def to_toml(config: dict[str, dict[str, Any]]) -> str:
 
 def launch_broker(workdir: Path, *, flush: str = "async",
                   config: dict[str, dict[str, Any]] | None = None,
-                  listen: str = "127.0.0.1:0") -> BrokerProcess:  # fmt: skip
-    """Start a broker whose store is ``workdir/store``; returns once it accepts calls."""
+                  listen: str = "127.0.0.1:0",
+                  extra_args: list[str] | None = None) -> BrokerProcess:  # fmt: skip
+    """Start a broker whose store is ``workdir/store``; returns once it accepts calls.
+
+    ``extra_args`` go to ``python -m broker_core.server`` as they are (e.g. ``--namesrv``).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "broker.toml"
     config_path.write_text(to_toml(config or {}))
     store_dir = workdir / "store"
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker_core.server", "--listen", listen,
-         "--store-dir", str(store_dir), "--flush", flush, "--config", str(config_path)],
+         "--store-dir", str(store_dir), "--flush", flush, "--config", str(config_path),
+         *(extra_args or [])],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip

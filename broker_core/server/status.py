@@ -41,6 +41,7 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (e.OffsetOutOfRangeError, Code.ILLEGAL_OFFSET),
     (e.StaleReceiptHandleError, Code.INVALID_RECEIPT_HANDLE),
     (e.UnsupportedError, Code.UNSUPPORTED),
+    (e.BrokerNotReachableError, Code.PROXY_TIMEOUT),
     (e.BusyError, Code.TOO_MANY_REQUESTS),
     (e.DiskFullError, Code.TOO_MANY_REQUESTS),
     (e.FlushTimeoutError, Code.MASTER_PERSISTENCE_TIMEOUT),

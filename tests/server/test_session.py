@@ -19,10 +19,12 @@ from rocketmq import (
     FilterExpression,
     MessageListener,
     PushConsumer,
+    SimpleConsumer,
 )
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
+from broker_core.client import RocketMQClient
 from tests.server.conftest import BrokerProcess, start_broker
 
 Code = pb.Code
@@ -137,12 +139,29 @@ def test_route_of_typed_and_read_only_topics(broker_process, stub) -> None:
     assert [q.permission for q in read_only.message_queues] == [pb.Permission.READ] * 2
 
 
-def test_route_of_unknown_topic_creates_it(broker_process, stub) -> None:
-    reply = route(stub, "route-auto-created")
-    assert reply.status.code == Code.OK
-    assert len(reply.message_queues) == 4  # default_queue_nums of the test config
+def test_route_of_unknown_topic_is_not_found_and_creates_nothing(broker_process, stub) -> None:
+    """A consumer's typo must not create a topic (issue 13 item 17): only sends do."""
+    reply = route(stub, "route-typo")
+    assert reply.status.code == Code.TOPIC_NOT_FOUND and "route-typo" in reply.status.message
+    assert not reply.message_queues
     listed = {t["name"] for t in admin(broker_process.endpoint, "ListTopics")}
-    assert "route-auto-created" in listed
+    assert "route-typo" not in listed
+    with RocketMQClient(broker_process.endpoint) as client:  # a send still auto-creates
+        client.send("route-typo", b"first")
+    assert len(route(stub, "route-typo").message_queues) == 4  # default_queue_nums
+
+
+def test_official_consumer_of_unknown_topic_gets_topic_not_found(broker_process) -> None:
+    consumer = SimpleConsumer(ClientConfiguration(broker_process.endpoint, Credentials()),
+                              "route-typo-group", {"no-such-topic": FilterExpression()})
+    consumer.startup()
+    try:
+        with pytest.raises(Exception, match="failed to fetch topic:no-such-topic route"):
+            consumer.receive(1, 5)
+    finally:
+        consumer.shutdown()
+    listed = {t["name"] for t in admin(broker_process.endpoint, "ListTopics")}
+    assert "no-such-topic" not in listed
 
 
 @pytest.mark.parametrize("name", ["", "bad topic!", "x" * 200])
@@ -264,6 +283,7 @@ class _Listener(MessageListener):
 
 def test_official_push_consumer_gets_its_settings(broker_process) -> None:
     admin(broker_process.endpoint, "CreateGroup", name="tm-push-fifo", fifo=True)
+    admin(broker_process.endpoint, "CreateTopic", name="tm-push")
     consumer = PushConsumer(ClientConfiguration(broker_process.endpoint, Credentials()),
                             "tm-push-fifo", _Listener(), {"tm-push": FilterExpression()})
     consumer.startup()  # waits for the server's settings; fails after 10 s without them

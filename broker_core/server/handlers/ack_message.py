@@ -7,6 +7,10 @@ code. The response status is the entries' common status, or MULTIPLE_RESULTS whe
 differ (RocketMQ's ``AckMessageActivity``). The group must exist
 (CONSUMER_GROUP_NOT_FOUND) and so must the topic (TOPIC_NOT_FOUND); the topic is the one
 the client received the message under (a retry copy carries its original topic).
+
+In a cluster, an entry whose handle names another broker group is forwarded to it
+(``cluster/forward.py``) and its status is that broker's answer, or PROXY_TIMEOUT with a
+message naming the broker when it cannot be reached: never silently lost.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
+from broker_core.broker.receipt import decode_handle
 from broker_core.errors import RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.server.context import ServerContext
@@ -47,12 +52,61 @@ def _ack_one(ctx: ServerContext, group: str, topic: str, entry: Any) -> Any:
                                              status=status)  # fmt: skip
 
 
+def owner_of(ctx: ServerContext, receipt_handle: str) -> str | None:
+    """The other broker group a handle belongs to, or None when it is ours (or does not
+    decode, or this broker is not in a cluster: it is then answered here)."""
+    if ctx.forwarder is None:
+        return None
+    try:
+        name = decode_handle(receipt_handle).broker_name
+    except RocketMQError:
+        return None
+    return None if name == ctx.broker_name else name
+
+
+def _forward(ctx: ServerContext, broker_name: str, request: Any, entries: list[Any],
+             context: grpc.ServicerContext) -> list[Any]:  # fmt: skip
+    """The result entries of ``entries`` acked by broker group ``broker_name``."""
+    assert ctx.forwarder is not None
+    sub = service_pb2.AckMessageRequest(group=request.group, topic=request.topic,
+                                        entries=entries)  # fmt: skip
+    try:
+        reply = ctx.forwarder.call(broker_name, "AckMessage", sub,
+                                   context.invocation_metadata())  # fmt: skip
+    except RocketMQError as exc:
+        return [service_pb2.AckMessageResultEntry(
+            message_id=e.message_id, receipt_handle=e.receipt_handle, status=status_of(exc))
+            for e in entries]  # fmt: skip
+    if len(reply.entries) == len(entries):
+        return list(reply.entries)
+    return [service_pb2.AckMessageResultEntry(message_id=e.message_id,
+                                              receipt_handle=e.receipt_handle,
+                                              status=reply.status) for e in entries]  # fmt: skip
+
+
+def _results(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> list[Any]:
+    """One result entry per request entry, in order; ours acked here, others forwarded."""
+    owners = [owner_of(ctx, e.receipt_handle) for e in request.entries]
+    results: list[Any] = [None] * len(owners)
+    for name in sorted({o for o in owners if o is not None}):
+        picked = [i for i, o in enumerate(owners) if o == name]
+        answers = _forward(ctx, name, request, [request.entries[i] for i in picked], context)
+        for i, answer in zip(picked, answers, strict=True):
+            results[i] = answer
+    local = [i for i, o in enumerate(owners) if o is None]
+    if local:
+        group, topic = require_group_and_topic(ctx, request)
+        for i in local:
+            results[i] = _ack_one(ctx, group, topic, request.entries[i])
+    return results
+
+
 def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
     """Ack every entry; see the module docstring for the statuses."""
-    group, topic = require_group_and_topic(ctx, request)
     if not request.entries:
+        require_group_and_topic(ctx, request)
         return service_pb2.AckMessageResponse(status=bad_request("no entries to ack"))
-    results = [_ack_one(ctx, group, topic, entry) for entry in request.entries]
+    results = _results(ctx, request, context)
     codes = {r.status.code for r in results}
     if len(codes) == 1:
         overall = results[0].status

@@ -8,7 +8,8 @@ group gives every consumer every queue. A consumer the broker does not know yet 
 Telemetry settings are still on their way) is registered by this call, so it is never
 starved of queues.
 
-Only readable queues are assigned; each carries the same fields as in QueryRoute.
+Only readable queues are assigned; each carries the same fields as in QueryRoute. With
+NameServers, the queues of every broker group of the topic are shared (``cluster_view``).
 """
 
 from __future__ import annotations
@@ -43,11 +44,18 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
     topic = validate_topic_name(request.topic.name)
     group = validate_group_name(request.group.name)
     client_id = sessions.client_id_of(context)
+    access_point = request.endpoints if request.HasField("endpoints") else None
+    namespace = request.topic.resource_namespace
+    if ctx.routes is not None:
+        from broker_core.server.cluster_view import assignment_queues
+
+        _ensure_member(ctx, group, topic, client_id)
+        queues = assignment_queues(ctx, group, topic, client_id, namespace, access_point)
+        return service_pb2.QueryAssignmentResponse(
+            status=ok(), assignments=[pb.Assignment(message_queue=q) for q in queues])
     config = ctx.broker.topic_for_read(topic)
     _ensure_member(ctx, group, topic, client_id)
-    access_point = request.endpoints if request.HasField("endpoints") else None
     broker = broker_proto(ctx, access_point)
-    namespace = request.topic.resource_namespace
     assignments = [
         pb.Assignment(message_queue=message_queue_proto(config, mq.queue_id, broker, namespace))
         for mq in ctx.broker.assignment(group, topic, client_id)

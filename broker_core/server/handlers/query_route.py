@@ -1,12 +1,15 @@
-"""QueryRoute: a topic's message queues, all served by this one broker (no name server).
+"""QueryRoute: a topic's message queues: this broker's, or the cluster's with NameServers.
 
 Every queue id below ``max(read_queue_nums, write_queue_nums)`` is listed once, with the
 permission it really has: READ if consumers may read it (id below the read count and the
 topic readable), WRITE if producers may write it, READ_WRITE for both. The broker is
 ``ctx.broker_name`` with id 0 (the master) at ``ctx.endpoint``; a wildcard advertised
 host (``0.0.0.0``) is replaced by the address the client reached us at. A topic that does
-not exist is created when auto-creation is on, exactly as a first send would create it;
-otherwise the answer is TOPIC_NOT_FOUND.
+not exist is TOPIC_NOT_FOUND: a route lookup never creates a topic (a consumer's typo must
+not); auto-creation belongs to sends (``auto_create_topics``), as in RocketMQ 5.
+
+With NameServers (``ctx.routes``), the answer lists every broker group's queues, each
+with its own broker (see ``server/cluster_view.py``).
 
 The same :func:`message_queue_proto` builds the queues of QueryAssignment, so the two
 agree on every field (the client compares them).
@@ -35,7 +38,8 @@ ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {
 _WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "::", "[::]", ""})
 
 
-def _scheme(host: str) -> int:
+def scheme_of(host: str) -> int:
+    """The protocol's address scheme of a host (IPv4, IPv6 or a domain name)."""
     try:
         version = ipaddress.ip_address(host.strip("[]")).version
     except ValueError:
@@ -49,7 +53,7 @@ def broker_endpoints(ctx: ServerContext, access_point: Any | None = None) -> Any
     host, port = ctx.host, ctx.port
     if host in _WILDCARD_HOSTS and access_point is not None and access_point.addresses:
         return access_point
-    return pb.Endpoints(scheme=_scheme(host), addresses=[pb.Address(host=host.strip("[]"),
+    return pb.Endpoints(scheme=scheme_of(host), addresses=[pb.Address(host=host.strip("[]"),
                                                                     port=port)])  # fmt: skip
 
 
@@ -80,20 +84,24 @@ def message_queue_proto(config: TopicConfig, queue_id: int, broker: Any,
 
 
 def topic_for_route(ctx: ServerContext, name: str) -> TopicConfig:
-    """The topic's config, creating it as a send would (TopicNotFoundError when not allowed)."""
+    """The topic's config (InvalidTopicError for a bad name, TopicNotFoundError when it
+    does not exist: a route lookup never creates a topic)."""
     validate_topic_name(name)
-    config = ctx.broker.topics.get(name)
-    if config is None:
-        config = ctx.broker.topics.for_send(name)  # auto-creates, or raises TopicNotFoundError
-    return config
+    return ctx.broker.topics.require(name)
 
 
 def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
     """Answer with every queue of the topic that can be read or written."""
-    config = topic_for_route(ctx, request.topic.name)
     access_point = request.endpoints if request.HasField("endpoints") else None
-    broker = broker_proto(ctx, access_point)
     namespace = request.topic.resource_namespace
+    if ctx.routes is not None:
+        from broker_core.server.cluster_view import route_queues
+
+        validate_topic_name(request.topic.name)
+        return service_pb2.QueryRouteResponse(status=ok(), message_queues=route_queues(
+            ctx, request.topic.name, namespace, access_point))  # fmt: skip
+    config = topic_for_route(ctx, request.topic.name)
+    broker = broker_proto(ctx, access_point)
     queues = [message_queue_proto(config, q, broker, namespace)
               for q in range(max(config.read_queue_nums, config.write_queue_nums))]  # fmt: skip
     return service_pb2.QueryRouteResponse(

@@ -1,0 +1,187 @@
+"""``rmq`` verbs across a cluster: ``cluster list|up``, ``topic route``, and the
+``--namesrv`` forms of ``topic create`` and ``group progress``.
+
+Every verb here asks the NameServers (``--namesrv HOST:PORT[;HOST:PORT]``, or
+``$RMQ_NAMESRV``) which broker groups exist and then talks to each group's master over
+gRPC. A broker group that cannot be reached is reported by name; the others still
+answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from broker_core.client import RocketMQClient
+from broker_core.errors import InvalidArgumentError, NotFoundError, RocketMQError
+
+if TYPE_CHECKING:
+    from broker_core.namesrv.client import ClusterInfo
+
+log = logging.getLogger(__name__)
+ROUTE_WAIT_S = 5.0
+Table = Callable[[str, list[str], list[tuple[Any, ...]]], None]
+
+
+def namesrv_option(required: bool) -> Callable[[Any], Any]:
+    return click.option("--namesrv", envvar="RMQ_NAMESRV", required=required, default=None,
+                        help="NameServers HOST:PORT[;HOST:PORT]")  # fmt: skip
+
+
+def cluster_info(namesrv: str) -> ClusterInfo:
+    from broker_core.namesrv.client import NameServerClient
+
+    client = NameServerClient(namesrv)
+    try:
+        return client.get_cluster_info()
+    finally:
+        client.close()
+
+
+def broker_addrs(namesrv: str, only: str | None = None) -> dict[str, str]:
+    """Broker group name -> master gRPC address (InvalidArgumentError for an unknown
+    ``only`` or an empty cluster)."""
+    from broker_core.cluster.routes import master_grpc_addr
+
+    info = cluster_info(namesrv)
+    addrs = {name: addr for name, data in sorted(info.brokers.items())
+             if (addr := master_grpc_addr(data))}  # fmt: skip
+    if only is not None:
+        if only not in addrs:
+            raise InvalidArgumentError(f"no live broker named {only!r} in the cluster "
+                                       f"(known: {', '.join(addrs) or 'none'})")  # fmt: skip
+        return {only: addrs[only]}
+    if not addrs:
+        raise InvalidArgumentError(f"the NameServers at {namesrv} list no live broker")
+    return addrs
+
+
+def create_topic_everywhere(namesrv: str, only: str | None, name: str,
+                            **settings: Any) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+    """Create (or update) topic ``name`` on every broker group, or on ``only``; returns
+    (broker, config) per group once the NameServers' route lists every one of them (each
+    broker registers a topic change at once). A group that fails raises its error,
+    naming it; a route that does not show them all within ``ROUTE_WAIT_S`` is only
+    logged (the next periodic registration brings it)."""
+    done = []
+    for broker, addr in broker_addrs(namesrv, only).items():
+        with RocketMQClient(addr, timeout_s=10.0, max_attempts=2) as client:
+            try:
+                done.append((broker, client.create_topic(name, **settings)))
+            except RocketMQError as exc:
+                raise type(exc)(f"broker {broker} ({addr}): {exc}") from exc
+    _wait_for_route(namesrv, name, {broker for broker, _ in done})
+    return done
+
+
+def _wait_for_route(namesrv: str, topic: str, brokers: set[str]) -> bool:
+    """True once the NameServers route ``topic`` to every group of ``brokers``."""
+    from broker_core.namesrv.client import NameServerClient
+
+    client = NameServerClient(namesrv)
+    deadline = time.monotonic() + ROUTE_WAIT_S
+    try:
+        while True:
+            try:
+                listed = {q.broker_name for q in client.get_route(topic).queue_datas}
+            except NotFoundError:
+                listed = set()
+            if brokers <= listed:
+                return True
+            if time.monotonic() > deadline:
+                log.warning("the route of %s lists %s, not yet %s", topic, sorted(listed),
+                            sorted(brokers))  # fmt: skip
+                return False
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
+def progress_everywhere(namesrv: str, group: str, topic: str | None) -> list[tuple[Any, ...]]:
+    """(broker, topic, queue, broker offset, consumer offset, lag) rows of every group."""
+    rows: list[tuple[Any, ...]] = []
+    for broker, addr in broker_addrs(namesrv).items():
+        with RocketMQClient(addr, timeout_s=10.0, max_attempts=2) as client:
+            try:
+                progress = client.group_progress(group, topic)
+            except NotFoundError:
+                continue  # this group or topic does not live on that broker
+        rows += [(broker, r["topic"], r["queue_id"], r["broker_offset"], r["consumer_offset"],
+                  r["lag"]) for r in progress["queues"]]  # fmt: skip
+    if not rows:
+        raise NotFoundError(f"group {group!r} has no progress on any broker of the cluster")
+    return rows
+
+
+def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[int], str]) -> None:
+    """Add the cluster verbs to the ``rmq`` groups."""
+
+    @cli.group("cluster")
+    def cluster() -> None:
+        """List a cluster's brokers, or run a local one."""
+
+    @cluster.command("list")
+    @namesrv_option(required=True)
+    def cluster_list(namesrv: str) -> None:
+        """Brokers the NameServers know: addresses, data version, last heartbeat."""
+        info = cluster_info(namesrv)
+        table("cluster", ["cluster", "broker", "id", "address", "grpc", "data version",
+                          "last heartbeat"],
+              [(b.cluster, b.broker_name, b.broker_id, b.broker_addr, b.grpc_addr,
+                f"{b.data_version.timestamp_ms}/{b.data_version.counter}",
+                iso(b.last_update_ms))
+               for b in sorted(info.live, key=lambda b: (b.cluster, b.broker_name))])  # fmt: skip
+
+    @cluster.command("up")
+    @click.option("--brokers", "count", type=click.IntRange(1, 26), default=2, show_default=True)
+    @click.option("--dir", "directory", required=True, help="stores and logs go here")
+    @click.option("--register-interval-ms", type=click.IntRange(10), default=30_000,
+                  show_default=True)  # fmt: skip
+    def cluster_up(count: int, directory: str, register_interval_ms: int) -> None:
+        """Run a NameServer and N broker groups on loopback until Ctrl-C/SIGTERM."""
+        from broker_core.cluster.local import LocalCluster
+
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        local = LocalCluster(Path(directory), register_interval_ms=register_interval_ms)
+        local.start(count)
+        try:
+            click.echo(f"namesrv {local.namesrv}")
+            for name, endpoint in local.endpoints.items():
+                click.echo(f"broker {name} {endpoint}")
+            click.echo("READY", nl=True)
+            while not stop.wait(0.5):
+                dead = [n for n, p in local.brokers.items() if p.process.poll() is not None]
+                if dead:
+                    click.echo(f"broker(s) {', '.join(dead)} exited; stopping", err=True)
+                    break
+        finally:
+            local.stop()
+        click.echo("stopped")
+
+    @topic.command("route")
+    @click.argument("name")
+    @namesrv_option(required=True)
+    def topic_route(name: str, namesrv: str) -> None:
+        """Which broker groups hold topic NAME, with their queues."""
+        from broker_core.cluster.routes import master_grpc_addr
+        from broker_core.namesrv.client import NameServerClient
+
+        client = NameServerClient(namesrv)
+        try:
+            route = client.get_route(name)
+        finally:
+            client.close()
+        addrs = {b.broker_name: master_grpc_addr(b) or "" for b in route.broker_datas}
+        table(f"topic {name}", ["broker", "grpc", "read queues", "write queues", "perm"],
+              [(q.broker_name, addrs.get(q.broker_name, ""), q.read_queue_nums,
+                q.write_queue_nums, q.perm)
+               for q in sorted(route.queue_datas, key=lambda q: q.broker_name)])  # fmt: skip

@@ -1,0 +1,98 @@
+"""``RemotingClient``: a blocking, thread-safe client for one remoting server.
+
+The client keeps one persistent connection, opened on first use. Any number of threads may
+call :meth:`invoke` at once: each request gets its own ``opaque`` and a reader thread hands
+every response to the caller waiting for it. When the connection breaks, the waiting calls
+fail with ``RemotingConnectError`` and the next call connects again (a request is never
+re-sent by this class: the caller knows whether it is idempotent). Requests the server
+pushes to us go to ``on_request``; without one they are answered
+``REQUEST_CODE_NOT_SUPPORTED``.
+
+Example::
+
+    client = RemotingClient("127.0.0.1:9876", timeout_s=3.0)
+    resp = client.invoke(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+    client.close()
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import replace
+
+from broker_core.errors import RemotingConnectError
+from broker_core.remoting.channel import Channel, RequestHandler
+from broker_core.remoting.codes import ResponseCode
+from broker_core.remoting.command import RPC_ONEWAY, RemotingCommand
+from broker_core.remoting.server import parse_addr
+
+
+def _not_supported(_channel: Channel, request: RemotingCommand) -> RemotingCommand:
+    return request.response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+        remark=f"client does not serve request code {request.code}",
+    )
+
+
+class RemotingClient:
+    """One persistent connection to ``addr`` ("host:port"), reconnected on demand."""
+
+    def __init__(
+        self, addr: str, timeout_s: float = 3.0, *, on_request: RequestHandler | None = None
+    ) -> None:
+        self.addr = addr
+        self.timeout_s = timeout_s
+        self._target = parse_addr(addr)
+        self._on_request = on_request or _not_supported
+        self._lock = threading.Lock()
+        self._channel: Channel | None = None
+        self._closed = False
+
+    def invoke(self, cmd: RemotingCommand, timeout_s: float | None = None) -> RemotingCommand:
+        """Send a request and return its response (any response code; the caller judges).
+
+        Raises ``RemotingConnectError`` (cannot connect / connection broke),
+        ``RemotingTimeoutError`` (no answer in ``timeout_s``, default the client's).
+        """
+        return self._connected().request(cmd, self.timeout_s if timeout_s is None else timeout_s)
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        """Send a request flagged oneway; no response is expected or awaited."""
+        if not cmd.is_oneway:
+            cmd = replace(cmd, flag=cmd.flag | RPC_ONEWAY)
+        self._connected().send(cmd)
+
+    @property
+    def connected(self) -> bool:
+        """True while a connection is open (it may still break at any moment)."""
+        channel = self._channel
+        return channel is not None and not channel.closed
+
+    def close(self) -> None:
+        """Close the connection; later calls raise ``RemotingConnectError``."""
+        with self._lock:
+            self._closed = True
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close("client closed")
+
+    def _connected(self) -> Channel:
+        with self._lock:
+            if self._closed:
+                raise RemotingConnectError(f"client for {self.addr} is closed")
+            if self._channel is None or self._channel.closed:
+                self._channel = self._connect()
+            return self._channel
+
+    def _connect(self) -> Channel:
+        try:
+            sock = socket.create_connection(self._target, timeout=self.timeout_s)
+        except OSError as exc:
+            raise RemotingConnectError(f"cannot connect to {self.addr}: {exc}") from None
+        channel = Channel(sock)
+        name = f"remoting-client-{self.addr}"
+        threading.Thread(
+            target=channel.run, args=(self._on_request,), name=name, daemon=True
+        ).start()
+        return channel

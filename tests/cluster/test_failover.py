@@ -1,0 +1,120 @@
+"""Brokers leaving a running cluster: SIGTERM (unregisters) and SIGKILL (its connection
+to the NameServer drops); an official producer keeps sending through the survivors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+from broker_core.client import RocketMQClient
+from broker_core.cluster.local import start_namesrv
+from broker_core.errors import TopicNotFoundError
+from broker_core.namesrv.client import NameServerClient
+from tests.cluster.conftest import NAMESRV_ARGS, start_cluster
+from tests.cluster.test_cluster import create_everywhere, held, route_brokers, wait_for
+
+
+class SteadyProducer:
+    """Sends one message at a time through ``endpoint`` until stopped; counts failures."""
+
+    def __init__(self, endpoint: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
+        self.sent = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            message = Message()
+            message.topic, message.body = self.topic, b"s-%d" % self.sent
+            try:
+                self.producer.send(message)
+                self.sent += 1
+            except Exception as exc:  # the test asserts there are none
+                self.errors.append(repr(exc))
+
+    def __enter__(self) -> SteadyProducer:
+        self.producer.startup()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.producer.shutdown()
+
+    def wait_sent(self, more: int, timeout_s: float = 20) -> None:
+        target = self.sent + more
+        wait_for(lambda: self.sent >= target, timeout_s, f"{more} more sends")
+
+
+def route_of(ns: NameServerClient, topic: str) -> set[str]:
+    try:
+        return {q.broker_name for q in ns.get_route(topic).queue_datas}
+    except TopicNotFoundError:
+        return set()
+
+
+def test_stopped_and_killed_brokers_leave_routes_and_sends_go_on(tmp_path) -> None:
+    cluster = start_cluster(tmp_path, 3)
+    ns = NameServerClient(cluster.namesrv)
+    try:
+        create_everywhere(cluster, "steady")
+        entry = cluster.endpoints["broker-a"]
+        with SteadyProducer(entry, "steady") as producer:
+            producer.wait_sent(60)
+            before = held(cluster, "steady")
+            assert all(before[name] > 0 for name in cluster.brokers), before
+
+            started = time.monotonic()
+            assert cluster.brokers["broker-c"].stop() == 0  # SIGTERM: unregisters first
+            wait_for(lambda: route_of(ns, "steady") == {"broker-a", "broker-b"}, 5,
+                     "broker-c to leave the NameServer's route")  # fmt: skip
+            wait_for(lambda: set(route_brokers(entry, "steady")) == {"broker-a", "broker-b"},
+                     5, "broker-c to leave broker-a's QueryRoute")  # fmt: skip
+            stopped_s = time.monotonic() - started
+            producer.wait_sent(60)
+
+            started = time.monotonic()
+            cluster.brokers["broker-b"].kill()  # SIGKILL: only its connection tells
+            wait_for(lambda: route_of(ns, "steady") == {"broker-a"}, 5,
+                     "broker-b to leave the NameServer's route")  # fmt: skip
+            killed_s = time.monotonic() - started
+            a_before = held_one(cluster, "broker-a")
+            producer.wait_sent(60)
+        assert producer.errors == [], producer.errors[:3]
+        assert held_one(cluster, "broker-a") >= a_before + 60  # the survivor took the sends
+        assert stopped_s < 5 and killed_s < 5
+    finally:
+        ns.close()
+        cluster.stop()
+
+
+def held_one(cluster: Any, name: str) -> int:
+    with RocketMQClient(cluster.endpoints[name]) as client:
+        return sum(r["max_offset"] - r["min_offset"] for r in client.topic_status("steady"))
+
+
+def test_brokers_serve_their_own_share_while_the_namesrv_is_down(tmp_path) -> None:
+    cluster = start_cluster(tmp_path, 2)
+    try:
+        create_everywhere(cluster, "alone")
+        entry = cluster.endpoints["broker-a"]
+        assert cluster.namesrv_process is not None
+        cluster.namesrv_process.terminate()
+        assert cluster.namesrv_process.wait(15) == 0
+        wait_for(lambda: set(route_brokers(entry, "alone")) == {"broker-a"}, 5,
+                 "broker-a to answer with its own share")  # fmt: skip
+        with RocketMQClient(entry) as client:
+            client.send("alone", b"still here")
+        cluster.namesrv_process = start_namesrv(cluster.namesrv, tmp_path / "namesrv-2.log",
+                                                NAMESRV_ARGS)  # fmt: skip
+        wait_for(lambda: set(route_brokers(entry, "alone")) == {"broker-a", "broker-b"}, 10,
+                 "the restarted NameServer to know both groups again")  # fmt: skip
+    finally:
+        cluster.stop()
