@@ -215,7 +215,8 @@ def write_partition(
     task that dies outright are rolled back by the broker's check-back.
     """
     if not options.exactly_once:
-        targets = SinkTargets(options.endpoints, timeout_s=options.request_timeout_ms / 1000)
+        targets = SinkTargets(options.endpoints, timeout_s=options.request_timeout_ms / 1000,
+                              namesrv=options.namesrv)  # fmt: skip
         try:
             plain = _PlainTask(options, targets)
             for batch in batches:

@@ -5,8 +5,9 @@
   the broker pins the group to one queue (FIFO); other rows go round robin, continuing
   from where the previous request stopped, so a task's rows spread evenly over every
   broker and each broker spreads them over its queues.
-* :class:`SinkTargets` holds one client per broker for a task (or for the driver's
-  commit), opened lazily and closed together.
+* :class:`SinkTargets` holds a task's clients: one per endpoint given (``endpoints``),
+  or, with ``namesrv``, one per master of the broker groups in each topic's route that
+  take writes (read again every ``ROUTE_TTL_S``). Opened lazily, closed together.
 
 >>> spread(3, 7, None, start=1)
 [[2, 5], [0, 3, 6], [1, 4]]
@@ -14,14 +15,19 @@
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Sequence
 from typing import Final
 
 from broker_core.client import RocketMQClient
-from broker_core.errors import ConfigError
+from broker_core.cluster.routes import brokers_of
+from broker_core.errors import ConfigError, TopicNotFoundError
+from broker_core.namesrv.client import NameServerClient
 
-WRITE_PERM: Final = 2  # RocketMQ's PermName.PERM_WRITE
+PERM_WRITE: Final = 2  # RocketMQ's PermName.PERM_WRITE
+ROUTE_TTL_S: Final = 3.0
+NAMESRV_TIMEOUT_S: Final = 5.0
 
 
 def stable_index(group: str, brokers: int) -> int:
@@ -46,22 +52,55 @@ def spread(brokers: int, rows: int, message_groups: Sequence[str | None] | None,
 
 
 class SinkTargets:
-    """The sink's brokers: one client per endpoint, shared by every topic.
+    """The sink's brokers per topic (see the module docstring).
 
-    Thread-compatible, not thread-safe: one per task. ``clients(topic)`` is the list
-    :func:`spread`'s indexes refer to, in a stable order (sorted by endpoint).
+    Not thread-safe: one per task. ``clients(topic)`` is the list :func:`spread`'s
+    indexes refer to, in a stable order (by endpoint, or by broker group name).
     """
 
-    def __init__(self, endpoints: Sequence[str], *, timeout_s: float) -> None:
-        if not endpoints:
-            raise ConfigError("option 'endpoints': at least one broker is required")
-        self._clients = [RocketMQClient(e, timeout_s=timeout_s) for e in sorted(endpoints)]
+    def __init__(self, endpoints: Sequence[str], *, timeout_s: float,
+                 namesrv: str | None = None) -> None:  # fmt: skip
+        if not endpoints and namesrv is None:
+            raise ConfigError("option 'endpoints' / 'namesrv': one of them is required")
+        self.namesrv = namesrv
+        self.timeout_s = timeout_s
+        self._by_addr = {e: RocketMQClient(e, timeout_s=timeout_s) for e in sorted(endpoints)}
+        self._fixed = list(self._by_addr.values())
+        self._routes: dict[str, tuple[float, list[RocketMQClient]]] = {}
+        self._ns = None if namesrv is None else NameServerClient(
+            namesrv, timeout_s=NAMESRV_TIMEOUT_S)
 
     def clients(self, topic: str) -> list[RocketMQClient]:
         """The clients of the brokers ``topic``'s rows are spread over."""
-        del topic  # every endpoint given serves every topic (it auto-creates or refuses)
-        return self._clients
+        if self._ns is None:
+            return self._fixed  # every endpoint serves every topic (it auto-creates or refuses)
+        cached = self._routes.get(topic)
+        if cached is None or cached[0] <= time.monotonic():
+            cached = (time.monotonic() + ROUTE_TTL_S, self._route_clients(topic))
+            self._routes[topic] = cached
+        return cached[1]
+
+    def _route_clients(self, topic: str) -> list[RocketMQClient]:
+        assert self._ns is not None
+        try:
+            groups = brokers_of(self._ns.get_route(topic))
+        except TopicNotFoundError:
+            groups = []
+        writable = [g for g in groups if g.perm & PERM_WRITE and g.write_queue_nums > 0]
+        if not writable:
+            raise TopicNotFoundError(
+                f"rocketmq sink: topic {topic!r} has no writable broker group in the route of "
+                f"the NameServers {self.namesrv}; create it on the cluster first "
+                f"(rmq topic create {topic} --namesrv {self.namesrv})")  # fmt: skip
+        return [self._client_at(g.grpc_addr) for g in writable]  # sorted by group name
+
+    def _client_at(self, addr: str) -> RocketMQClient:
+        if addr not in self._by_addr:
+            self._by_addr[addr] = RocketMQClient(addr, timeout_s=self.timeout_s)
+        return self._by_addr[addr]
 
     def close(self) -> None:
-        for client in self._clients:
+        for client in self._by_addr.values():
             client.close()
+        if self._ns is not None:
+            self._ns.close()

@@ -258,6 +258,15 @@ class BrokerSet:
             client.close()
 
 
+def open_brokers(options: ReadOptions) -> BrokerSet:
+    """The brokers of a read: the ``endpoints`` given, or the ``namesrv`` routes."""
+    if options.namesrv is None:
+        return BrokerSet(options.endpoints)
+    from connector.routes import RoutedBrokerSet  # imports this module
+
+    return RoutedBrokerSet(options.namesrv)
+
+
 def resolve(spec: OffsetSpec, bounds: Bounds, brokers: BrokerSet) -> Offsets:
     """Concrete offsets of ``spec`` for every queue in ``bounds``.
 
@@ -407,7 +416,7 @@ class RocketMQBatchReader(DataSourceReader):
     def partitions(self) -> list[QueueRange]:
         """One :class:`QueueRange` per queue with work in ``[starting, ending)``."""
         expression, filter_type, any_tag = self._filter()
-        brokers = BrokerSet(self.options.endpoints)
+        brokers = open_brokers(self.options)
         try:
             ranges = plan_batch(self.options, brokers)
             return [replace(r, filter_expression=expression, filter_type=filter_type)
