@@ -3,8 +3,9 @@
 Each row becomes one message (see ``sink_options`` for the columns and options). A task
 groups its rows per topic and sends ``batchSize`` of them per SendMessage request, in row
 order, so the rows of one message group keep their order in their queue. With several
-brokers (``endpoints="a,b"``) each request's rows are spread over them (``sink_route``):
-round robin, a message group always to the same broker.
+brokers (``endpoints="a,b"``, or ``namesrv``: the groups of the topic's route) each
+request's rows are spread over them (``sink_route``): round robin, a message group always
+to the same broker.
 
 Delivery:
 

@@ -3,6 +3,7 @@
 * :class:`BrokerSet` is the driver side: broker names, topics, each queue's
   ``[min, max)`` (one ``TopicStatus`` call per broker and topic), offsets by timestamp,
   offset commits. Its clients connect lazily, so it pickles and costs nothing until used.
+  :func:`open_brokers` picks it (``endpoints``) or ``routes.RoutedBrokerSet`` (``namesrv``).
 * :class:`QueueRange` is one Spark partition: one queue, ``[start, end)``, the endpoint
   to pull from and the broker-side filter.
 * :func:`read_range` is what an executor runs for a partition: it opens its own channel,

@@ -4,8 +4,10 @@ Offsets are the JSON of :mod:`connector.offsets` (``{topic: {"broker-a:0": next}
 so Spark's checkpoint holds one position per queue and a restarted query continues
 exactly there. Each trigger the driver asks every broker for each subscribed topic's
 queue bounds (one ``TopicStatus`` call per broker and topic, plus ``ListTopics`` for a
-``topicPattern``): queues added to a topic, and topics that start matching the pattern,
-join the next batch from their first offset (0).
+``topicPattern``; with ``namesrv`` also one route lookup per topic): queues added to a
+topic, broker groups that join its route, and topics that start matching the pattern,
+join the next batch from their first offset (0). A checkpointed queue that no broker
+serves any more is reported as possible data loss (``failOnDataLoss``).
 
 Admission control (Spark ≥ 4.2): :meth:`RocketMQStreamReader.getDefaultReadLimit` turns
 the ``*PerTrigger`` options into a :class:`ReadLimit`; :meth:`latestOffset` honours the

@@ -8,6 +8,7 @@ message lives is known.
 
 from __future__ import annotations
 
+import collections
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from broker_core.cli_cluster import create_topic_everywhere
 from broker_core.client import RocketMQClient
@@ -83,6 +85,38 @@ def test_batch_read_over_three_broker_groups_returns_every_row_once(
                     for i in range(n))  # fmt: skip
     assert got == wanted  # every row exactly once, with the group that holds it
     assert len({(r.broker, r.queueId, r.queueOffset) for r in rows}) == 100
+
+
+@pytest.mark.parametrize("count", [300, pytest.param(30_000, marks=pytest.mark.slow)])
+def test_official_producer_through_one_broker_then_spark_reads_every_message_once(
+    spark: SparkSession, cluster: LocalCluster, count: int
+) -> None:
+    """Issue 12's acceptance: sent through broker-a's endpoint only, read via namesrv."""
+    topic = f"ns-official-{count}"
+    create(cluster, topic, GROUPS)
+    producer = Producer(ClientConfiguration(cluster.endpoints["broker-a"], Credentials()),
+                        (topic,))  # fmt: skip
+    producer.startup()
+    try:
+        futures = []
+        for i in range(count):
+            message = Message()
+            message.topic, message.body = topic, b"m-%06d" % i
+            futures.append(producer.send_async(message))
+        for future in futures:
+            future.result(timeout=120)
+    finally:
+        producer.shutdown()
+    held = {}
+    for group in GROUPS:
+        with RocketMQClient(cluster.endpoints[group]) as client:
+            held[group] = sum(q["max_offset"] - q["min_offset"] for q in client.topic_status(topic))
+    assert sum(held.values()) == count and all(held.values()), held  # on every group
+    rows = (spark.read.format("rocketmq").option("namesrv", cluster.namesrv)
+            .option("topic", topic).load().groupBy("broker", "body").count().collect())  # fmt: skip
+    assert len(rows) == count and all(r["count"] == 1 for r in rows)  # each exactly once
+    assert sorted(bytes(r.body) for r in rows) == [b"m-%06d" % i for i in range(count)]
+    assert dict(collections.Counter(r.broker for r in rows)) == held  # the right group
 
 
 def test_stream_over_two_groups_restarted_reads_only_the_new_messages(
