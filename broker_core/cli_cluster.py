@@ -153,18 +153,21 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
             signal.signal(sig, lambda *_: stop.set())
         local = LocalCluster(Path(directory), register_interval_ms=register_interval_ms)
         local.start(count)
+        dead: list[str] = []
         try:
             click.echo(f"namesrv {local.namesrv}")
             for name, endpoint in local.endpoints.items():
                 click.echo(f"broker {name} {endpoint}")
-            click.echo("READY", nl=True)
-            while not stop.wait(0.5):
+            click.echo("READY")
+            while not stop.wait(0.5) and not dead:
                 dead = [n for n, p in local.brokers.items() if p.process.poll() is not None]
-                if dead:
-                    click.echo(f"broker(s) {', '.join(dead)} exited; stopping", err=True)
-                    break
         finally:
             local.stop()
+        if dead:
+            for name in dead:
+                click.echo(f"--- {name}'s last output:\n"
+                           + "".join(local.brokers[name].output[-20:]), err=True)  # fmt: skip
+            raise click.ClickException(f"broker(s) {', '.join(dead)} exited; cluster stopped")
         click.echo("stopped")
 
     @topic.command("route")
