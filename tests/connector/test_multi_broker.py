@@ -10,6 +10,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from broker_core.client import ReceivedMessage, RocketMQClient
+from connector.sink_route import spread, stable_index
 from tests.connector.conftest import BrokerProcess, read_batch, start_broker
 
 
@@ -115,3 +116,15 @@ def test_sink_pins_each_message_group_to_one_broker_and_queue(
     assert {index for where in placed.values() for index, _ in where} == {0, 1}
     for group, bodies in order.items():  # read in offset order: sent in row order
         assert bodies == [f"{group}-{seq:03d}" for seq in range(30)]
+
+
+def test_spread_is_round_robin_and_pins_message_groups() -> None:
+    groups = [None, "g1", None, "g2", "g1", None, None]
+    for start in range(5):
+        parts = spread(3, len(groups), groups, start=start)
+        assert sorted(row for part in parts for row in part) == list(range(len(groups)))
+        assert all(part == sorted(part) for part in parts)  # row order kept per broker
+        for group in ("g1", "g2"):
+            rows = [i for i, g in enumerate(groups) if g == group]
+            assert set(rows) <= set(parts[stable_index(group, 3)])  # whatever the start
+    assert spread(2, 6, None, start=1) == [[1, 3, 5], [0, 2, 4]]
