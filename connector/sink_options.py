@@ -37,7 +37,7 @@ Columns (matched case-insensitively)::
 
 >>> opts = parse_sink_options({"endpoints": "127.0.0.1:8081", "topic": "orders"})
 >>> opts.batch_size, opts.exactly_once
-(256, False)
+(1024, False)
 >>> from pyspark.sql.types import BinaryType, StructField, StructType
 >>> plan = plan_columns(StructType([StructField("body", BinaryType())]), opts)
 >>> plan.body, plan.body_is_text
