@@ -7,7 +7,10 @@ message starts with the option's name, and an unknown option is an error too.
 ==========================  =======================================================  ========
 option                      value                                                     default
 ==========================  =======================================================  ========
-endpoints                   ``host:port[,host:port]``: the brokers (required)
+endpoints                   ``host:port[,host:port]``: the brokers (this or namesrv)
+namesrv                     ``host:port[;host:port]``: NameServers; each topic's route
+                            names its broker groups, each queue is read from the
+                            master of the group that owns it
 topic / topics /            exactly one: a topic, a comma list, or a regex matched
 topicPattern                against the whole name of every topic the brokers list
 startingOffsets             ``earliest``, ``latest`` or JSON per queue                 batch
@@ -61,9 +64,10 @@ DEFAULT_GROUP: Final = "spark-rocketmq-source"
 DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60_000
 
 KNOWN_OPTIONS: Final = {name.lower(): name for name in (
-    "endpoints", "topic", "topics", "topicPattern", "startingOffsets", "startingTimestamp",
-    "endingOffsets", "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger",
-    "maxTriggerDelay", "maxBytesPerTrigger", "tagExpression", "sqlFilter", "failOnDataLoss",
+    "endpoints", "namesrv", "topic", "topics", "topicPattern", "startingOffsets",
+    "startingTimestamp", "endingOffsets", "endingTimestamp", "maxMessagesPerTrigger",
+    "minMessagesPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger", "tagExpression",
+    "sqlFilter", "failOnDataLoss",
     "consumerGroup", "commitOffsets", "includeProperties",
 )}  # fmt: skip
 STREAM_ONLY: Final = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
@@ -95,7 +99,8 @@ class OffsetSpec:
 class ReadOptions:
     """Every read option, parsed and checked (see the module docstring for meanings)."""
 
-    endpoints: tuple[str, ...]
+    endpoints: tuple[str, ...]  # empty with namesrv
+    namesrv: str | None
     topics: tuple[str, ...] | None
     topic_pattern: str | None
     starting: OffsetSpec
@@ -163,7 +168,8 @@ def _duration_ms(option: str, text: str) -> int:
     return value
 
 
-def _endpoints(text: str) -> tuple[str, ...]:
+def parse_endpoints(text: str) -> tuple[str, ...]:
+    """The ``endpoints`` option: ``host:port[,host:port]``, duplicates dropped, in order."""
     parts = [p.strip() for p in text.split(",")]
     if not text.strip() or any(not p for p in parts):
         raise _error("endpoints", f"must be host:port[,host:port], got {text!r}")
@@ -171,6 +177,18 @@ def _endpoints(text: str) -> tuple[str, ...]:
         return tuple(dict.fromkeys(parse_endpoint(p) for p in parts))
     except InvalidArgumentError as exc:
         raise _error("endpoints", str(exc)) from None
+
+
+def parse_namesrv(text: str) -> str:
+    """The ``namesrv`` option: ``host:port[;host:port]`` (``,`` also separates), checked and
+    normalised to ``;``-separated."""
+    parts = [p.strip() for p in text.replace(",", ";").split(";")]
+    if not text.strip() or any(not p for p in parts):
+        raise _error("namesrv", f"must be host:port[;host:port], got {text!r}")
+    try:
+        return ";".join(dict.fromkeys(parse_endpoint(p) for p in parts))
+    except InvalidArgumentError as exc:
+        raise _error("namesrv", str(exc)) from None
 
 
 def _topic_names(option: str, text: str) -> tuple[str, ...]:
@@ -266,8 +284,10 @@ def _check_mode(given: Mapping[str, str], streaming: bool) -> None:
         if name in given:
             raise _error(name, f"applies to {'batch' if streaming else 'streaming'} "
                                f"reads only")  # fmt: skip
-    if "endpoints" not in given:
-        raise _error("endpoints", "is required (host:port[,host:port] of the brokers)")
+    if ("endpoints" in given) == ("namesrv" in given):
+        raise ConfigError("option 'endpoints' / 'namesrv': exactly one is required "
+                          "(endpoints: host:port[,host:port] of the brokers; namesrv: "
+                          "host:port[;host:port] of the NameServers)")  # fmt: skip
     if "maxTriggerDelay" in given and "minMessagesPerTrigger" not in given:
         raise _error("maxTriggerDelay", "only applies together with minMessagesPerTrigger")
     if _boolean("commitOffsets", given.get("commitOffsets", "false")) and (
@@ -295,7 +315,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     topics, pattern = _subscription(given)
     expression, filter_type, tags = _filter(given)
     return ReadOptions(
-        endpoints=_endpoints(given["endpoints"]), topics=topics, topic_pattern=pattern,
+        endpoints=parse_endpoints(given["endpoints"]) if "endpoints" in given else (),
+        namesrv=parse_namesrv(given["namesrv"]) if "namesrv" in given else None,
+        topics=topics, topic_pattern=pattern,
         starting=_offset_spec(given, start=True, streaming=streaming),
         ending=None if streaming else _offset_spec(given, start=False, streaming=False),
         max_messages_per_trigger=_optional(given, "maxMessagesPerTrigger", _positive_int),

@@ -2,7 +2,10 @@
 
 Each row becomes one message (see ``sink_options`` for the columns and options). A task
 groups its rows per topic and sends ``batchSize`` of them per SendMessage request, in row
-order, so the rows of one message group keep their order in their queue.
+order, so the rows of one message group keep their order in their queue. With several
+brokers (``endpoints="a,b"``, or ``namesrv``: the groups of the topic's route) each
+request's rows are spread over them (``sink_route``): round robin, a message group always
+to the same broker.
 
 Delivery:
 
@@ -46,6 +49,7 @@ from broker_core.errors import ConfigError
 from connector import exactly_once, transactions
 from connector.exactly_once import TaskHalves
 from connector.sink_options import ColumnPlan, SinkOptions, parse_sink_options, plan_columns
+from connector.sink_route import SinkTargets, spread
 from connector.sink_rows import MessageColumns, columns_by_topic, rows_to_messages
 from connector.transactions import HalfRef
 
@@ -70,9 +74,10 @@ class _PlainTask:
     """
 
     options: SinkOptions
-    client: RocketMQClient
+    targets: SinkTargets
     rows: int = 0
     first_send_ms: int = 0
+    sent: int = 0  # rows sent so far: the round-robin position over the brokers
 
     def __post_init__(self) -> None:
         self.pending: dict[str, MessageColumns] = {}
@@ -99,9 +104,22 @@ class _PlainTask:
             raise error
 
     def send(self, topic: str, columns: MessageColumns) -> None:
+        """Send ``columns`` to ``topic``, spread over its brokers (``sink_route.spread``)."""
         if not self.first_send_ms:
             self.first_send_ms = time.time_ns() // 1_000_000
-        self.client.send_columns(
+        clients = self.targets.clients(topic)
+        if len(clients) == 1:
+            self._send(clients[0], topic, columns)
+        else:
+            parts = spread(len(clients), len(columns), columns.message_groups, start=self.sent)
+            for client, rows in zip(clients, parts, strict=True):
+                if rows:
+                    self._send(client, topic, columns.pick(rows))
+        self.sent += len(columns)
+
+    @staticmethod
+    def _send(client: RocketMQClient, topic: str, columns: MessageColumns) -> None:
+        client.send_columns(
             topic,
             columns.bodies,
             tags=columns.tags,
@@ -185,7 +203,8 @@ def _task_context() -> tuple[int, int, str, int]:
 
 
 def _client(options: SinkOptions) -> RocketMQClient:
-    return RocketMQClient(options.endpoints, timeout_s=options.request_timeout_ms / 1000)
+    """The client of the exactly-once sink (which takes exactly one endpoint)."""
+    return RocketMQClient(options.endpoints[0], timeout_s=options.request_timeout_ms / 1000)
 
 
 def write_partition(
@@ -196,8 +215,18 @@ def write_partition(
     If it raises, it rolls back the halves it already sent (best-effort); halves of a
     task that dies outright are rolled back by the broker's check-back.
     """
+    if not options.exactly_once:
+        targets = SinkTargets(options.endpoints, timeout_s=options.request_timeout_ms / 1000,
+                              namesrv=options.namesrv)  # fmt: skip
+        try:
+            plain = _PlainTask(options, targets)
+            for batch in batches:
+                plain.add_batch(batch, plan)
+            return plain.finish()
+        finally:
+            targets.close()
     client = _client(options)
-    task = (_HalfTask if options.exactly_once else _PlainTask)(options, client)
+    task = _HalfTask(options, client)
     try:
         for batch in batches:
             task.add_batch(batch, plan)

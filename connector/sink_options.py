@@ -6,8 +6,13 @@ error that names the option or the column (``ConfigError`` for options,
 
 Options (names are case-insensitive, as Spark passes them lower-cased)::
 
-    endpoints               required  broker HOST:PORT
-    topic                   -         default topic for rows without a topic column value
+    endpoints               -         broker HOST:PORT[,HOST:PORT]: rows are spread over
+                                      all of them (exactlyOnce takes one)
+    namesrv                 -         NameServers HOST:PORT[;HOST:PORT] (instead of
+                                      endpoints): rows are spread over the broker groups
+                                      of each topic's route (not with exactlyOnce)
+    topic                   -         the topic of every row: wins over a topic column
+                                      (as in Spark's Kafka sink)
     batchSize               1024      messages per SendMessage request (1 .. 10000)
     ignoreExtraColumns      false     drop columns the sink does not know instead of failing
     exactlyOnce             false     transactional (half) messages committed by the driver
@@ -21,6 +26,7 @@ Columns (matched case-insensitively)::
 
     body               binary | string             required, never null or empty
     topic              string                      required unless the topic option is set
+                                                   (then ignored)
     tag                string                      optional
     keys               array<string> | string      optional; a string is one key
     properties         map<string,string>          optional user properties
@@ -55,9 +61,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from broker_core.client.client import parse_endpoint
 from broker_core.errors import ConfigError, InvalidArgumentError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from connector.options import parse_endpoints, parse_namesrv
 
 DEFAULT_BATCH_SIZE: Final = 1024  # a request costs a round trip (~0.7 ms): amortise it
 MAX_BATCH_SIZE: Final = 10_000
@@ -65,8 +71,9 @@ DEFAULT_TRANSACTION_TIMEOUT_MS: Final = 900_000
 DEFAULT_REQUEST_TIMEOUT_MS: Final = 10_000
 
 # Canonical option names; Spark hands them to the data source lower-cased.
-SINK_OPTIONS: Final = ("endpoints", "topic", "batchSize", "ignoreExtraColumns", "exactlyOnce",
-                       "producerGroup", "transactionTimeoutMs", "requestTimeoutMs")  # fmt: skip
+SINK_OPTIONS: Final = ("endpoints", "namesrv", "topic", "batchSize", "ignoreExtraColumns",
+                       "exactlyOnce", "producerGroup", "transactionTimeoutMs",
+                       "requestTimeoutMs")  # fmt: skip
 # Options Spark itself adds to a write; accepted and ignored.
 SPARK_OPTIONS: Final = frozenset({"checkpointlocation", "path", "queryname"})  # set by Spark
 
@@ -78,7 +85,7 @@ COLUMNS: Final = ("body", "topic", "tag", "keys", "properties", "messageGroup",
 class SinkOptions:
     """Parsed, validated sink options (picklable; shipped to every task)."""
 
-    endpoints: str
+    endpoints: tuple[str, ...]  # empty with namesrv
     topic: str | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
     ignore_extra_columns: bool = False
@@ -86,6 +93,7 @@ class SinkOptions:
     producer_group: str | None = None
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    namesrv: str | None = None
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -110,10 +118,8 @@ def _named(name: str, raw: str) -> str:
     try:
         if name == "topic":
             validate_topic_name(raw)
-        elif name == "producerGroup":
-            validate_group_name(raw)
         else:
-            parse_endpoint(raw)
+            validate_group_name(raw)
     except RocketMQError as exc:
         raise ConfigError(f"option '{name}': {exc}") from None
     return raw
@@ -131,11 +137,14 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             raise ConfigError(f"unknown option '{key}' for the rocketmq sink; "
                               f"known options: {', '.join(SINK_OPTIONS)}")  # fmt: skip
         given[canonical[low]] = str(value)
-    if not given.get("endpoints", "").strip():
-        raise ConfigError("option 'endpoints' is required (the broker's HOST:PORT)")
+    if ("endpoints" in given) == ("namesrv" in given):
+        raise ConfigError("option 'endpoints' / 'namesrv': exactly one is required (endpoints: "
+                          "the brokers' HOST:PORT[,HOST:PORT]; namesrv: the NameServers' "
+                          "HOST:PORT[;HOST:PORT])")  # fmt: skip
     timeout_ms = given.get("transactionTimeoutMs")
     parsed = SinkOptions(
-        endpoints=_named("endpoints", given["endpoints"].strip()),
+        endpoints=parse_endpoints(given["endpoints"]) if "endpoints" in given else (),
+        namesrv=parse_namesrv(given["namesrv"]) if "namesrv" in given else None,
         topic=_named("topic", given["topic"]) if "topic" in given else None,
         batch_size=_int("batchSize", given.get("batchSize", str(DEFAULT_BATCH_SIZE)), 1,
                         MAX_BATCH_SIZE),
@@ -150,6 +159,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                                 given.get("requestTimeoutMs", str(DEFAULT_REQUEST_TIMEOUT_MS)),
                                 1, 3_600_000),
     )  # fmt: skip
+    if parsed.exactly_once and len(parsed.endpoints) != 1:
+        raise ConfigError("option 'endpoints': exactlyOnce=true writes through one broker; "
+                          f"give one endpoint (not namesrv), got "
+                          f"{', '.join(parsed.endpoints) or 'namesrv ' + str(parsed.namesrv)}")
     if not parsed.exactly_once:
         for name in ("producerGroup", "transactionTimeoutMs"):
             if name in given:

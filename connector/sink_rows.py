@@ -180,6 +180,9 @@ def batch_columns(
 ) -> tuple[list[str] | str, MessageColumns, InvalidArgumentError | None]:
     """(each row's topic or the one topic of all rows, the rows as columns, the error).
 
+    ``default_topic`` (the sink's ``topic`` option) is every row's topic when set, whatever
+    the ``topic`` column says.
+
     With a bad row (see :func:`first_bad_row`) the columns hold the rows before it and
     the error is what the caller raises once it has handled them (as a row-by-row sink
     would have sent them first).
@@ -196,13 +199,10 @@ def batch_columns(
         _epoch_ms(batch, plan),
     )
     error = None if bad is None else bad[1]
-    if plan.topic is None:
-        assert default_topic is not None  # plan_columns ensures it
+    if default_topic is not None:  # the option wins over the column, as in Spark's Kafka sink
         return default_topic, columns, error
-    topics = _array(batch, plan.topic).to_pylist()
-    if default_topic is not None:
-        topics = [topic or default_topic for topic in topics]
-    return topics, columns, error
+    assert plan.topic is not None  # plan_columns ensures a topic column or option
+    return _array(batch, plan.topic).to_pylist(), columns, error
 
 
 def columns_by_topic(

@@ -3,6 +3,7 @@
 * :class:`BrokerSet` is the driver side: broker names, topics, each queue's
   ``[min, max)`` (one ``TopicStatus`` call per broker and topic), offsets by timestamp,
   offset commits. Its clients connect lazily, so it pickles and costs nothing until used.
+  :func:`open_brokers` picks it (``endpoints``) or ``routes.RoutedBrokerSet`` (``namesrv``).
 * :class:`QueueRange` is one Spark partition: one queue, ``[start, end)``, the endpoint
   to pull from and the broker-side filter.
 * :func:`read_range` is what an executor runs for a partition: it opens its own channel,
@@ -53,8 +54,9 @@ from connector.options import OffsetSpec, ReadOptions
 log = logging.getLogger(__name__)
 
 PULL_MAX_BYTES: Final = 8 << 20  # per bulk pull: one Arrow batch of about this size
-STALL_RETRIES: Final = 20
+STALL_TIMEOUT_S: Final = 10.0  # a partition that moves no offset for this long fails
 STALL_SLEEP_S: Final = 0.05
+REQUEST_TIMEOUT_S: Final = 10.0  # one broker call (the client retries a timed-out call twice)
 
 Bounds = dict[QueueRef, tuple[int, int]]
 
@@ -105,9 +107,14 @@ def _after_illegal_offset(part: QueueRange, offset: int, exc: InvalidOffsetError
     return part.end
 
 
-def _after_stall(client: RocketMQClient, part: QueueRange, offset: int, stalls: int,
+def _after_stall(client: RocketMQClient, part: QueueRange, offset: int, stalled_s: float,
                  settings: ReadSettings) -> int:  # fmt: skip
-    """An empty pull inside ``[start, end)``: retention moved the queue, or a slow broker."""
+    """An empty pull inside ``[start, end)``: retention moved the queue, or a slow broker.
+
+    Bounded by time, not by a count of tries: ``stalled_s`` is how long the partition has
+    made no progress, and past ``STALL_TIMEOUT_S`` it fails (each call here can itself
+    take up to the client's timeout and retries).
+    """
     low = client.query_offset(part.ref.topic, part.ref.queue_id, "BEGINNING")
     high = client.query_offset(part.ref.topic, part.ref.queue_id, "END")
     if low > offset:
@@ -117,9 +124,9 @@ def _after_stall(client: RocketMQClient, part: QueueRange, offset: int, stalls: 
         data_loss(part.ref, offset, part.end, settings,
                   f"are beyond the queue's end ({high}): the queue was reset")  # fmt: skip
         return part.end
-    if stalls >= STALL_RETRIES:
-        raise RocketMQError(f"rocketmq source: {part.ref} returns nothing at offset {offset} "
-                            f"although it holds [{low}, {high})")  # fmt: skip
+    if stalled_s >= STALL_TIMEOUT_S:
+        raise RocketMQError(f"rocketmq source: {part.ref} returned nothing at offset {offset} "
+                            f"for {stalled_s:.1f} s although it holds [{low}, {high})")  # fmt: skip
     time.sleep(STALL_SLEEP_S)
     return offset
 
@@ -133,8 +140,8 @@ def read_range(part: QueueRange, settings: ReadSettings,
     decoded as columns. Messages the broker filters out are skipped but still counted
     as read.
     """
-    client = RocketMQClient(part.endpoint)
-    ref, offset, stalls = part.ref, part.start, 0
+    client = RocketMQClient(part.endpoint, timeout_s=REQUEST_TIMEOUT_S)
+    ref, offset, stalled_since = part.ref, part.start, None
     try:
         while offset < part.end:
             try:
@@ -155,10 +162,11 @@ def read_range(part: QueueRange, settings: ReadSettings,
                                                  include_properties=settings.include_properties)
                     yield rows if keep == cols.count else rows.slice(0, keep)
             if batch.next_offset > offset:
-                offset, stalls = batch.next_offset, 0
+                offset, stalled_since = batch.next_offset, None
             else:
-                stalls += 1
-                offset = _after_stall(client, part, offset, stalls, settings)
+                stalled_since = stalled_since or time.monotonic()
+                offset = _after_stall(client, part, offset, time.monotonic() - stalled_since,
+                                      settings)  # fmt: skip
     finally:
         client.close()
 
@@ -172,15 +180,27 @@ class BrokerSet:
     """
 
     def __init__(self, endpoints: Sequence[str]) -> None:
-        self._clients = {endpoint: RocketMQClient(endpoint) for endpoint in endpoints}
+        self._clients = {endpoint: RocketMQClient(endpoint, timeout_s=REQUEST_TIMEOUT_S)
+                         for endpoint in endpoints}  # fmt: skip
         self._names: dict[str, str] | None = None
 
     def names(self) -> dict[str, str]:
-        """Broker name → endpoint, for every endpoint given (asked once)."""
+        """Broker name → endpoint, for every endpoint given (asked once).
+
+        Queues are keyed by broker name, so two endpoints answering with the same name
+        would be read as one broker (and lose rows): that is a ConfigError naming both.
+        """
         if self._names is None:
             names: dict[str, str] = {}
             for endpoint, client in self._clients.items():
-                names.setdefault(str(client.health()["broker_name"]), endpoint)
+                name = str(client.health()["broker_name"])
+                if name in names:
+                    raise ConfigError(
+                        f"option 'endpoints': {names[name]} and {endpoint} are both named "
+                        f"broker {name!r}; the source keys queues by broker name, so each "
+                        f"broker needs its own (broker_name in the broker's config), or give "
+                        f"one broker only once")  # fmt: skip
+                names[name] = endpoint
             self._names = names
         return self._names
 
@@ -237,6 +257,15 @@ class BrokerSet:
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
+
+
+def open_brokers(options: ReadOptions) -> BrokerSet:
+    """The brokers of a read: the ``endpoints`` given, or the ``namesrv`` routes."""
+    if options.namesrv is None:
+        return BrokerSet(options.endpoints)
+    from connector.routes import RoutedBrokerSet  # imports this module
+
+    return RoutedBrokerSet(options.namesrv)
 
 
 def resolve(spec: OffsetSpec, bounds: Bounds, brokers: BrokerSet) -> Offsets:
@@ -388,7 +417,7 @@ class RocketMQBatchReader(DataSourceReader):
     def partitions(self) -> list[QueueRange]:
         """One :class:`QueueRange` per queue with work in ``[starting, ending)``."""
         expression, filter_type, any_tag = self._filter()
-        brokers = BrokerSet(self.options.endpoints)
+        brokers = open_brokers(self.options)
         try:
             ranges = plan_batch(self.options, brokers)
             return [replace(r, filter_expression=expression, filter_type=filter_type)

@@ -4,8 +4,10 @@ Offsets are the JSON of :mod:`connector.offsets` (``{topic: {"broker-a:0": next}
 so Spark's checkpoint holds one position per queue and a restarted query continues
 exactly there. Each trigger the driver asks every broker for each subscribed topic's
 queue bounds (one ``TopicStatus`` call per broker and topic, plus ``ListTopics`` for a
-``topicPattern``): queues added to a topic, and topics that start matching the pattern,
-join the next batch from their first offset (0).
+``topicPattern``; with ``namesrv`` also one route lookup per topic): queues added to a
+topic, broker groups that join its route, and topics that start matching the pattern,
+join the next batch from their first offset (0). A checkpointed queue that no broker
+serves any more is reported as possible data loss (``failOnDataLoss``).
 
 Admission control (Spark ≥ 4.2): :meth:`RocketMQStreamReader.getDefaultReadLimit` turns
 the ``*PerTrigger`` options into a :class:`ReadLimit`; :meth:`latestOffset` honours the
@@ -39,7 +41,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from broker_core.errors import InvalidOffsetError
+from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
 from connector.arrow import arrow_schema_of, message_size_bytes
 from connector.offsets import Offsets, QueueRef, from_json, split_budget, to_json
 from connector.options import ReadOptions
@@ -48,6 +50,7 @@ from connector.source import (
     BrokerSet,
     QueueRange,
     data_loss,
+    open_brokers,
     read_range,
     resolve,
     settings_of,
@@ -70,12 +73,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None  # set by prepareForTriggerAvailableNow
         self._latest: Offsets | None = None  # what the last latestOffset saw
         self._committed: Offsets | None = None  # what commitOffsets last stored
+        self._gone: set[QueueRef] = set()  # queues reported as no longer served
         self._last_trigger_s = time.monotonic()
 
     @property
     def brokers(self) -> BrokerSet:
         if self._brokers is None:
-            self._brokers = BrokerSet(self.options.endpoints)
+            self._brokers = open_brokers(self.options)
         return self._brokers
 
     def _discover(self) -> Bounds:
@@ -116,6 +120,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_json(start, what=CHECKPOINT)
         self._commit(begin)
         bounds = self._discover()
+        self._report_gone(begin, bounds)
         available = {ref: high for ref, (_, high) in bounds.items()}
         if self._target is not None:
             available = {ref: min(high, self._target[ref])
@@ -129,6 +134,28 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if to_json(end) != to_json(begin):
             self._last_trigger_s = time.monotonic()
         return to_json(end)
+
+    def _report_gone(self, begin: Offsets, bounds: Bounds) -> None:
+        """Queues of subscribed topics in ``begin`` that no broker serves any more: their
+        broker group left the route (or the endpoint), or the topic lost them.
+
+        Unread messages there may be lost: with failOnDataLoss an OffsetOutOfRangeError,
+        else one warning per queue. Their offsets stay in the checkpoint, so a group that
+        comes back is read on from where the query left it.
+        """
+        self._gone -= bounds.keys()  # back again: report it if it leaves once more
+        gone = sorted(ref for ref in begin if ref not in bounds and ref not in self._gone
+                      and self.options.matches_topic(ref.topic))  # fmt: skip
+        if not gone:
+            return
+        text = (f"rocketmq source: possible data loss: {', '.join(map(str, gone))} "
+                f"(checkpointed at {', '.join(str(begin[r]) for r in gone)}) no longer "
+                f"served: the broker group left the topic's route, or the queue was removed")
+        if self.settings.fail_on_data_loss:
+            raise OffsetOutOfRangeError(f"{text}. Set failOnDataLoss=false to continue "
+                                        f"without them.", min_offset=-1, max_offset=-1)
+        log.warning("%s; continuing without them (failOnDataLoss=false)", text)
+        self._gone.update(gone)
 
     def _first(self, ref: QueueRef, offset: int, bounds: tuple[int, int]) -> int:
         """Where ``ref`` really resumes: ``offset``, unless retention or a reset moved it."""

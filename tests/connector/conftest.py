@@ -5,7 +5,7 @@
   format is never registered by hand: Spark finds ``pyspark_rocketmq.DefaultSource``.
 * ``broker`` / ``client`` (module): a broker process on a loopback port and our client.
 * helpers: :func:`new_topic` (a fresh topic per test), :func:`produce`,
-  :func:`read_batch`, :func:`read_stream`, :func:`run_available_now`.
+  :func:`read_batch`, :func:`read_stream`, :func:`run_available_now`, :func:`await_query`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from broker_core.client import OutgoingMessage, RocketMQClient, SendReceipt
 from tests.server.conftest import BrokerProcess, start_broker
 
-__all__ = ["BrokerProcess", "StreamRun", "new_topic", "produce", "read_batch", "read_stream",
-           "run_available_now", "start_broker"]  # fmt: skip
+__all__ = ["BrokerProcess", "StreamRun", "await_query", "new_topic", "produce", "read_batch",
+           "read_stream", "run_available_now", "start_broker"]  # fmt: skip
 
 _NAMES = itertools.count()
 
@@ -113,7 +114,7 @@ class StreamRun:
 
 def run_available_now(stream: DataFrame, checkpoint: Path,
                       columns: Sequence[str] = ("topic", "queueId", "queueOffset", "body"),
-                      ) -> StreamRun:  # fmt: skip
+                      timeout_s: float = 120) -> StreamRun:  # fmt: skip
     """Run ``stream`` with ``trigger(availableNow=True)`` to the end; collect every batch."""
     run = StreamRun()
 
@@ -123,8 +124,20 @@ def run_available_now(stream: DataFrame, checkpoint: Path,
     query = (stream.writeStream.foreachBatch(collect)
              .option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())  # fmt: skip
-    query.awaitTermination(300)
+    await_query(query, timeout_s)
     run.progress = [dict(p) for p in query.recentProgress]
-    if query.exception() is not None:
-        raise query.exception()  # type: ignore[misc]
     return run
+
+
+def await_query(query: StreamingQuery, timeout_s: float) -> None:
+    """Wait for an available-now query to end; raise its failure.
+
+    A query still running after ``timeout_s`` is stopped (it would otherwise keep using
+    the shared session's two task slots in every later test) and the test fails, naming
+    what the query was doing.
+    """
+    if not query.awaitTermination(timeout_s):  # raises the query's failure, if it failed
+        status, last = query.status, query.lastProgress
+        query.stop()
+        raise AssertionError(f"stream did not finish within {timeout_s} s: status {status}, "
+                             f"last progress {last}")  # fmt: skip

@@ -30,6 +30,7 @@ from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient
 from connector import exactly_once as eo
 from connector.exactly_once import TaskHalves
 from connector.transactions import EndOutcome, HalfRef, end, prepare
+from tests.connector.conftest import await_query
 from tests.server.conftest import BrokerProcess, start_broker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -295,8 +296,7 @@ def test_a_task_failing_mid_batch_leaves_no_trace(spark: SparkSession, broker: B
                  .option("batchSize", "10").option("transactionTimeoutMs", str(TIMEOUT_MS))
                  .option("checkpointLocation", str(tmp_path / "cp"))
                  .trigger(availableNow=True).start())  # fmt: skip
-        query.awaitTermination(180)  # raises StreamingQueryException if the query failed
-        assert not query.isActive
+        await_query(query, 180)  # raises StreamingQueryException if the query failed
 
     previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")

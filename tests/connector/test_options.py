@@ -73,7 +73,8 @@ def test_topic_pattern_matches_whole_names() -> None:
 
 BAD_VALUES = [
     ("endpoints", "nohostport", False), ("endpoints", "", False), ("endpoints", "h:1,,h:2", False),
-    ("endpoints", "h:99999", False),
+    ("endpoints", "h:99999", False), ("namesrv", "nohostport", False),
+    ("namesrv", "h:1;;h:2", False), ("namesrv", "h:99999", False), ("namesrv", " ", False),
     ("topic", "bad topic!", False), ("topics", "a,,b", False), ("topicPattern", "([", False),
     ("startingOffsets", "sometime", False), ("startingOffsets", "{not json", False),
     ("startingOffsets", '{"orders": {"a:0": "x"}}', False),
@@ -99,6 +100,8 @@ def test_bad_value_is_an_error_naming_the_option(option: str, value: str,
     options = {**BASE, option: value}
     if option in ("topics", "topicPattern"):
         del options["topic"]
+    if option == "namesrv":
+        del options["endpoints"]
     if option == "commitOffsets":
         options["consumerGroup"] = "GID_x"
     with pytest.raises(ConfigError, match=f"option '{option}'"):

@@ -35,6 +35,7 @@ from broker_core.client import ReceivedMessage, RocketMQClient
 from broker_core.errors import ConfigError, InvalidArgumentError
 from connector.sink import rows_to_messages
 from connector.sink_options import SinkOptions, parse_sink_options, plan_columns
+from tests.connector.conftest import await_query
 from tests.server.conftest import BrokerProcess, start_broker
 
 ENDPOINT_ONLY = {"endpoints": "127.0.0.1:1"}
@@ -91,6 +92,8 @@ def write(df: DataFrame, endpoint: str, **options: str) -> None:
     ({**ENDPOINT_ONLY, "transactionTimeoutMs": "5000"}, "transactionTimeoutMs"),
     ({**ENDPOINT_ONLY, "requestTimeoutMs": "-1"}, "requestTimeoutMs"),
     ({**ENDPOINT_ONLY, "startingOffsets": "earliest"}, "startingOffsets"),
+    ({"endpoints": "127.0.0.1:1,127.0.0.1:2", "exactlyOnce": "true"}, "endpoints"),
+    ({"endpoints": "127.0.0.1:1,"}, "endpoints"),
 ])  # fmt: skip
 def test_bad_options_are_errors_naming_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=f"'{named}'"):
@@ -101,7 +104,7 @@ def test_options_are_case_insensitive_and_spark_options_are_ignored() -> None:
     opts = parse_sink_options({"ENDPOINTS": "127.0.0.1:9876", "batchsize": "7",
                                "exactlyonce": "TRUE", "producergroup": "orders-sink",
                                "checkpointLocation": "/tmp/x", "path": "p"})  # fmt: skip
-    assert opts == SinkOptions("127.0.0.1:9876", batch_size=7, exactly_once=True,
+    assert opts == SinkOptions(("127.0.0.1:9876",), batch_size=7, exactly_once=True,
                                producer_group="orders-sink")  # fmt: skip
 
 
@@ -223,14 +226,29 @@ def test_binary_bodies_and_string_keys_with_the_topic_option(
 def test_topic_column_routes_rows_to_several_topics(
     spark: SparkSession, broker: BrokerProcess, client: RocketMQClient
 ) -> None:
-    for name in ("sink-route-a", "sink-route-b", "sink-route-default"):
+    for name in ("sink-route-a", "sink-route-b"):
         client.create_topic(name, queues=2)
-    rows = [(f"r{i}", ["sink-route-a", "sink-route-b", None][i % 3]) for i in range(30)]
+    rows = [(f"r{i}", ["sink-route-a", "sink-route-b"][i % 2]) for i in range(30)]
     df = spark.createDataFrame(rows, "body string, topic string").repartition(2)
-    write(df, broker.endpoint, topic="sink-route-default", batchSize="4")
-    for topic, wanted in (("sink-route-a", 0), ("sink-route-b", 1), ("sink-route-default", 2)):
+    write(df, broker.endpoint, batchSize="4")
+    for topic, wanted in (("sink-route-a", 0), ("sink-route-b", 1)):
         got = sorted(m.body.decode() for m in read_topic(client, topic))
-        assert got == sorted(f"r{i}" for i in range(30) if i % 3 == wanted)
+        assert got == sorted(f"r{i}" for i in range(30) if i % 2 == wanted)
+
+
+def test_the_topic_option_wins_over_the_topic_column(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient
+) -> None:
+    """Issue 13 item 11: rows read from ``orders`` written with topic=copies go to copies."""
+    client.create_topic("sink-orders", queues=2)
+    client.create_topic("sink-copies", queues=2)
+    client.send_batch("sink-orders", [f"o{i}".encode() for i in range(12)])
+    source = spark.read.format("rocketmq").option("endpoints", broker.endpoint) \
+        .option("topic", "sink-orders").load().select("body", "topic")  # fmt: skip
+    write(source, broker.endpoint, topic="sink-copies")
+    assert sorted(m.body for m in read_topic(client, "sink-copies")) == sorted(
+        f"o{i}".encode() for i in range(12))
+    assert len(read_topic(client, "sink-orders")) == 12
 
 
 def test_message_group_goes_to_one_queue_in_order(
@@ -319,8 +337,7 @@ def test_streaming_write_at_least_once(spark: SparkSession, broker: BrokerProces
     query = source.writeStream.format("rocketmq").option("endpoints", broker.endpoint) \
         .option("topic", "sink-stream").option("checkpointLocation", str(tmp_path / "cp")) \
         .trigger(availableNow=True).start()  # fmt: skip
-    query.awaitTermination(120)
-    assert query.exception() is None
+    await_query(query, 120)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sorted(sizes) == [10, 11, 12]  # one file per micro-batch
     got = sorted((m.body.decode(), m.tag) for m in read_topic(client, "sink-stream"))

@@ -94,25 +94,30 @@ def test_columns_encode_to_the_messages_the_rows_become() -> None:
     assert messages[0].delivery_timestamp_ms == int(due.timestamp() * 1000)
 
 
-def test_rows_go_to_their_topic_in_row_order_and_blank_topics_to_the_default() -> None:
+def test_rows_go_to_their_topic_in_row_order() -> None:
     batch = pa.RecordBatch.from_pydict(
         {
-            "body": [b"0", b"1", b"2", b"3", b"4"],
-            "topic": ["a", "b", None, "a", ""],
-            "keys": ["k0", None, "k2", "k3", "k4"],
+            "body": [b"0", b"1", b"2", b"3"],
+            "topic": ["a", "b", "b", "a"],
+            "keys": ["k0", None, "k2", "k3"],
         }
     )
-    plan = plan_for(
-        batch, {"body": BinaryType(), "topic": StringType(), "keys": StringType()}, DEFAULT_T
+    plan = plan_for(batch, {"body": BinaryType(), "topic": StringType(), "keys": StringType()})
+    by_topic, error = columns_by_topic(batch, plan, None)
+    assert error is None
+    assert {t: c.bodies for t, c in by_topic.items()} == {"a": [b"0", b"3"], "b": [b"1", b"2"]}
+    assert by_topic["a"].keys == [("k0",), ("k3",)] and by_topic["b"].keys == [None, ("k2",)]
+
+
+def test_the_topic_option_wins_over_the_topic_column() -> None:
+    batch = pa.RecordBatch.from_pydict(
+        {"body": [b"0", b"1", b"2"], "topic": ["a", None, ""]}
     )
+    plan = plan_for(batch, {"body": BinaryType(), "topic": StringType()}, DEFAULT_T)
     by_topic, error = columns_by_topic(batch, plan, "t")
     assert error is None
-    assert {t: c.bodies for t, c in by_topic.items()} == {
-        "a": [b"0", b"3"],
-        "b": [b"1"],
-        "t": [b"2", b"4"],
-    }
-    assert by_topic["a"].keys == [("k0",), ("k3",)] and by_topic["b"].keys == [None]
+    assert {t: c.bodies for t, c in by_topic.items()} == {"t": [b"0", b"1", b"2"]}
+    assert [topic for topic, _ in rows_to_messages(batch, plan, "t")] == ["t", "t", "t"]
 
 
 @pytest.mark.parametrize(

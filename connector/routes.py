@@ -1,0 +1,126 @@
+"""The ``namesrv`` mode of the source: brokers found through the NameServers' routes.
+
+:class:`RoutedBrokerSet` is a :class:`~connector.source.BrokerSet` whose brokers come
+from each subscribed topic's route (``NameServerClient.get_route``) instead of a list of
+endpoints:
+
+* a queue is (topic, broker group, queue id), exactly the key the checkpoint already
+  uses (``{"orders": {"broker-a:0": 12}}``), and is read from the master of the group
+  (``BrokerData.grpc_addrs[0]``); only groups whose route entry is readable (perm 4)
+  with a live master count;
+* a group's queues are its route entry's ``read_queue_nums`` first queues, bounded by
+  asking that broker (``TopicStatus``);
+* every call re-reads the routes (one NameServer request per topic per trigger), so a
+  group that joins a topic is seen by the next trigger and one that leaves disappears
+  from the bounds (the stream reader reports its queues, see ``failOnDataLoss``).
+
+The NameServer connection is opened on first use and never pickled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from broker_core.client import RocketMQClient
+from broker_core.cluster.routes import BrokerQueues, brokers_of
+from broker_core.errors import ConfigError, TopicNotFoundError
+from broker_core.namesrv.client import NameServerClient
+from connector.offsets import QueueRef
+from connector.options import ReadOptions
+from connector.source import REQUEST_TIMEOUT_S, Bounds, BrokerSet
+
+PERM_READ: Final = 4  # RocketMQ's PermName.PERM_READ
+NAMESRV_TIMEOUT_S: Final = 5.0
+
+
+class RoutedBrokerSet(BrokerSet):
+    """The brokers of the subscribed topics' routes, seen from the driver."""
+
+    def __init__(self, namesrv: str) -> None:
+        super().__init__(())
+        self.namesrv = namesrv
+        self._ns: NameServerClient | None = None
+        self._routed: dict[str, list[BrokerQueues]] = {}  # topic -> its readable groups
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_ns"] = None
+        return state
+
+    @property
+    def ns(self) -> NameServerClient:
+        if self._ns is None:
+            self._ns = NameServerClient(self.namesrv, timeout_s=NAMESRV_TIMEOUT_S)
+        return self._ns
+
+    def route(self, topic: str) -> list[BrokerQueues]:
+        """The readable broker groups of ``topic`` (empty when no group has it)."""
+        try:
+            groups = brokers_of(self.ns.get_route(topic))
+        except TopicNotFoundError:
+            groups = []
+        self._routed[topic] = [g for g in groups if g.perm & PERM_READ]
+        self._names = None
+        return self._routed[topic]
+
+    def names(self) -> dict[str, str]:
+        """Broker group name -> master gRPC address, over the routes read so far (the
+        routes are read again when this is asked after a miss)."""
+        if self._names is None:
+            self._names = {g.broker_name: g.grpc_addr
+                           for groups in self._routed.values() for g in groups}  # fmt: skip
+        return self._names
+
+    def endpoint_of(self, broker: str) -> str:
+        """The master gRPC address of ``broker``; ConfigError when no route names it."""
+        if broker not in self.names():
+            for topic in list(self._routed):
+                self.route(topic)
+        if broker not in self.names():
+            raise ConfigError(f"option 'namesrv': broker group {broker!r} is in no route of "
+                              f"the subscribed topics {sorted(self._routed)} (known: "
+                              f"{sorted(self.names())})")  # fmt: skip
+        return self.names()[broker]
+
+    def client_of(self, broker: str) -> RocketMQClient:
+        return self._client_at(self.endpoint_of(broker))
+
+    def _client_at(self, addr: str) -> RocketMQClient:
+        if addr not in self._clients:
+            self._clients[addr] = RocketMQClient(addr, timeout_s=REQUEST_TIMEOUT_S)
+        return self._clients[addr]
+
+    def topics(self, options: ReadOptions) -> list[str]:
+        """The names given, or every topic the NameServers list that the pattern matches."""
+        if options.topics is not None:
+            return list(options.topics)
+        return sorted(t for t in self.ns.get_all_topics() if options.matches_topic(t))
+
+    def bounds(self, topics: Sequence[str], *, explicit: bool) -> Bounds:
+        """``[min, max)`` of every read queue of ``topics`` in every group of its route.
+
+        With ``explicit`` (topics named by the user), a topic no route has is an error.
+        """
+        found: Bounds = {}
+        for topic in topics:
+            for group in self.route(topic):
+                try:
+                    rows = self._client_at(group.grpc_addr).topic_status(topic)
+                except TopicNotFoundError:
+                    continue  # deleted since the route was read
+                for row in rows:
+                    if int(row["queue_id"]) < group.read_queue_nums:
+                        ref = QueueRef(topic, group.broker_name, int(row["queue_id"]))
+                        found[ref] = (int(row["min_offset"]), int(row["max_offset"]))
+        missing = sorted(set(topics) - {ref.topic for ref in found}) if explicit else []
+        if missing:
+            raise TopicNotFoundError(f"option 'topic'/'topics': {missing} has no readable "
+                                     f"route at the NameServers {self.namesrv}")  # fmt: skip
+        return found
+
+    def close(self) -> None:
+        super().close()
+        if self._ns is not None:
+            self._ns.close()
+            self._ns = None
