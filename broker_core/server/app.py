@@ -28,6 +28,8 @@ from broker_core.config import load_config
 from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
 from broker_core.server.context import ServerContext
+from broker_core.server.gate import Gate
+from broker_core.server.health import HealthReporter
 from broker_core.server.raw_pull import bulk_handler
 from broker_core.server.service import MessagingService
 
@@ -40,15 +42,19 @@ class BrokerServer:
     """gRPC front end plus the broker it serves."""
 
     def __init__(self, broker: Broker, listen: str, *, advertise: str | None = None,
-                 max_workers: int = 128) -> None:  # fmt: skip
+                 max_workers: int = 128,
+                 credentials: grpc.ServerCredentials | None = None) -> None:  # fmt: skip
         self.broker = broker
+        self.gate = Gate()  # refuses calls until the broker is up; auth and metrics hook here
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.so_reuseport", 0)],
+            interceptors=[self.gate],
         )  # fmt: skip
-        self.port = self._server.add_insecure_port(listen)
+        self.port = (self._server.add_secure_port(listen, credentials) if credentials
+                     else self._server.add_insecure_port(listen))  # fmt: skip
         if self.port == 0:
             raise OSError(f"cannot listen on {listen}")
         host = listen.rpartition(":")[0] or "127.0.0.1"
@@ -58,14 +64,24 @@ class BrokerServer:
             MessagingService(self.ctx), self._server
         )
         sessions.install_transaction_checker(self.ctx)
+        self.health = HealthReporter(broker)
+        self.health.add_to(self._server)
 
     def add_generic_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         """Register more services (the admin service) before ``start``."""
         self._server.add_generic_rpc_handlers(tuple(handlers))
 
     def start(self) -> None:
-        self.broker.start()
+        """Listen first (health answers NOT_SERVING, other calls UNAVAILABLE), then recover
+        the store and start the broker, then open the gate and report SERVING."""
         self._server.start()
+        try:
+            self.broker.start()
+        except BaseException:
+            self._server.stop(0)
+            raise
+        self.gate.open()
+        self.health.start()
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Refuse new calls, let running ones finish for ``grace_s``, then close the broker.
@@ -73,6 +89,7 @@ class BrokerServer:
         Telemetry streams stay open as long as clients live, so they are closed right
         away instead of holding shutdown for the whole grace period.
         """
+        self.health.shutdown()
         done = self._server.stop(grace_s)
         sessions.close_all(self.ctx)
         if not done.wait(grace_s + 5):  # the store must close even if a call never ends
