@@ -88,13 +88,15 @@ def broker() -> None:
 @click.option("--flush", type=click.Choice(["sync", "async"]), default=None)
 @click.option("--config", "config_file", default=None, help="TOML file with [broker], [store]")
 @click.option("--advertise", default=None, help="endpoint clients are given in routes")
+@click.option("--metrics-listen", default=None, help="Prometheus /metrics on HOST:PORT")
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
-                 advertise: str | None) -> None:  # fmt: skip
+                 advertise: str | None, metrics_listen: str | None) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
     argv = ["--listen", listen, "--store-dir", store_dir]
-    options = {"--flush": flush, "--config": config_file, "--advertise": advertise}
+    options = {"--flush": flush, "--config": config_file, "--advertise": advertise,
+               "--metrics-listen": metrics_listen}
     argv += [text for flag, value in options.items() if value for text in (flag, value)]
     try:
         code = run(argv)

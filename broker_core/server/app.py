@@ -16,7 +16,7 @@ import resource
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,6 +25,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker_core.broker.broker import Broker
 from broker_core.config import load_config
+from broker_core.metrics.install import install_metrics
 from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
 from broker_core.server.context import ServerContext
@@ -66,6 +67,8 @@ class BrokerServer:
         sessions.install_transaction_checker(self.ctx)
         self.health = HealthReporter(broker)
         self.health.add_to(self._server)
+        self.on_stop: list[Callable[[], None]] = []  # e.g. the metrics HTTP server's shutdown
+        self.metrics_endpoint: str | None = None
 
     def add_generic_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         """Register more services (the admin service) before ``start``."""
@@ -96,6 +99,8 @@ class BrokerServer:
             log.warning("gRPC server did not stop within %.0f s; closing the store anyway",
                         grace_s + 5)  # fmt: skip
         self.broker.stop()
+        for hook in self.on_stop:
+            hook()
 
 
 def _raise_open_files_limit() -> None:
@@ -116,6 +121,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--store-dir", default=".rocketmq/store")
     p.add_argument("--flush", choices=("sync", "async"), default=None)
     p.add_argument("--config", default=None, help="TOML file with [broker] and [store]")
+    p.add_argument("--metrics-listen", default=None,
+                   help="serve Prometheus metrics on HOST:PORT/metrics (off by default)")
     return p.parse_args(argv)
 
 
@@ -130,6 +137,8 @@ def build(args: argparse.Namespace) -> BrokerServer:
     server = BrokerServer(Broker(broker_config, store_config), args.listen,
                           advertise=args.advertise)  # fmt: skip
     server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
+    if args.metrics_listen:
+        install_metrics(server, args.metrics_listen)
     return server
 
 
@@ -161,6 +170,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     recovery = server.broker.recovery
     if recovery is not None:
         log.info("store opened: %s", recovery.summary())
+    if server.metrics_endpoint:
+        print(f"METRICS http://{server.metrics_endpoint}/metrics", flush=True)
     print(f"READY {server.endpoint}", flush=True)
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
     # thread runs, so wait in slices instead of blocking until an event nobody sets.

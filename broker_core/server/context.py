@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass, field
 
 from broker_core.broker.broker import Broker
+from broker_core.metrics.recorder import Recorder
 
 
 @dataclass
@@ -18,6 +19,8 @@ class ServerContext:
     # Telemetry sessions by client id (see handlers/telemetry.py); guarded by ``lock``.
     sessions: dict[str, object] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Hot-path counters when metrics are on (``--metrics-listen``), else None.
+    metrics: Recorder | None = None
 
     @property
     def host(self) -> str:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,9 @@ def to_toml(config: dict[str, dict[str, Any]]) -> str:
 
 def launch_broker(workdir: Path, *, flush: str = "async",
                   config: dict[str, dict[str, Any]] | None = None,
-                  listen: str = "127.0.0.1:0") -> BrokerProcess:  # fmt: skip
+                  listen: str = "127.0.0.1:0",
+                  extra_args: Sequence[str] = (),
+                  env: dict[str, str] | None = None) -> BrokerProcess:  # fmt: skip
     """Start a broker whose store is ``workdir/store``; returns once it accepts calls."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "broker.toml"
@@ -59,9 +62,10 @@ def launch_broker(workdir: Path, *, flush: str = "async",
     store_dir = workdir / "store"
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker_core.server", "--listen", listen,
-         "--store-dir", str(store_dir), "--flush", flush, "--config", str(config_path)],
+         "--store-dir", str(store_dir), "--flush", flush, "--config", str(config_path),
+         *extra_args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     output: list[str] = []
     assert proc.stdout is not None

@@ -154,6 +154,9 @@ def _stream(ctx: ServerContext, group: str, popped: list[PoppedMessage],
             sent += 1
         yield Response(delivery_timestamp=now_timestamp())
     finally:
+        if ctx.metrics is not None and sent:
+            ctx.metrics.messages_out(popped[0].topic, group, sent,
+                                     sum(len(p.message.body) for p in popped[:sent]))
         if sent < len(popped):
             _nack(ctx, group, popped[sent:])
 
