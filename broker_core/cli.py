@@ -89,12 +89,18 @@ def broker() -> None:
 @click.option("--config", "config_file", default=None, help="TOML file with [broker], [store]")
 @click.option("--advertise", default=None, help="endpoint clients are given in routes")
 @click.option("--metrics-listen", default=None, help="Prometheus /metrics on HOST:PORT")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-format", default="text", show_default=True,
+              type=click.Choice(["text", "json"]))
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
-                 advertise: str | None, metrics_listen: str | None) -> None:  # fmt: skip
+                 advertise: str | None, metrics_listen: str | None, log_level: str,
+                 log_format: str) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
-    argv = ["--listen", listen, "--store-dir", store_dir]
+    argv = ["--listen", listen, "--store-dir", store_dir, "--log-level", log_level,
+            "--log-format", log_format]
     options = {"--flush": flush, "--config": config_file, "--advertise": advertise,
                "--metrics-listen": metrics_listen}
     argv += [text for flag, value in options.items() if value for text in (flag, value)]

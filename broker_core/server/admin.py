@@ -49,6 +49,7 @@ from typing import Any, Final
 
 import grpc
 
+from broker_core.auth import audit
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.retry import RetryPolicy, backoff_from_dict, parse_backoff
 from broker_core.broker.system_topics import is_system_topic
@@ -324,6 +325,10 @@ METHODS: Final[dict[str, tuple[Method, frozenset[str]]]] = {
 }  # fmt: skip
 
 
+# Methods that change the broker's state: each call leaves an audit line.
+CHANGES: Final = frozenset({"CreateTopic", "DeleteTopic", "CreateGroup", "ResetOffset"})
+
+
 def parse_request(method: str, raw: bytes) -> Mapping[str, Any]:
     """Decode a request body: empty means ``{}``; anything but a JSON object is refused."""
     if not raw.strip():
@@ -337,18 +342,26 @@ def parse_request(method: str, raw: bytes) -> Mapping[str, Any]:
     return data
 
 
-def call(ctx: ServerContext, method: str, raw: bytes) -> Json:
-    """Run one admin method on raw request bytes; never raises (errors become statuses)."""
+def call(ctx: ServerContext, method: str, raw: bytes, peer: str = "") -> Json:
+    """Run one admin method on raw request bytes; never raises (errors become statuses).
+    Changes (``audit.CHANGES``) leave an audit line whatever their outcome."""
     function, allowed = METHODS[method]
+    data: Mapping[str, Any] = {}
     try:
-        result = function(ctx, Args(method, parse_request(method, raw), allowed))
+        data = parse_request(method, raw)
+        result = function(ctx, Args(method, data, allowed))
     except Exception as exc:
         if isinstance(exc, RocketMQError):
             log.info("admin %s refused: %s", method, exc)
         else:
             log.exception("admin %s failed", method)
         status = status_of(exc)
+        if method in CHANGES:
+            audit.record(method, data, f"refused {int(status.code)}: {status.message}",
+                         peer=peer)
         return {"status": {"code": int(status.code), "message": status.message}, "result": None}
+    if method in CHANGES:
+        audit.record(method, data, "ok", peer=peer)
     done = ok()
     return {"status": {"code": int(done.code), "message": done.message}, "result": result}
 
@@ -363,7 +376,7 @@ def _bytes(raw: bytes) -> bytes:
 
 def _unary(ctx: ServerContext, method: str) -> grpc.RpcMethodHandler:
     def handle(request: bytes, context: grpc.ServicerContext) -> Json:
-        return call(ctx, method, request)
+        return call(ctx, method, request, context.peer())
 
     return grpc.unary_unary_rpc_method_handler(
         handle, request_deserializer=_bytes, response_serializer=_encode

@@ -25,6 +25,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker_core.broker.broker import Broker
 from broker_core.config import load_config
+from broker_core.metrics import logs
 from broker_core.metrics.install import install_metrics
 from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
@@ -123,6 +124,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--config", default=None, help="TOML file with [broker] and [store]")
     p.add_argument("--metrics-listen", default=None,
                    help="serve Prometheus metrics on HOST:PORT/metrics (off by default)")
+    p.add_argument("--log-level", default="INFO", choices=logs.LEVELS, type=str.upper)
+    p.add_argument("--log-format", default="text", choices=logs.FORMATS)
     return p.parse_args(argv)
 
 
@@ -158,9 +161,9 @@ def _tune_garbage_collector() -> None:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Start a broker and block until SIGTERM/SIGINT; returns the exit code."""
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    server = build(parse_args(argv))
+    args = parse_args(argv)
+    logs.configure(args.log_level, args.log_format)
+    server = build(args)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
