@@ -27,6 +27,7 @@ from rich.table import Table
 
 from broker_core.broker.retry import parse_duration_ms
 from broker_core.client import OutgoingMessage, RocketMQClient
+from broker_core.client.env import client_settings
 from broker_core.errors import RocketMQError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,7 +54,9 @@ def endpoints_option(command: F) -> F:
 
 
 def _client(endpoints: str) -> RocketMQClient:
-    return RocketMQClient(endpoints, timeout_s=10.0, max_attempts=2)
+    """A client of ``endpoints``, signing with $RMQ_ACCESS_KEY/$RMQ_SECRET_KEY and using
+    TLS per $RMQ_TLS/$RMQ_CA_FILE (``broker_core/client/env.py``)."""
+    return RocketMQClient(endpoints, timeout_s=10.0, max_attempts=2, **client_settings())
 
 
 def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -408,3 +411,7 @@ def offset_reset(group_name: str, topic_name: str, target: str, endpoints: str) 
 def main(argv: Sequence[str] | None = None) -> None:
     """The ``rmq`` console script."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="rmq")
+
+
+# rmq user / rmq acl live in their own module; importing it registers them on ``cli``.
+import broker_core.cli_auth  # noqa: E402, F401

@@ -160,9 +160,10 @@ def load_config(
                 doc = tomllib.load(fh)
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from exc
-    unknown = sorted(set(doc) - {"broker", "store"})
+    unknown = sorted(set(doc) - {"broker", "store", "auth", "tls"})  # auth, tls: auth/config.py
     if unknown:
-        raise ConfigError(f"unknown config table(s): {', '.join(unknown)} (use [broker], [store])")
+        raise ConfigError(f"unknown config table(s): {', '.join(unknown)} "
+                          "(use [broker], [store], [auth], [tls])")
     store_values = dict(doc.get("store", {}))
     store_values.update(store_overrides)
     return (from_mapping(BrokerConfig, dict(doc.get("broker", {})), section="broker"),

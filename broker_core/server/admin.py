@@ -326,7 +326,14 @@ METHODS: Final[dict[str, tuple[Method, frozenset[str]]]] = {
 
 
 # Methods that change the broker's state: each call leaves an audit line.
-CHANGES: Final = frozenset({"CreateTopic", "DeleteTopic", "CreateGroup", "ResetOffset"})
+CHANGES: Final = {"CreateTopic", "DeleteTopic", "CreateGroup", "ResetOffset"}
+
+
+def register(name: str, method: Method, fields: frozenset[str], *, change: bool) -> None:
+    """Add a method (before ``admin_handler`` is called); ``change``: audit its calls."""
+    METHODS[name] = (method, fields)
+    if change:
+        CHANGES.add(name)
 
 
 def parse_request(method: str, raw: bytes) -> Mapping[str, Any]:

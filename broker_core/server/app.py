@@ -23,6 +23,9 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from broker_core.auth.config import load_security
+from broker_core.auth.install import install_auth
+from broker_core.auth.tls import server_credentials
 from broker_core.broker.broker import Broker
 from broker_core.config import load_config
 from broker_core.metrics import logs
@@ -137,8 +140,11 @@ def build(args: argparse.Namespace) -> BrokerServer:
     if port.isdigit() and int(port) > 0:  # stored messages record where they were stored
         overrides.update(store_host=host or "127.0.0.1", store_port=int(port))
     broker_config, store_config = load_config(args.config, **overrides)
+    auth_config, tls = load_security(args.config)
     server = BrokerServer(Broker(broker_config, store_config), args.listen,
-                          advertise=args.advertise)  # fmt: skip
+                          advertise=args.advertise,
+                          credentials=server_credentials(tls) if tls else None)  # fmt: skip
+    install_auth(server, auth_config)  # before the admin handler: adds the user/ACL verbs
     server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
     if args.metrics_listen:
         install_metrics(server, args.metrics_listen)

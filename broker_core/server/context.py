@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from broker_core.auth.store import AuthStore
 from broker_core.broker.broker import Broker
 from broker_core.metrics.recorder import Recorder
 
@@ -21,6 +22,8 @@ class ServerContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Hot-path counters when metrics are on (``--metrics-listen``), else None.
     metrics: Recorder | None = None
+    # Users and ACLs (admin verbs manage them; checked by server/guard.py when auth is on).
+    auth: AuthStore | None = None
 
     @property
     def host(self) -> str:

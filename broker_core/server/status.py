@@ -37,6 +37,7 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (e.GroupNotFoundError, Code.CONSUMER_GROUP_NOT_FOUND),
     (e.MessageNotFoundError, Code.MESSAGE_NOT_FOUND),
     (e.NotFoundError, Code.NOT_FOUND),
+    (e.UnauthorizedError, Code.UNAUTHORIZED),
     (e.PermissionDeniedError, Code.FORBIDDEN),
     (e.OffsetOutOfRangeError, Code.ILLEGAL_OFFSET),
     (e.StaleReceiptHandleError, Code.INVALID_RECEIPT_HANDLE),
