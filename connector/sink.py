@@ -185,7 +185,8 @@ def _task_context() -> tuple[int, int, str, int]:
 
 
 def _client(options: SinkOptions) -> RocketMQClient:
-    return RocketMQClient(options.endpoints, timeout_s=options.request_timeout_ms / 1000)
+    return RocketMQClient(options.endpoints, timeout_s=options.request_timeout_ms / 1000,
+                          **options.access.client_kwargs())
 
 
 def write_partition(

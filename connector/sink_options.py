@@ -58,6 +58,8 @@ from pyspark.sql.types import (
 from broker_core.client.client import parse_endpoint
 from broker_core.errors import ConfigError, InvalidArgumentError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from connector import credentials
+from connector.credentials import NO_ACCESS, Access
 
 DEFAULT_BATCH_SIZE: Final = 1024  # a request costs a round trip (~0.7 ms): amortise it
 MAX_BATCH_SIZE: Final = 10_000
@@ -66,7 +68,8 @@ DEFAULT_REQUEST_TIMEOUT_MS: Final = 10_000
 
 # Canonical option names; Spark hands them to the data source lower-cased.
 SINK_OPTIONS: Final = ("endpoints", "topic", "batchSize", "ignoreExtraColumns", "exactlyOnce",
-                       "producerGroup", "transactionTimeoutMs", "requestTimeoutMs")  # fmt: skip
+                       "producerGroup", "transactionTimeoutMs", "requestTimeoutMs",
+                       *credentials.OPTIONS)  # fmt: skip
 # Options Spark itself adds to a write; accepted and ignored.
 SPARK_OPTIONS: Final = frozenset({"checkpointlocation", "path", "queryname"})  # set by Spark
 
@@ -86,6 +89,7 @@ class SinkOptions:
     producer_group: str | None = None
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    access: Access = NO_ACCESS  # accessKey/secretKey/tls/caFile (connector/credentials.py)
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -149,6 +153,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         request_timeout_ms=_int("requestTimeoutMs",
                                 given.get("requestTimeoutMs", str(DEFAULT_REQUEST_TIMEOUT_MS)),
                                 1, 3_600_000),
+        access=credentials.parse_access(given),
     )  # fmt: skip
     if not parsed.exactly_once:
         for name in ("producerGroup", "transactionTimeoutMs"):

@@ -47,6 +47,7 @@ from broker_core.errors import (
     TopicNotFoundError,
 )
 from connector.arrow import arrow_schema_of, units_to_record_batch
+from connector.credentials import NO_ACCESS, Access
 from connector.offsets import EARLIEST, LATEST, Offsets, QueueRef
 from connector.options import OffsetSpec, ReadOptions
 
@@ -78,6 +79,7 @@ class QueueRange(InputPartition):
     end: int
     filter_expression: str | None = None
     filter_type: str = "TAG"
+    access: Access = NO_ACCESS  # credentials and TLS (connector/credentials.py)
 
 
 def data_loss(ref: QueueRef, lost_from: int, lost_to: int, settings: ReadSettings,
@@ -133,7 +135,7 @@ def read_range(part: QueueRange, settings: ReadSettings,
     decoded as columns. Messages the broker filters out are skipped but still counted
     as read.
     """
-    client = RocketMQClient(part.endpoint)
+    client = RocketMQClient(part.endpoint, **part.access.client_kwargs())
     ref, offset, stalls = part.ref, part.start, 0
     try:
         while offset < part.end:
@@ -171,8 +173,10 @@ class BrokerSet:
     endpoint the user gave for it, not the one it advertises.
     """
 
-    def __init__(self, endpoints: Sequence[str]) -> None:
-        self._clients = {endpoint: RocketMQClient(endpoint) for endpoint in endpoints}
+    def __init__(self, endpoints: Sequence[str], access: Access = NO_ACCESS) -> None:
+        self.access = access
+        self._clients = {endpoint: RocketMQClient(endpoint, **access.client_kwargs())
+                         for endpoint in endpoints}  # fmt: skip
         self._names: dict[str, str] | None = None
 
     def names(self) -> dict[str, str]:
@@ -388,7 +392,7 @@ class RocketMQBatchReader(DataSourceReader):
     def partitions(self) -> list[QueueRange]:
         """One :class:`QueueRange` per queue with work in ``[starting, ending)``."""
         expression, filter_type, any_tag = self._filter()
-        brokers = BrokerSet(self.options.endpoints)
+        brokers = BrokerSet(self.options.endpoints, self.options.access)
         try:
             ranges = plan_batch(self.options, brokers)
             return [replace(r, filter_expression=expression, filter_type=filter_type)
@@ -432,5 +436,6 @@ def plan_batch(options: ReadOptions, brokers: BrokerSet) -> list[QueueRange]:
             data_loss(ref, first, min(low, last), settings, "were removed by retention")
             first = min(low, last)
         if first < last:
-            ranges.append(QueueRange(brokers.endpoint_of(ref.broker), ref, first, last))
+            ranges.append(QueueRange(brokers.endpoint_of(ref.broker), ref, first, last,
+                                     access=brokers.access))
     return ranges
