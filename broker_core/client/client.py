@@ -89,15 +89,17 @@ class RocketMQClient(AuthAdminCalls):
                  max_attempts: int = 3, retry_backoff_s: float = 0.1,
                  namespace: str = "", access_key: str | None = None,
                  secret_key: str | None = None, tls: bool = False,
-                 ca_file: str | None = None) -> None:  # fmt: skip
+                 ca_file: str | None = None, cert_file: str | None = None,
+                 key_file: str | None = None) -> None:  # fmt: skip
         if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0:
             raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0")
         if bool(access_key) != bool(secret_key):
             raise InvalidArgumentError("give both access_key and secret_key, or neither")
         self.access_key = access_key or None
         self._secret_key = secret_key or None  # signs requests; never shown (see __repr__)
-        self.tls = tls or ca_file is not None
+        self.tls = tls or ca_file is not None or cert_file is not None
         self.ca_file = ca_file
+        self.cert_file, self.key_file = cert_file, key_file  # a client certificate (mTLS)
         self.endpoint = parse_endpoint(endpoints)
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
@@ -130,7 +132,8 @@ class RocketMQClient(AuthAdminCalls):
                 options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
                 self._channel = (
-                    grpc.secure_channel(self.endpoint, channel_credentials(self.ca_file), options)
+                    grpc.secure_channel(self.endpoint, channel_credentials(
+                        self.ca_file, self.cert_file, self.key_file), options)
                     if self.tls else grpc.insecure_channel(self.endpoint, options))  # fmt: skip
                 self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
                 self._raw_methods = {}
