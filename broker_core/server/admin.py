@@ -34,6 +34,9 @@ QueryMessage    id, topic? | key, topic, max_results? ; text_bodies? → message
 ResetOffset     group, topic, to ("earliest" | "latest" | timestamp ms) → per queue offsets
 ==============  ==========================================================================
 
+User and ACL methods (CreateUser, DeleteUser, ListUsers, CreateAcl, DeleteAcl, ListAcls)
+are registered by ``admin_auth.py``. Changes (``CHANGES``) leave an audit line.
+
 Threads: handlers run on the gRPC thread pool; everything they call on ``Broker`` is
 thread-safe.
 """
