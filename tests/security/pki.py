@@ -68,3 +68,11 @@ def make_pki(directory: Path) -> Pki:
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, key_path)
     return pki
+
+
+def tls_toml(pki: Pki, *, client_ca: bool = False) -> str:
+    """A ``[tls]`` table serving ``pki``'s server certificate (verifying clients: optional)."""
+    text = f'\n[tls]\ncert_file = "{pki.server_cert}"\nkey_file = "{pki.server_key}"\n'
+    if client_ca:
+        text += f'client_ca_file = "{pki.ca}"\nrequire_client_cert = true\n'
+    return text

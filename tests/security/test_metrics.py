@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,3 +92,44 @@ def test_grafana_dashboard_queries_name_exported_metrics(metered: BrokerProcess)
     for name in ("rocketmq_messages_in_total", "rocketmq_consumer_lag_messages",
                  "rocketmq_rpc_latency_bucket", "rocketmq_storage_size"):
         assert any(name in q for q in queries), name
+
+
+def test_official_simple_consumer_deliveries_are_counted(metered: BrokerProcess) -> None:
+    from rocketmq import (
+        ClientConfiguration,
+        Credentials,
+        FilterExpression,
+        Producer,
+        SimpleConsumer,
+    )
+
+    from tests.server.test_pull_and_offsets import client_message
+
+    with RocketMQClient(metered.endpoint) as client:
+        client.create_topic("m-pop", queues=1)
+        client.create_group("GID_pop")
+    config = ClientConfiguration(metered.endpoint, Credentials(), request_timeout=5)
+    producer = Producer(config, ("m-pop",))
+    producer.startup()
+    try:
+        for i in range(3):
+            producer.send(client_message("m-pop", f"pop-{i}".encode()))
+    finally:
+        producer.shutdown()
+    consumer = SimpleConsumer(config, "GID_pop", {"m-pop": FilterExpression()}, await_duration=2)
+    consumer.startup()
+    try:
+        got: list = []
+        deadline = time.monotonic() + 15
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += consumer.receive(16, 30)
+        assert len(got) == 3
+    finally:
+        consumer.shutdown()
+    samples = scrape(metrics_url(metered))
+    assert value(samples, "rocketmq_messages_in_total", topic="m-pop") == 3
+    assert value(samples, "rocketmq_messages_out_total", topic="m-pop",
+                 consumer_group="GID_pop") == 3
+    assert value(samples, "rocketmq_throughput_out_total", topic="m-pop",
+                 consumer_group="GID_pop") == 3 * len(b"pop-0")
+    assert value(samples, "rocketmq_rpc_latency_count", method="ReceiveMessage") >= 1

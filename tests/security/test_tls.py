@@ -20,17 +20,10 @@ from broker_core.client import RocketMQClient
 from broker_core.client.errors import BrokerUnavailableError
 from broker_core.errors import ConfigError
 from tests.security.conftest import ADMIN_KEY, ADMIN_SECRET, AUTH_TOML, start_with
-from tests.security.pki import Pki, make_pki
+from tests.security.pki import Pki, make_pki, tls_toml
 from tests.server.conftest import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def tls_toml(pki: Pki, *, client_ca: bool = False) -> str:
-    text = f'\n[tls]\ncert_file = "{pki.server_cert}"\nkey_file = "{pki.server_key}"\n'
-    if client_ca:
-        text += f'client_ca_file = "{pki.ca}"\nrequire_client_cert = true\n'
-    return text
 
 
 @pytest.fixture(scope="module")
