@@ -9,8 +9,9 @@ rocketmq_throughput_in_total       counter  topic          body bytes stored
 rocketmq_throughput_out_total      counter  topic, group   body bytes delivered
 rocketmq_rpc_latency               histogram (ms) method   gRPC call latency
 rocketmq_consumer_lag_messages     gauge    topic, group   broker max offset − committed
-rocketmq_consumer_ready_messages   gauge    topic, group   not yet delivered (lag minus
-                                                           in-flight POP deliveries)
+                                                           (POP only: − lowest unacked)
+rocketmq_consumer_ready_messages   gauge    topic, group   never delivered (POP: above the
+                                                           scan frontier; pulls: the lag)
 rocketmq_consumer_inflight_messages gauge   topic, group   delivered, not yet acked
 rocketmq_storage_size              gauge    (bytes)        files under the store directory
 rocketmq_storage_flush_latency     gauge    (ms)           the last commitlog flush
@@ -117,15 +118,14 @@ class BrokerCollector(Collector):
         groups = self.broker.groups.list()
         for config in groups:
             totals: dict[str, list[int]] = {}
-            for topic, qid, _high, _offset, queue_lag in self.broker.group_progress(config.name):
-                held = _inflight(self.broker, config.name, topic, qid)
-                row = totals.setdefault(topic, [0, 0])
-                row[0] += queue_lag
-                row[1] += min(held, queue_lag)
-            for topic, (queue_lag, held) in sorted(totals.items()):
+            for topic, *counts in self._queues(config.name):
+                row = totals.setdefault(topic, [0, 0, 0])
+                for i, n in enumerate(counts):
+                    row[i] += n
+            for topic, (queue_lag, queue_ready, held) in sorted(totals.items()):
                 labels = [topic, config.name, *self.node]
                 lag.add_metric(labels, queue_lag)
-                ready.add_metric(labels, queue_lag - held)
+                ready.add_metric(labels, queue_ready)
                 inflight.add_metric(labels, held)
         yield from (lag, ready, inflight)
         groups_n = GaugeMetricFamily("rocketmq_consumer_group_number", "Consumer groups",
@@ -136,6 +136,25 @@ class BrokerCollector(Collector):
                                            if not is_system_topic(t.name)))  # fmt: skip
         yield from (groups_n, topics_n)
 
+    def _queues(self, group: str) -> Iterator[tuple[str, int, int, int]]:
+        """(topic, lag, ready, in flight) of every queue ``group`` committed to or popped
+        from. Lag counts from the committed offset (queues only popped from: from the
+        lowest offset not yet acked); ready is what was never delivered (for offset-based
+        pulls, which the broker does not follow, the lag)."""
+        popped = self.broker.pop.progress_of(group)
+        for topic, qid, high, _offset, queue_lag in self.broker.group_progress(group):
+            state = popped.pop((topic, qid), None)
+            if state is None:
+                yield topic, queue_lag, queue_lag, 0
+            else:
+                yield topic, queue_lag, min(queue_lag, max(0, high - state[1])), state[2]
+        for (topic, qid), (consume_offset, frontier, held) in sorted(popped.items()):
+            if topic.startswith(("%RETRY%", "%DLQ%")) or is_system_topic(topic) \
+                    or self.broker.topics.get(topic) is None:  # fmt: skip
+                continue
+            high = self.broker.store.max_offset(topic, qid)
+            yield topic, max(0, high - consume_offset), max(0, high - frontier), held
+
     def _storage(self) -> Iterator[Metric]:
         size = GaugeMetricFamily("rocketmq_storage_size", "Bytes of the store's files",
                                  labels=NODE)  # fmt: skip
@@ -144,14 +163,6 @@ class BrokerCollector(Collector):
                                   "Duration of the last commitlog flush in ms", labels=NODE)
         flush.add_metric(self.node, self.broker.store.flusher.last_flush_ms)
         yield from (size, flush)
-
-
-def _inflight(broker: Broker, group: str, topic: str, queue_id: int) -> int:
-    """POP deliveries of one queue not yet acked (0 for offset-based consumers)."""
-    pop: Any = broker.pop
-    with pop._lock:
-        state = pop._state.queues.get((group, topic, queue_id))
-        return len(state.inflight) if state is not None else 0
 
 
 def serve(listen: str, broker: Broker, recorder: Recorder, *, cluster: str) -> Any:

@@ -18,7 +18,10 @@ def install_metrics(server: BrokerServer, listen: str) -> Recorder:
     """Count on ``server``'s hot paths and serve ``GET /metrics`` on ``listen``
     (HOST:PORT); the HTTP server stops with ``server.stop``. OSError if it cannot bind."""
     recorder = Recorder()
-    http = serve(listen, server.broker, recorder, cluster=CLUSTER)
+    try:
+        http = serve(listen, server.broker, recorder, cluster=CLUSTER)
+    except OSError as exc:
+        raise OSError(f"--metrics-listen {listen}: {exc}") from exc
     server.ctx.metrics = recorder
     server.gate.wrappers.append(timing_wrapper(recorder))
     server.on_stop.append(http.shutdown)

@@ -124,9 +124,14 @@ def test_official_simple_consumer_deliveries_are_counted(metered: BrokerProcess)
         while len(got) < 3 and time.monotonic() < deadline:
             got += consumer.receive(16, 30)
         assert len(got) == 3
+        consumer.ack(sorted(got, key=lambda m: m.body)[-1])
+        samples = scrape(metrics_url(metered))
     finally:
         consumer.shutdown()
-    samples = scrape(metrics_url(metered))
+    group = {"topic": "m-pop", "consumer_group": "GID_pop"}
+    assert value(samples, "rocketmq_consumer_lag_messages", **group) == 3  # offset 0 not acked
+    assert value(samples, "rocketmq_consumer_inflight_messages", **group) == 2
+    assert value(samples, "rocketmq_consumer_ready_messages", **group) == 0  # all delivered
     assert value(samples, "rocketmq_messages_in_total", topic="m-pop") == 3
     assert value(samples, "rocketmq_messages_out_total", topic="m-pop",
                  consumer_group="GID_pop") == 3
