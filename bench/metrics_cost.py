@@ -13,6 +13,7 @@ process (:func:`hook_cost_us`) and given as a share of the measured request time
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import time
@@ -64,6 +65,7 @@ def measure(batch: int, batches: int, rounds: int) -> tuple[float, float, float]
     finally:
         off.stop()
         on.stop()
+        shutil.rmtree(root, ignore_errors=True)  # two stores with 1 GiB segments
     ratios = [on_rate / off_rate for off_rate, on_rate in zip(rates["off"], rates["on"],
                                                                strict=True)]  # fmt: skip
     return (statistics.median(rates["off"]), statistics.median(rates["on"]),
