@@ -32,6 +32,7 @@ from rich.table import Table
 from broker_core import cli_cluster
 from broker_core.broker.retry import parse_duration_ms
 from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient
+from broker_core.client.env import client_settings
 from broker_core.errors import RocketMQError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,7 +59,9 @@ def endpoints_option(command: F) -> F:
 
 
 def _client(endpoints: str) -> RocketMQClient:
-    return RocketMQClient(endpoints, timeout_s=10.0, max_attempts=2)
+    """A client of ``endpoints``, signing with $RMQ_ACCESS_KEY/$RMQ_SECRET_KEY and using
+    TLS per $RMQ_TLS/$RMQ_CA_FILE (``broker_core/client/env.py``)."""
+    return RocketMQClient(endpoints, timeout_s=10.0, max_attempts=2, **client_settings())
 
 
 def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -120,21 +123,29 @@ def broker() -> None:
               help="sync: a send is acknowledged once the in-sync slaves have it")  # fmt: skip
 @click.option("--remoting-listen", default=None,
               help="HOST:PORT for 4.x remoting clients ['off'; with --namesrv HOST:10911]")
+@click.option("--metrics-listen", default=None, help="Prometheus /metrics on HOST:PORT")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-format", default="text", show_default=True,
+              type=click.Choice(["text", "json"]))
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
                  advertise: str | None, namesrv: str | None, broker_name: str | None,
                  cluster_name: str | None, register_interval_ms: int | None,
                  route_ttl_ms: int | None, broker_id: int | None, ha_listen: str | None,
                  ha_master: str | None, replication: str | None,
-                 remoting_listen: str | None) -> None:  # fmt: skip
+                 remoting_listen: str | None, metrics_listen: str | None, log_level: str,
+                 log_format: str) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
-    argv = ["--listen", listen, "--store-dir", store_dir]
+    argv = ["--listen", listen, "--store-dir", store_dir, "--log-level", log_level,
+            "--log-format", log_format]
     options = {"--flush": flush, "--config": config_file, "--advertise": advertise,
                "--namesrv": namesrv, "--broker-name": broker_name, "--cluster": cluster_name,
                "--register-interval-ms": register_interval_ms, "--route-ttl-ms": route_ttl_ms,
                "--broker-id": broker_id, "--ha-listen": ha_listen, "--ha-master": ha_master,
-               "--replication": replication, "--remoting-listen": remoting_listen}  # fmt: skip
+               "--replication": replication, "--remoting-listen": remoting_listen,
+               "--metrics-listen": metrics_listen}  # fmt: skip
     argv += [str(text) for flag, value in options.items() if value is not None
              for text in (flag, value)]  # fmt: skip
     raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
@@ -580,3 +591,7 @@ cli_cluster.install(cli, topic, _table, _iso)
 def main(argv: Sequence[str] | None = None) -> None:
     """The ``rmq`` console script."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="rmq")
+
+
+# rmq user / rmq acl live in their own module; importing it registers them on ``cli``.
+import broker_core.cli_auth  # noqa: E402, F401

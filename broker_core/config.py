@@ -220,9 +220,10 @@ def load_config(
                 doc = tomllib.load(fh)
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from exc
-    unknown = sorted(set(doc) - {"broker", "store"})
+    unknown = sorted(set(doc) - {"broker", "store", "auth", "tls"})  # auth, tls: auth/config.py
     if unknown:
-        raise ConfigError(f"unknown config table(s): {', '.join(unknown)} (use [broker], [store])")
+        raise ConfigError(f"unknown config table(s): {', '.join(unknown)} "
+                          "(use [broker], [store], [auth], [tls])")
     for table in ("broker", "store"):
         if not isinstance(doc.get(table, {}), dict):
             raise ConfigError(f"config: {table} must be a table ([{table}]), "

@@ -171,6 +171,16 @@ class PermissionDeniedError(RocketMQError):
     """The topic's permission forbids this operation (e.g. write to a read-only topic)."""
 
 
+class AccessDeniedError(PermissionDeniedError):
+    """The ACL does not allow this user the action on the resource (or a Deny rule
+    forbids it)."""
+
+
+class UnauthorizedError(RocketMQError):
+    """The request is not signed by a known user: a missing, malformed, stale or wrong
+    ``authorization`` signature, or an unknown access key."""
+
+
 class OffsetOutOfRangeError(RocketMQError):
     """A read asked for an offset outside ``[min_offset, max_offset]``."""
 

@@ -58,6 +58,8 @@ from broker_core.broker.retry import parse_duration_ms
 from broker_core.client import parse_endpoint
 from broker_core.errors import ConfigError, InvalidArgumentError
 from broker_core.message import validate_group_name, validate_topic_name
+from connector import credentials
+from connector.credentials import NO_ACCESS, Access
 from connector.offsets import EARLIEST, LATEST, Offsets, from_json
 
 DEFAULT_GROUP: Final = "spark-rocketmq-source"
@@ -68,7 +70,7 @@ KNOWN_OPTIONS: Final = {name.lower(): name for name in (
     "startingTimestamp", "endingOffsets", "endingTimestamp", "maxMessagesPerTrigger",
     "minMessagesPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger", "tagExpression",
     "sqlFilter", "failOnDataLoss",
-    "consumerGroup", "commitOffsets", "includeProperties",
+    "consumerGroup", "commitOffsets", "includeProperties", *credentials.OPTIONS,
 )}  # fmt: skip
 STREAM_ONLY: Final = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
                       "maxBytesPerTrigger", "commitOffsets")  # fmt: skip
@@ -116,6 +118,7 @@ class ReadOptions:
     consumer_group: str = DEFAULT_GROUP
     commit_offsets: bool = False
     include_properties: bool = True
+    access: Access = NO_ACCESS  # accessKey/secretKey/tls/caFile (connector/credentials.py)
 
     def matches_topic(self, topic: str) -> bool:
         """Whether ``topic`` is subscribed (by name or by ``topicPattern``)."""
@@ -330,4 +333,5 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         consumer_group=_group(given),
         commit_offsets=_boolean("commitOffsets", given.get("commitOffsets", "false")),
         include_properties=_boolean("includeProperties", given.get("includeProperties", "true")),
+        access=credentials.parse_access(given),
     )  # fmt: skip

@@ -26,6 +26,7 @@ from broker_core.client import RocketMQClient
 from broker_core.cluster.routes import BrokerQueues, brokers_of
 from broker_core.errors import ConfigError, TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
+from connector.credentials import NO_ACCESS, Access
 from connector.offsets import QueueRef
 from connector.options import ReadOptions
 from connector.source import REQUEST_TIMEOUT_S, Bounds, BrokerSet
@@ -37,8 +38,8 @@ NAMESRV_TIMEOUT_S: Final = 5.0
 class RoutedBrokerSet(BrokerSet):
     """The brokers of the subscribed topics' routes, seen from the driver."""
 
-    def __init__(self, namesrv: str) -> None:
-        super().__init__(())
+    def __init__(self, namesrv: str, access: Access = NO_ACCESS) -> None:
+        super().__init__((), access)
         self.namesrv = namesrv
         self._ns: NameServerClient | None = None
         self._routed: dict[str, list[BrokerQueues]] = {}  # topic -> its readable groups
@@ -88,7 +89,8 @@ class RoutedBrokerSet(BrokerSet):
 
     def _client_at(self, addr: str) -> RocketMQClient:
         if addr not in self._clients:
-            self._clients[addr] = RocketMQClient(addr, timeout_s=REQUEST_TIMEOUT_S)
+            self._clients[addr] = RocketMQClient(addr, timeout_s=REQUEST_TIMEOUT_S,
+                                                 **self.access.client_kwargs())
         return self._clients[addr]
 
     def topics(self, options: ReadOptions) -> list[str]:

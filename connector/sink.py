@@ -204,7 +204,8 @@ def _task_context() -> tuple[int, int, str, int]:
 
 def _client(options: SinkOptions) -> RocketMQClient:
     """The client of the exactly-once sink (which takes exactly one endpoint)."""
-    return RocketMQClient(options.endpoints[0], timeout_s=options.request_timeout_ms / 1000)
+    return RocketMQClient(options.endpoints[0], timeout_s=options.request_timeout_ms / 1000,
+                          **options.access.client_kwargs())
 
 
 def write_partition(
@@ -217,7 +218,7 @@ def write_partition(
     """
     if not options.exactly_once:
         targets = SinkTargets(options.endpoints, timeout_s=options.request_timeout_ms / 1000,
-                              namesrv=options.namesrv)  # fmt: skip
+                              namesrv=options.namesrv, access=options.access)  # fmt: skip
         try:
             plain = _PlainTask(options, targets)
             for batch in batches:

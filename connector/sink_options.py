@@ -63,6 +63,8 @@ from pyspark.sql.types import (
 
 from broker_core.errors import ConfigError, InvalidArgumentError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from connector import credentials
+from connector.credentials import NO_ACCESS, Access
 from connector.options import parse_endpoints, parse_namesrv
 
 DEFAULT_BATCH_SIZE: Final = 1024  # a request costs a round trip (~0.7 ms): amortise it
@@ -73,7 +75,7 @@ DEFAULT_REQUEST_TIMEOUT_MS: Final = 10_000
 # Canonical option names; Spark hands them to the data source lower-cased.
 SINK_OPTIONS: Final = ("endpoints", "namesrv", "topic", "batchSize", "ignoreExtraColumns",
                        "exactlyOnce", "producerGroup", "transactionTimeoutMs",
-                       "requestTimeoutMs")  # fmt: skip
+                       "requestTimeoutMs", *credentials.OPTIONS)  # fmt: skip
 # Options Spark itself adds to a write; accepted and ignored.
 SPARK_OPTIONS: Final = frozenset({"checkpointlocation", "path", "queryname"})  # set by Spark
 
@@ -94,6 +96,7 @@ class SinkOptions:
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     namesrv: str | None = None
+    access: Access = NO_ACCESS  # accessKey/secretKey/tls/caFile (connector/credentials.py)
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -158,6 +161,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         request_timeout_ms=_int("requestTimeoutMs",
                                 given.get("requestTimeoutMs", str(DEFAULT_REQUEST_TIMEOUT_MS)),
                                 1, 3_600_000),
+        access=credentials.parse_access(given),
     )  # fmt: skip
     if parsed.exactly_once and len(parsed.endpoints) != 1:
         raise ConfigError("option 'endpoints': exactlyOnce=true writes through one broker; "

@@ -24,6 +24,7 @@ from broker_core.client import RocketMQClient
 from broker_core.cluster.routes import brokers_of
 from broker_core.errors import ConfigError, TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
+from connector.credentials import NO_ACCESS, Access
 
 PERM_WRITE: Final = 2  # RocketMQ's PermName.PERM_WRITE
 ROUTE_TTL_S: Final = 3.0
@@ -59,12 +60,13 @@ class SinkTargets:
     """
 
     def __init__(self, endpoints: Sequence[str], *, timeout_s: float,
-                 namesrv: str | None = None) -> None:  # fmt: skip
+                 namesrv: str | None = None, access: Access = NO_ACCESS) -> None:  # fmt: skip
         if not endpoints and namesrv is None:
             raise ConfigError("option 'endpoints' / 'namesrv': one of them is required")
         self.namesrv = namesrv
         self.timeout_s = timeout_s
-        self._by_addr = {e: RocketMQClient(e, timeout_s=timeout_s) for e in sorted(endpoints)}
+        self.access = access
+        self._by_addr = {e: self._new_client(e) for e in sorted(endpoints)}
         self._fixed = list(self._by_addr.values())
         self._routes: dict[str, tuple[float, list[RocketMQClient]]] = {}
         self._ns = None if namesrv is None else NameServerClient(
@@ -96,8 +98,11 @@ class SinkTargets:
 
     def _client_at(self, addr: str) -> RocketMQClient:
         if addr not in self._by_addr:
-            self._by_addr[addr] = RocketMQClient(addr, timeout_s=self.timeout_s)
+            self._by_addr[addr] = self._new_client(addr)
         return self._by_addr[addr]
+
+    def _new_client(self, addr: str) -> RocketMQClient:
+        return RocketMQClient(addr, timeout_s=self.timeout_s, **self.access.client_kwargs())
 
     def close(self) -> None:
         for client in self._by_addr.values():

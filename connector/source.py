@@ -48,6 +48,7 @@ from broker_core.errors import (
     TopicNotFoundError,
 )
 from connector.arrow import arrow_schema_of, units_to_record_batch
+from connector.credentials import NO_ACCESS, Access
 from connector.offsets import EARLIEST, LATEST, Offsets, QueueRef
 from connector.options import OffsetSpec, ReadOptions
 
@@ -80,6 +81,7 @@ class QueueRange(InputPartition):
     end: int
     filter_expression: str | None = None
     filter_type: str = "TAG"
+    access: Access = NO_ACCESS  # credentials and TLS (connector/credentials.py)
 
 
 def data_loss(ref: QueueRef, lost_from: int, lost_to: int, settings: ReadSettings,
@@ -140,7 +142,8 @@ def read_range(part: QueueRange, settings: ReadSettings,
     decoded as columns. Messages the broker filters out are skipped but still counted
     as read.
     """
-    client = RocketMQClient(part.endpoint, timeout_s=REQUEST_TIMEOUT_S)
+    client = RocketMQClient(part.endpoint, timeout_s=REQUEST_TIMEOUT_S,
+                            **part.access.client_kwargs())
     ref, offset, stalled_since = part.ref, part.start, None
     try:
         while offset < part.end:
@@ -179,8 +182,10 @@ class BrokerSet:
     endpoint the user gave for it, not the one it advertises.
     """
 
-    def __init__(self, endpoints: Sequence[str]) -> None:
-        self._clients = {endpoint: RocketMQClient(endpoint, timeout_s=REQUEST_TIMEOUT_S)
+    def __init__(self, endpoints: Sequence[str], access: Access = NO_ACCESS) -> None:
+        self.access = access
+        self._clients = {endpoint: RocketMQClient(endpoint, timeout_s=REQUEST_TIMEOUT_S,
+                                                  **access.client_kwargs())
                          for endpoint in endpoints}  # fmt: skip
         self._names: dict[str, str] | None = None
 
@@ -262,10 +267,10 @@ class BrokerSet:
 def open_brokers(options: ReadOptions) -> BrokerSet:
     """The brokers of a read: the ``endpoints`` given, or the ``namesrv`` routes."""
     if options.namesrv is None:
-        return BrokerSet(options.endpoints)
+        return BrokerSet(options.endpoints, options.access)
     from connector.routes import RoutedBrokerSet  # imports this module
 
-    return RoutedBrokerSet(options.namesrv)
+    return RoutedBrokerSet(options.namesrv, options.access)
 
 
 def resolve(spec: OffsetSpec, bounds: Bounds, brokers: BrokerSet) -> Offsets:
@@ -461,5 +466,6 @@ def plan_batch(options: ReadOptions, brokers: BrokerSet) -> list[QueueRange]:
             data_loss(ref, first, min(low, last), settings, "were removed by retention")
             first = min(low, last)
         if first < last:
-            ranges.append(QueueRange(brokers.endpoint_of(ref.broker), ref, first, last))
+            ranges.append(QueueRange(brokers.endpoint_of(ref.broker), ref, first, last,
+                                     access=brokers.access))
     return ranges

@@ -223,7 +223,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = from_json(start, what=CHECKPOINT), from_json(end, what=CHECKPOINT)
         opts = self.options
         return [QueueRange(self.brokers.endpoint_of(ref.broker), ref, begin.get(ref, 0), last,
-                           opts.filter_expression, opts.filter_type)
+                           opts.filter_expression, opts.filter_type, opts.access)
                 for ref, last in sorted(stop.items()) if begin.get(ref, 0) < last]  # fmt: skip
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -398,6 +398,13 @@ class PopService:
         with self._lock:
             return self._state.inflight_count()
 
+    def progress_of(self, group: str) -> dict[tuple[str, int], tuple[int, int, int]]:
+        """(topic, queue id) → (consume offset, scan frontier, deliveries not yet acked) of
+        every queue ``group`` has popped from (for metrics)."""
+        with self._lock:
+            return {(topic, qid): (qs.consume_offset(), qs.popped_to, len(qs.inflight))
+                    for (g, topic, qid), qs in self._state.queues.items() if g == group}
+
     # ---- helpers (called with the lock held) --------------------------------------------
 
     def _check_open(self) -> None:

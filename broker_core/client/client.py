@@ -47,8 +47,11 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.address import parse_host_port
+from broker_core.auth.signature import signed_metadata
+from broker_core.auth.tls import channel_credentials
 from broker_core.client import convert, wire
-from broker_core.client.admin import ADMIN_SERVICE, AdminCalls, decode_response, encode_request
+from broker_core.client.admin import ADMIN_SERVICE, decode_response, encode_request
+from broker_core.client.admin_auth import AuthAdminCalls
 from broker_core.client.cluster import ClusterRouting
 from broker_core.client.errors import check, transport_error
 from broker_core.client.model import (
@@ -113,21 +116,33 @@ def _picker(indexes: list[int]) -> Callable[[Sequence[T] | None], list[T] | None
     return pick
 
 
-class RocketMQClient(AdminCalls):
+class RocketMQClient(AuthAdminCalls):
     """One broker endpoint, or a cluster; see the module docstring for the contract."""
 
     def __init__(self, endpoints: str | None = None, *, namesrv: str | None = None,
                  timeout_s: float = 10.0, client_id: str | None = None,
                  max_attempts: int = 3, retry_backoff_s: float = 0.1,
-                 namespace: str = "") -> None:  # fmt: skip
+                 namespace: str = "", access_key: str | None = None,
+                 secret_key: str | None = None, tls: bool = False,
+                 ca_file: str | None = None, cert_file: str | None = None,
+                 key_file: str | None = None) -> None:  # fmt: skip
         if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0:
             raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0")
         if endpoints is None and namesrv is None:
             raise InvalidArgumentError("give endpoints (one broker) or namesrv (a cluster)")
+        if bool(access_key) != bool(secret_key):
+            raise InvalidArgumentError("give both access_key and secret_key, or neither")
+        self.access_key = access_key or None
+        self._secret_key = secret_key or None  # signs requests; never shown (see __repr__)
+        self.tls = tls or ca_file is not None or cert_file is not None
+        self.ca_file = ca_file
+        self.cert_file, self.key_file = cert_file, key_file  # a client certificate (mTLS)
         self.endpoint = parse_endpoint(endpoints) if endpoints is not None else ""
         self.cluster = None if namesrv is None else ClusterRouting(namesrv, functools.partial(
             RocketMQClient, timeout_s=timeout_s, client_id=client_id, max_attempts=max_attempts,
-            retry_backoff_s=retry_backoff_s, namespace=namespace))  # fmt: skip
+            retry_backoff_s=retry_backoff_s, namespace=namespace, access_key=access_key,
+            secret_key=secret_key, tls=tls, ca_file=ca_file, cert_file=cert_file,
+            key_file=key_file))  # fmt: skip
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s
@@ -158,10 +173,12 @@ class RocketMQClient(AdminCalls):
         with self._lock:
             if self._channel is None or self._owner_pid != os.getpid():
                 # A channel made by another process (fork) is never used nor closed here.
-                self._channel = grpc.insecure_channel(self.endpoint, options=[
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ])  # fmt: skip
+                options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+                self._channel = (
+                    grpc.secure_channel(self.endpoint, channel_credentials(
+                        self.ca_file, self.cert_file, self.key_file), options)
+                    if self.tls else grpc.insecure_channel(self.endpoint, options))  # fmt: skip
                 self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
                 self._raw_methods = {}
                 self._owner_pid = os.getpid()
@@ -210,9 +227,13 @@ class RocketMQClient(AdminCalls):
     # ---- plumbing --------------------------------------------------------------------------
 
     def _metadata(self) -> list[tuple[str, str]]:
-        return [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"),
-                ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", CLIENT_VERSION),
-                ("x-mq-request-id", uuid.uuid4().hex), ("x-mq-namespace", self.namespace)]
+        """Every request's headers; signed (``MQv2-HMAC-SHA1``, UTC stamp) given keys."""
+        headers = [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"),
+                   ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", CLIENT_VERSION),
+                   ("x-mq-request-id", uuid.uuid4().hex), ("x-mq-namespace", self.namespace)]
+        if self.access_key and self._secret_key:
+            headers += signed_metadata(self.access_key, self._secret_key)
+        return headers
 
     def _retrying(self, what: str, attempt: Callable[[], T]) -> T:
         """Run ``attempt`` until it succeeds, fails for good, or attempts run out."""

@@ -42,6 +42,8 @@ UnlockQueues    group, client_id, topic, queue_ids → {"unlocked": ids released
 ==============  ==========================================================================
 
 (The queue lock methods live in ``admin_locks.py``.)
+User and ACL methods (CreateUser, DeleteUser, ListUsers, CreateAcl, DeleteAcl, ListAcls)
+are registered by ``admin_auth.py``. Changes (``CHANGES``) leave an audit line.
 
 Threads: handlers run on the gRPC thread pool; everything they call on ``Broker`` is
 thread-safe.
@@ -58,6 +60,7 @@ from typing import Any, Final
 
 import grpc
 
+from broker_core.auth import audit
 from broker_core.broker.group_admin import check_group_change
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.retry import RetryPolicy, backoff_from_dict, parse_backoff
@@ -348,6 +351,17 @@ METHODS: Final[dict[str, tuple[Method, frozenset[str]]]] = {
 }  # fmt: skip
 
 
+# Methods that change the broker's state: each call leaves an audit line.
+CHANGES: Final = {"CreateTopic", "DeleteTopic", "CreateGroup", "ResetOffset"}
+
+
+def register(name: str, method: Method, fields: frozenset[str], *, change: bool) -> None:
+    """Add a method (before ``admin_handler`` is called); ``change``: audit its calls."""
+    METHODS[name] = (method, fields)
+    if change:
+        CHANGES.add(name)
+
+
 def parse_request(method: str, raw: bytes) -> Mapping[str, Any]:
     """Decode a request body: empty means ``{}``; anything but a JSON object is refused."""
     if not raw.strip():
@@ -361,18 +375,26 @@ def parse_request(method: str, raw: bytes) -> Mapping[str, Any]:
     return data
 
 
-def call(ctx: ServerContext, method: str, raw: bytes) -> Json:
-    """Run one admin method on raw request bytes; never raises (errors become statuses)."""
+def call(ctx: ServerContext, method: str, raw: bytes, peer: str = "") -> Json:
+    """Run one admin method on raw request bytes; never raises (errors become statuses).
+    Changes (``audit.CHANGES``) leave an audit line whatever their outcome."""
     function, allowed = METHODS[method]
+    data: Mapping[str, Any] = {}
     try:
-        result = function(ctx, Args(method, parse_request(method, raw), allowed))
+        data = parse_request(method, raw)
+        result = function(ctx, Args(method, data, allowed))
     except Exception as exc:
         if isinstance(exc, RocketMQError):
             log.info("admin %s refused: %s", method, exc)
         else:
             log.exception("admin %s failed", method)
         status = status_of(exc)
+        if method in CHANGES:
+            audit.record(method, data, f"refused {int(status.code)}: {status.message}",
+                         peer=peer)
         return {"status": {"code": int(status.code), "message": status.message}, "result": None}
+    if method in CHANGES:
+        audit.record(method, data, "ok", peer=peer)
     done = ok()
     return {"status": {"code": int(done.code), "message": done.message}, "result": result}
 
@@ -387,7 +409,7 @@ def _bytes(raw: bytes) -> bytes:
 
 def _unary(ctx: ServerContext, method: str) -> grpc.RpcMethodHandler:
     def handle(request: bytes, context: grpc.ServicerContext) -> Json:
-        return call(ctx, method, request)
+        return call(ctx, method, request, context.peer())
 
     return grpc.unary_unary_rpc_method_handler(
         handle, request_deserializer=_bytes, response_serializer=_encode

@@ -19,7 +19,7 @@ import resource
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,12 +28,19 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker_core.address import parse_host_port
+from broker_core.auth.config import load_security
+from broker_core.auth.install import install_auth
+from broker_core.auth.tls import server_credentials
 from broker_core.broker.broker import Broker
 from broker_core.config import load_config
 from broker_core.errors import ConfigError, ListenError, ServerError, StoreError
+from broker_core.metrics import logs
+from broker_core.metrics.install import install_metrics
 from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
 from broker_core.server.context import ServerContext
+from broker_core.server.gate import Gate
+from broker_core.server.health import HealthReporter
 from broker_core.server.raw_pull import bulk_handler
 from broker_core.server.service import MessagingService
 
@@ -50,18 +57,22 @@ class BrokerServer:
     """gRPC front end plus the broker it serves."""
 
     def __init__(self, broker: Broker, listen: str, *, advertise: str | None = None,
-                 max_workers: int = 128) -> None:  # fmt: skip
+                 max_workers: int = 128,
+                 credentials: grpc.ServerCredentials | None = None) -> None:  # fmt: skip
         self.broker = broker
+        self.gate = Gate()  # refuses calls until the broker is up; auth and metrics hook here
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.so_reuseport", 0)],
+            interceptors=[self.gate],
         )  # fmt: skip
         host, _ = parse_host_port(listen, what="listen address", allow_any_port=True,
                                   allow_empty_host=True)  # fmt: skip
         try:
-            self.port = self._server.add_insecure_port(listen)
+            self.port = (self._server.add_secure_port(listen, credentials) if credentials
+                         else self._server.add_insecure_port(listen))  # fmt: skip
         except RuntimeError:  # gRPC: "Failed to bind to address" (unresolvable host)
             self.port = 0
         if self.port == 0:
@@ -75,6 +86,11 @@ class BrokerServer:
         sessions.install_transaction_checker(self.ctx)
         self.cluster: ClusterMember | None = None
         self.remoting: RemotingFrontEnd | None = None
+
+        self.health = HealthReporter(broker)
+        self.health.add_to(self._server)
+        self.on_stop: list[Callable[[], None]] = []  # e.g. the metrics HTTP server's shutdown
+        self.metrics_endpoint: str | None = None
 
     def add_remoting(self, listen: str, *, any_port_if_taken: bool = False) -> None:
         """Serve 4.x remoting clients on ``listen`` too (before ``join_cluster``/``start``);
@@ -107,11 +123,19 @@ class BrokerServer:
         self._server.add_generic_rpc_handlers(tuple(handlers))
 
     def start(self) -> None:
-        """Serve; with a cluster, refuse a clashing name first and register once serving."""
+        """Listen first (health answers NOT_SERVING, other calls UNAVAILABLE), then recover
+        the store and start the broker, then open the gate and report SERVING; with a
+        cluster, refuse a clashing name first and register once serving."""
         if self.cluster is not None:
             self.cluster.check()
-        self.broker.start()
         self._server.start()
+        try:
+            self.broker.start()
+        except BaseException:
+            self._server.stop(0)
+            raise
+        self.gate.open()
+        self.health.start()
         if self.cluster is not None:
             self.cluster.start()
 
@@ -122,6 +146,7 @@ class BrokerServer:
         away instead of holding shutdown for the whole grace period. A cluster member
         unregisters first, so routes stop naming it while it drains.
         """
+        self.health.shutdown()
         if self.cluster is not None:
             self.cluster.stop()
         if self.remoting is not None:
@@ -132,6 +157,8 @@ class BrokerServer:
             log.warning("gRPC server did not stop within %.0f s; closing the store anyway",
                         grace_s + 5)  # fmt: skip
         self.broker.stop()
+        for hook in self.on_stop:
+            hook()
 
 
 def _raise_open_files_limit() -> None:
@@ -165,6 +192,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="HOST:PORT for RocketMQ 4.x remoting clients (default with --namesrv: "
                         "the --listen host, port 10911; 'off' disables)")
     _add_group_args(p)
+    p.add_argument("--metrics-listen", default=None,
+                   help="serve Prometheus metrics on HOST:PORT/metrics (off by default)")
+    p.add_argument("--log-level", default="INFO", choices=logs.LEVELS, type=str.upper)
+    p.add_argument("--log-format", default="text", choices=logs.FORMATS)
     return p.parse_args(argv)
 
 
@@ -247,13 +278,18 @@ def build(args: argparse.Namespace) -> BrokerServer:
         broker = Broker(broker_config, store_config)
     except OSError as exc:
         raise StoreError(f"cannot open the store at {store_dir}: {exc}") from exc
-    server = BrokerServer(broker, args.listen, advertise=args.advertise)
+    auth_config, tls = load_security(args.config)
+    server = BrokerServer(broker, args.listen, advertise=args.advertise,
+                          credentials=server_credentials(tls) if tls else None)  # fmt: skip
+    install_auth(server, auth_config)  # before the admin handler: adds the user/ACL verbs
     remoting = _remoting_listen(args)
     if remoting is not None:
         server.add_remoting(remoting, any_port_if_taken=args.remoting_listen is None)
     if cluster is not None:
         server.join_cluster(cluster)
     server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
+    if args.metrics_listen:
+        install_metrics(server, args.metrics_listen)
     return server
 
 
@@ -273,9 +309,9 @@ def _tune_garbage_collector() -> None:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Start a broker and block until SIGTERM/SIGINT; returns the exit code."""
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    server = build(parse_args(argv))
+    args = parse_args(argv)
+    logs.configure(args.log_level, args.log_format)
+    server = build(args)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -294,6 +330,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(f"HA_LISTEN {ha_endpoint}", flush=True)
     if server.remoting is not None:
         log.info("remoting (4.x clients) on %s", server.remoting.address)
+    if server.metrics_endpoint:
+        print(f"METRICS http://{server.metrics_endpoint}/metrics", flush=True)
     print(f"READY {server.endpoint}", flush=True)
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
     # thread runs, so wait in slices instead of blocking until an event nobody sets.

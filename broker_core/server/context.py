@@ -6,7 +6,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker_core.auth.store import AuthStore
 from broker_core.broker.broker import Broker
+from broker_core.metrics.recorder import Recorder
 
 if TYPE_CHECKING:
     from broker_core.cluster.forward import Forwarder
@@ -26,6 +28,10 @@ class ServerContext:
     # With NameServers: the cluster's routes and the forwarder to other brokers (else None).
     routes: ClusterRoutes | None = None
     forwarder: Forwarder | None = None
+    # Hot-path counters when metrics are on (``--metrics-listen``), else None.
+    metrics: Recorder | None = None
+    # Users and ACLs (admin verbs manage them; checked by server/guard.py when auth is on).
+    auth: AuthStore | None = None
 
     @property
     def host(self) -> str:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,8 @@ def to_toml(config: dict[str, dict[str, Any]]) -> str:
 def launch_broker(workdir: Path, *, flush: str = "async",
                   config: dict[str, dict[str, Any]] | None = None,
                   listen: str = "127.0.0.1:0",
-                  extra_args: list[str] | None = None) -> BrokerProcess:  # fmt: skip
+                  extra_args: Sequence[str] = (),
+                  env: dict[str, str] | None = None) -> BrokerProcess:  # fmt: skip
     """Start a broker whose store is ``workdir/store``; returns once it accepts calls.
 
     ``extra_args`` go to ``python -m broker_core.server`` as they are (e.g. ``--namesrv``).
@@ -65,9 +67,9 @@ def launch_broker(workdir: Path, *, flush: str = "async",
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker_core.server", "--listen", listen,
          "--store-dir", str(store_dir), "--flush", flush, "--config", str(config_path),
-         *(extra_args or [])],
+         *extra_args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     output: list[str] = []
     assert proc.stdout is not None

@@ -120,7 +120,11 @@ def pull_raw(ctx: ServerContext, request: bytes, context: grpc.ServicerContext) 
     """Answer one PullRaw call; never raises (errors become statuses)."""
     try:
         args = Args(METHOD, parse_request(METHOD, request), FIELDS)
-        return answer(_pull(ctx, args, context))
+        result = _pull(ctx, args, context)
+        if ctx.metrics is not None and result.raw is not None and result.raw.count:
+            ctx.metrics.messages_out(args.text("topic"), args.text("group"), result.raw.count,
+                                     len(result.raw.data))  # bulk pulls count stored bytes
+        return answer(result)
     except Exception as exc:
         if isinstance(exc, RocketMQError):
             log.info("PullRaw refused: %s", exc)

@@ -40,6 +40,7 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (e.MessageNotFoundError, Code.MESSAGE_NOT_FOUND),
     (e.NotFoundError, Code.NOT_FOUND),
     (e.NotMasterError, Code.FORBIDDEN),
+    (e.UnauthorizedError, Code.UNAUTHORIZED),
     (e.PermissionDeniedError, Code.FORBIDDEN),
     (e.ConflictError, Code.PRECONDITION_FAILED),
     (e.OffsetOutOfRangeError, Code.ILLEGAL_OFFSET),

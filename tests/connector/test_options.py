@@ -72,6 +72,8 @@ def test_topic_pattern_matches_whole_names() -> None:
 # ---- every bad value names its option -----------------------------------------------------
 
 BAD_VALUES = [
+    ("accessKey", "ak-without-secret", False), ("secretKey", "secret-without-key", True),
+    ("tls", "maybe", False), ("caFile", "/no/such/ca.pem", True),
     ("endpoints", "nohostport", False), ("endpoints", "", False), ("endpoints", "h:1,,h:2", False),
     ("endpoints", "h:99999", False), ("namesrv", "nohostport", False),
     ("namesrv", "h:1;;h:2", False), ("namesrv", "h:99999", False), ("namesrv", " ", False),

@@ -50,6 +50,9 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> I
                              request.batch_size, filter=flt,
                              timeout_ms=polling_budget_ms(context, requested))  # fmt: skip
     if result.status is PullStatus.FOUND:
+        if ctx.metrics is not None:
+            ctx.metrics.messages_out(topic, group, len(result.messages),
+                                     sum(len(m.body) for m in result.messages))
         yield Response(status=ok())
         for msg in result.messages:
             yield Response(message=to_pb_message(msg))

@@ -164,6 +164,9 @@ def _stream(ctx: ServerContext, consumer: Consumer, popped: list[PoppedMessage],
             sent += 1
         yield Response(delivery_timestamp=now_timestamp())
     finally:
+        if ctx.metrics is not None and sent:
+            ctx.metrics.messages_out(popped[0].topic, consumer[0], sent,
+                                     sum(len(p.message.body) for p in popped[:sent]))
         if sent < len(popped):
             _nack(ctx, consumer, popped[sent:])
 

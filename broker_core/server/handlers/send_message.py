@@ -60,11 +60,16 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
         batch = to_columns(request.messages, limits=limits, peer=peer, now_ms=now)
     if batch is not None:  # plain messages: the fast lane
         offsets = ctx.broker.send_columns(batch)
+        if ctx.metrics is not None:
+            ctx.metrics.messages_in(batch.topic, len(batch), sum(map(len, batch.bodies)))
         return _answer([keys[0] for keys in batch.index_keys], offsets.tolist())
     messages = to_messages(request.messages, limits=limits, peer=peer, now_ms=now)
     ids = [m.properties[PROPERTY_UNIQ_KEY] for m in messages]
     group = transaction_group(messages)
     results = ctx.broker.send(messages, producer_group=group)
+    if ctx.metrics is not None:
+        for m in messages:
+            ctx.metrics.messages_in(m.topic, 1, len(m.body))
     if group is not None:
         sessions.note_publishing(ctx, sessions.client_id_of(context, required=False), group)
     return _answer(ids, [r.queue_offset for r in results], [r.transaction_id for r in results],

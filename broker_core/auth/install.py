@@ -1,0 +1,36 @@
+"""Wire users, ACLs and request signing into one ``BrokerServer``."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from broker_core.auth.authority import Authority
+from broker_core.auth.config import AuthConfig
+from broker_core.auth.store import AuthStore
+
+if TYPE_CHECKING:
+    from broker_core.server.app import BrokerServer
+
+log = logging.getLogger(__name__)
+
+AUTH_FILE = "auth.json"
+
+
+def install_auth(server: BrokerServer, config: AuthConfig) -> AuthStore:
+    """Open the user table (config users written in), add the user/ACL admin verbs, and,
+    when ``config.enabled``, check every call's signature and rights."""
+    from broker_core.server.admin_auth import register_auth_methods
+    from broker_core.server.guard import Guard
+
+    store = AuthStore(server.broker.store.config.config_dir / AUTH_FILE)
+    if config.users:
+        store.bootstrap(config.users)
+    server.ctx.auth = store
+    register_auth_methods()
+    if config.enabled:
+        server.gate.wrappers.append(Guard(Authority(store, config)))
+        log.info("authentication on: %d user(s), clock skew %d ms, local-time stamps %s",
+                 len(store.users()), config.max_clock_skew_ms,
+                 "accepted" if config.accept_local_time else "refused")  # fmt: skip
+    return store

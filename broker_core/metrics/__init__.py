@@ -1,0 +1,1 @@
+"""Prometheus metrics of the broker (``--metrics-listen HOST:PORT``); see recorder.py."""

@@ -1,0 +1,73 @@
+"""The one server interceptor: refuses calls until the broker is up, then hands each call
+to the optional per-call wrappers (authentication and authorization, metrics).
+
+While the store recovers, every call but the health service's is refused with gRPC
+UNAVAILABLE ("broker is starting"), which clients retry. Once ``open()`` ran and no
+wrapper is installed, a call costs one attribute check here and goes straight on.
+
+A wrapper is ``wrap(method, handler) -> handler``: it gets the full method name
+(``/package.Service/Method``) and the ``grpc.RpcMethodHandler`` found, and returns the
+handler to use (the same one to leave the call alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+Wrapper = Callable[[str, grpc.RpcMethodHandler], grpc.RpcMethodHandler]
+
+_ALWAYS_OPEN = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+def _refuse(code: grpc.StatusCode, message: str) -> Callable[..., Any]:
+    def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(code, message)
+
+    return behaviour
+
+
+def refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode,
+                     message: str) -> grpc.RpcMethodHandler:  # fmt: skip
+    """A handler of the same kind as ``handler`` that aborts every call with ``code``."""
+    behaviour = _refuse(code, message)
+    kwargs = {"request_deserializer": handler.request_deserializer,
+              "response_serializer": handler.response_serializer}  # fmt: skip
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(behaviour, **kwargs)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(behaviour, **kwargs)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(behaviour, **kwargs)
+    return grpc.unary_unary_rpc_method_handler(behaviour, **kwargs)
+
+
+class Gate(grpc.ServerInterceptor):
+    """Start-up gate plus wrappers; wrappers are added before ``open``."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.wrappers: list[Wrapper] = []
+
+    def open(self) -> None:
+        self.ready = True
+
+    def close(self) -> None:
+        self.ready = False
+
+    def intercept_service(self, continuation: Callable[[Any], Any],
+                          details: grpc.HandlerCallDetails) -> Any:  # fmt: skip
+        handler = continuation(details)
+        if handler is None:
+            return None
+        method: str = details.method
+        if method.startswith(_ALWAYS_OPEN):
+            return handler
+        if not self.ready:
+            return refusing_handler(handler, grpc.StatusCode.UNAVAILABLE,
+                                    "broker is starting (recovering its store); retry")
+        for wrap in self.wrappers:
+            handler = wrap(method, handler)
+        return handler
