@@ -124,10 +124,10 @@ def broker() -> None:
 @click.option("--remoting-listen", default=None,
               help="HOST:PORT for 4.x remoting clients ['off'; with --namesrv HOST:10911]")
 @click.option("--metrics-listen", default=None, help="Prometheus /metrics on HOST:PORT")
-@click.option("--log-level", default="INFO", show_default=True,
+@click.option("--log-level", default="INFO", show_default=True, help="least severe level logged",
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
-@click.option("--log-format", default="text", show_default=True,
-              type=click.Choice(["text", "json"]))
+@click.option("--log-format", default="text", show_default=True, help="one JSON object a line, "
+              "or text", type=click.Choice(["text", "json"]))
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
                  advertise: str | None, namesrv: str | None, broker_name: str | None,
                  cluster_name: str | None, register_interval_ms: int | None,
@@ -182,8 +182,10 @@ def namesrv() -> None:
 
 @namesrv.command("start")
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help="HOST:PORT (0 = any)")
-@click.option("--scan-interval-ms", type=click.IntRange(min=1), default=5_000, show_default=True)
-@click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=120_000, show_default=True)
+@click.option("--scan-interval-ms", type=click.IntRange(min=1), default=5_000, show_default=True,
+              help="how often silent brokers are looked for")
+@click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=120_000, show_default=True,
+              help="a broker silent this long leaves the routes")
 def namesrv_start(listen: str, scan_interval_ms: int, broker_expiry_ms: int) -> None:
     """Start a NameServer in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.namesrv.server import run

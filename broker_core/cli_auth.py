@@ -61,11 +61,11 @@ def acl() -> None:
 
 
 @acl.command("create")
-@click.option("--user", "name", required=True)
+@click.option("--user", "name", required=True, help="the user the rule is for")
 @click.option("--resource", required=True, help="Topic:NAME, Group:NAME, Topic:PREFIX*, Topic:*")
 @click.option("--actions", required=True,
               help="comma-separated: Pub,Sub,Create,Update,Delete,Get,List,All")
-@click.option("--decision", default="Allow", show_default=True,
+@click.option("--decision", default="Allow", show_default=True, help="Deny wins over Allow",
               type=click.Choice(["Allow", "Deny"], case_sensitive=False))
 @click.option("--source-ip", "source_ips", multiple=True, help="address or CIDR, repeatable")
 @endpoints_option
@@ -93,7 +93,7 @@ def acl_list(name: str | None, endpoints: str) -> None:
 
 
 @acl.command("delete")
-@click.option("--user", "name", required=True)
+@click.option("--user", "name", required=True, help="whose rules to delete")
 @click.option("--resource", default=None, help="only the rules on this resource")
 @endpoints_option
 def acl_delete(name: str, resource: str | None, endpoints: str) -> None:

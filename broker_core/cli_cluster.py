@@ -140,10 +140,11 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
                for b in sorted(info.live, key=lambda b: (b.cluster, b.broker_name))])  # fmt: skip
 
     @cluster.command("up")
-    @click.option("--brokers", "count", type=click.IntRange(1, 26), default=2, show_default=True)
+    @click.option("--brokers", "count", type=click.IntRange(1, 26), default=2, show_default=True,
+                  help="broker groups to start")
     @click.option("--dir", "directory", required=True, help="stores and logs go here")
     @click.option("--register-interval-ms", type=click.IntRange(10), default=30_000,
-                  show_default=True)  # fmt: skip
+                  show_default=True, help="brokers' re-registration period")  # fmt: skip
     def cluster_up(count: int, directory: str, register_interval_ms: int) -> None:
         """Run a NameServer and N broker groups on loopback until Ctrl-C/SIGTERM."""
         from broker_core.cluster.local import LocalCluster

@@ -28,7 +28,10 @@ SCRIPT_TIMEOUT_S = 60
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = start_broker(tmp_path_factory.mktemp("scenarios"))
-    with RocketMQClient(proc.endpoint) as admin:
+    with RocketMQClient(proc.endpoint) as admin:  # as a user would with mqadmin updateTopic
+        for normal in ("ex-normal", "ex-async", "ex-push"):  # the official producer looks the
+            admin.create_topic(normal, queues=2)  # route up first: no topic, no send
+        admin.create_topic("ex-delay", queues=2, message_type="DELAY")
         admin.create_topic("ex-fifo", queues=2, message_type="FIFO")
         admin.create_group("ex-fifo-g", fifo=True, consume_from_where="first_offset")
         admin.create_topic("ex-tx", queues=2, message_type="TRANSACTION")

@@ -105,6 +105,9 @@ _ADMIN: Final[dict[str, Callable[[dict[str, Any]], list[Need]]]] = {
     "ListGroups": lambda d: [_group("*", (A.LIST,))],
     "QueryMessage": _query_message,
     "ResetOffset": lambda d: [_group(_text(d, "group"), (A.UPDATE,))],
+    # an orderly consumer locks the queues it consumes: what consuming needs, no more
+    "LockQueues": lambda d: _consume(_text(d, "topic"), _text(d, "group")),
+    "UnlockQueues": lambda d: _consume(_text(d, "topic"), _text(d, "group")),
 }
 
 _BULK: Final[dict[str, Callable[[dict[str, Any]], list[Need]]]] = {

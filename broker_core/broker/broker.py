@@ -290,6 +290,14 @@ class Broker:
     def group(self, name: str) -> GroupConfig:
         return self.groups.get_or_create(name)
 
+    def configure_group(self, config: GroupConfig) -> GroupConfig:
+        """Store a group's settings (admin) and make sure its retry topic exists, so clients
+        that read routes only now and then (4.x clients: every 30 s) find it before their
+        first retry."""
+        stored = self.groups.create_or_update(config)
+        self.topics.ensure_retry_topic(config.name)
+        return stored
+
     def topic_for_read(self, topic: str) -> TopicConfig:
         return self.topics.for_read(topic)
 

@@ -234,7 +234,7 @@ def create_group(ctx: ServerContext, args: Args) -> Json:
     config = dataclasses.replace(old, **changes)
     changed = check_group_change(existing, config, update=bool(args.flag("update")))
     if changed:
-        config = ctx.broker.groups.create_or_update(config)
+        config = ctx.broker.configure_group(config)
     return {**_group_json(config), "created": existing is None, "changed": changed}
 
 

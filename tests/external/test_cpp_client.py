@@ -32,6 +32,11 @@ def create_topic(cluster: Cluster4x, topic: str, queues: int = 4) -> None:
     find no route fall back to the default topic, which a lone test broker lacks)."""
     with RocketMQClient(cluster.grpc) as client:
         client.create_topic(topic, queues=queues)
+    wait_routed(cluster, topic, queues)
+
+
+def wait_routed(cluster: Cluster4x, topic: str, queues: int) -> None:
+    """Wait until the NameServer routes ``topic`` with ``queues`` read queues."""
     names = NameServerClient(cluster.namesrv)
     deadline = time.monotonic() + 20
     try:
@@ -184,11 +189,12 @@ def test_orderly_consumer_gets_each_queue_in_order(cpp_python: Path, cluster4x: 
 
 def test_failed_message_is_retried_then_dead_lettered(cpp_python: Path, cluster4x: Cluster4x):
     create_topic(cluster4x, "cpp-retry")
-    # The client looks routes up every 30 s and at start; a retry topic the broker makes at
-    # the first heartbeat would be seen only at the next look-up, so it is made first.
-    create_topic(cluster4x, "%RETRY%cpp-g5", 1)
+    # The client looks routes up every 30 s and at start; a retry topic the broker made at
+    # the first heartbeat would be seen only at the next look-up. Creating the group makes
+    # its retry topic, so it is routed before the consumer starts.
     with RocketMQClient(cluster4x.grpc) as client:  # 2 retries, 1 s apart (delay level 1)
         client.create_group("cpp-g5", max_retries=2, retry_backoff="1s")
+    wait_routed(cluster4x, "%RETRY%cpp-g5", 1)
     # Only the failing message: this client answers a whole pull batch at once (the C API's
     # per-message callback results are folded into one status), so a message pulled with
     # it would be sent back too.

@@ -59,7 +59,7 @@ def admin(auth_broker: BrokerProcess) -> Iterator[RocketMQClient]:
                         secret_key=ADMIN_SECRET) as client:
         for topic in ("orders", "payments", "audit-x"):
             client.create_topic(topic, queues=2)
-        client.create_group("GID_orders")
+        client.create_group("GID_orders", consume_from_where="first_offset")  # reads old ones
         client.create_user("alice", "alice-secret")
         client.create_acl("alice", "Topic:orders", ["Pub"])
         client.create_user("bob", "bob-secret")

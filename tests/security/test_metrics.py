@@ -107,7 +107,7 @@ def test_official_simple_consumer_deliveries_are_counted(metered: BrokerProcess)
 
     with RocketMQClient(metered.endpoint) as client:
         client.create_topic("m-pop", queues=1)
-        client.create_group("GID_pop")
+        client.create_group("GID_pop", consume_from_where="first_offset")
     config = ClientConfiguration(metered.endpoint, Credentials(), request_timeout=5)
     producer = Producer(config, ("m-pop",))
     producer.startup()

@@ -68,7 +68,7 @@ def test_official_client_with_tls_enable(tls_broker: BrokerProcess, pki: Pki) ->
     with RocketMQClient(tls_broker.endpoint, ca_file=str(pki.ca), access_key=ADMIN_KEY,
                         secret_key=ADMIN_SECRET) as admin:  # fmt: skip
         admin.create_topic("tls-orders", queues=1)
-        admin.create_group("GID_tls")
+        admin.create_group("GID_tls", consume_from_where="first_offset")
     env = {**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(pki.ca)}
     done = subprocess.run([sys.executable, "-c", OFFICIAL, tls_broker.endpoint, ADMIN_KEY,
                            ADMIN_SECRET], capture_output=True, text=True, env=env, cwd=ROOT,
