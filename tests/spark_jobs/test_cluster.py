@@ -71,3 +71,4 @@ def test_jobs_on_a_two_worker_cluster(broker: BrokerProcess, client: RocketMQCli
     assert sorted(json.loads(r["body"])["order_id"] for r in rows) == sorted(
         f"o-{i}" for i in range(len(EVENTS)))
     assert len({(r["queueId"], r["queueOffset"]) for r in rows}) == len(EVENTS)
+
