@@ -100,6 +100,11 @@ class StandaloneCluster:
         return subprocess.run(cmd, env=spark_env(self.run_dir), capture_output=True, text=True,
                               timeout=timeout_s)  # fmt: skip
 
+    def executors_per_worker(self) -> list[int]:
+        """How many executor directories (``work{i}/app-*/N``) each worker has created."""
+        return [len(list((self.run_dir / f"work{i}").glob("app-*/*")))
+                for i in range(1, self.workers + 1)]  # fmt: skip
+
     def logs(self) -> str:
         return "".join(p.read_text(errors="replace")[-3000:]
                        for p in sorted((self.run_dir / "logs").glob("*.out")))  # fmt: skip

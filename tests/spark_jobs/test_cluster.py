@@ -55,6 +55,8 @@ def run_both_jobs(cluster: StandaloneCluster, broker: BrokerProcess, client: Roc
     assert done.returncode == 0, done.stderr[-4000:]
     apps = cluster.state()["completedapps"]
     assert len(apps) == 2 and all(a["state"] == "FINISHED" for a in apps), apps
+    # Both applications ran an executor on every worker.
+    assert cluster.executors_per_worker() == [2] * cluster.workers
     return out
 
 
