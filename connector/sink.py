@@ -300,7 +300,9 @@ def make_writer(
 ) -> DataSourceWriter:
     """The batch writer for ``DataSource.writer``; checks options and columns first.
 
-    A topic cannot be overwritten: ``mode("overwrite")`` is a ConfigError.
+    A topic cannot be overwritten: ``mode("overwrite")`` is a ConfigError. Spark's default
+    mode, ErrorIfExists, never gets here: Spark refuses it itself first
+    (UNSUPPORTED_DATA_SOURCE_SAVE_MODE); ``mode("append")`` is the way (README, Save modes).
     """
     if overwrite:
         raise ConfigError(
