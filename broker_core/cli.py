@@ -120,12 +120,14 @@ def broker() -> None:
               help="sync: a send is acknowledged once the in-sync slaves have it")  # fmt: skip
 @click.option("--remoting-listen", default=None,
               help="HOST:PORT for 4.x remoting clients ['off'; with --namesrv HOST:10911]")
+@click.option("--controller", default=None,
+              help="etcd http://HOST:PORT[,…]: the group elects its master automatically")
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
                  advertise: str | None, namesrv: str | None, broker_name: str | None,
                  cluster_name: str | None, register_interval_ms: int | None,
                  route_ttl_ms: int | None, broker_id: int | None, ha_listen: str | None,
                  ha_master: str | None, replication: str | None,
-                 remoting_listen: str | None) -> None:  # fmt: skip
+                 remoting_listen: str | None, controller: str | None) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
@@ -134,7 +136,8 @@ def broker_start(listen: str, store_dir: str, flush: str | None, config_file: st
                "--namesrv": namesrv, "--broker-name": broker_name, "--cluster": cluster_name,
                "--register-interval-ms": register_interval_ms, "--route-ttl-ms": route_ttl_ms,
                "--broker-id": broker_id, "--ha-listen": ha_listen, "--ha-master": ha_master,
-               "--replication": replication, "--remoting-listen": remoting_listen}  # fmt: skip
+               "--replication": replication, "--remoting-listen": remoting_listen,
+               "--controller": controller}  # fmt: skip
     argv += [str(text) for flag, value in options.items() if value is not None
              for text in (flag, value)]  # fmt: skip
     raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop

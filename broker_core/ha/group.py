@@ -10,8 +10,10 @@ POP revive): its log holds only its master's bytes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from broker_core.errors import MasterFencedError
 from broker_core.ha import metadata
 from broker_core.ha.in_sync import InSyncSet
 from broker_core.ha.master import HAMaster
@@ -32,6 +34,8 @@ class Replication:
         self.is_slave = cfg.broker_id > 0
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
+        # Controller mode: "" while this master may acknowledge writes, else why not.
+        self.fence: Callable[[], str] | None = None
         self.in_sync = InSyncSet(window_ms=cfg.ha_catch_up_window_ms,
                                  min_replicas=cfg.min_in_sync_replicas)  # fmt: skip
 
@@ -75,6 +79,8 @@ class Replication:
         """
         if self.master is not None:
             self.master.wait_replicated(end_offset)
+        if self.fence is not None and (why := self.fence()):
+            raise MasterFencedError(f"{why}; the write is not acknowledged, retry")
 
     def stop(self) -> None:
         if self.slave is not None:

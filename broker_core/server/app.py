@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import gc
 import logging
+import os
 import resource
 import signal
 import sys
@@ -29,7 +30,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker_core.address import parse_host_port
 from broker_core.broker.broker import Broker
-from broker_core.config import load_config
+from broker_core.config import BrokerConfig, StoreConfig, load_config
 from broker_core.errors import ConfigError, ListenError, ServerError, StoreError
 from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
@@ -38,6 +39,7 @@ from broker_core.server.raw_pull import bulk_handler
 from broker_core.server.service import MessagingService
 
 if TYPE_CHECKING:  # cluster code loads only for a broker started with --namesrv
+    from broker_core.ha.controller import ControllerAgent
     from broker_core.remoting_broker.frontend import RemotingFrontEnd
     from broker_core.server.cluster_member import ClusterMember, ClusterOptions
 
@@ -68,6 +70,7 @@ class BrokerServer:
             raise ListenError(f"cannot listen on {listen}: the address is in use or not local")
         host = host or "127.0.0.1"
         self.endpoint = advertise or f"{host}:{self.port}"
+        self.controller: ControllerAgent | None = None  # controller mode (--controller)
         self.ctx = ServerContext(broker, self.endpoint, broker.config.broker_name)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
             MessagingService(self.ctx), self._server
@@ -213,6 +216,9 @@ def _add_group_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ha-master", default=None, help="slave: the master's HA HOST:PORT")
     p.add_argument("--replication", choices=("sync", "async"), default=None,
                    help="sync: a send is acked once the in-sync slaves have it")  # fmt: skip
+    p.add_argument("--controller", default=None,
+                   help="etcd http://HOST:PORT[,…]: the group elects its master (roles "
+                        "from --broker-id/--ha-master are then ignored)")
 
 
 def _group_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -243,11 +249,15 @@ def build(args: argparse.Namespace) -> BrokerServer:
     store_dir = Path(store_config.store_dir)
     if store_dir.exists() and not store_dir.is_dir():
         raise StoreError(f"cannot open the store: {store_dir} is a file, not a directory")
+    agent = None
+    if args.controller:
+        broker_config, agent = _join_controller(args.controller, broker_config, store_config)
     try:
         broker = Broker(broker_config, store_config)
     except OSError as exc:
         raise StoreError(f"cannot open the store at {store_dir}: {exc}") from exc
     server = BrokerServer(broker, args.listen, advertise=args.advertise)
+    server.controller = agent
     remoting = _remoting_listen(args)
     if remoting is not None:
         server.add_remoting(remoting, any_port_if_taken=args.remoting_listen is None)
@@ -255,6 +265,29 @@ def build(args: argparse.Namespace) -> BrokerServer:
         server.join_cluster(cluster)
     server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
     return server
+
+
+def _join_controller(
+    urls: str, broker_config: BrokerConfig, store_config: StoreConfig
+) -> tuple[BrokerConfig, ControllerAgent]:
+    """Controller mode: the role comes from etcd (``broker_core.ha.controller``)."""
+    from broker_core.ha.controller import ControllerAgent
+
+    agent = ControllerAgent(urls, broker_config.broker_name, str(store_config.store_dir))
+    role = agent.join()
+    broker_config = dataclasses.replace(
+        broker_config, broker_id=role.broker_id, ha_master=role.ha_master,
+        ha_listen=broker_config.ha_listen or "127.0.0.1:0")  # fmt: skip
+    return broker_config, agent
+
+
+def _restart(argv: Sequence[str] | None, reason: str) -> None:
+    """Run this broker again in this process (same pid): its next join applies the role."""
+    log.warning("restarting the broker: %s", reason)
+    args = list(argv) if argv is not None else sys.argv[1:]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "broker_core.server", *args])
 
 
 def _tune_garbage_collector() -> None:
@@ -294,11 +327,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(f"HA_LISTEN {ha_endpoint}", flush=True)
     if server.remoting is not None:
         log.info("remoting (4.x clients) on %s", server.remoting.address)
+    agent = server.controller
+    if agent is not None:
+        agent.attach(server.broker, server.endpoint)
     print(f"READY {server.endpoint}", flush=True)
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
     # thread runs, so wait in slices instead of blocking until an event nobody sets.
-    while not stop.wait(0.5):
-        pass
+    while not stop.wait(0.1):
+        if agent is not None and agent.restart.is_set():
+            break
     log.info("shutting down")
     try:
         server.stop()
@@ -306,6 +343,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         log.exception("error while stopping")
         raise ServerError(f"error while stopping the broker: {exc}") from exc
     log.info("stopped cleanly")
+    if agent is not None:
+        agent.stop()
+        if agent.restart.is_set() and not stop.is_set():
+            _restart(argv, agent.restart_reason)
     return 0
 
 
