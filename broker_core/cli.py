@@ -207,6 +207,32 @@ def broker_replication(endpoints: str) -> None:
                 for name, acked in sorted(status.get("slaves", {}).items())])  # fmt: skip
 
 
+@broker.command("controller")
+@click.option("--controller", required=True, envvar="RMQ_CONTROLLER",
+              help="etcd http://HOST:PORT[,…] the broker groups use")
+@json_option
+def broker_controller(controller: str, as_json: bool) -> None:
+    """Each controller-mode group: master, epoch, in-sync set and live members (from etcd)."""
+    from broker_core.ha.etcd_state import all_groups
+
+    groups = all_groups(controller)  # ControllerError when etcd cannot be reached
+    rows = []
+    for name, (state, members) in groups.items():
+        live = ", ".join(f"{n} {m.get('endpoint', '')} @{m.get('offset', -1)}"
+                         for n, m in sorted(members.items()))  # fmt: skip
+        if state is None:
+            rows.append((name, "-", "-", "-", "-", live))
+        else:
+            rows.append((name, state.master, state.epoch, ", ".join(state.in_sync),
+                         state.set_epoch, live))  # fmt: skip
+    if as_json:
+        _print_json({name: {"state": None if st is None else json.loads(st.to_json()),
+                            "members": mem} for name, (st, mem) in groups.items()})  # fmt: skip
+        return
+    _table("controller groups", ["group", "master", "epoch", "in-sync set", "set epoch",
+                                 "live members (endpoint @commitlog end)"], rows)  # fmt: skip
+
+
 # ---- topics ---------------------------------------------------------------------------------
 
 

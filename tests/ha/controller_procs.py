@@ -78,6 +78,7 @@ class ControllerGroup:
     broker: dict[str, Any] = field(default_factory=dict)
     procs: dict[str, BrokerProcess] = field(default_factory=dict)  # by node name
     ports: dict[str, int] = field(default_factory=dict)  # by member dir name
+    namesrv: str = ""  # brokers register with it when set
 
     def start(self, member: str) -> BrokerProcess:
         """Start (or restart) member ``member`` (its own dir and fixed port)."""
@@ -86,7 +87,9 @@ class ControllerGroup:
                           "ha_listen": "127.0.0.1:0", **FAST_HA, **self.broker},
                "store": DEFAULT_CONFIG["store"]}  # fmt: skip
         proc = launch_broker(self.workdir / member, config=cfg, listen=f"127.0.0.1:{port}",
-                             extra_args=["--controller", self.etcd.url])  # fmt: skip
+                             extra_args=["--controller", self.etcd.url,
+                                         *(["--namesrv", self.namesrv] if self.namesrv else []),
+                                         ])  # fmt: skip
         self.procs[self.node(member)] = proc
         return proc
 

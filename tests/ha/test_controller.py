@@ -8,6 +8,7 @@ whose commitlog is byte for byte the master's (so its cut at the new epoch worke
 
 from __future__ import annotations
 
+import json
 import signal
 import statistics
 import threading
@@ -16,9 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from broker_core.cli import cli
+from broker_core.cli_cluster import cluster_info
 from broker_core.client import RocketMQClient
+from broker_core.cluster.routes import master_grpc_addr
 from broker_core.errors import RocketMQError
+from tests.cluster_procs import start_namesrv
 from tests.ha.conftest import commitlog_bytes, pull_all, wait_until
 from tests.ha.controller_procs import ETCD, ControllerGroup, EtcdProcess, FailoverSender
 
@@ -135,6 +141,47 @@ def test_failover_after_sigkill_loses_no_acknowledged_message(group: ControllerG
     _check_nothing_lost(group, acked)
 
 
+def test_controller_cli_shows_master_epoch_and_in_sync_set(group: ControllerGroup) -> None:
+    result = CliRunner().invoke(cli, ["broker", "controller", "--controller", group.etcd.url,
+                                      "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)["g"]
+    state = _state(group)
+    assert doc["state"]["master"] == state.master and doc["state"]["epoch"] == state.epoch
+    assert sorted(doc["state"]["in_sync"]) == sorted(group.procs)
+    assert {m["endpoint"] for m in doc["members"].values()} == set(group.endpoints())
+    table = CliRunner().invoke(cli, ["broker", "controller", "--controller", group.etcd.url])
+    assert state.master in table.output
+
+
+def test_routes_follow_the_new_master(etcd: EtcdProcess, tmp_path: Path) -> None:
+    ns, ns_addr = start_namesrv()
+    grp = ControllerGroup(etcd, tmp_path, broker=SYNC, namesrv=ns_addr)
+    try:
+        for member in ("a", "b"):
+            grp.start(member)
+        wait_until(lambda: len(_state(grp).in_sync) == 2, 30, "both brokers in sync")
+        with RocketMQClient(namesrv=ns_addr) as client:
+            client.send(TOPIC, b"before")
+            old = grp.master()
+            assert _route_master(ns_addr) == old.endpoint
+            old.kill()
+            wait_until(lambda: _route_master(ns_addr) not in ("", old.endpoint), 30,
+                       "the NameServer to route to the new master")  # fmt: skip
+            assert _route_master(ns_addr) == grp.master().endpoint
+            wait_until(lambda: bool(client.send(TOPIC, b"after")), 30, "a send through routes")
+    finally:
+        grp.stop_all()
+        ns.terminate()
+        ns.wait(10)
+
+
+def _route_master(ns_addr: str) -> str:
+    info = cluster_info(ns_addr)
+    data = info.brokers.get("g")
+    return master_grpc_addr(data) or "" if data is not None else ""
+
+
 @pytest.mark.slow
 def test_ten_kills_in_a_row(group: ControllerGroup) -> None:
     producer = Producer(group.endpoints())
@@ -171,6 +218,7 @@ def test_split_brain_frozen_master_acks_nothing_and_rejoins(group: ControllerGro
     frozen.process.send_signal(signal.SIGCONT)
     sender.join(60)
     assert late and late[0] is not None, "the deposed master acknowledged a send"
+    print(f"\nthe deposed master answered: {late[0]}")
     wait_until(lambda: old.master in _state(group).in_sync, 60, "the old master back in sync")
     assert _state(group).master != old.master
     acked = producer.stop()
