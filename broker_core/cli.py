@@ -216,7 +216,7 @@ def broker_controller(controller: str, as_json: bool) -> None:
     from broker_core.ha.etcd_state import all_groups
 
     groups = all_groups(controller)  # ControllerError when etcd cannot be reached
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for name, (state, members) in groups.items():
         live = ", ".join(f"{n} {m.get('endpoint', '')} @{m.get('offset', -1)}"
                          for n, m in sorted(members.items()))  # fmt: skip
