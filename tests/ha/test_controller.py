@@ -22,8 +22,10 @@ from click.testing import CliRunner
 from broker_core.cli import cli
 from broker_core.cli_cluster import cluster_info
 from broker_core.client import RocketMQClient
+from broker_core.cluster.local import LocalCluster
 from broker_core.cluster.routes import master_grpc_addr
 from broker_core.errors import RocketMQError
+from broker_core.ha.etcd_state import EtcdGroup
 from tests.cluster_procs import start_namesrv
 from tests.ha.conftest import commitlog_bytes, pull_all, wait_until
 from tests.ha.controller_procs import ETCD, ControllerGroup, EtcdProcess, FailoverSender
@@ -224,3 +226,23 @@ def test_split_brain_frozen_master_acks_nothing_and_rejoins(group: ControllerGro
     acked = producer.stop()
     assert b"sent-to-the-frozen-master" not in acked
     _check_nothing_lost(group, acked)
+
+
+def test_cluster_up_with_replicas_and_controller(tmp_path: Path) -> None:
+    local = LocalCluster(tmp_path, replicas=2, controller=True)
+    try:
+        local.start(1)
+        etcd_group = EtcdGroup(local.etcd_url, "broker-a")
+
+        def both_in_sync() -> bool:
+            state = etcd_group.state()[0]
+            return state is not None and len(state.in_sync) == 2
+
+        wait_until(both_in_sync, 30, "both replicas of broker-a in sync")
+        members = etcd_group.members()
+        assert {m["endpoint"] for m in members.values()} == set(local.endpoints.values())
+        with RocketMQClient(namesrv=local.namesrv) as client:
+            assert client.send(TOPIC, b"through the routes").message_id
+    finally:
+        local.stop()
+    assert local.etcd_process is not None and local.etcd_process.poll() is not None
