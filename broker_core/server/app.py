@@ -337,8 +337,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         if agent is not None and agent.restart.is_set():
             break
     log.info("shutting down")
+    leaving = agent is not None and agent.restart.is_set() and not stop.is_set()
     try:
-        server.stop()
+        server.stop(grace_s=1.0 if leaving else 10.0)  # a role change fails calls in flight
     except Exception as exc:
         log.exception("error while stopping")
         raise ServerError(f"error while stopping the broker: {exc}") from exc
