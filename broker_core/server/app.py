@@ -290,6 +290,13 @@ def _restart(argv: Sequence[str] | None, reason: str) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "broker_core.server", *args])
 
 
+def _say(line: str) -> None:
+    """One stdout line in one write: a log line from another thread (stderr, often the same
+    pipe) cannot land inside it, as it could between print()'s text and its newline."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def _tune_garbage_collector() -> None:
     """Keep the cyclic collector off the send path.
 
@@ -324,13 +331,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         log.info("store opened: %s", recovery.summary())
     ha_endpoint = server.broker.replication.ha_endpoint
     if ha_endpoint:
-        print(f"HA_LISTEN {ha_endpoint}", flush=True)
+        _say(f"HA_LISTEN {ha_endpoint}")
     if server.remoting is not None:
         log.info("remoting (4.x clients) on %s", server.remoting.address)
     agent = server.controller
     if agent is not None:
         agent.attach(server.broker, server.endpoint)
-    print(f"READY {server.endpoint}", flush=True)
+    _say(f"READY {server.endpoint}")
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
     # thread runs, so wait in slices instead of blocking until an event nobody sets.
     while not stop.wait(0.1):

@@ -62,6 +62,43 @@ class EtcdProcess:
         self.process.wait(10)
 
 
+@dataclass
+class EtcdCluster:
+    """Three etcd members on loopback; ``url`` lists every client URL (comma-separated)."""
+
+    members: list[EtcdProcess]
+
+    @property
+    def url(self) -> str:
+        return ",".join(m.url for m in self.members)
+
+    @classmethod
+    def start(cls, data_dir: Path, size: int = 3) -> EtcdCluster:
+        ports = [(free_port(), free_port()) for _ in range(size)]
+        initial = ",".join(f"n{i}=http://127.0.0.1:{peer}" for i, (_, peer) in enumerate(ports))
+        members = []
+        for i, (client, peer) in enumerate(ports):
+            url = f"http://127.0.0.1:{client}"
+            proc = subprocess.Popen(
+                [ETCD, "--name", f"n{i}", "--data-dir", str(data_dir / f"n{i}"),
+                 "--listen-client-urls", url, "--advertise-client-urls", url,
+                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-cluster", initial, "--initial-cluster-state", "new"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            members.append(EtcdProcess(url, proc))
+        cluster = cls(members)
+        for member in members:
+            probe = EtcdGroup(member.url, "probe")
+            wait_until(lambda p=probe: _answers(p), 30, "the etcd cluster to answer")  # type: ignore[misc]
+        return cluster
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+
 def _answers(group: EtcdGroup) -> bool:
     try:
         group.state()
@@ -72,7 +109,7 @@ def _answers(group: EtcdGroup) -> bool:
 
 @dataclass
 class ControllerGroup:
-    etcd: EtcdProcess
+    etcd: EtcdProcess | EtcdCluster
     workdir: Path
     name: str = "g"
     broker: dict[str, Any] = field(default_factory=dict)
@@ -96,8 +133,17 @@ class ControllerGroup:
     def node(self, member: str) -> str:
         return node_name(str(self.workdir / member / "store"))
 
-    def state(self) -> GroupState | None:
-        return EtcdGroup(self.etcd.url, self.name).state()[0]
+    def state(self, timeout_s: float = 15) -> GroupState | None:
+        """The group's state; etcd errors are retried for ``timeout_s`` (a member down,
+        an etcd leader election under way)."""
+        group, deadline = EtcdGroup(self.etcd.url, self.name), time.monotonic() + timeout_s
+        while True:
+            try:
+                return group.state()[0]
+            except RocketMQError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def master(self) -> BrokerProcess:
         state = self.state()
