@@ -32,6 +32,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,7 @@ class ControllerAgent:
         self._record: dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.on_promoted: Callable[[], None] | None = None  # e.g. re-register as broker id 0
 
     # ---- the lease ------------------------------------------------------------------------
 
@@ -265,10 +267,20 @@ class ControllerAgent:
         if replication.slave is not None:
             replication.slave.halt()  # no byte of the old term after the start is fixed
         start = self._broker.store.commitlog.max_offset
-        if self._become_master(raw, self._next_term(state, start)) is not None:
-            self._leave(f"elected master at epoch {state.epoch + 1}")
-        else:
+        role = self._become_master(raw, self._next_term(state, start))
+        if role is None:
             self._leave("lost the election race")
+            return
+        try:
+            self._broker.promote()
+        except Exception as exc:  # the restart path is the fallback: it always works
+            log.exception("controller: promotion in place failed")
+            self._leave(f"elected master at epoch {role.epoch}; promotion in place failed: {exc}")
+            return
+        self.role = role
+        self._record.update(epoch=role.epoch, ha=replication.ha_endpoint, ha_link="")
+        if self.on_promoted is not None:
+            self.on_promoted()
 
     def status(self) -> dict[str, Any]:
         state = self.etcd.state()[0]

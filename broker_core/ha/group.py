@@ -68,6 +68,26 @@ class Replication:
             log.info("broker %s master: HA port %s, %s replication", cfg.broker_name,
                      self.master.endpoint, cfg.replication)  # fmt: skip
 
+    def promote(self) -> None:
+        """Controller mode: this slave becomes its group's master in place (its HA link
+        already halted): writes are taken, the HA port opens (``ha_listen``)."""
+        broker, cfg = self._broker, self._broker.config
+        if self.slave is not None:
+            self.slave.halt()
+        self.slave = None
+        broker.store.adopt_replicated_queues()  # before the first client write
+        self.is_slave = False
+        broker.store.slave_of = ""
+        self.master = HAMaster(
+            broker.store.commitlog, cfg.ha_listen or "127.0.0.1:0", in_sync=self.in_sync,
+            sync=cfg.replication == "sync", timeout_ms=cfg.sync_replication_timeout_ms,
+            heartbeat_ms=cfg.ha_heartbeat_interval_ms,
+            metadata=lambda: metadata.snapshot(broker),
+        )  # fmt: skip
+        broker.store.after_append = self.master.after_append
+        log.warning("broker %s promoted to master: HA port %s, %s replication",
+                    cfg.broker_name, self.master.endpoint, cfg.replication)  # fmt: skip
+
     def wait_replicated(self, end_offset: int) -> None:
         """Called by the broker after a client's write ended at ``end_offset``: with sync
         replication it returns once the in-sync slaves have it (``in_sync``), raising

@@ -290,6 +290,14 @@ def _restart(argv: Sequence[str] | None, reason: str) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "broker_core.server", *args])
 
 
+def _register_as_master(server: BrokerServer) -> None:
+    """After a promotion in place: tell the NameServers this broker is now id 0."""
+    if server.cluster is not None:
+        reg = server.cluster.registration
+        reg.identity = dataclasses.replace(reg.identity, broker_id=0)
+        reg.register_now()
+
+
 def _say(line: str) -> None:
     """One stdout line in one write: a log line from another thread (stderr, often the same
     pipe) cannot land inside it, as it could between print()'s text and its newline."""
@@ -336,6 +344,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         log.info("remoting (4.x clients) on %s", server.remoting.address)
     agent = server.controller
     if agent is not None:
+        agent.on_promoted = lambda: _register_as_master(server)
         agent.attach(server.broker, server.endpoint)
     _say(f"READY {server.endpoint}")
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
