@@ -79,25 +79,23 @@ def commitlog_end(store_dir: Path) -> int:
 def truncate_commitlog(store_dir: Path, offset: int) -> int:
     """Cut the closed store's commitlog at ``offset`` (a unit boundary); returns the
     number of bytes that were written past it and are now gone (0: nothing touched)."""
-    if commitlog_end(store_dir) <= offset:
+    end = commitlog_end(store_dir)
+    if end <= offset:
         return 0
-    dropped = 0
     for path in _segments(store_dir):
         base, size = int(path.name), path.stat().st_size
         if base >= offset and base > 0:
-            dropped += _zero_from(path, 0)
             path.unlink()
         elif base <= offset < base + size:
-            dropped += _zero_from(path, offset - base)
+            _zero_from(path, offset - base)
     (store_dir / "checkpoint").unlink(missing_ok=True)
     (store_dir / "checkpoint.bak").unlink(missing_ok=True)
     (store_dir / "abort").touch()
-    return dropped
+    return end - offset
 
 
-def _zero_from(path: Path, pos: int) -> int:
-    """Zero every non-zero chunk of ``path`` from ``pos``; returns the bytes zeroed."""
-    zeroed = 0
+def _zero_from(path: Path, pos: int) -> None:
+    """Zero every chunk of ``path`` from ``pos`` that holds a non-zero byte."""
     with open(path, "r+b", buffering=0) as f:
         at = pos
         while True:
@@ -108,10 +106,8 @@ def _zero_from(path: Path, pos: int) -> int:
             if chunk.count(0) != len(chunk):
                 f.seek(at)
                 f.write(bytes(len(chunk)))
-                zeroed += len(chunk.rstrip(b"\0"))
             at += len(chunk)
         os.fdatasync(f.fileno())
-    return zeroed
 
 
 def _segments(store_dir: Path) -> list[Path]:

@@ -25,6 +25,7 @@ from broker_core.client import RocketMQClient
 from broker_core.cluster.local import LocalCluster
 from broker_core.cluster.routes import master_grpc_addr
 from broker_core.errors import RocketMQError
+from broker_core.ha.controller import ControllerAgent
 from broker_core.ha.etcd_state import EtcdGroup
 from tests.cluster_procs import start_namesrv
 from tests.ha.conftest import commitlog_bytes, pull_all, wait_until
@@ -279,3 +280,19 @@ def test_cluster_up_with_replicas_and_controller(tmp_path: Path) -> None:
     finally:
         local.stop()
     assert local.etcd_process is not None and local.etcd_process.poll() is not None
+
+
+def test_a_master_that_stops_renewing_is_fenced_before_its_lease_expires(
+    etcd: EtcdProcess, tmp_path: Path
+) -> None:
+    agent = ControllerAgent(etcd.url, "fence", str(tmp_path / "store"))
+    assert agent.join(timeout_s=10).broker_id == 0  # the group's first broker
+    assert agent.fence() == ""
+    etcd_group = EtcdGroup(etcd.url, "fence")
+    # no loop runs: the lease is not renewed any more, as in a frozen or cut-off master
+    wait_until(lambda: agent.fence() != "", 5, "the master to fence itself")
+    assert agent.node in etcd_group.members(), "fenced only after etcd expired the lease"
+    fenced_at = time.monotonic()
+    wait_until(lambda: agent.node not in etcd_group.members(), 10, "etcd to expire the lease")
+    print(f"\nfenced {time.monotonic() - fenced_at:.2f} s before etcd expired the lease")
+    assert "lease" in agent.fence()
