@@ -174,8 +174,10 @@ def namesrv() -> None:
 
 @namesrv.command("start")
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help="HOST:PORT (0 = any)")
-@click.option("--scan-interval-ms", type=click.IntRange(min=1), default=5_000, show_default=True)
-@click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=120_000, show_default=True)
+@click.option("--scan-interval-ms", type=click.IntRange(min=1), default=5_000, show_default=True,
+              help="how often expired brokers are looked for")
+@click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=120_000,
+              show_default=True, help="a broker silent this long is dropped from routes")
 def namesrv_start(listen: str, scan_interval_ms: int, broker_expiry_ms: int) -> None:
     """Start a NameServer in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.namesrv.server import run

@@ -140,10 +140,11 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
                for b in sorted(info.live, key=lambda b: (b.cluster, b.broker_name))])  # fmt: skip
 
     @cluster.command("up")
-    @click.option("--brokers", "count", type=click.IntRange(1, 26), default=2, show_default=True)
+    @click.option("--brokers", "count", type=click.IntRange(1, 26), default=2, show_default=True,
+                  help="broker groups to start (broker-a, broker-b, …)")
     @click.option("--dir", "directory", required=True, help="stores and logs go here")
     @click.option("--register-interval-ms", type=click.IntRange(10), default=30_000,
-                  show_default=True)  # fmt: skip
+                  show_default=True, help="how often each broker re-registers")  # fmt: skip
     @click.option("--replicas", type=click.IntRange(1, 9), default=1, show_default=True,
                   help="brokers per group (sync replication)")
     @click.option("--controller", is_flag=True,
