@@ -128,13 +128,15 @@ def broker() -> None:
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.option("--log-format", default="text", show_default=True, help="one JSON object a line, "
               "or text", type=click.Choice(["text", "json"]))
+@click.option("--controller", default=None,
+              help="etcd http://HOST:PORT[,…]: the group elects its master automatically")
 def broker_start(listen: str, store_dir: str, flush: str | None, config_file: str | None,
                  advertise: str | None, namesrv: str | None, broker_name: str | None,
                  cluster_name: str | None, register_interval_ms: int | None,
                  route_ttl_ms: int | None, broker_id: int | None, ha_listen: str | None,
                  ha_master: str | None, replication: str | None,
                  remoting_listen: str | None, metrics_listen: str | None, log_level: str,
-                 log_format: str) -> None:  # fmt: skip
+                 log_format: str, controller: str | None) -> None:  # fmt: skip
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
 
@@ -145,7 +147,7 @@ def broker_start(listen: str, store_dir: str, flush: str | None, config_file: st
                "--register-interval-ms": register_interval_ms, "--route-ttl-ms": route_ttl_ms,
                "--broker-id": broker_id, "--ha-listen": ha_listen, "--ha-master": ha_master,
                "--replication": replication, "--remoting-listen": remoting_listen,
-               "--metrics-listen": metrics_listen}  # fmt: skip
+               "--metrics-listen": metrics_listen, "--controller": controller}  # fmt: skip
     argv += [str(text) for flag, value in options.items() if value is not None
              for text in (flag, value)]  # fmt: skip
     raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
@@ -183,9 +185,9 @@ def namesrv() -> None:
 @namesrv.command("start")
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help="HOST:PORT (0 = any)")
 @click.option("--scan-interval-ms", type=click.IntRange(min=1), default=5_000, show_default=True,
-              help="how often silent brokers are looked for")
-@click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=120_000, show_default=True,
-              help="a broker silent this long leaves the routes")
+              help="how often expired brokers are looked for")
+@click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=120_000,
+              show_default=True, help="a broker silent this long is dropped from routes")
 def namesrv_start(listen: str, scan_interval_ms: int, broker_expiry_ms: int) -> None:
     """Start a NameServer in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.namesrv.server import run
@@ -215,6 +217,32 @@ def broker_replication(endpoints: str) -> None:
         _table("slaves", ["slave", "acked offset", "in sync"],
                [(name, acked, "yes" if name in in_sync else "no")
                 for name, acked in sorted(status.get("slaves", {}).items())])  # fmt: skip
+
+
+@broker.command("controller")
+@click.option("--controller", required=True, envvar="RMQ_CONTROLLER",
+              help="etcd http://HOST:PORT[,…] the broker groups use")
+@json_option
+def broker_controller(controller: str, as_json: bool) -> None:
+    """Each controller-mode group: master, epoch, in-sync set and live members (from etcd)."""
+    from broker_core.ha.etcd_state import all_groups
+
+    groups = all_groups(controller)  # ControllerError when etcd cannot be reached
+    rows: list[tuple[Any, ...]] = []
+    for name, (state, members) in groups.items():
+        live = ", ".join(f"{n} {m.get('endpoint', '')} @{m.get('offset', -1)}"
+                         for n, m in sorted(members.items()))  # fmt: skip
+        if state is None:
+            rows.append((name, "-", "-", "-", "-", live))
+        else:
+            rows.append((name, state.master, state.epoch, ", ".join(state.in_sync),
+                         state.set_epoch, live))  # fmt: skip
+    if as_json:
+        _print_json({name: {"state": None if st is None else json.loads(st.to_json()),
+                            "members": mem} for name, (st, mem) in groups.items()})  # fmt: skip
+        return
+    _table("controller groups", ["group", "master", "epoch", "in-sync set", "set epoch",
+                                 "live members (endpoint @commitlog end)"], rows)  # fmt: skip
 
 
 # ---- topics ---------------------------------------------------------------------------------

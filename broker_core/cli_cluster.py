@@ -141,21 +141,32 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
 
     @cluster.command("up")
     @click.option("--brokers", "count", type=click.IntRange(1, 26), default=2, show_default=True,
-                  help="broker groups to start")
+                  help="broker groups to start (broker-a, broker-b, …)")
     @click.option("--dir", "directory", required=True, help="stores and logs go here")
     @click.option("--register-interval-ms", type=click.IntRange(10), default=30_000,
-                  show_default=True, help="brokers' re-registration period")  # fmt: skip
-    def cluster_up(count: int, directory: str, register_interval_ms: int) -> None:
+                  show_default=True, help="how often each broker re-registers")  # fmt: skip
+    @click.option("--replicas", type=click.IntRange(1, 9), default=1, show_default=True,
+                  help="brokers per group (sync replication)")
+    @click.option("--controller", is_flag=True,
+                  help="also start etcd; each group elects its master (needs etcd installed)")
+    def cluster_up(count: int, directory: str, register_interval_ms: int, replicas: int,
+                   controller: bool) -> None:  # fmt: skip
         """Run a NameServer and N broker groups on loopback until Ctrl-C/SIGTERM."""
         from broker_core.cluster.local import LocalCluster
 
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        local = LocalCluster(Path(directory), register_interval_ms=register_interval_ms)
-        local.start(count)
+        local = LocalCluster(Path(directory), register_interval_ms=register_interval_ms,
+                             replicas=replicas, controller=controller)  # fmt: skip
+        try:
+            local.start(count)
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from None
         dead: list[str] = []
         try:
+            if local.etcd_url:
+                click.echo(f"controller {local.etcd_url}")
             click.echo(f"namesrv {local.namesrv}")
             for name, endpoint in local.endpoints.items():
                 click.echo(f"broker {name} {endpoint}")

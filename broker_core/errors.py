@@ -313,3 +313,12 @@ class RemotingCommandError(RemotingError):
 class ReplicationProtocolError(StoreError):
     """Bytes on the HA port break the replication protocol (a gap, an overlap that
     differs, a unit that does not verify, a bad frame); the link is closed."""
+
+
+class MasterFencedError(ReplicationTimeoutError):
+    """Controller mode: the master could not renew its lease in time (or lost its term),
+    so it acknowledges nothing; the message may be stored and is not acknowledged."""
+
+
+class ControllerError(ServerError):
+    """Controller mode: etcd could not be reached or answered something unusable."""

@@ -15,6 +15,7 @@ Threads: every public method may be called from any thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -187,6 +188,16 @@ class Broker:
                                              daemon=True)  # fmt: skip
         self._housekeeper.start()
         return self.recovery
+
+    def promote(self) -> None:
+        """Controller mode: a running slave becomes the master (``Replication.promote``)
+        and starts the services only a master runs, as ``start`` would have."""
+        self.config = dataclasses.replace(self.config, broker_id=0, ha_master="")
+        self.replication.promote()
+        self.pop.open()
+        self.transactions.open()
+        for service in (self.schedule, self.timer, self.transactions, self.pop):
+            service.start()
 
     def stop(self) -> None:
         """Stop services (answering parked requests), persist offsets, close the store."""

@@ -1,7 +1,9 @@
 """A NameServer and N broker groups as child processes on loopback (``rmq cluster up``).
 
 :class:`LocalCluster` starts a NameServer on a free port, waits until it accepts
-connections, then starts brokers ``broker-a``, ``broker-b``, ... each with its store
+connections, then starts brokers ``broker-a``, ``broker-b``, ... (with ``replicas`` > 1
+each a group of that many brokers; with ``controller`` an etcd too, and the groups elect
+their masters) each with its store
 under ``directory/<name>`` and ``--namesrv`` pointing at it, and waits until every one
 is registered (listed by the NameServer). ``stop()`` stops the brokers (SIGTERM: they
 unregister) and then the NameServer; it is idempotent. Used by the CLI, the example,
@@ -11,6 +13,7 @@ the tests and the benchmark.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import string
@@ -71,6 +74,25 @@ def start_namesrv(addr: str, log_path: Path, extra_args: list[str] | None = None
     return proc
 
 
+def start_etcd(data_dir: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """A one-member etcd on free loopback ports (output to ``data_dir``.log); returns its
+    client URL once it accepts connections. RuntimeError when ``etcd`` is not installed."""
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        raise RuntimeError("--controller needs etcd: apt-get install etcd-server (./dev does)")
+    client, peer = f"127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(data_dir.with_suffix(".log"), "ab") as log:
+        proc = subprocess.Popen(
+            [etcd, "--name", "n0", "--data-dir", str(data_dir),
+             "--listen-client-urls", f"http://{client}", "--advertise-client-urls",
+             f"http://{client}", "--listen-peer-urls", peer, "--initial-advertise-peer-urls",
+             peer, "--initial-cluster", f"n0={peer}"],
+            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    wait_accepting(client, NAMESRV_START_TIMEOUT_S, proc)
+    return f"http://{client}", proc
+
+
 def broker_names(count: int) -> list[str]:
     """``broker-a``, ``broker-b``, ... (then ``broker-27``, ... past z)."""
     letters = string.ascii_lowercase
@@ -110,6 +132,11 @@ class LocalCluster:
     namesrv: str = ""
     namesrv_process: subprocess.Popen[bytes] | None = None
     brokers: dict[str, BrokerProcess] = field(default_factory=dict)
+    replicas: int = 1  # brokers per group (keys ``name``, ``name/1``, …)
+    controller: bool = False  # start etcd; groups elect their masters (``ha.controller``)
+    replication: str = "sync"
+    etcd_url: str = ""
+    etcd_process: subprocess.Popen[bytes] | None = None
 
     def start(self, broker_count: int, *, namesrv_args: list[str] | None = None) -> LocalCluster:
         """Start the NameServer and ``broker_count`` brokers; returns self once all are
@@ -118,9 +145,14 @@ class LocalCluster:
             self.namesrv = f"127.0.0.1:{free_port()}"
             self.namesrv_process = start_namesrv(self.namesrv, self.directory / "namesrv.log",
                                                  namesrv_args)  # fmt: skip
+            if self.controller:
+                self.etcd_url, self.etcd_process = start_etcd(self.directory / "etcd")
             for name in broker_names(broker_count):
-                self.add_broker(name, wait=False)
-            wait_registered(self.namesrv, list(self.brokers))
+                if self.replicas > 1 or self.controller:
+                    self.add_group(name)
+                else:
+                    self.add_broker(name, wait=False)
+            wait_registered(self.namesrv, broker_names(broker_count))
         except BaseException:
             self.stop()
             raise
@@ -137,6 +169,26 @@ class LocalCluster:
             wait_registered(self.namesrv, [name])
         return proc
 
+    def add_group(self, name: str) -> None:
+        """Start ``replicas`` brokers of group ``name``: with the controller each joins
+        through etcd; without it the first is the master and the others its slaves."""
+        master_ha = ""
+        for i in range(self.replicas):
+            key = name if i == 0 else f"{name}/{i}"
+            args = ["--namesrv", self.namesrv, "--broker-name", name, "--replication",
+                    self.replication, "--register-interval-ms", str(self.register_interval_ms)]
+            if self.controller:
+                args += ["--controller", self.etcd_url, "--ha-listen", "127.0.0.1:0"]
+            elif i == 0:
+                args += ["--broker-id", "0", "--ha-listen", "127.0.0.1:0"]
+            else:
+                args += ["--broker-id", str(i), "--ha-master", master_ha]
+            proc = launch_broker(self.directory / key.replace("/", "-"), config=self.broker_config,
+                                 listen=f"127.0.0.1:{free_port()}",
+                                 extra_args=[*args, *self.broker_args])  # fmt: skip
+            master_ha = master_ha or proc.ha_endpoint
+            self.brokers[key] = proc
+
     @property
     def endpoints(self) -> dict[str, str]:
         """Broker name -> gRPC endpoint."""
@@ -152,6 +204,10 @@ class LocalCluster:
                 proc.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        etcd = self.etcd_process
+        if etcd is not None and etcd.poll() is None:
+            etcd.terminate()
+            etcd.wait(timeout_s)
         ns = self.namesrv_process
         if ns is not None and ns.poll() is None:
             ns.send_signal(signal.SIGTERM)

@@ -10,8 +10,10 @@ POP revive): its log holds only its master's bytes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from broker_core.errors import MasterFencedError
 from broker_core.ha import metadata
 from broker_core.ha.in_sync import InSyncSet
 from broker_core.ha.master import HAMaster
@@ -32,6 +34,8 @@ class Replication:
         self.is_slave = cfg.broker_id > 0
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
+        # Controller mode: "" while this master may acknowledge writes, else why not.
+        self.fence: Callable[[], str] | None = None
         self.in_sync = InSyncSet(window_ms=cfg.ha_catch_up_window_ms,
                                  min_replicas=cfg.min_in_sync_replicas)  # fmt: skip
 
@@ -64,6 +68,26 @@ class Replication:
             log.info("broker %s master: HA port %s, %s replication", cfg.broker_name,
                      self.master.endpoint, cfg.replication)  # fmt: skip
 
+    def promote(self) -> None:
+        """Controller mode: this slave becomes its group's master in place (its HA link
+        already halted): writes are taken, the HA port opens (``ha_listen``)."""
+        broker, cfg = self._broker, self._broker.config
+        if self.slave is not None:
+            self.slave.halt()
+        self.slave = None
+        broker.store.adopt_replicated_queues()  # before the first client write
+        self.is_slave = False
+        broker.store.slave_of = ""
+        self.master = HAMaster(
+            broker.store.commitlog, cfg.ha_listen or "127.0.0.1:0", in_sync=self.in_sync,
+            sync=cfg.replication == "sync", timeout_ms=cfg.sync_replication_timeout_ms,
+            heartbeat_ms=cfg.ha_heartbeat_interval_ms,
+            metadata=lambda: metadata.snapshot(broker),
+        )  # fmt: skip
+        broker.store.after_append = self.master.after_append
+        log.warning("broker %s promoted to master: HA port %s, %s replication",
+                    cfg.broker_name, self.master.endpoint, cfg.replication)  # fmt: skip
+
     def wait_replicated(self, end_offset: int) -> None:
         """Called by the broker after a client's write ended at ``end_offset``: with sync
         replication it returns once the in-sync slaves have it (``in_sync``), raising
@@ -75,6 +99,8 @@ class Replication:
         """
         if self.master is not None:
             self.master.wait_replicated(end_offset)
+        if self.fence is not None and (why := self.fence()):
+            raise MasterFencedError(f"{why}; the write is not acknowledged, retry")
 
     def stop(self) -> None:
         if self.slave is not None:

@@ -55,6 +55,9 @@ class InSyncSet:
         self._clock = clock
         self._cond = threading.Condition()
         self._slaves: dict[int, _Slave] = {}
+        # Controller mode: links of slaves in etcd's in-sync set; a send waits for them too
+        # (even disconnected or not caught up) until the master shrinks the set in etcd.
+        self.required: set[str] = set()
 
     def join(self, link_id: int, name: str, master_end: int) -> None:
         with self._cond:
@@ -115,6 +118,8 @@ class InSyncSet:
                         f"sync replication needs {self.min_replicas} in-sync replicas, the "
                         f"group has {len(members) + 1} (master included); retry later")
                 behind = [s.name for s in members if s.acked < offset]
+                acked = {s.name for s in self._slaves.values() if s.acked >= offset}
+                behind += sorted(self.required - acked - set(behind))
                 if not behind:
                     return
                 if now >= deadline:

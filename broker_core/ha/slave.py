@@ -47,6 +47,7 @@ class HASlave:
         self._sock: socket.socket | None = None
         self.connected = threading.Event()
         self.last_error = ""
+        self.local_address = ""  # this end of the HA link, as the master names it
         self._threads = [
             threading.Thread(target=self._replicate_forever, name="ha-slave", daemon=True),
             threading.Thread(target=self._metadata_forever, name="ha-metadata", daemon=True),
@@ -55,6 +56,15 @@ class HASlave:
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
+
+    def halt(self, timeout_s: float = 2.0) -> None:
+        """Stop storing the stream (the metadata thread is left to end on its own)."""
+        self._stop.set()
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._threads[0].join(timeout_s)
 
     def stop(self) -> None:
         self._stop.set()
@@ -85,6 +95,7 @@ class HASlave:
         host, port = wire.parse_endpoint(self.master)
         with socket.create_connection((host, port), timeout=5) as sock:
             self._sock = sock
+            self.local_address = "{}:{}".format(*sock.getsockname()[:2])
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self._heartbeat_s)
             reported = self._report(sock)

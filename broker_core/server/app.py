@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import gc
 import logging
+import os
 import resource
 import signal
 import sys
@@ -32,7 +33,7 @@ from broker_core.auth.config import load_security
 from broker_core.auth.install import install_auth
 from broker_core.auth.tls import server_credentials
 from broker_core.broker.broker import Broker
-from broker_core.config import load_config
+from broker_core.config import BrokerConfig, StoreConfig, load_config
 from broker_core.errors import ConfigError, ListenError, ServerError, StoreError
 from broker_core.metrics import logs
 from broker_core.metrics.install import install_metrics
@@ -45,6 +46,7 @@ from broker_core.server.raw_pull import bulk_handler
 from broker_core.server.service import MessagingService
 
 if TYPE_CHECKING:  # cluster code loads only for a broker started with --namesrv
+    from broker_core.ha.controller import ControllerAgent
     from broker_core.remoting_broker.frontend import RemotingFrontEnd
     from broker_core.server.cluster_member import ClusterMember, ClusterOptions
 
@@ -79,6 +81,7 @@ class BrokerServer:
             raise ListenError(f"cannot listen on {listen}: the address is in use or not local")
         host = host or "127.0.0.1"
         self.endpoint = advertise or f"{host}:{self.port}"
+        self.controller: ControllerAgent | None = None  # controller mode (--controller)
         self.ctx = ServerContext(broker, self.endpoint, broker.config.broker_name)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(
             MessagingService(self.ctx), self._server
@@ -244,6 +247,9 @@ def _add_group_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ha-master", default=None, help="slave: the master's HA HOST:PORT")
     p.add_argument("--replication", choices=("sync", "async"), default=None,
                    help="sync: a send is acked once the in-sync slaves have it")  # fmt: skip
+    p.add_argument("--controller", default=None,
+                   help="etcd http://HOST:PORT[,…]: the group elects its master (roles "
+                        "from --broker-id/--ha-master are then ignored)")
 
 
 def _group_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -274,6 +280,9 @@ def build(args: argparse.Namespace) -> BrokerServer:
     store_dir = Path(store_config.store_dir)
     if store_dir.exists() and not store_dir.is_dir():
         raise StoreError(f"cannot open the store: {store_dir} is a file, not a directory")
+    agent = None
+    if args.controller:
+        broker_config, agent = _join_controller(args.controller, broker_config, store_config)
     try:
         broker = Broker(broker_config, store_config)
     except OSError as exc:
@@ -282,6 +291,7 @@ def build(args: argparse.Namespace) -> BrokerServer:
     server = BrokerServer(broker, args.listen, advertise=args.advertise,
                           credentials=server_credentials(tls) if tls else None)  # fmt: skip
     install_auth(server, auth_config)  # before the admin handler: adds the user/ACL verbs
+    server.controller = agent
     remoting = _remoting_listen(args)
     if remoting is not None:
         server.add_remoting(remoting, any_port_if_taken=args.remoting_listen is None)
@@ -291,6 +301,44 @@ def build(args: argparse.Namespace) -> BrokerServer:
     if args.metrics_listen:
         install_metrics(server, args.metrics_listen)
     return server
+
+
+def _join_controller(
+    urls: str, broker_config: BrokerConfig, store_config: StoreConfig
+) -> tuple[BrokerConfig, ControllerAgent]:
+    """Controller mode: the role comes from etcd (``broker_core.ha.controller``)."""
+    from broker_core.ha.controller import ControllerAgent
+
+    agent = ControllerAgent(urls, broker_config.broker_name, str(store_config.store_dir))
+    role = agent.join()
+    broker_config = dataclasses.replace(
+        broker_config, broker_id=role.broker_id, ha_master=role.ha_master,
+        ha_listen=broker_config.ha_listen or "127.0.0.1:0")  # fmt: skip
+    return broker_config, agent
+
+
+def _restart(argv: Sequence[str] | None, reason: str) -> None:
+    """Run this broker again in this process (same pid): its next join applies the role."""
+    log.warning("restarting the broker: %s", reason)
+    args = list(argv) if argv is not None else sys.argv[1:]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "broker_core.server", *args])
+
+
+def _register_as_master(server: BrokerServer) -> None:
+    """After a promotion in place: tell the NameServers this broker is now id 0."""
+    if server.cluster is not None:
+        reg = server.cluster.registration
+        reg.identity = dataclasses.replace(reg.identity, broker_id=0)
+        reg.register_now()
+
+
+def _say(line: str) -> None:
+    """One stdout line in one write: a log line from another thread (stderr, often the same
+    pipe) cannot land inside it, as it could between print()'s text and its newline."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _tune_garbage_collector() -> None:
@@ -327,23 +375,33 @@ def run(argv: Sequence[str] | None = None) -> int:
         log.info("store opened: %s", recovery.summary())
     ha_endpoint = server.broker.replication.ha_endpoint
     if ha_endpoint:
-        print(f"HA_LISTEN {ha_endpoint}", flush=True)
+        _say(f"HA_LISTEN {ha_endpoint}")
     if server.remoting is not None:
         log.info("remoting (4.x clients) on %s", server.remoting.address)
     if server.metrics_endpoint:
-        print(f"METRICS http://{server.metrics_endpoint}/metrics", flush=True)
-    print(f"READY {server.endpoint}", flush=True)
+        _say(f"METRICS http://{server.metrics_endpoint}/metrics")
+    agent = server.controller
+    if agent is not None:
+        agent.on_promoted = lambda: _register_as_master(server)
+        agent.attach(server.broker, server.endpoint)
+    _say(f"READY {server.endpoint}")
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
     # thread runs, so wait in slices instead of blocking until an event nobody sets.
-    while not stop.wait(0.5):
-        pass
+    while not stop.wait(0.1):
+        if agent is not None and agent.restart.is_set():
+            break
     log.info("shutting down")
+    leaving = agent is not None and agent.restart.is_set() and not stop.is_set()
     try:
-        server.stop()
+        server.stop(grace_s=1.0 if leaving else 10.0)  # a role change fails calls in flight
     except Exception as exc:
         log.exception("error while stopping")
         raise ServerError(f"error while stopping the broker: {exc}") from exc
     log.info("stopped cleanly")
+    if agent is not None:
+        agent.stop()
+        if agent.restart.is_set() and not stop.is_set():
+            _restart(argv, agent.restart_reason)
     return 0
 
 

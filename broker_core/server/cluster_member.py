@@ -55,6 +55,7 @@ class ClusterMember:
         if remoting_addr and host.strip("[]") in WILDCARD_HOSTS:
             remoting_addr = f"{ctx.host}:{port}"
         identity = BrokerIdentity(options.cluster, ctx.broker_name, ctx.endpoint,
+                                  broker_id=broker.config.broker_id,  # 0 = master
                                   remoting_addr=remoting_addr)
         self.registration = RegistrationService(broker, identity, options.namesrv,
                                                 interval_ms=options.register_interval_ms)

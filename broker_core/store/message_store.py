@@ -313,6 +313,16 @@ class MessageStore:
             self.dispatcher.notify_appended()
         return done
 
+    def adopt_replicated_queues(self, timeout_s: float = 10.0) -> None:
+        """A slave about to take writes: wait until its replicated bytes are dispatched,
+        then take each queue's next offset from its consume queue (``append_replica``
+        does not assign queue offsets; recovery does the same after a restart).
+        StoreError when dispatch does not catch up in time."""
+        if not self.wait_dispatched(timeout_s):
+            raise StoreError(f"dispatch did not catch up within {timeout_s:.0f} s")
+        for cq in self.queues.all():
+            self.commitlog.queue_offsets.set(cq.topic, cq.queue_id, cq.max_offset)
+
     # ---- reading ------------------------------------------------------------------------
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
