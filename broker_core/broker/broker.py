@@ -41,6 +41,7 @@ from broker_core.broker.long_polling import LongPollingService, monotonic_ms
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop import PopConfig, PoppedMessage, PopService
 from broker_core.broker.pull import DEFAULT_PULL_MAX_BYTES, PullRequest, PullResult, PullService
+from broker_core.broker.put_rate import PutRate, stored_total
 from broker_core.broker.rebalance import MessageQueue
 from broker_core.broker.retry import delay_level_ms, is_retry_topic
 from broker_core.broker.schedule import ScheduleService
@@ -136,6 +137,7 @@ class Broker:
         self.clients = ClientRegistry(expiry_ms=config.client_expiry_ms)
         self.positions = GroupPositions(self.groups, self.offsets, self.clients, self.store)
         self.locks = QueueLockManager(expiry_ms=config.queue_lock_expiry_ms)
+        self.put_rate = PutRate(lambda: stored_total(self.store.dispatcher.snapshot))
         self.pulls = PullService(self.store)
         self.long_polling = LongPollingService(self.store, self.pulls)
         self.waiter = TopicWaiter()
@@ -171,6 +173,7 @@ class Broker:
     def start(self) -> RecoveryReport:
         """Open the store (recovering it), then start every service."""
         self.recovery = self.store.open()
+        self.put_rate.sample()  # the base of the first put TPS figure
         self.topics.ensure_system_topics()
         self.store.add_dispatch_listener(self.waiter.notify)
         self.replication.start()
@@ -243,6 +246,7 @@ class Broker:
             except Exception:
                 log.exception("persisting consumer offsets failed; will retry")
             self.locks.purge_expired()  # locks of clients that stopped refreshing
+            self.put_rate.sample()
 
     def set_transaction_checker(self, checker: Checker | None) -> None:
         """Who asks producers about unresolved transactions (the server's Telemetry)."""

@@ -322,6 +322,7 @@ def health(ctx: ServerContext, args: Args) -> Json:
         "commitlog_min_offset": commitlog.min_offset,
         "commitlog_max_offset": commitlog.max_offset,
         "commitlog_flushed_offset": commitlog.flushed_offset,
+        "put_tps": ctx.broker.put_rate.per_second(),
         "services": ctx.broker.service_health(),
         "replication": ctx.broker.replication.status(),
     }

@@ -92,6 +92,11 @@ def test_cluster_list_and_topic_create_on_every_group_or_one(cluster3) -> None:
     for name, endpoint in cluster3.endpoints.items():
         assert name in listing and endpoint in listing
     create_everywhere(cluster3, "adm-all", queues=2)
+    with RocketMQClient(cluster3.endpoints["broker-b"]) as client:  # some puts on one group
+        client.send_batch("adm-all", [OutgoingMessage(b"x")] * 50)
+    assert "put TPS" in rmq("cluster", "list", "--namesrv", cluster3.namesrv)
+    with RocketMQClient(cluster3.endpoints["broker-b"]) as client:
+        assert client.health()["put_tps"] > 0  # 50 stored since its last samples
     route = rmq("topic", "route", "adm-all", "--namesrv", cluster3.namesrv)
     assert all(name in route for name in BROKERS)
     out = rmq("topic", "create", "adm-one", "--queues", "3", "--namesrv", cluster3.namesrv,
