@@ -10,7 +10,7 @@ Threads: ``sample`` and ``per_second`` may be called from any thread (one lock).
 >>> total = [0]
 >>> now = [100.0]
 >>> rate = PutRate(lambda: total[0], clock=lambda: now[0], window_s=10)
->>> rate.sample(); total[0] = 500; now[0] = 105.0
+>>> _ = rate.sample(); total[0] = 500; now[0] = 105.0
 >>> rate.per_second()
 100.0
 """
