@@ -65,6 +65,7 @@ from broker_core.broker.pull import (
     PullStatus,
 )
 from broker_core.errors import RocketMQError
+from broker_core.service_thread import ServiceThread
 from broker_core.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,6 @@ class LongPollingService:
         self._clock_ms = clock_ms
         self._max_parked = max_parked
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
         self._round_lock = threading.Lock()  # one run_once at a time
         self._by_queue: dict[QueueKey, dict[int, ParkedPull]] = {}
         self._deadlines: list[tuple[int, int, ParkedPull]] = []
@@ -122,7 +122,13 @@ class LongPollingService:
         self._count = 0
         self._seq = itertools.count()
         self._stopped = False
-        self._thread: threading.Thread | None = None
+        # A failed round is logged and retried: the hold thread outlives one bad round.
+        self.thread = ServiceThread(
+            "long-polling",
+            self._round,
+            interval_ms=_MAX_WAIT_S * 1000,
+            next_wait_ms=self._next_wait_ms,
+        )
         store.add_dispatch_listener(self._on_dispatch)
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -130,22 +136,18 @@ class LongPollingService:
     def start(self) -> None:
         """Start the hold thread (daemon)."""
         with self._lock:
-            if self._thread is not None or self._stopped:
+            if self._stopped:
                 return
-            self._thread = threading.Thread(target=self._run, name="long-polling", daemon=True)
-        self._thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
         """Stop the hold thread and answer every parked request with NO_NEW_MESSAGE.
 
         Later ``park`` calls are answered at once; dispatch events are ignored.
         """
-        with self._cond:
+        with self._lock:
             self._stopped = True
-            self._cond.notify_all()
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
+        self.thread.stop()
         with self._lock:
             rest = [p for parked in self._by_queue.values() for p in parked.values()]
             for p in rest:
@@ -173,14 +175,14 @@ class LongPollingService:
         (the caller pulls again itself); the deadline and ``stop`` still run ``callback``.
         """
         parked = ParkedPull(request, deadline_ms, callback, next(self._seq), direct=direct)
-        with self._cond:
+        with self._lock:
             stopped, full = self._stopped, self._count >= self._max_parked
             if not (stopped or full):
                 self._by_queue.setdefault(parked.key, {})[parked.seq] = parked
                 self._count += 1
                 heapq.heappush(self._deadlines, (deadline_ms, parked.seq, parked))
                 if self._deadlines[0][2] is parked:
-                    self._cond.notify()  # an earlier deadline than the hold thread waits for
+                    self.thread.wake()  # an earlier deadline than the hold thread waits for
         if stopped or full:
             if full and not stopped:
                 log.warning("long polling full (%d parked): answering at once", self._max_parked)
@@ -320,7 +322,7 @@ class LongPollingService:
         """
         key = (topic, queue_id)
         ready: list[threading.Event] = []
-        with self._cond:
+        with self._lock:
             parked = self._by_queue.get(key)
             if parked is None or self._stopped:
                 return
@@ -332,14 +334,14 @@ class LongPollingService:
                     ready.append(p.direct)
             if others:
                 self._woken.add(key)
-                self._cond.notify()
+                self.thread.wake()
         for event in ready:
             event.set()
 
     def _wake(self, key: QueueKey) -> None:
-        with self._cond:
+        with self._lock:
             self._woken.add(key)
-            self._cond.notify()
+            self.thread.wake()
 
     def _serve_woken(self) -> int:
         with self._lock:
@@ -413,20 +415,12 @@ class LongPollingService:
             return _MAX_WAIT_S
         return min(max(self._deadlines[0][0] - now_ms, 0) / 1000, _MAX_WAIT_S)
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopped:
-                    return
-                wait_s = self._wait_s(self._clock_ms())
-                if wait_s > 0:
-                    self._cond.wait(wait_s)
-                if self._stopped:
-                    return
-            try:
-                self.run_once(self._clock_ms())
-            except Exception:  # the hold thread must outlive one bad round
-                log.exception("long polling round failed")
+    def _next_wait_ms(self) -> float:
+        with self._lock:
+            return self._wait_s(self._clock_ms()) * 1000
+
+    def _round(self) -> None:
+        self.run_once(self._clock_ms())
 
 
 def _call(callback: PullCallback, result: PullResult) -> None:
