@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from broker_core.broker.rebalance import MessageQueue, strategy_by_name
-from broker_core.errors import ConfigError, InvalidArgumentError
+from broker_core.errors import InvalidArgumentError
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.service_thread import ServiceThread
 
@@ -104,10 +104,7 @@ class ClientRegistry:
         clock_ms: Callable[[], int] = monotonic_ms,
         check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
     ) -> None:
-        """Raise ConfigError unless both durations are ints >= 1."""
-        for name, value in (("expiry_ms", expiry_ms), ("check_interval_ms", check_interval_ms)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
+        """Both durations are ints ≥ 1, checked where they are configured (``BrokerConfig``)."""
         self.expiry_ms = expiry_ms
         self.check_interval_ms = check_interval_ms
         self._clock_ms = clock_ms

@@ -84,7 +84,6 @@ from broker_core.broker.transaction_check import (
     recover_ledger,
 )
 from broker_core.errors import (
-    ConfigError,
     CorruptionError,
     InvalidArgumentError,
     InvalidTopicError,
@@ -214,11 +213,6 @@ class TransactionService:
         check_interval_ms: int = 1_000,
         clock_ms: Callable[[], int] = _wall_clock_ms,
     ) -> None:
-        for name, value in (("check_timeout_ms", check_timeout_ms),
-                            ("max_check_times", max_check_times),
-                            ("check_interval_ms", check_interval_ms)):  # fmt: skip
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
         self._store = store
         self._offsets = offsets
         self._checker = checker
