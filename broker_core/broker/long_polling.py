@@ -19,8 +19,8 @@ the answer is one thread switch away from dispatch, with no polling interval); f
 requests it only marks the queue "woken" and signals the *hold thread*. The hold thread
 (``start``/``stop``; one thread, no thread per request) re-runs the pulls of woken
 queues and completes expired requests from a heap of deadlines. Tests drive it with
-``run_once(now_ms)`` and an injected clock instead. ``park``, ``cancel``,
-``pull_blocking`` and ``pull_async`` may be called from any thread; callbacks run on the
+``run_once(now_ms)`` and an injected clock instead. ``park``, ``cancel``
+and ``pull_blocking`` may be called from any thread; callbacks run on the
 hold thread (or on the caller's thread when ``park`` answers at once), outside every
 lock, and must be quick — set an event, post to a loop. A callback that raises is
 logged and ignored.
@@ -46,7 +46,6 @@ again from their offsets. Stop this service before closing its store.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import logging
@@ -260,49 +259,6 @@ class LongPollingService:
             woken.wait()  # claimed meanwhile: its wake-up or answer is on its way
         return box[0] if box else None
 
-    async def pull_async(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = DEFAULT_PULL_MAX_COUNT,
-        *,
-        filter: MessageFilter | None = None,
-        max_bytes: int = DEFAULT_PULL_MAX_BYTES,
-        timeout_ms: int,
-    ) -> PullResult:
-        """Pull, waiting up to ``timeout_ms`` for messages, without blocking the event loop.
-
-        The first pull runs in the loop's default executor; the answer is handed back with
-        ``loop.call_soon_threadsafe``. Cancelling the awaiting task cancels the parked request.
-        """
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[PullResult] = loop.create_future()
-        request = PullRequest(topic, queue_id, offset, max_count, filter, max_bytes)
-        deadline_ms = self._clock_ms() + timeout_ms
-
-        def deliver(result: PullResult) -> None:
-            loop.call_soon_threadsafe(_resolve, future, result)
-
-        parking = loop.run_in_executor(None, self.pull_or_park, request, deadline_ms, deliver)
-        try:
-            parked = await asyncio.shield(parking)
-        except asyncio.CancelledError:  # the first pull still runs: unpark when it is done
-            parking.add_done_callback(self._cancel_when_parked)
-            raise
-        try:
-            return await future
-        except asyncio.CancelledError:
-            if parked is not None:
-                self.cancel(parked)
-            raise
-
-    def _cancel_when_parked(self, parking: asyncio.Future[ParkedPull | None]) -> None:
-        if not parking.cancelled() and parking.exception() is None:
-            parked = parking.result()
-            if parked is not None:
-                self.cancel(parked)
-
     # ---- the hold thread's work ----------------------------------------------------------
 
     def run_once(self, now_ms: int) -> int:
@@ -428,8 +384,3 @@ def _call(callback: PullCallback, result: PullResult) -> None:
         callback(result)
     except Exception:  # a caller's bug must not kill the hold thread
         log.exception("long polling callback failed")
-
-
-def _resolve(future: asyncio.Future[PullResult], result: PullResult) -> None:
-    if not future.done():  # the awaiting task may have been cancelled
-        future.set_result(result)
