@@ -98,17 +98,22 @@ class ServiceThread:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
-            self._stopping.clear()
+            # A fresh stop flag per run: a thread left running by a timed-out stop keeps
+            # its own (set) flag and ends after its round, beside the new one.
+            self._stopping = threading.Event()
             self._wake.clear()
             self.failure = None
-            self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+            self.last_error = None
+            self._thread = threading.Thread(
+                target=self._loop, args=(self._stopping,), name=self.name, daemon=True
+            )
             self._thread.start()
 
     def stop(self, timeout_ms: float | None = None) -> bool:
         """Ask the thread to end and join it for at most ``timeout_ms``; True if it ended."""
         with self._lock:
             thread, self._thread = self._thread, None
-        self._stopping.set()
+            self._stopping.set()
         self._wake.set()
         if thread is None or thread is threading.current_thread():
             return True
@@ -148,31 +153,32 @@ class ServiceThread:
             raise NotImplementedError(f"{self.name}: give a round_fn or override run_once")
         return self._round_fn()
 
-    def _wait(self, wait_ms: float) -> bool:
+    def _wait(self, wait_ms: float, stopping: threading.Event) -> bool:
         """Wait for wake, stop or ``wait_ms``; False once stop was asked."""
-        self._wake.wait(max(0.0, wait_ms) / 1000)
-        self._wake.clear()
-        return not self._stopping.is_set()
+        if not stopping.is_set():
+            self._wake.wait(max(0.0, wait_ms) / 1000)
+            self._wake.clear()
+        return not stopping.is_set()
 
-    def _loop(self) -> None:
+    def _loop(self, stopping: threading.Event) -> None:
         wait_ms = self.interval_ms if self._wait_first else 0.0
         try:
-            while self._wait(wait_ms):
-                wait_ms = self._round()
+            while self._wait(wait_ms, stopping):
+                wait_ms = self._round(stopping)
         except BaseException as exc:  # recorded: a dead thread must be visible in health
             log.exception("%s thread died", self.name)
             self.failure = exc
             if self._on_failure is not None:
                 self._on_failure(exc)
 
-    def _round(self) -> float:
+    def _round(self, stopping: threading.Event) -> float:
         """Run one round; returns how long to wait before the next."""
         try:
             self.run_once()
         except Exception as exc:
             if self._quiet_exit(exc):
                 log.info("%s ends: %s", self.name, exc)
-                self._stopping.set()
+                stopping.set()
                 return 0.0
             if self._fatal(exc):
                 raise

@@ -121,5 +121,31 @@ def test_restart_after_stop() -> None:
         t.stop()
 
 
+def test_a_restart_after_a_timed_out_stop_runs_one_new_thread() -> None:
+    release, entered = threading.Event(), threading.Event()
+    rounds: list[str] = []
+
+    def round_fn() -> None:
+        rounds.append(threading.current_thread().name)
+        if not release.is_set():
+            entered.set()
+            release.wait(DEADLINE_S)
+
+    t = ServiceThread("t", round_fn, interval_ms=5, wait_first=False)
+    t.start()
+    assert entered.wait(DEADLINE_S)
+    assert t.stop(timeout_ms=50) is False  # the old thread is stuck in its round
+    release.set()
+    t.start()
+    try:
+        before = len(rounds)
+        wait_until(lambda: len(rounds) >= before + 3, "rounds of the new thread")
+        old_ends = [th for th in threading.enumerate() if th.name == "t"]
+        wait_until(lambda: sum(th.is_alive() for th in old_ends) <= 1, "the old thread to end")
+        assert t.is_alive() and t.state() == "ok"
+    finally:
+        assert t.stop(timeout_ms=5_000)
+
+
 def _raise(exc: BaseException) -> None:
     raise exc
