@@ -59,9 +59,17 @@ class StoreConfig:
                     f"flush_mode must be 'sync' or 'async', got {self.flush_mode!r}"
                 ) from None
         _check_types(StoreConfig, _values(self), "")
-        _require_at_least(self, 1, "flush_interval_ms", "sync_flush_timeout_ms",
-                          "derived_flush_interval_ms", "cleanup_interval_ms", "max_body_bytes",
-                          "max_dispatch_lag_bytes", "max_flush_lag_bytes")  # fmt: skip
+        _require_at_least(
+            self,
+            1,
+            "flush_interval_ms",
+            "sync_flush_timeout_ms",
+            "derived_flush_interval_ms",
+            "cleanup_interval_ms",
+            "max_body_bytes",
+            "max_dispatch_lag_bytes",
+            "max_flush_lag_bytes",
+        )
         _require_at_least(self, 0, "max_properties_bytes")
         _require(self.segment_size_bytes >= 4 * KIB, "segment_size_bytes must be ≥ 4096")
         _require(
@@ -196,11 +204,21 @@ class BrokerConfig:
         _require(bool(host) and port.isdigit() and 0 < int(port) < 65536,
                  f"endpoint must be host:port, got {self.endpoint!r}")  # fmt: skip
         _require(1 <= self.default_queue_nums <= 1024, "default_queue_nums must be in 1..1024")
-        _require_at_least(self, 1, "client_expiry_ms", "offsets_persist_interval_ms",
-                          "transaction_check_timeout_ms", "transaction_max_checks",
-                          "transaction_check_interval_ms", "timer_precision_ms",
-                          "pop_revive_interval_ms", "queue_lock_expiry_ms", "max_pull_batch",
-                          "max_raw_pull_batch", "max_long_polling_ms")  # fmt: skip
+        _require_at_least(
+            self,
+            1,
+            "client_expiry_ms",
+            "offsets_persist_interval_ms",
+            "transaction_check_timeout_ms",
+            "transaction_max_checks",
+            "transaction_check_interval_ms",
+            "timer_precision_ms",
+            "pop_revive_interval_ms",
+            "queue_lock_expiry_ms",
+            "max_pull_batch",
+            "max_raw_pull_batch",
+            "max_long_polling_ms",
+        )
 
 
 def _check_ha(c: BrokerConfig) -> None:

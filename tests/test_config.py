@@ -83,7 +83,7 @@ def test_readme_lists_every_config_key() -> None:
     assert markdown_table() in readme, "paste config_reference.markdown_table() into README"
 
 
-@pytest.mark.parametrize(("key", "value"), [
+BAD_SERVICE_SETTINGS = [
     ("transaction_check_timeout_ms", 0),
     ("transaction_max_checks", -1),
     ("transaction_check_interval_ms", True),
@@ -92,7 +92,10 @@ def test_readme_lists_every_config_key() -> None:
     ("client_expiry_ms", True),
     ("pop_revive_interval_ms", 0),
     ("offsets_persist_interval_ms", 0),
-])  # fmt: skip
+]
+
+
+@pytest.mark.parametrize(("key", "value"), BAD_SERVICE_SETTINGS)
 def test_bad_service_settings_fail_at_load_naming_the_key(
     tmp_path: Path, key: str, value: object
 ) -> None:
@@ -106,8 +109,15 @@ def test_bad_service_settings_fail_at_load_naming_the_key(
         load_config(path)
 
 
-@pytest.mark.parametrize("key", ["derived_flush_interval_ms", "cleanup_interval_ms",
-                                 "max_dispatch_lag_bytes", "max_flush_lag_bytes"])  # fmt: skip
+STORE_POSITIVE = [
+    "derived_flush_interval_ms",
+    "cleanup_interval_ms",
+    "max_dispatch_lag_bytes",
+    "max_flush_lag_bytes",
+]
+
+
+@pytest.mark.parametrize("key", STORE_POSITIVE)
 def test_store_intervals_and_lags_must_be_positive(key: str) -> None:
     with pytest.raises(ConfigError, match=f"{key} must be ≥ 1, got 0"):
         StoreConfig(**{key: 0})  # type: ignore[arg-type]

@@ -76,16 +76,24 @@ def test_a_fatal_error_ends_the_thread_and_is_recorded() -> None:
 
 
 def test_fatal_predicate_ends_the_thread_on_an_exception() -> None:
-    t = ServiceThread("t", lambda: _raise(ValueError("bug")), interval_ms=5,
-                      fatal=lambda exc: isinstance(exc, ValueError))  # fmt: skip
+    t = ServiceThread(
+        "t",
+        lambda: _raise(ValueError("bug")),
+        interval_ms=5,
+        fatal=lambda exc: isinstance(exc, ValueError),
+    )
     t.start()
     wait_until(lambda: t.failure is not None, "the failure")
     assert t.state() == "failed: ValueError: bug"
 
 
 def test_quiet_exit_ends_without_a_failure() -> None:
-    t = ServiceThread("t", lambda: _raise(StoreClosedError("closed")), interval_ms=5,
-                      quiet_exit=lambda exc: isinstance(exc, StoreClosedError))  # fmt: skip
+    t = ServiceThread(
+        "t",
+        lambda: _raise(StoreClosedError("closed")),
+        interval_ms=5,
+        quiet_exit=lambda exc: isinstance(exc, StoreClosedError),
+    )
     t.start()
     wait_until(lambda: not t.is_alive(), "the thread to end")
     assert t.failure is None and t.state() == "stopped"

@@ -522,8 +522,12 @@ class MessageStore:
 
     def service_threads(self) -> list[ServiceThread]:
         """The store's background threads: dispatch, commitlog flush, derived flush, cleanup."""
-        return [self.dispatcher.thread, self.flusher.thread, self._derived.thread,
-                self.cleanup.thread]  # fmt: skip
+        return [
+            self.dispatcher.thread,
+            self.flusher.thread,
+            self._derived.thread,
+            self.cleanup.thread,
+        ]
 
     def run_cleanup(self, now: int | None = None) -> CleanupReport:
         return self.cleanup.run_once(self._clock_ms() if now is None else now)

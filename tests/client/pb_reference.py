@@ -41,8 +41,9 @@ def to_protobuf(topic: str, msg: OutgoingMessage, *, namespace: str = "") -> Any
     return batch_to_protobuf(topic, [msg], namespace=namespace)[0]
 
 
-def batch_to_protobuf(topic: str, messages: Iterable[OutgoingMessage], *,
-                      namespace: str = "") -> list[Any]:  # fmt: skip
+def batch_to_protobuf(
+    topic: str, messages: Iterable[OutgoingMessage], *, namespace: str = ""
+) -> list[Any]:
     """:func:`to_protobuf` for many messages to one topic (checked and stamped once).
 
     Each message is built by one constructor call: setting protobuf fields one by one
@@ -59,14 +60,24 @@ def batch_to_protobuf(topic: str, messages: Iterable[OutgoingMessage], *,
         if not body:
             raise InvalidArgumentError("message body is empty")
         props = pb.SystemProperties(
-            tag=msg.tag or None, keys=msg.keys, message_id=new_message_id(),
+            tag=msg.tag or None,
+            keys=msg.keys,
+            message_id=new_message_id(),
             message_type=message_type_of(msg),
             body_digest=pb.Digest(type=DigestType.CRC32, checksum=crc32_hex(body)),
-            body_encoding=Encoding.IDENTITY, born_timestamp=born, born_host=host,
+            body_encoding=Encoding.IDENTITY,
+            born_timestamp=born,
+            born_host=host,
             message_group=msg.message_group or None,
-        )  # fmt: skip
+        )
         if msg.delivery_timestamp_ms is not None:
             props.delivery_timestamp.FromMilliseconds(msg.delivery_timestamp_ms)
-        out.append(pb.Message(topic=resource, user_properties=msg.properties or None,
-                              system_properties=props, body=body))  # fmt: skip
+        out.append(
+            pb.Message(
+                topic=resource,
+                user_properties=msg.properties or None,
+                system_properties=props,
+                body=body,
+            )
+        )
     return out

@@ -16,8 +16,13 @@ from broker_core.client.model import ReceivedMessage
 from connector.arrow import US_PER_MS
 
 
-def to_record_batch(messages: Sequence[ReceivedMessage], broker: str, schema: pa.Schema, *,
-                    include_properties: bool = True) -> pa.RecordBatch:  # fmt: skip
+def to_record_batch(
+    messages: Sequence[ReceivedMessage],
+    broker: str,
+    schema: pa.Schema,
+    *,
+    include_properties: bool = True,
+) -> pa.RecordBatch:
     """One record batch of ``messages`` (all from ``broker``) with exactly ``schema``."""
     columns: list[list[Any]] = [
         [m.topic for m in messages],

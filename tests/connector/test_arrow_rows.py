@@ -28,8 +28,7 @@ def sealed(messages: list[Message]) -> tuple[bytes, np.ndarray]:
     parts, phys = [], 1_000
     for i, msg in enumerate(messages):
         enc = codec.encode(msg, max_body_bytes=1 << 20, max_properties_bytes=1 << 15)
-        parts.append(bytes(codec.seal(enc, 40 + i, phys, 5_000 + i,
-                                      (b"\x0a\x00\x00\x02", 8081))))  # fmt: skip
+        parts.append(bytes(codec.seal(enc, 40 + i, phys, 5_000 + i, (b"\x0a\x00\x00\x02", 8081))))
         phys += len(parts[-1])
     return b"".join(parts), np.array([len(p) for p in parts], np.int32)
 
@@ -47,8 +46,15 @@ def varied(count: int, seed: int) -> list[Message]:
         if rng.random() < 0.2:
             props["__SHARDINGKEY"] = f"group-{i % 3}"
         body = rng.randbytes(rng.choice([1, 12, 128, 3000]))
-        out.append(Message("orders", body, queue_id=3, properties=props,
-                           born_timestamp_ms=1_700_000_000_000 + i))  # fmt: skip
+        out.append(
+            Message(
+                "orders",
+                body,
+                queue_id=3,
+                properties=props,
+                born_timestamp_ms=1_700_000_000_000 + i,
+            )
+        )
     return out
 
 
@@ -65,10 +71,12 @@ def one_by_one(data: bytes, sizes: np.ndarray) -> list[ReceivedMessage]:
 def test_fast_rows_equal_the_reference(seed: int, include_properties: bool) -> None:
     data, sizes = sealed(varied(50, seed))
     schema = arrow_schema_of(SCHEMA)
-    fast = units_to_record_batch(decode_units(data, sizes), "broker-a", schema,
-                                 include_properties=include_properties)  # fmt: skip
-    reference = to_record_batch(one_by_one(data, sizes), "broker-a", schema,
-                                include_properties=include_properties)  # fmt: skip
+    fast = units_to_record_batch(
+        decode_units(data, sizes), "broker-a", schema, include_properties=include_properties
+    )
+    reference = to_record_batch(
+        one_by_one(data, sizes), "broker-a", schema, include_properties=include_properties
+    )
     assert fast.schema == reference.schema
     for name in schema.names:
         got = fast.column(name).to_pylist()
@@ -81,8 +89,9 @@ def test_fast_rows_equal_the_reference(seed: int, include_properties: bool) -> N
 
 
 def test_the_reference_builds_the_documented_row() -> None:
-    msg = ReceivedMessage("ID1", "orders", 0, 7, b"{}", tag="paid", born_timestamp_ms=1000,
-                          store_timestamp_ms=2000)  # fmt: skip
+    msg = ReceivedMessage(
+        "ID1", "orders", 0, 7, b"{}", tag="paid", born_timestamp_ms=1000, store_timestamp_ms=2000
+    )
     batch = to_record_batch([msg], "broker-a", arrow_schema_of(SCHEMA))
     assert batch.num_rows == 1
     assert batch.column("queueOffset").to_pylist() == [7]
