@@ -57,10 +57,17 @@ class CommitLogFlusher:
         self.flush_count = 0
         self.last_flush_ms = 0.0  # how long the last flush took (a metric)
         self._last_group = 0  # appenders waiting when the last group commit released its own
-        # In sync mode a round runs when an appender registers (``wake``); the interval is
-        # only a safety net. A failed flush fails its round (and every later one: ``failure``
-        # is sticky), which health reports; the thread goes on flushing.
-        self.thread = ServiceThread("commitlog-flush", self._round, interval_ms=interval_ms)
+        # Sync mode: a round blocks on ``_work`` (an appender registered) for up to the
+        # interval and runs the next round at once, so appenders already covered by a
+        # group commit never trigger an extra, smaller one. A failed flush fails its round
+        # (and every later one: ``failure`` is sticky), which health reports; the thread
+        # goes on flushing.
+        self.thread = ServiceThread(
+            "commitlog-flush",
+            self._round,
+            interval_ms=interval_ms,
+            next_wait_ms=(lambda: 0.0) if sync else None,
+        )
 
     def start(self) -> None:
         self._running = True
@@ -68,7 +75,8 @@ class CommitLogFlusher:
 
     def _round(self) -> None:
         if self.sync:
-            self._group_commit()
+            if self._work.wait(self.thread.interval_ms / 1000) and self._running:
+                self._group_commit()
         else:
             self._work.clear()
             self._flush_once()
@@ -144,7 +152,6 @@ class CommitLogFlusher:
         with self._mutex:
             self._pending.append((offset, waiter))
         self._work.set()
-        self.thread.wake()
         woken = waiter.acquire(timeout=timeout_ms / 1000)
         if not woken:
             with self._mutex:  # still listed unless a release is on its way
