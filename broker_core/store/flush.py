@@ -66,6 +66,7 @@ class CommitLogFlusher:
             "commitlog-flush",
             self._round,
             interval_ms=interval_ms,
+            wait_first=not sync,
             next_wait_ms=(lambda: 0.0) if sync else None,
         )
 
