@@ -58,6 +58,19 @@ class StoreConfig:
                 raise ConfigError(
                     f"flush_mode must be 'sync' or 'async', got {self.flush_mode!r}"
                 ) from None
+        _check_types(StoreConfig, _values(self), "")
+        _require_at_least(
+            self,
+            1,
+            "flush_interval_ms",
+            "sync_flush_timeout_ms",
+            "derived_flush_interval_ms",
+            "cleanup_interval_ms",
+            "max_body_bytes",
+            "max_dispatch_lag_bytes",
+            "max_flush_lag_bytes",
+        )
+        _require_at_least(self, 0, "max_properties_bytes")
         _require(self.segment_size_bytes >= 4 * KIB, "segment_size_bytes must be ≥ 4096")
         _require(
             self.segment_size_bytes >= self.max_body_bytes + self.max_properties_bytes + 4 * KIB,
@@ -68,9 +81,6 @@ class StoreConfig:
         _require(self.consume_queue_units_per_file >= 1, "consume_queue_units_per_file must be ≥ 1")
         _require(self.index_slot_count >= 1, "index_slot_count must be ≥ 1")
         _require(self.index_max_entries >= 1, "index_max_entries must be ≥ 1")
-        _require(self.flush_interval_ms >= 1, "flush_interval_ms must be ≥ 1")
-        _require(self.sync_flush_timeout_ms >= 1, "sync_flush_timeout_ms must be ≥ 1")
-        _require(self.max_body_bytes >= 1, "max_body_bytes must be ≥ 1")
         _require(self.file_reserved_hours > 0, "file_reserved_hours must be > 0")
         _require(0 < self.disk_max_used_ratio <= 1, "disk_max_used_ratio must be in (0, 1]")
         _require(0 < self.disk_full_ratio <= 1, "disk_full_ratio must be in (0, 1]")
@@ -95,6 +105,17 @@ class StoreConfig:
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+def _require_at_least(config: object, minimum: int, *names: str) -> None:
+    """ConfigError naming the first of ``names`` whose value is below ``minimum``."""
+    for name in names:
+        value = getattr(config, name)
+        _require(value >= minimum, f"{name} must be ≥ {minimum}, got {value!r}")
+
+
+def _values(config: object) -> dict[str, Any]:
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}  # type: ignore[arg-type]
 
 
 T = TypeVar("T")
@@ -175,6 +196,7 @@ class BrokerConfig:
     ha_metadata_interval_ms: int = 2_000  # slave: how often it copies the master's tables
 
     def __post_init__(self) -> None:
+        _check_types(BrokerConfig, _values(self), "")
         _require(bool(self.broker_name) and len(self.broker_name) <= 255,
                  "broker_name must be 1..255 chars")  # fmt: skip
         _check_ha(self)
@@ -182,12 +204,21 @@ class BrokerConfig:
         _require(bool(host) and port.isdigit() and 0 < int(port) < 65536,
                  f"endpoint must be host:port, got {self.endpoint!r}")  # fmt: skip
         _require(1 <= self.default_queue_nums <= 1024, "default_queue_nums must be in 1..1024")
-        for name in ("client_expiry_ms", "offsets_persist_interval_ms",
-                     "transaction_check_timeout_ms", "transaction_max_checks",
-                     "transaction_check_interval_ms", "timer_precision_ms",
-                     "pop_revive_interval_ms", "queue_lock_expiry_ms", "max_pull_batch",
-                     "max_raw_pull_batch", "max_long_polling_ms"):  # fmt: skip
-            _require(getattr(self, name) >= 1, f"{name} must be ≥ 1")
+        _require_at_least(
+            self,
+            1,
+            "client_expiry_ms",
+            "offsets_persist_interval_ms",
+            "transaction_check_timeout_ms",
+            "transaction_max_checks",
+            "transaction_check_interval_ms",
+            "timer_precision_ms",
+            "pop_revive_interval_ms",
+            "queue_lock_expiry_ms",
+            "max_pull_batch",
+            "max_raw_pull_batch",
+            "max_long_polling_ms",
+        )
 
 
 def _check_ha(c: BrokerConfig) -> None:

@@ -23,18 +23,13 @@ Spark checks that every ``pyarrow.RecordBatch`` a reader yields has exactly the 
 built against the schema Spark handed to the reader (:func:`arrow_schema_of`), never a
 schema of our own. Everything here is pure and stateless.
 
->>> from broker_core.client.model import ReceivedMessage
->>> msg = ReceivedMessage("ID1", "orders", 0, 7, b"{}", tag="paid", born_timestamp_ms=1000,
-...                       store_timestamp_ms=2000)
->>> batch = to_record_batch([msg], "broker-a", arrow_schema_of(SCHEMA))
->>> batch.num_rows, batch.column(3).to_pylist(), batch.column(9).type
-(1, [7], TimestampType(timestamp[us, tz=UTC]))
+>>> arrow_schema_of(SCHEMA).field("storeTimestamp").type
+TimestampType(timestamp[us, tz=UTC])
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import pyarrow as pa
@@ -111,27 +106,6 @@ def message_size_bytes(msg: ReceivedMessage) -> int:
     return size + sum(len(k) + len(v) for k, v in msg.properties.items())
 
 
-def to_record_batch(messages: Sequence[ReceivedMessage], broker: str, schema: pa.Schema, *,
-                    include_properties: bool = True) -> pa.RecordBatch:  # fmt: skip
-    """One record batch of ``messages`` (all from ``broker``) with exactly ``schema``."""
-    columns: list[list[Any]] = [
-        [m.topic for m in messages],
-        [broker] * len(messages),
-        [m.queue_id for m in messages],
-        [m.queue_offset for m in messages],
-        [m.message_id for m in messages],
-        [m.tag for m in messages],
-        [list(m.keys) for m in messages],
-        [m.body for m in messages],
-        [list(m.properties.items()) if include_properties else None for m in messages],
-        [m.born_timestamp_ms * US_PER_MS for m in messages],
-        [m.store_timestamp_ms * US_PER_MS for m in messages],
-        [m.message_group for m in messages],
-    ]
-    arrays = [pa.array(values, type=schema.field(i).type) for i, values in enumerate(columns)]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
 def _constant(text: str, count: int) -> pa.Array:
     """A string column holding ``text`` ``count`` times (built from buffers, no Python list)."""
     raw = text.encode()
@@ -150,8 +124,9 @@ def units_to_record_batch(cols: UnitColumns, broker: str, schema: pa.Schema, *,
                           include_properties: bool = True) -> pa.RecordBatch:  # fmt: skip
     """One record batch of bulk-decoded units (all from ``broker``) with exactly ``schema``.
 
-    Column for column the same rows :func:`to_record_batch` builds from messages, made
-    with Arrow kernels instead of Python lists.
+    Column for column the same rows as the message-by-message reference in
+    ``tests/connector/arrow_reference.py`` builds, made with Arrow kernels instead of
+    Python lists (``tests/connector/test_arrow_rows.py`` compares the two).
     """
     props = split_properties(cols, SYSTEM_KEYS)
     n = cols.count

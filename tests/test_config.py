@@ -81,3 +81,48 @@ def test_every_key_is_described_and_the_defaults_file_loads_back(tmp_path: Path)
 def test_readme_lists_every_config_key() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert markdown_table() in readme, "paste config_reference.markdown_table() into README"
+
+
+BAD_SERVICE_SETTINGS = [
+    ("transaction_check_timeout_ms", 0),
+    ("transaction_max_checks", -1),
+    ("transaction_check_interval_ms", True),
+    ("transaction_check_timeout_ms", 1.5),
+    ("client_expiry_ms", 0),
+    ("client_expiry_ms", True),
+    ("pop_revive_interval_ms", 0),
+    ("offsets_persist_interval_ms", 0),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), BAD_SERVICE_SETTINGS)
+def test_bad_service_settings_fail_at_load_naming_the_key(
+    tmp_path: Path, key: str, value: object
+) -> None:
+    """Settings once checked by service constructors (TransactionService, ClientRegistry)."""
+    with pytest.raises(ConfigError, match=key):
+        BrokerConfig(**{key: value})  # type: ignore[arg-type]
+    path = tmp_path / "bad.toml"
+    toml_value = str(value).lower() if isinstance(value, bool) else str(value)
+    path.write_text(f"[broker]\n{key} = {toml_value}\n")
+    with pytest.raises(ConfigError, match=rf"{key}"):
+        load_config(path)
+
+
+STORE_POSITIVE = [
+    "derived_flush_interval_ms",
+    "cleanup_interval_ms",
+    "max_dispatch_lag_bytes",
+    "max_flush_lag_bytes",
+]
+
+
+@pytest.mark.parametrize("key", STORE_POSITIVE)
+def test_store_intervals_and_lags_must_be_positive(key: str) -> None:
+    with pytest.raises(ConfigError, match=f"{key} must be ≥ 1, got 0"):
+        StoreConfig(**{key: 0})  # type: ignore[arg-type]
+
+
+def test_a_wrongly_typed_value_fails_when_built_in_python_too() -> None:
+    with pytest.raises(ConfigError, match="config key flush_interval_ms must be an integer"):
+        StoreConfig(flush_interval_ms="5")  # type: ignore[arg-type]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +69,7 @@ from broker_core.message import (
     new_message_id,
     validate_group_name,
 )
+from broker_core.service_thread import ServiceThread
 from broker_core.store.columns import ColumnBatch
 from broker_core.store.message_store import MessageStore, now_ms
 from broker_core.store.recovery import RecoveryReport
@@ -161,8 +161,10 @@ class Broker:
             initial_offset=self.positions.pop_initial_offset, group_of=base_group,
         )  # fmt: skip
         self.replication = Replication(self)
-        self._stop = threading.Event()
-        self._housekeeper: threading.Thread | None = None
+        # Persists offsets and purges expired locks; a failed round is logged and retried.
+        self._housekeeper = ServiceThread(
+            "broker-housekeeping", self._housekeep, interval_ms=config.offsets_persist_interval_ms
+        )
         self.recovery: RecoveryReport | None = None
         self._send_counter = 0
         self._rebalance_listeners: list[Callable[[str], None]] = []
@@ -186,9 +188,6 @@ class Broker:
                         self.pop, self.clients)  # fmt: skip
         for service in services:
             service.start()
-        self._stop.clear()
-        self._housekeeper = threading.Thread(target=self._housekeep, name="broker-housekeeping",
-                                             daemon=True)  # fmt: skip
         self._housekeeper.start()
         return self.recovery
 
@@ -204,10 +203,7 @@ class Broker:
 
     def stop(self) -> None:
         """Stop services (answering parked requests), persist offsets, close the store."""
-        self._stop.set()
-        if self._housekeeper is not None:
-            self._housekeeper.join()
-            self._housekeeper = None
+        self._housekeeper.stop()
         self.waiter.close()
         self.replication.stop()
         for service in (self.clients, self.transactions, self.timer, self.schedule,
@@ -221,30 +217,32 @@ class Broker:
         finally:  # a failed offsets write must not leave the store unflushed
             self.store.close()
 
+    def service_threads(self) -> list[ServiceThread]:
+        """Every background thread of the broker and its store, started or not."""
+        return [
+            *self.store.service_threads(),
+            self.long_polling.thread,
+            self.schedule.thread,
+            self.timer.thread,
+            self.transactions.thread,
+            self.pop.thread,
+            self.clients.thread,
+            self._housekeeper,
+        ]
+
     def service_health(self) -> dict[str, str]:
-        """Each background service: ``"ok"``, or what stopped it or failed its last round."""
+        """Each background thread by name: its ``ServiceThread.state()``.
 
-        def state(failure: BaseException | str | None) -> str:
-            if failure is None:
-                return "ok"
-            return failure if isinstance(failure, str) else f"{type(failure).__name__}: {failure}"
-
-        tx = self.transactions
-        return {
-            "dispatch": state(self.store.dispatcher.failure),
-            "flush": state(self.store.flusher.failure),
-            "schedule": state(self.schedule.failure),
-            "timer": state(self.timer.failure),
-            "transaction-check": state(tx.failure or tx.last_round_error),
-            "pop-revive": state(self.pop.failure),
-        }
+        ``"ok"`` (running), ``"stopped"`` (not started: a slave runs no schedule, timer,
+        transaction or POP thread), ``"failed: <error>"`` (the thread died of it) or
+        ``"error: <error>"`` (its last round failed; it retries).
+        """
+        return {thread.name: thread.state() for thread in self.service_threads()}
 
     def _housekeep(self) -> None:
-        while not self._stop.wait(self.config.offsets_persist_interval_ms / 1000):
-            try:
-                self.offsets.persist()
-            except Exception:
-                log.exception("persisting consumer offsets failed; will retry")
+        try:
+            self.offsets.persist()
+        finally:
             self.locks.purge_expired()  # locks of clients that stopped refreshing
             self.put_rate.sample()
 

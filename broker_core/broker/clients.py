@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from broker_core.broker.rebalance import MessageQueue, strategy_by_name
-from broker_core.errors import ConfigError, InvalidArgumentError
+from broker_core.errors import InvalidArgumentError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.service_thread import ServiceThread
 
 ClientKind = Literal["producer", "consumer"]
 KINDS: Final = ("producer", "consumer")
@@ -103,18 +104,17 @@ class ClientRegistry:
         clock_ms: Callable[[], int] = monotonic_ms,
         check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
     ) -> None:
-        """Raise ConfigError unless both durations are ints >= 1."""
-        for name, value in (("expiry_ms", expiry_ms), ("check_interval_ms", check_interval_ms)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
+        """Both durations are ints ≥ 1, checked where they are configured (``BrokerConfig``)."""
         self.expiry_ms = expiry_ms
         self.check_interval_ms = check_interval_ms
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._members: dict[tuple[ClientKind, str], dict[str, _Client]] = {}
         self._listeners: list[Listener] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # A failed expiry round (a listener raised) is logged; the next round retries.
+        self.thread = ServiceThread(
+            "client-expiry", self._round, interval_ms=check_interval_ms
+        )
 
     # ------------------------------------------------------------------ membership
 
@@ -251,22 +251,11 @@ class ClientRegistry:
 
     def start(self) -> None:
         """Start the daemon thread that runs :meth:`expire` every ``check_interval_ms``."""
-        with self._lock:
-            if self._thread is not None:
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="client-expiry", daemon=True)
-            self._thread.start()
+        self.thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop the expiry thread and wait for it; a no-op when it is not running."""
-        with self._lock:
-            thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._stop.set()
-        thread.join(timeout_s)
+        """Stop the expiry thread and wait for it (at most ``timeout_s``)."""
+        self.thread.stop(timeout_ms=timeout_s * 1000)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.check_interval_ms / 1000):
-            self.expire(self._clock_ms())
+    def _round(self) -> None:
+        self.expire(self._clock_ms())

@@ -19,8 +19,8 @@ the answer is one thread switch away from dispatch, with no polling interval); f
 requests it only marks the queue "woken" and signals the *hold thread*. The hold thread
 (``start``/``stop``; one thread, no thread per request) re-runs the pulls of woken
 queues and completes expired requests from a heap of deadlines. Tests drive it with
-``run_once(now_ms)`` and an injected clock instead. ``park``, ``cancel``,
-``pull_blocking`` and ``pull_async`` may be called from any thread; callbacks run on the
+``run_once(now_ms)`` and an injected clock instead. ``park``, ``cancel``
+and ``pull_blocking`` may be called from any thread; callbacks run on the
 hold thread (or on the caller's thread when ``park`` answers at once), outside every
 lock, and must be quick — set an event, post to a loop. A callback that raises is
 logged and ignored.
@@ -46,7 +46,6 @@ again from their offsets. Stop this service before closing its store.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import logging
@@ -65,6 +64,7 @@ from broker_core.broker.pull import (
     PullStatus,
 )
 from broker_core.errors import RocketMQError
+from broker_core.service_thread import ServiceThread
 from broker_core.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,6 @@ class LongPollingService:
         self._clock_ms = clock_ms
         self._max_parked = max_parked
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
         self._round_lock = threading.Lock()  # one run_once at a time
         self._by_queue: dict[QueueKey, dict[int, ParkedPull]] = {}
         self._deadlines: list[tuple[int, int, ParkedPull]] = []
@@ -122,7 +121,13 @@ class LongPollingService:
         self._count = 0
         self._seq = itertools.count()
         self._stopped = False
-        self._thread: threading.Thread | None = None
+        # A failed round is logged and retried: the hold thread outlives one bad round.
+        self.thread = ServiceThread(
+            "long-polling",
+            self._round,
+            interval_ms=_MAX_WAIT_S * 1000,
+            next_wait_ms=self._next_wait_ms,
+        )
         store.add_dispatch_listener(self._on_dispatch)
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -130,22 +135,18 @@ class LongPollingService:
     def start(self) -> None:
         """Start the hold thread (daemon)."""
         with self._lock:
-            if self._thread is not None or self._stopped:
+            if self._stopped:
                 return
-            self._thread = threading.Thread(target=self._run, name="long-polling", daemon=True)
-        self._thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
         """Stop the hold thread and answer every parked request with NO_NEW_MESSAGE.
 
         Later ``park`` calls are answered at once; dispatch events are ignored.
         """
-        with self._cond:
+        with self._lock:
             self._stopped = True
-            self._cond.notify_all()
-            thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
+        self.thread.stop()
         with self._lock:
             rest = [p for parked in self._by_queue.values() for p in parked.values()]
             for p in rest:
@@ -173,14 +174,14 @@ class LongPollingService:
         (the caller pulls again itself); the deadline and ``stop`` still run ``callback``.
         """
         parked = ParkedPull(request, deadline_ms, callback, next(self._seq), direct=direct)
-        with self._cond:
+        with self._lock:
             stopped, full = self._stopped, self._count >= self._max_parked
             if not (stopped or full):
                 self._by_queue.setdefault(parked.key, {})[parked.seq] = parked
                 self._count += 1
                 heapq.heappush(self._deadlines, (deadline_ms, parked.seq, parked))
                 if self._deadlines[0][2] is parked:
-                    self._cond.notify()  # an earlier deadline than the hold thread waits for
+                    self.thread.wake()  # an earlier deadline than the hold thread waits for
         if stopped or full:
             if full and not stopped:
                 log.warning("long polling full (%d parked): answering at once", self._max_parked)
@@ -258,49 +259,6 @@ class LongPollingService:
             woken.wait()  # claimed meanwhile: its wake-up or answer is on its way
         return box[0] if box else None
 
-    async def pull_async(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = DEFAULT_PULL_MAX_COUNT,
-        *,
-        filter: MessageFilter | None = None,
-        max_bytes: int = DEFAULT_PULL_MAX_BYTES,
-        timeout_ms: int,
-    ) -> PullResult:
-        """Pull, waiting up to ``timeout_ms`` for messages, without blocking the event loop.
-
-        The first pull runs in the loop's default executor; the answer is handed back with
-        ``loop.call_soon_threadsafe``. Cancelling the awaiting task cancels the parked request.
-        """
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[PullResult] = loop.create_future()
-        request = PullRequest(topic, queue_id, offset, max_count, filter, max_bytes)
-        deadline_ms = self._clock_ms() + timeout_ms
-
-        def deliver(result: PullResult) -> None:
-            loop.call_soon_threadsafe(_resolve, future, result)
-
-        parking = loop.run_in_executor(None, self.pull_or_park, request, deadline_ms, deliver)
-        try:
-            parked = await asyncio.shield(parking)
-        except asyncio.CancelledError:  # the first pull still runs: unpark when it is done
-            parking.add_done_callback(self._cancel_when_parked)
-            raise
-        try:
-            return await future
-        except asyncio.CancelledError:
-            if parked is not None:
-                self.cancel(parked)
-            raise
-
-    def _cancel_when_parked(self, parking: asyncio.Future[ParkedPull | None]) -> None:
-        if not parking.cancelled() and parking.exception() is None:
-            parked = parking.result()
-            if parked is not None:
-                self.cancel(parked)
-
     # ---- the hold thread's work ----------------------------------------------------------
 
     def run_once(self, now_ms: int) -> int:
@@ -320,7 +278,7 @@ class LongPollingService:
         """
         key = (topic, queue_id)
         ready: list[threading.Event] = []
-        with self._cond:
+        with self._lock:
             parked = self._by_queue.get(key)
             if parked is None or self._stopped:
                 return
@@ -332,14 +290,14 @@ class LongPollingService:
                     ready.append(p.direct)
             if others:
                 self._woken.add(key)
-                self._cond.notify()
+                self.thread.wake()
         for event in ready:
             event.set()
 
     def _wake(self, key: QueueKey) -> None:
-        with self._cond:
+        with self._lock:
             self._woken.add(key)
-            self._cond.notify()
+            self.thread.wake()
 
     def _serve_woken(self) -> int:
         with self._lock:
@@ -413,20 +371,12 @@ class LongPollingService:
             return _MAX_WAIT_S
         return min(max(self._deadlines[0][0] - now_ms, 0) / 1000, _MAX_WAIT_S)
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopped:
-                    return
-                wait_s = self._wait_s(self._clock_ms())
-                if wait_s > 0:
-                    self._cond.wait(wait_s)
-                if self._stopped:
-                    return
-            try:
-                self.run_once(self._clock_ms())
-            except Exception:  # the hold thread must outlive one bad round
-                log.exception("long polling round failed")
+    def _next_wait_ms(self) -> float:
+        with self._lock:
+            return self._wait_s(self._clock_ms()) * 1000
+
+    def _round(self) -> None:
+        self.run_once(self._clock_ms())
 
 
 def _call(callback: PullCallback, result: PullResult) -> None:
@@ -434,8 +384,3 @@ def _call(callback: PullCallback, result: PullResult) -> None:
         callback(result)
     except Exception:  # a caller's bug must not kill the hold thread
         log.exception("long polling callback failed")
-
-
-def _resolve(future: asyncio.Future[PullResult], result: PullResult) -> None:
-    if not future.done():  # the awaiting task may have been cancelled
-        future.set_result(result)

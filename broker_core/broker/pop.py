@@ -73,11 +73,11 @@ from broker_core.broker.system_topics import REVIVE_TOPIC
 from broker_core.errors import (
     ConfigError,
     InvalidArgumentError,
-    RocketMQError,
     StaleReceiptHandleError,
     StoreClosedError,
 )
 from broker_core.message import StoredMessage, validate_group_name, validate_topic_name
+from broker_core.service_thread import ServiceThread
 from broker_core.store.message_store import MessageStore, now_ms
 
 log = logging.getLogger(__name__)
@@ -156,9 +156,10 @@ class PopService:
         self._log = ReviveLog(store)
         self._reset()
         self._open = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.failure: RocketMQError | None = None  # last error of the revive thread
+        # A failed round (e.g. BusyError: the due entries wait a tick) is retried next tick.
+        self.thread = ServiceThread(
+            "pop-revive", self.run_revive, interval_ms=self.config.revive_interval_ms
+        )
 
     def _reset(self) -> None:
         self._state = PopState()
@@ -197,26 +198,16 @@ class PopService:
 
     def start(self) -> None:
         """Run ``run_revive`` every ``revive_interval_ms`` on a daemon thread."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="pop-revive", daemon=True)
-        self._thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
-        """Stop the revive thread (if running) and wait for it."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stop.set()
-            thread.join()
+        """Stop the revive thread (if running) and wait for it (bounded)."""
+        self.thread.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.config.revive_interval_ms / 1000):
-            try:
-                self.run_revive()
-            except RocketMQError as exc:  # e.g. BusyError: the due entries wait a tick
-                self.failure = exc
-                log.warning("pop revive failed, retrying next tick: %s", exc)
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the revive thread, or None."""
+        return self.thread.failure
 
     # ---- consuming ---------------------------------------------------------------------
 

@@ -57,7 +57,6 @@ from broker_core.errors import (
     ConfigError,
     InvalidArgumentError,
     OffsetOutOfRangeError,
-    RocketMQError,
     StoreClosedError,
 )
 from broker_core.message import (
@@ -67,6 +66,7 @@ from broker_core.message import (
     Message,
     StoredMessage,
 )
+from broker_core.service_thread import ServiceThread
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 from broker_core.store.message_store import MessageStore, PutResult, now_ms
 
@@ -162,10 +162,16 @@ class ScheduleService:
         self._lock = threading.Lock()
         self._offsets: dict[int, int] = self._load()
         self._head_due: dict[int, int | None] = {}
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.failure: BaseException | None = None
+        # A failed round is retried after 1 s; the store closing under it ends the thread.
+        self.thread = ServiceThread(
+            "schedule-delivery",
+            self.run_once,
+            interval_ms=max_idle_wait_ms,
+            wait_first=False,
+            next_wait_ms=self._wait_ms,
+            error_backoff_ms=1000,
+            quiet_exit=lambda exc: isinstance(exc, StoreClosedError),
+        )
         store.add_dispatch_listener(self._on_dispatch)
 
     def _load(self) -> dict[int, int]:
@@ -261,7 +267,7 @@ class ScheduleService:
 
     def _on_dispatch(self, topic: str, _queue_id: int, _max_offset: int) -> None:
         if topic == SCHEDULE_TOPIC:  # runs on the store's dispatch thread: only signal
-            self._wake.set()
+            self.thread.wake()
 
     def _wait_ms(self) -> int:
         due = self.next_due_ms()
@@ -269,39 +275,18 @@ class ScheduleService:
             return self._max_idle_wait_ms
         return max(0, min(due - self._clock_ms(), self._max_idle_wait_ms))
 
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.clear()
-            try:
-                self.run_once()
-            except StoreClosedError:
-                log.info("schedule delivery: store closed, stopping")
-                return
-            except RocketMQError:
-                log.exception("schedule delivery failed, retrying")
-                self._stopping.wait(1.0)
-                continue
-            except BaseException as exc:  # recorded: a dead delivery thread must be visible
-                log.exception("schedule delivery thread died")
-                self.failure = exc
-                return
-            self._wake.wait(self._wait_ms() / 1000)
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the thread, or None."""
+        return self.thread.failure
 
     def start(self) -> None:
         """Start the daemon delivery thread (no-op when it is running)."""
-        if self._thread is not None:
-            return
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="schedule-delivery", daemon=True)
-        self._thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
         """Stop the delivery thread and wait for it to finish its current pass."""
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self.thread.stop()
 
     def close(self) -> None:
         """Stop the thread; offsets are already durable after every delivered batch."""

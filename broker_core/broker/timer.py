@@ -69,7 +69,6 @@ from broker_core.errors import (
     CorruptionError,
     InvalidArgumentError,
     OffsetOutOfRangeError,
-    RocketMQError,
     StoreClosedError,
 )
 from broker_core.message import (
@@ -77,6 +76,7 @@ from broker_core.message import (
     Message,
     StoredMessage,
 )
+from broker_core.service_thread import ServiceThread
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 from broker_core.store.message_store import MessageStore, PutResult, now_ms
 
@@ -139,10 +139,16 @@ class TimerService:
         self._log = TimerLog(directory / LOG_FILE)
         self._wheel = TimingWheel(directory / WHEEL_FILE, precision_ms, slots)
         self._closed = False
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.failure: BaseException | None = None
+        # A failed round is retried after 1 s; the store closing under it ends the thread.
+        self.thread = ServiceThread(
+            "timer-wheel",
+            self.run_once,
+            interval_ms=max_idle_wait_ms,
+            wait_first=False,
+            next_wait_ms=self._wait_ms,
+            error_backoff_ms=1000,
+            quiet_exit=lambda exc: isinstance(exc, StoreClosedError),
+        )
         store.add_dispatch_listener(self._on_dispatch)
 
     # ---- checkpoint -------------------------------------------------------------------
@@ -344,42 +350,23 @@ class TimerService:
 
     def _on_dispatch(self, topic: str, _queue_id: int, _max_offset: int) -> None:
         if topic == TIMER_TOPIC:  # runs on the store's dispatch thread: only signal
-            self._wake.set()
+            self.thread.wake()
 
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.clear()
-            try:
-                self.run_once()
-            except StoreClosedError:
-                log.info("timer service: store or service closed, stopping")
-                return
-            except RocketMQError:
-                log.exception("timer firing failed, retrying")
-                self._stopping.wait(1.0)
-                continue
-            except BaseException as exc:  # recorded: a dead timer thread must be visible
-                log.exception("timer thread died")
-                self.failure = exc
-                return
-            wait_ms = min(self.read_time_ms - self._clock_ms(), self._max_idle_wait_ms)
-            self._wake.wait(max(0, wait_ms) / 1000)
+    def _wait_ms(self) -> int:
+        return max(0, min(self.read_time_ms - self._clock_ms(), self._max_idle_wait_ms))
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the thread, or None."""
+        return self.thread.failure
 
     def start(self) -> None:
         """Start the daemon firing thread (no-op when it is running)."""
-        if self._thread is not None:
-            return
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="timer-wheel", daemon=True)
-        self._thread.start()
+        self.thread.start()
 
     def stop(self) -> None:
         """Stop the firing thread and wait for its current pass to finish."""
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self.thread.stop()
 
     def close(self) -> None:
         """Stop the thread, write the checkpoint and close the log and wheel files."""

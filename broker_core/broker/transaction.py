@@ -84,7 +84,6 @@ from broker_core.broker.transaction_check import (
     recover_ledger,
 )
 from broker_core.errors import (
-    ConfigError,
     CorruptionError,
     InvalidArgumentError,
     InvalidTopicError,
@@ -108,6 +107,7 @@ from broker_core.message import (
     validate_group_name,
     validate_topic_name,
 )
+from broker_core.service_thread import ServiceThread, describe
 from broker_core.store.codec import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
 from broker_core.store.message_store import MessageStore, PutResult
 
@@ -213,25 +213,17 @@ class TransactionService:
         check_interval_ms: int = 1_000,
         clock_ms: Callable[[], int] = _wall_clock_ms,
     ) -> None:
-        for name, value in (("check_timeout_ms", check_timeout_ms),
-                            ("max_check_times", max_check_times),
-                            ("check_interval_ms", check_interval_ms)):  # fmt: skip
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
         self._store = store
         self._offsets = offsets
         self._checker = checker
         self._check_timeout_ms = check_timeout_ms
         self._max_check_times = max_check_times
-        self._check_interval_ms = check_interval_ms
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._recent: OrderedDict[str, Resolution] = OrderedDict()
         self._committed_progress = (-1, -1)
-        self._stop_event = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.failure: BaseException | None = None  # the check thread died of it
-        self.last_round_error: str | None = None  # the last check round's error, if it failed
+        # A failed round (store busy or closing, or a bug) is logged; the next one retries.
+        self.thread = ServiceThread("transaction-check", self._round, interval_ms=check_interval_ms)
         self._ledger_or_none: HalfLedger | None = None
 
     def open(self) -> None:
@@ -454,33 +446,26 @@ class TransactionService:
 
     def start(self) -> None:
         """Run a check round every ``check_interval_ms`` on a daemon thread (opens first)."""
-        if self._thread is not None:
+        if self.thread.is_alive():
             return
         self.open()
-        self._stop_event.clear()
-        self._thread = threading.Thread(target=self._run, name="transaction-check", daemon=True)
-        self._thread.start()
+        self.thread.start()
 
-    def _run(self) -> None:
-        try:
-            while not self._stop_event.wait(self._check_interval_ms / 1000):
-                try:
-                    self.run_checks(self._clock_ms())
-                    self.last_round_error = None
-                except RocketMQError as exc:  # store busy or closing: the next round retries
-                    log.warning("transaction check round failed: %s", exc)
-                    self.last_round_error = str(exc)
-                except Exception as exc:  # a bug in one round must not end check-backs
-                    log.exception("transaction check round raised; the next round retries")
-                    self.last_round_error = f"{type(exc).__name__}: {exc}"
-        except BaseException as exc:  # recorded so the owner sees checks have stopped
-            log.exception("transaction check thread died")
-            self.failure = exc
+    def _round(self) -> None:
+        self.run_checks(self._clock_ms())
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the check thread, or None."""
+        return self.thread.failure
+
+    @property
+    def last_round_error(self) -> str | None:
+        """The last check round's error while no round has succeeded since, or None."""
+        error = self.thread.last_error
+        return None if error is None else describe(error)
 
     def stop(self) -> None:
         """Stop the check thread (if started) and persist the check progress."""
-        self._stop_event.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self.thread.stop()
         self._offsets.persist()

@@ -8,7 +8,7 @@ a ``%``-template, and each message costs one template fill (length, id sequence 
 CRC32), its body, and one ``b"".join`` at the end. Lengths below 16 KiB come from a
 table of varints.
 
-What it writes parses to exactly what :func:`convert.batch_to_protobuf` builds (the
+What it writes parses to exactly what ``tests/client/pb_reference.batch_to_protobuf`` builds (the
 tests compare the two field by field): the topic ``Resource``, user properties, and the
 system properties below. Each call stamps fresh message ids (same format as
 ``broker_core.message.new_message_id``) and one born timestamp for the whole batch.

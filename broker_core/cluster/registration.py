@@ -38,6 +38,7 @@ from broker_core.namesrv.client import (
     NameServerClient,
     TopicQueueConfig,
 )
+from broker_core.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,9 @@ class RegistrationService:
         self.identity = identity
         self.interval_ms = interval_ms
         self._client = client_factory(namesrv)
-        self._changed = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        # Registers every ``interval_ms`` and at once when topics change (``wake``); a
+        # failed round is logged and retried: the heartbeat thread never dies of one.
+        self.thread = ServiceThread("namesrv-register", self.register_now, interval_ms=interval_ms)
         self._started_ms = int(time.time() * 1000)
         self._counter = 0
         self._counter_lock = threading.Lock()
@@ -96,7 +97,7 @@ class RegistrationService:
     def _on_topic_change(self) -> None:
         with self._counter_lock:
             self._counter += 1
-        self._changed.set()
+        self.thread.wake()
 
     def registration(self) -> BrokerRegistration:
         """What the next registration sends: the topic table and a data version."""
@@ -151,27 +152,11 @@ class RegistrationService:
         """Check the name, register once, then keep registering in a thread."""
         self.check_name_free()
         self.register_now()
-        self._thread = threading.Thread(target=self._run, name="namesrv-register",
-                                        daemon=True)  # fmt: skip
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._changed.wait(self.interval_ms / 1000)
-            if self._stopping.is_set():
-                return
-            self._changed.clear()
-            try:
-                self.register_now()
-            except Exception:  # never let the heartbeat thread die
-                log.exception("registration round failed")
+        self.thread.start()
 
     def stop(self) -> None:
         """Stop the thread, unregister from every NameServer, close the connections."""
-        self._stopping.set()
-        self._changed.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        self.thread.stop()
         ident = self.identity
         try:
             self._client.unregister_broker(ident.cluster, ident.broker_name, ident.broker_id,

@@ -25,6 +25,7 @@ from broker_core.namesrv.processor import NameServerProcessor
 from broker_core.namesrv.route_table import RouteTable
 from broker_core.remoting.channel import Channel
 from broker_core.remoting.server import RemotingServer
+from broker_core.service_thread import ServiceThread, describe
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +49,14 @@ class NameServer:
         self.scan_interval_ms = scan_interval_ms
         handlers = NameServerProcessor(self.table).handlers()
         self._server = RemotingServer(listen, handlers, on_close=self._on_channel_closed)
-        self._stop = threading.Event()
-        self._scanner = threading.Thread(target=self._scan_loop, name="namesrv-scan", daemon=True)
+        # A failed scan is logged and retried next interval: the scan outlives one bad pass.
+        self.scanner = ServiceThread("namesrv-scan", self.scan_once, interval_ms=scan_interval_ms)
         self.address = ""
-        self.scan_failure = ""  # the last scan's error, "" when it succeeded
 
     def start(self) -> str:
         """Bind, accept, start the scan; returns ``host:port``. Raises ``OSError`` if busy."""
         self.address = self._server.start()
-        self._scanner.start()
+        self.scanner.start()
         log.info(
             "NameServer listening on %s (scan every %d ms, expiry %d ms)",
             self.address,
@@ -67,10 +67,8 @@ class NameServer:
 
     def stop(self) -> None:
         """Stop the scan and the server (bounded: joins for a few seconds at most)."""
-        self._stop.set()
+        self.scanner.stop(timeout_ms=5_000)
         self._server.stop()
-        if self._scanner.is_alive():
-            self._scanner.join(5)
 
     def scan_once(self) -> int:
         """Remove expired brokers and close their connections; returns how many went."""
@@ -90,14 +88,11 @@ class NameServer:
                 channel.close("broker registration expired")
         return len(expired)
 
-    def _scan_loop(self) -> None:
-        while not self._stop.wait(self.scan_interval_ms / 1000):
-            try:
-                self.scan_once()
-                self.scan_failure = ""
-            except Exception as exc:  # the scan must outlive one bad pass; the next retries
-                log.exception("expiry scan failed")
-                self.scan_failure = f"{type(exc).__name__}: {exc}"
+    @property
+    def scan_failure(self) -> str:
+        """The last scan's error while no scan has succeeded since, ``""`` otherwise."""
+        error = self.scanner.last_error
+        return "" if error is None else describe(error)
 
     def _on_channel_closed(self, channel: Channel) -> None:
         for live in self.table.on_channel_closed(channel.id):

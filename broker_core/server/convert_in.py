@@ -1,6 +1,6 @@
 """protobuf ``apache.rocketmq.v2.Message`` → our :class:`~broker_core.message.Message`.
 
-:func:`to_message` validates everything a producer controls before the broker sees it, so
+:func:`to_messages` validates everything a producer controls before the broker sees it, so
 a bad message fails the whole ``SendMessage`` request before any message of it is stored
 (the broker stores held messages — delayed, transactional — one by one, so a late failure
 would leave the earlier ones behind).
@@ -38,8 +38,8 @@ that ``server/status.py`` maps to codes.
 ...                    system_properties=pb.SystemProperties(
 ...                        message_id="01AB", tag="paid", keys=["o-1"],
 ...                        message_type=pb.MessageType.NORMAL))
->>> m = to_message(proto, limits=Limits(4 << 20, 32 << 10), peer=("10.0.0.9", 5555),
-...                now_ms=1_000)
+>>> [m] = to_messages([proto], limits=Limits(4 << 20, 32 << 10), peer=("10.0.0.9", 5555),
+...                    now_ms=1_000)
 >>> m.topic, m.tag, m.keys, m.properties["UNIQ_KEY"], m.properties["region"], m.queue_id
 ('orders', 'paid', ['o-1'], '01AB', 'eu', -1)
 >>> m.born_host, m.born_timestamp_ms
@@ -341,15 +341,6 @@ def _check_properties_size(props: Mapping[str, str], limit_bytes: int) -> None:
 # ---- the message -------------------------------------------------------------------------
 
 
-def to_message(proto: Any, *, limits: Limits, peer: tuple[str, int], now_ms: int) -> Message:
-    """Convert and validate one protobuf message (see the module docstring for the mapping).
-
-    ``peer`` is the client's address (born host when the message names none, and the born
-    port); ``now_ms`` is the born time when the message carries none.
-    """
-    return to_messages([proto], limits=limits, peer=peer, now_ms=now_ms)[0]
-
-
 # System properties a message always has (id, tag, group, the broker's own flags) encode
 # to less than this; only keys and user properties can make the encoding longer.
 _FIXED_PROPERTIES_BYTES: Final = 2048
@@ -358,10 +349,12 @@ _PLAIN_BODY: Final = (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED)
 
 def to_messages(protos: Iterable[Any], *, limits: Limits, peer: tuple[str, int],
                 now_ms: int) -> list[Message]:  # fmt: skip
-    """:func:`to_message` for every message of a request, in order.
+    """Convert and validate every protobuf message of a request, in order.
 
-    The checks are the same for each; what a batch repeats (its topic, message type and
-    born time) is checked or converted once.
+    See the module docstring for the mapping. ``peer`` is the client's address (born host
+    when a message names none, and the born port); ``now_ms`` is the born time when a
+    message carries none. The checks are the same for each message; what a batch repeats
+    (its topic, message type and born time) is checked or converted once.
     """
     topics: dict[str, str] = {}
     kinds: dict[tuple[int, tuple[bool, bool, bool, bool]], bool] = {}

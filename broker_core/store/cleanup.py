@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker_core.service_thread import ServiceThread
 from broker_core.store.commitlog import CommitLog
 from broker_core.store.consume_queue import ConsumeQueueSet
 from broker_core.store.index_service import IndexService
@@ -61,8 +61,8 @@ class CleanupService:
         self._max_ratio = disk_max_used_ratio
         self._safe_offset = safe_offset  # min(flushed, dispatched): never delete beyond
         self._disk_ratio = disk_ratio or (lambda: disk_used_ratio(str(commitlog.directory)))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._clock_ms: Callable[[], int] = lambda: 0  # set by ``start``
+        self.thread = ServiceThread("cleanup", self._round, interval_ms=0)
 
     def run_once(self, now_ms: int) -> CleanupReport:
         report = CleanupReport(disk_used_ratio=self._disk_ratio())
@@ -86,18 +86,13 @@ class CleanupService:
         return report
 
     def start(self, interval_ms: int, clock_ms: Callable[[], int]) -> None:
-        def loop() -> None:
-            while not self._stop.wait(interval_ms / 1000):
-                try:
-                    self.run_once(clock_ms())
-                except Exception:
-                    log.exception("retention run failed; will retry")
+        """Run :meth:`run_once` every ``interval_ms``; a failed run is logged and retried."""
+        self._clock_ms = clock_ms
+        self.thread.interval_ms = interval_ms
+        self.thread.start()
 
-        self._thread = threading.Thread(target=loop, name="cleanup", daemon=True)
-        self._thread.start()
+    def _round(self) -> None:
+        self.run_once(self._clock_ms())
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self.thread.stop()

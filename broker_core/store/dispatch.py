@@ -17,10 +17,10 @@ net: it polls every 50 ms for anything not yet dispatched.
 
 Prepared and rolled-back transaction units are indexed but never enter a consume queue.
 
-Threads: ``_run`` is the dispatch thread; appenders call ``dispatch_inline``; one lock
-serialises dispatching. ``dispatch_range`` is called directly only during recovery,
-before the thread starts. ``snapshot`` and ``wait_dispatched`` may be
-called from any thread.
+Threads: ``thread`` (a ``ServiceThread``) is the dispatch thread; appenders call
+``dispatch_inline``; one lock serialises dispatching. ``dispatch_range`` is called
+directly only during recovery, before the thread starts. ``snapshot`` and
+``wait_dispatched`` may be called from any thread.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from broker_core.errors import RocketMQError, StoreError
+from broker_core.service_thread import ServiceThread
 from broker_core.store import codec
 from broker_core.store.appended import Appended
 from broker_core.store.commitlog import CommitLog
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[str, int, int], None]  # (topic, queue id, new max offset)
 _CHUNK_BYTES = 4 << 20
+_POLL_MS = 50  # the thread's safety-net poll when nothing was left to dispatch
 _BLOCK_MIN_UNITS = 8  # fewer units of one queue than this are written one by one
 
 
@@ -57,11 +59,21 @@ class Dispatcher:
         self.dispatched_offset = 0
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()  # held while a chunk is dispatched
-        self._wakeup = threading.Condition()
         self._progress = threading.Condition()
         self._running = False
-        self._thread: threading.Thread | None = None
-        self.failure: BaseException | None = None
+        self._last_done = 0  # bytes the thread's last round dispatched
+        # A retriable error (e.g. no room for a queue file) is retried every 0.5 s; any
+        # other ends the thread, recorded, so the store refuses writes loudly.
+        self.thread = ServiceThread(
+            "dispatch",
+            self._round,
+            interval_ms=_POLL_MS,
+            wait_first=False,
+            next_wait_ms=self._idle_ms,
+            error_backoff_ms=500,
+            fatal=lambda exc: not (isinstance(exc, RocketMQError) and exc.retriable),
+            on_failure=self._on_failure,
+        )
         self._handed: deque[Appended] = deque()
         self._indexed_to = -1  # index keys of units below this commitlog offset are written
 
@@ -213,43 +225,33 @@ class Dispatcher:
     def start(self) -> None:
         self._running = True
         self._commitlog.on_append = self.on_append
-        self._thread = threading.Thread(target=self._run, name="dispatch", daemon=True)
-        self._thread.start()
+        self.thread.start()
 
     def notify_appended(self) -> None:
-        with self._wakeup:
-            self._wakeup.notify()
+        self.thread.wake()
 
-    def _run(self) -> None:
-        try:
-            while self._running:
-                # Never block on the lock: appenders dispatch inline and must not have
-                # to hand the lock (and the GIL) back and forth with this thread.
-                pause_s = 0.05
-                try:
-                    done = self.dispatch_available(blocking=False)
-                except RocketMQError as exc:
-                    if not exc.retriable:
-                        raise
-                    log.warning("dispatch waits: %s", exc)  # e.g. no room for a queue file
-                    done, pause_s = 0, 0.5
-                if done == 0:
-                    with self._wakeup:
-                        self._wakeup.wait(pause_s)
-        except BaseException as exc:  # recorded so the store refuses writes loudly
-            log.exception("dispatch thread died")
-            self.failure = exc
-            with self._progress:
-                self._progress.notify_all()
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the dispatch thread (the store then refuses writes), or None."""
+        return self.thread.failure
+
+    def _round(self) -> None:
+        # Never block on the lock: appenders dispatch inline and must not have
+        # to hand the lock (and the GIL) back and forth with this thread.
+        self._last_done = self.dispatch_available(blocking=False)
+
+    def _idle_ms(self) -> float:
+        return 0.0 if self._last_done else _POLL_MS
+
+    def _on_failure(self, _exc: BaseException) -> None:
+        with self._progress:  # waiters read ``failure`` and give up
+            self._progress.notify_all()
 
     def stop(self) -> None:
         """Stop the thread after dispatching everything already appended."""
         self._commitlog.on_append = None
         self._running = False
-        self.notify_appended()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self.thread.stop()
         if self.failure is None:
             while self.dispatch_available():
                 pass

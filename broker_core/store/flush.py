@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_core.errors import FlushTimeoutError, StoreError
+from broker_core.service_thread import ServiceThread
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 from broker_core.store.commitlog import CommitLog
 
@@ -48,33 +49,40 @@ class CommitLogFlusher:
     def __init__(self, commitlog: CommitLog, *, sync: bool, interval_ms: int) -> None:
         self._commitlog = commitlog
         self.sync = sync
-        self._interval_s = interval_ms / 1000
         self._mutex = threading.Lock()  # guards _pending
         self._pending: list[tuple[int, threading.Lock]] = []  # (offset wanted, its waiter's lock)
         self._work = threading.Event()  # set when _pending gained an entry
         self._running = False
-        self._thread: threading.Thread | None = None
-        self.failure: BaseException | None = None
+        self.failure: BaseException | None = None  # a flush failed: sticky, appenders are refused
         self.flush_count = 0
         self.last_flush_ms = 0.0  # how long the last flush took (a metric)
         self._last_group = 0  # appenders waiting when the last group commit released its own
+        # Sync mode: a round blocks on ``_work`` (an appender registered) for up to the
+        # interval and runs the next round at once, so appenders already covered by a
+        # group commit never trigger an extra, smaller one. A failed flush fails its round
+        # (and every later one: ``failure`` is sticky), which health reports; the thread
+        # goes on flushing.
+        self.thread = ServiceThread(
+            "commitlog-flush",
+            self._round,
+            interval_ms=interval_ms,
+            wait_first=not sync,
+            next_wait_ms=(lambda: 0.0) if sync else None,
+        )
 
     def start(self) -> None:
         self._running = True
-        self._thread = threading.Thread(target=self._run, name="commitlog-flush", daemon=True)
-        self._thread.start()
+        self.thread.start()
 
-    def _run(self) -> None:
-        while self._running:
-            self._work.wait(None if self.sync else self._interval_s)
-            if not self._running:
-                break
-            if self.sync:
+    def _round(self) -> None:
+        if self.sync:
+            if self._work.wait(self.thread.interval_ms / 1000) and self._running:
                 self._group_commit()
-            else:
-                self._work.clear()
-                if self._flush_once() < 0:
-                    time.sleep(self._interval_s)  # a failing disk: do not spin
+        else:
+            self._work.clear()
+            self._flush_once()
+        if self.failure is not None:
+            raise StoreError(f"commitlog flush failed: {self.failure}")
 
     def _gather(self) -> None:
         """Let appenders that are still arriving join this group commit.
@@ -114,8 +122,6 @@ class CommitLogFlusher:
             waiter.release()  # a failed flush releases everyone: they read ``failure``
         for _offset, waiter in covered:
             waiter.release()
-        if flushed < 0:
-            time.sleep(self._interval_s)  # a failing disk: do not spin
 
     def _flush_once(self) -> int:
         """fdatasync what was appended; returns the durable offset, -1 on failure."""
@@ -161,9 +167,7 @@ class CommitLogFlusher:
     def stop(self) -> None:
         self._running = False
         self._work.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self.thread.stop()
         self._commitlog.flush()
         with self._mutex:  # nobody is left waiting on a thread that has gone
             batch, self._pending = self._pending, []
@@ -210,27 +214,16 @@ class Checkpoint:
 
 
 class DerivedFlusher:
-    """Periodically flushes consume queues and index, then writes the checkpoint."""
+    """Periodically flushes consume queues and index, then writes the checkpoint.
+
+    A failed round is logged and retried next interval (``thread.last_error`` meanwhile).
+    """
 
     def __init__(self, interval_ms: int, flush_and_checkpoint: Callable[[], None]) -> None:
-        self._interval_s = interval_ms / 1000
-        self._work = flush_and_checkpoint
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.thread = ServiceThread("derived-flush", flush_and_checkpoint, interval_ms=interval_ms)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="derived-flush", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                self._work()
-            except Exception:
-                log.exception("consume queue / index flush failed; will retry")
+        self.thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self.thread.stop()

@@ -8,8 +8,9 @@ Crash contract:
 
 * :class:`IndexService` deletes files that fail validation and notices sealed files that
   went missing through ``manifest.json`` (version, then one record per sealed file: name,
-  begin/end phys, index_count; written atomically: temp file, fsync, rename, fsync of the
-  directory; a lost manifest is re-derived, since every file but the newest is sealed).
+  begin/end phys, index_count; written through ``atomic_file``: CRC-checked, the previous
+  copy kept as ``.bak`` and used when the manifest is corrupt; with neither usable the
+  manifest is re-derived, since every file but the newest is sealed).
   It then truncates the whole index at the lowest phys offset that was lost, so the index
   is always a prefix of the commitlog and re-dispatched puts stay in phys order, and
   reports that offset as ``rebuild_from``.
@@ -46,6 +47,7 @@ from broker_core.errors import (
     StoreError,
 )
 from broker_core.message import key_hash
+from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 from broker_core.store.index_file import (
     NAME_RE,
     IndexFile,
@@ -94,7 +96,8 @@ class SealedFile:
 
 
 def write_manifest(directory: Path, sealed: Iterable[SealedFile]) -> None:
-    """Atomically replace ``manifest.json``: temp file, fsync, rename, fsync the directory."""
+    """Replace ``manifest.json`` through ``atomic_file`` (CRC-checked, previous copy kept
+    as ``manifest.json.bak``)."""
     doc = {
         "version": MANIFEST_VERSION,
         "sealed": [
@@ -107,37 +110,62 @@ def write_manifest(directory: Path, sealed: Iterable[SealedFile]) -> None:
             for s in sorted(sealed, key=lambda s: s.name)
         ],
     }
-    target = directory / MANIFEST_NAME
-    tmp = directory / (MANIFEST_NAME + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
-    fsync_dir(directory)
+    write_json_atomic(directory / MANIFEST_NAME, doc)
 
 
 def read_manifest(directory: Path) -> tuple[dict[str, SealedFile], str]:
-    """The manifest's records by name, and a problem description ("" if none)."""
+    """The manifest's records by name, and a problem description ("" if none).
+
+    A manifest that fails its CRC or does not parse is replaced by its ``.bak`` (named in
+    the problem); with neither usable the records are empty: the caller re-derives them
+    from the files and sealed-file losses since the last good manifest cannot be checked.
+    A manifest written before the CRC format (plain JSON) is still read.
+    """
     path = directory / MANIFEST_NAME
+    loaded = read_json_atomic(path)
+    doc: Any = loaded.data
+    problem = ""
+    if loaded.source == "backup":
+        problem = f"{loaded.problem}; using {MANIFEST_NAME}.bak"
+    elif doc is None:
+        doc = _legacy_manifest(path)
+        if doc is None:
+            if not (path.exists() or path.with_name(MANIFEST_NAME + ".bak").exists()):
+                return {}, ""
+            return {}, f"{loaded.problem}, no usable backup; sealed-file losses cannot be checked"
     try:
-        doc: Any = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}, ""
-    except (OSError, ValueError) as exc:
-        return {}, f"{MANIFEST_NAME} unreadable ({exc}); sealed-file losses cannot be checked"
-    try:
-        if doc["version"] != MANIFEST_VERSION:
-            raise ValueError(f"version {doc['version']!r}")
-        records = [
-            SealedFile(
-                str(r["name"]), int(r["begin_phys"]), int(r["end_phys"]), int(r["index_count"])
-            )
-            for r in doc["sealed"]
-        ]
+        records = _records(doc)
     except (KeyError, TypeError, ValueError) as exc:
         return {}, f"{MANIFEST_NAME} malformed ({exc!r}); sealed-file losses cannot be checked"
-    return {r.name: r for r in records}, ""
+    if loaded.source == "backup":
+        records = _without_retired(directory, records)
+    return {r.name: r for r in records}, problem
+
+
+def _without_retired(directory: Path, records: list[SealedFile]) -> list[SealedFile]:
+    """Drop backup records older than every file present: retention deletes oldest first
+    and the backup predates the manifest that forgot them, so they are not losses."""
+    present = [n for n in os.listdir(directory) if ms_for_name(n) is not None]
+    oldest = min(present, default=None)
+    return [r for r in records if oldest is not None and r.name >= oldest]
+
+
+def _records(doc: Any) -> list[SealedFile]:
+    if doc["version"] != MANIFEST_VERSION:
+        raise ValueError(f"version {doc['version']!r}")
+    return [
+        SealedFile(str(r["name"]), int(r["begin_phys"]), int(r["end_phys"]), int(r["index_count"]))
+        for r in doc["sealed"]
+    ]
+
+
+def _legacy_manifest(path: Path) -> Any:
+    """The plain-JSON manifest of older versions (no CRC), or None."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and "version" in doc and "crc32" not in doc else None
 
 
 # -- the service -------------------------------------------------------------------------

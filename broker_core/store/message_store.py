@@ -49,6 +49,7 @@ from broker_core.message import (
     decode_offset_message_id,
     offset_message_id,
 )
+from broker_core.service_thread import ServiceThread
 from broker_core.store import codec
 from broker_core.store.cleanup import CleanupReport, CleanupService, disk_used_ratio
 from broker_core.store.columns import ColumnBatch
@@ -528,6 +529,15 @@ class MessageStore:
         for qid in self.queue_ids(topic):
             self.queues.remove(topic, qid)
         self.commitlog.queue_offsets.remove_topic(topic)
+
+    def service_threads(self) -> list[ServiceThread]:
+        """The store's background threads: dispatch, commitlog flush, derived flush, cleanup."""
+        return [
+            self.dispatcher.thread,
+            self.flusher.thread,
+            self._derived.thread,
+            self.cleanup.thread,
+        ]
 
     def run_cleanup(self, now: int | None = None) -> CleanupReport:
         return self.cleanup.run_once(self._clock_ms() if now is None else now)

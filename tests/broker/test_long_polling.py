@@ -17,6 +17,7 @@ from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.pull import PullRequest, PullResult, PullStatus
 from broker_core.message import Message
 from broker_core.store.message_store import MessageStore
+from tests.broker.async_pull import pull_async
 from tests.store.conftest import small_config
 
 LONG_TIMEOUT_MS = 10_000  # a parked pull answered well before this was woken by dispatch
@@ -271,7 +272,7 @@ def test_pull_async_is_answered_when_a_message_arrives(
     async def scenario() -> tuple[PullResult, float]:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        task = asyncio.create_task(polling.pull_async("t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
+        task = asyncio.create_task(pull_async(polling, "t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
         await asyncio.sleep(0)  # let the task start its first pull
         await loop.run_in_executor(None, store.put_messages, [msg("A", body=b"async")])
         result = await asyncio.wait_for(task, LONG_TIMEOUT_MS / 1000)
@@ -283,13 +284,13 @@ def test_pull_async_is_answered_when_a_message_arrives(
 
 
 def test_pull_async_times_out(polling: LongPollingService) -> None:
-    result = asyncio.run(polling.pull_async("t", 0, 0, timeout_ms=100))
+    result = asyncio.run(pull_async(polling, "t", 0, 0, timeout_ms=100))
     assert result.status is PullStatus.NO_NEW_MESSAGE
 
 
 def test_many_async_pulls_share_one_loop(store: MessageStore, polling: LongPollingService) -> None:
     async def scenario() -> list[PullResult]:
-        pulls = [polling.pull_async("t", qid, 0, timeout_ms=LONG_TIMEOUT_MS) for qid in range(20)]
+        pulls = [pull_async(polling, "t", qid, 0, timeout_ms=LONG_TIMEOUT_MS) for qid in range(20)]
         tasks = [asyncio.create_task(p) for p in pulls]
         await asyncio.sleep(0)
         loop = asyncio.get_running_loop()
@@ -303,7 +304,7 @@ def test_many_async_pulls_share_one_loop(store: MessageStore, polling: LongPolli
 
 def test_cancelled_async_pull_is_unparked(polling: LongPollingService) -> None:
     async def scenario() -> None:
-        task = asyncio.create_task(polling.pull_async("t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
+        task = asyncio.create_task(pull_async(polling, "t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
         async with asyncio.timeout(5):
             while polling.parked_count == 0:  # yields to the loop each turn
                 await asyncio.sleep(0.001)
@@ -319,7 +320,7 @@ def test_async_pull_cancelled_during_its_first_pull_is_unparked(
     polling: LongPollingService,
 ) -> None:
     async def scenario() -> None:
-        task = asyncio.create_task(polling.pull_async("t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
+        task = asyncio.create_task(pull_async(polling, "t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
         await asyncio.sleep(0)  # the task is now waiting for its first pull in the executor
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

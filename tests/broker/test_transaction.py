@@ -39,7 +39,6 @@ from broker_core.broker.transaction_check import (
     recheck_message,
 )
 from broker_core.errors import (
-    ConfigError,
     InvalidArgumentError,
     InvalidGroupError,
     InvalidTopicError,
@@ -687,23 +686,3 @@ def test_check_thread_runs_rounds_until_stopped(tmp_path: Path) -> None:
     assert b.offsets.query(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 2
     b.close()
     assert (tmp_path / "config" / "consumerOffset.json").exists()
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"check_timeout_ms": 0},
-        {"max_check_times": -1},
-        {"check_interval_ms": True},
-        {"check_timeout_ms": 1.5},
-    ],
-)
-def test_bad_settings_raise_config_error(tmp_path: Path, options: dict[str, Any]) -> None:
-    store = MessageStore(small_config(tmp_path / "store"))
-    store.open()
-    try:
-        with pytest.raises(ConfigError):
-            TransactionService(store, ConsumerOffsetManager(tmp_path / "o.json"),
-                               lambda request: None, **options)  # fmt: skip
-    finally:
-        store.close()

@@ -23,8 +23,9 @@ from broker_core.client import (
     RocketMQClient,
     parse_endpoint,
 )
-from broker_core.client.convert import crc32_hex, from_protobuf, to_protobuf
+from broker_core.client.convert import crc32_hex, from_protobuf
 from broker_core.client.errors import error_for
+from tests.client.pb_reference import to_protobuf
 
 Code = pb.Code
 

@@ -2,7 +2,7 @@
 
 Most tests need no network: they parse the bytes with the generated
 ``SendMessageRequest`` and compare every message, field by field and as deterministic
-bytes, with the objects ``convert.batch_to_protobuf`` builds for the same input (only
+bytes, with the objects ``pb_reference.batch_to_protobuf`` builds for the same input (only
 ``message_id`` and ``born_timestamp`` differ by nature; they are checked on their own).
 The last part sends through a real broker and reads the messages back.
 """
@@ -26,9 +26,9 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core import errors
 from broker_core.client import OutgoingMessage, RocketMQClient
-from broker_core.client.convert import batch_to_protobuf
 from broker_core.client.wire import encode_messages, encode_send_request, varint
 from broker_core.message import new_message_id
+from tests.client.pb_reference import batch_to_protobuf
 
 ID_RE = re.compile(r"01[0-9A-F]{32}")
 

@@ -25,11 +25,11 @@ from pyspark.sql.types import (
 )
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.client.convert import batch_to_protobuf
 from broker_core.client.wire import encode_send_request
 from broker_core.errors import InvalidArgumentError
 from connector.sink_options import parse_sink_options, plan_columns
 from connector.sink_rows import batch_columns, columns_by_topic, rows_to_messages
+from tests.client.pb_reference import batch_to_protobuf
 
 NO_TOPIC = parse_sink_options({"endpoints": "127.0.0.1:1"})
 DEFAULT_T = parse_sink_options({"endpoints": "127.0.0.1:1", "topic": "t"})

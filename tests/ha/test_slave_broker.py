@@ -38,7 +38,8 @@ def test_a_slave_refuses_writes_and_pop_but_serves_pulls(tmp_path: Path) -> None
         assert broker.replication.status() == {
             "role": "slave", "broker_id": 2, "replication": "async", "master": "127.0.0.1:1",
             "connected": False, "last_error": broker.replication.status()["last_error"]}
-        assert broker.schedule._thread is None and broker.timer._thread is None  # not started
+        health = broker.service_health()  # not started on a slave
+        assert health["schedule-delivery"] == health["timer-wheel"] == "stopped"
     finally:
         broker.stop()
 

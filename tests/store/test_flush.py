@@ -25,6 +25,15 @@ def test_sync_append_returns_only_when_durable(open_store: Open) -> None:
         assert store.commitlog.flushed_offset >= result.physical_offset + result.size
 
 
+def test_a_sync_append_does_not_wait_for_the_flush_interval(open_store: Open) -> None:
+    """The interval is only the flush thread's safety net in sync mode: an append is
+    covered as soon as it registers, also the very first one."""
+    store = open_store(flush_mode="sync", flush_interval_ms=600_000, sync_flush_timeout_ms=3_000)
+    for i in range(3):
+        r = store.put_message(make_message(i))
+        assert store.commitlog.flushed_offset >= r.physical_offset + r.size
+
+
 def test_concurrent_sync_appends_share_one_fdatasync(open_store: Open) -> None:
     store = open_store(flush_mode="sync", flush_interval_ms=1000)
     threads, per_thread = 32, 10
