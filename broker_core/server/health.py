@@ -4,9 +4,9 @@ States, for the overall service ``""`` and for ``apache.rocketmq.v2.MessagingSer
 
 * NOT_SERVING from construction until the store is recovered and every service runs
   (``BrokerServer.start`` listens first, so probes get an answer during recovery);
-* SERVING afterwards, as long as every background service of the broker reports "ok"
+* SERVING afterwards, as long as no background thread of the broker has died
   (``Broker.service_health``); a watcher re-reads that every ``watch_interval_ms`` and
-  flips to NOT_SERVING while one has failed (the admin Health RPC says which and why);
+  flips to NOT_SERVING while one is dead (the admin Health RPC says which and why);
 * NOT_SERVING for good once shutdown begins (``enter_graceful_shutdown``).
 
 The health service never needs credentials, so load balancers and orchestrators can
@@ -56,9 +56,11 @@ class HealthReporter:
             self.servicer.set(name, state)
 
     def failed_services(self) -> dict[str, str]:
-        """The broker's background services that are not "ok", with their state."""
+        """The broker's background services whose thread died ("failed: …"), with their
+        state. A round that failed and is retried ("error: …") and a service a slave does
+        not run ("stopped") leave the broker serving; admin Health shows them all."""
         return {name: state for name, state in self.broker.service_health().items()
-                if state != "ok"}  # fmt: skip
+                if state.startswith("failed")}  # fmt: skip
 
     def refresh(self) -> None:
         """SERVING unless a background service failed (then NOT_SERVING, logged once)."""

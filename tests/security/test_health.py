@@ -94,10 +94,10 @@ def test_dead_service_and_shutdown_are_not_serving(server_parts: BrokerServer) -
     server = server_parts
     server.start()
     assert _check(server.endpoint, MESSAGING_SERVICE) == SERVING
-    server.broker.schedule.failure = RuntimeError("schedule thread died")
+    server.broker.schedule.thread.failure = RuntimeError("schedule thread died")
     _wait_for(lambda: _check(server.endpoint, MESSAGING_SERVICE) == NOT_SERVING)
     assert _check(server.endpoint) == NOT_SERVING
-    server.broker.schedule.failure = None
+    server.broker.schedule.thread.failure = None
     _wait_for(lambda: _check(server.endpoint) == SERVING)
     with grpc.insecure_channel(server.endpoint) as channel:
         watch = health_pb2_grpc.HealthStub(channel).Watch(
