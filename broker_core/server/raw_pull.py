@@ -43,14 +43,14 @@ from typing import Any, Final
 
 import grpc
 
-from broker_core.broker.filters import SQL92, TAG, MessageFilter
 from broker_core.broker.pull import PullResult, PullStatus
 from broker_core.errors import InvalidArgumentError, MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.filters import SQL92, TAG, MessageFilter
+from broker_core.protocol.status import ok, status_of
 from broker_core.server.admin import Args, parse_request
 from broker_core.server.context import ServerContext
 from broker_core.server.handlers.receive_message import polling_budget_ms
-from broker_core.server.status import ok, status_of
 
 log = logging.getLogger(__name__)
 
