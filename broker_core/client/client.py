@@ -51,6 +51,7 @@ from broker_core.client import convert, wire
 from broker_core.client.admin import ADMIN_SERVICE, AdminCalls, decode_response, encode_request
 from broker_core.client.cluster import ClusterRouting
 from broker_core.client.errors import check, transport_error
+from broker_core.client.in_flight import DEFAULT_MAX_IN_FLIGHT, PendingSend, SendWindow
 from broker_core.client.model import (
     OutgoingMessage,
     PullBatch,
@@ -71,7 +72,6 @@ QUERY_POLICIES: Final = {"BEGINNING": pb.QueryOffsetPolicy.BEGINNING,
                          "TIMESTAMP": pb.QueryOffsetPolicy.TIMESTAMP}  # fmt: skip
 FILTER_TYPES: Final = {"TAG": pb.FilterType.TAG, "SQL": pb.FilterType.SQL}
 _SERVICE: Final = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
-_OK_CODES: Final = frozenset({int(pb.Code.OK), int(pb.Code.MULTIPLE_RESULTS)})
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -119,15 +119,18 @@ class RocketMQClient(AdminCalls):
     def __init__(self, endpoints: str | None = None, *, namesrv: str | None = None,
                  timeout_s: float = 10.0, client_id: str | None = None,
                  max_attempts: int = 3, retry_backoff_s: float = 0.1,
-                 namespace: str = "") -> None:  # fmt: skip
-        if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0:
-            raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0")
+                 namespace: str = "", max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 ) -> None:  # fmt: skip
+        if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0 or max_in_flight < 1:
+            raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0, "
+                                       "max_in_flight >= 1")  # fmt: skip
         if endpoints is None and namesrv is None:
             raise InvalidArgumentError("give endpoints (one broker) or namesrv (a cluster)")
         self.endpoint = parse_endpoint(endpoints) if endpoints is not None else ""
         self.cluster = None if namesrv is None else ClusterRouting(namesrv, functools.partial(
             RocketMQClient, timeout_s=timeout_s, client_id=client_id, max_attempts=max_attempts,
-            retry_backoff_s=retry_backoff_s, namespace=namespace))  # fmt: skip
+            retry_backoff_s=retry_backoff_s, namespace=namespace,
+            max_in_flight=max_in_flight))  # fmt: skip
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s
@@ -139,6 +142,8 @@ class RocketMQClient(AdminCalls):
         self._stub: Any = None
         self._raw_methods: dict[str, Any] = {}  # per channel, like _stub
         self._owner_pid = -1
+        self.max_in_flight = max_in_flight
+        self._window = SendWindow(max_in_flight, lambda: self.endpoint)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -174,7 +179,15 @@ class RocketMQClient(AdminCalls):
         return self._stub
 
     def close(self) -> None:
-        """Close this process's channel (idempotent); later calls open a new one."""
+        """Finish the send requests in flight (raising the first error among them), then
+        close this process's channel (idempotent); later calls open a new one."""
+        try:
+            if self._owner_pid == os.getpid():
+                self._window.flush()
+        finally:
+            self._close_channel()
+
+    def _close_channel(self) -> None:
         with self._lock:
             if self._channel is not None and self._owner_pid == os.getpid():
                 self._channel.close()
@@ -191,7 +204,7 @@ class RocketMQClient(AdminCalls):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_lock", "_channel", "_stub", "_raw_methods"):
+        for name in ("_lock", "_channel", "_stub", "_raw_methods", "_window"):
             state.pop(name, None)
         state["_owner_pid"] = -1
         return state
@@ -201,6 +214,7 @@ class RocketMQClient(AdminCalls):
         self._lock = threading.Lock()
         self._channel, self._stub = None, None
         self._raw_methods = {}
+        self._window = SendWindow(self.max_in_flight, lambda: self.endpoint)
 
     def __repr__(self) -> str:
         if self.cluster is not None:
@@ -291,10 +305,7 @@ class RocketMQClient(AdminCalls):
                 return self.cluster.send_split(topic, groups, lambda c, idx: c.send_batch(
                     topic, [items[i] for i in idx]))  # fmt: skip
             return self.cluster.send(topic, lambda c: c.send_batch(topic, items))
-        request, count = wire.encode_messages(topic, messages, namespace=self.namespace)
-        if not count:
-            raise InvalidArgumentError("send_batch needs at least one message")
-        return self._receipts(self.call("SendMessage", request), count)
+        return self.send_batch_async(topic, messages).result()
 
     def send_columns(
         self, topic: str, bodies: Sequence[bytes], *,
@@ -319,26 +330,44 @@ class RocketMQClient(AdminCalls):
             return self.cluster.send(topic, lambda c: c.send_columns(
                 topic, bodies, tags=tags, keys=keys, properties=properties,
                 message_groups=message_groups, delivery_ms=delivery_ms))  # fmt: skip
-        request = wire.encode_send_request(
-            topic, bodies, namespace=self.namespace, tags=tags, keys=keys, properties=properties,
-            message_groups=message_groups, delivery_ms=delivery_ms,
-        )  # fmt: skip
-        if not bodies:
-            raise InvalidArgumentError("send_batch needs at least one message")
-        return self._receipts(self.call("SendMessage", request), len(bodies))
+        return self.send_columns_async(
+            topic, bodies, tags=tags, keys=keys, properties=properties,
+            message_groups=message_groups, delivery_ms=delivery_ms).result()  # fmt: skip
 
-    @staticmethod
-    def _receipts(response: Any, count: int) -> list[SendReceipt]:
-        """One receipt per entry; the first entry whose status is not OK raises its error."""
-        entries = response.entries
-        if len(entries) != count:
-            raise RocketMQError(f"broker answered {len(entries)} entries for "
-                                f"{count} messages")  # fmt: skip
-        if not {entry.status.code for entry in entries} <= _OK_CODES:
-            for entry in entries:
-                check(entry.status)
-        return [SendReceipt(e.message_id, e.offset, e.transaction_id, e.recall_handle)
-                for e in entries]  # fmt: skip
+    def send_batch_async(self, topic: str, messages: Iterable[Any]) -> PendingSend:
+        """:meth:`send_batch` without waiting for the answer: the request joins the
+        requests in flight (at most ``max_in_flight``; message groups kept in order, see
+        :mod:`broker_core.client.in_flight`). ``result()`` gives the receipts or raises;
+        :meth:`flush` waits for every request in flight."""
+        items = list(messages)
+        groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group
+                  for m in items]  # fmt: skip
+        if self.cluster is not None:
+            return self._window.finished(self.send_batch(topic, items))
+        request, count = wire.encode_messages(topic, items, namespace=self.namespace)
+        return self._submit(request, count, groups)
+
+    def send_columns_async(self, topic: str, bodies: Sequence[bytes], **columns: Any
+                           ) -> PendingSend:  # fmt: skip
+        """:meth:`send_columns` without waiting (see :meth:`send_batch_async`)."""
+        if self.cluster is not None:
+            return self._window.finished(self.send_columns(topic, bodies, **columns))
+        request = wire.encode_send_request(topic, bodies, namespace=self.namespace, **columns)
+        return self._submit(request, len(bodies), columns.get("message_groups"))
+
+    def flush(self) -> None:
+        """Wait for every send request in flight; raise the first error among them."""
+        self._window.flush()
+
+    def _submit(self, request: bytes, count: int, groups: Iterable[str | None] | None
+                ) -> PendingSend:  # fmt: skip
+        if not count:
+            raise InvalidArgumentError("send_batch needs at least one message")
+        send = self._raw_method("SendMessage")
+        return self._window.submit(
+            lambda: send.future(request, timeout=self.timeout_s, metadata=self._metadata()),
+            lambda: self.call("SendMessage", request), count,
+            frozenset(g for g in groups or () if g))  # fmt: skip
 
     def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
         """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""
