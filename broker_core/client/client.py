@@ -47,11 +47,16 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.address import parse_host_port
-from broker_core.client import convert, wire
+from broker_core.client import bulk, convert, wire
 from broker_core.client.admin import ADMIN_SERVICE, AdminCalls, decode_response, encode_request
 from broker_core.client.cluster import ClusterRouting
 from broker_core.client.errors import check, transport_error
-from broker_core.client.in_flight import DEFAULT_MAX_IN_FLIGHT, PendingSend, SendWindow
+from broker_core.client.in_flight import (
+    DEFAULT_MAX_IN_FLIGHT,
+    PendingSend,
+    SendWindow,
+    receipts_of,
+)
 from broker_core.client.model import (
     OutgoingMessage,
     PullBatch,
@@ -60,7 +65,12 @@ from broker_core.client.model import (
     SendReceipt,
 )
 from broker_core.client.raw import RAW_PULL_METHOD, decode_raw_pull
-from broker_core.errors import InvalidArgumentError, InvalidOffsetError, RocketMQError
+from broker_core.errors import (
+    InvalidArgumentError,
+    InvalidOffsetError,
+    RocketMQError,
+    UnsupportedError,
+)
 
 T = TypeVar("T")
 
@@ -120,7 +130,7 @@ class RocketMQClient(AdminCalls):
                  timeout_s: float = 10.0, client_id: str | None = None,
                  max_attempts: int = 3, retry_backoff_s: float = 0.1,
                  namespace: str = "", max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 ) -> None:  # fmt: skip
+                 bulk: bool = True) -> None:  # fmt: skip
         if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0 or max_in_flight < 1:
             raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0, "
                                        "max_in_flight >= 1")  # fmt: skip
@@ -130,7 +140,7 @@ class RocketMQClient(AdminCalls):
         self.cluster = None if namesrv is None else ClusterRouting(namesrv, functools.partial(
             RocketMQClient, timeout_s=timeout_s, client_id=client_id, max_attempts=max_attempts,
             retry_backoff_s=retry_backoff_s, namespace=namespace,
-            max_in_flight=max_in_flight))  # fmt: skip
+            max_in_flight=max_in_flight, bulk=bulk))  # fmt: skip
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s
@@ -143,6 +153,8 @@ class RocketMQClient(AdminCalls):
         self._raw_methods: dict[str, Any] = {}  # per channel, like _stub
         self._owner_pid = -1
         self.max_in_flight = max_in_flight
+        self.bulk = bulk  # plain batches go by SendBulk when the broker offers it
+        self._bulk_offered: bool | None = None  # None: not asked yet
         self._window = SendWindow(max_in_flight, lambda: self.endpoint)
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -344,6 +356,8 @@ class RocketMQClient(AdminCalls):
                   for m in items]  # fmt: skip
         if self.cluster is not None:
             return self._window.finished(self.send_batch(topic, items))
+        if items and not any(groups) and all(type(m) is bytes for m in items):
+            return self.send_columns_async(topic, items)
         request, count = wire.encode_messages(topic, items, namespace=self.namespace)
         return self._submit(request, count, groups)
 
@@ -352,6 +366,13 @@ class RocketMQClient(AdminCalls):
         """:meth:`send_columns` without waiting (see :meth:`send_batch_async`)."""
         if self.cluster is not None:
             return self._window.finished(self.send_columns(topic, bodies, **columns))
+        plain = not any(columns.get("message_groups") or ()) and \
+            not any(columns.get("delivery_ms") or ())  # fmt: skip
+        if plain and self.bulk and not self.namespace and self._bulk_offered is not False:
+            pending = self._submit_bulk(topic, bodies, **{
+                name: columns.get(name) for name in ("tags", "keys", "properties")})  # fmt: skip
+            if pending is not None:
+                return pending
         request = wire.encode_send_request(topic, bodies, namespace=self.namespace, **columns)
         return self._submit(request, len(bodies), columns.get("message_groups"))
 
@@ -364,10 +385,41 @@ class RocketMQClient(AdminCalls):
         if not count:
             raise InvalidArgumentError("send_batch needs at least one message")
         send = self._raw_method("SendMessage")
+
+        def decode(response: Any) -> list[SendReceipt]:
+            return receipts_of(response, count)
+
         return self._window.submit(
             lambda: send.future(request, timeout=self.timeout_s, metadata=self._metadata()),
-            lambda: self.call("SendMessage", request), count,
+            decode, lambda: decode(self.call("SendMessage", request)), count,
             frozenset(g for g in groups or () if g))  # fmt: skip
+
+    def _submit_bulk(self, topic: str, bodies: Sequence[bytes], **columns: Any
+                     ) -> PendingSend | None:  # fmt: skip
+        """Send plain messages with SendBulk; None when the broker does not offer it (it
+        is asked once per client: the first bulk send waits for its answer)."""
+        request, ids = bulk.encode_bulk(topic, bodies, **columns)
+        call = self._raw_methods.get(bulk.SEND_PATH)
+        if call is None:
+            call = self._channel_for_process().unary_unary(bulk.SEND_PATH)
+            self._raw_methods[bulk.SEND_PATH] = call
+
+        def once() -> list[SendReceipt]:
+            return bulk.bulk_receipts(call(request, timeout=self.timeout_s,
+                                           metadata=self._metadata()), ids)  # fmt: skip
+
+        if self._bulk_offered is None:
+            try:
+                receipts = self._retrying("SendBulk", once)
+            except UnsupportedError:
+                self._bulk_offered = False
+                return None
+            self._bulk_offered = True
+            return self._window.finished(receipts)
+        return self._window.submit(
+            lambda: call.future(request, timeout=self.timeout_s, metadata=self._metadata()),
+            lambda response: bulk.bulk_receipts(response, ids),
+            lambda: self._retrying("SendBulk", once), len(bodies), frozenset())  # fmt: skip
 
     def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
         """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""

@@ -57,7 +57,8 @@ class PendingSend:
     count: int
     groups: frozenset[str]
     future: Any  # grpc future of the first attempt; None once finished
-    resend: Callable[[], Any]  # sends again synchronously, with the client's retries
+    decode: Callable[[Any], list[SendReceipt]]  # the receipts of an answer, or raises
+    resend: Callable[[], list[SendReceipt]]  # sends again synchronously, with retries
     window: SendWindow
     receipts: list[SendReceipt] = field(default_factory=list)
     error: BaseException | None = None
@@ -74,31 +75,19 @@ class PendingSend:
         return self.receipts
 
     def _finish(self) -> None:
+        future, self.future = self.future, None
         try:
             try:
-                response = self.future.result()
-                check(response.status)
-            except grpc.RpcError as exc:
-                raise transport_error(exc, self.window.endpoint(), "SendMessage") from None
-        except RocketMQError as exc:
-            if not exc.retriable:
-                self._fail(exc)
-                return
-            try:
-                response = self.resend()
-            except RocketMQError as again:
-                self._fail(again)
-                return
-        finally:
-            self.future = None
-        try:
-            self.receipts = receipts_of(response, self.count)
+                try:
+                    self.receipts = self.decode(future.result())
+                except grpc.RpcError as exc:
+                    raise transport_error(exc, self.window.endpoint(), "send") from None
+            except RocketMQError as exc:
+                if not exc.retriable:
+                    raise
+                self.receipts = self.resend()
         except RocketMQError as exc:
             self.error = exc
-
-    def _fail(self, exc: BaseException) -> None:
-        self.future = None
-        self.error = exc
 
 
 class SendWindow:
@@ -111,7 +100,8 @@ class SendWindow:
         self.endpoint = endpoint  # named in transport errors
         self.open: deque[PendingSend] = deque()
 
-    def submit(self, start: Callable[[], Any], resend: Callable[[], Any], count: int,
+    def submit(self, start: Callable[[], Any], decode: Callable[[Any], list[SendReceipt]],
+               resend: Callable[[], list[SendReceipt]], count: int,
                groups: frozenset[str]) -> PendingSend:  # fmt: skip
         """Start a request (``start()`` returns its grpc future) within the window's rules."""
         if groups:
@@ -120,13 +110,14 @@ class SendWindow:
                 self.finish_through(clashing[-1])
         while len(self.open) >= self.max_in_flight:
             self._finish_oldest()
-        pending = PendingSend(count, groups, start(), resend, self)
+        pending = PendingSend(count, groups, start(), decode, resend, self)
         self.open.append(pending)
         return pending
 
     def finished(self, receipts: list[SendReceipt]) -> PendingSend:
         """A request already answered (a cluster client's, sent synchronously)."""
-        return PendingSend(len(receipts), frozenset(), None, lambda: None, self, receipts)
+        return PendingSend(len(receipts), frozenset(), None, lambda _: receipts,
+                           lambda: receipts, self, receipts)  # fmt: skip
 
     def finish_through(self, pending: PendingSend) -> None:
         """Finish every outstanding request up to and including ``pending``."""
