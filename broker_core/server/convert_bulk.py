@@ -26,6 +26,7 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from broker_core.errors import (
     InvalidArgumentError,
@@ -57,6 +58,42 @@ def _check_crcs(req: BulkRequest) -> None:
     bad = np.flatnonzero(crcs != req.body_crcs)
     if len(bad):
         raise MessageCorruptedError(f"SendBulk: body CRC mismatch at message {int(bad[0])}")
+
+
+_ID_ONLY_HEAD = f"{PROPERTY_UNIQ_KEY}\x01".encode()
+_BLANKS = np.frombuffer(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f", np.uint8)  # str.isspace, ASCII
+
+
+def _ids_only(req: BulkRequest) -> list[str] | None:
+    """Every message id when every message's properties are ``UNIQ_KEY \x01 id \x02`` with
+    a plain ASCII id (what our client sends for bodies alone), checked as arrays over
+    the whole properties block; None when any message holds more (or anything odd)."""
+    block = b"".join(req.properties)
+    data = np.frombuffer(block, np.uint8)
+    lengths = np.fromiter(map(len, req.properties), np.int64, len(req.properties))
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    head = len(_ID_ONLY_HEAD)
+    id_lengths = lengths - head - 1
+    if int(id_lengths.min()) < 1 or int(id_lengths.max()) > MAX_MESSAGE_ID_CHARS or \
+            int(data.max()) >= 0x80 or int(data.min()) == 0:  # fmt: skip
+        return None
+    seps = np.flatnonzero(data < 3)  # \x01 and \x02: exactly one of each per message
+    expected = np.empty(2 * len(starts), np.int64)
+    expected[0::2], expected[1::2] = starts + head - 1, ends - 1
+    if len(seps) != len(expected) or not np.array_equal(seps, expected) or \
+            not (data[expected[0::2]] == 1).all():  # fmt: skip
+        return None
+    heads = sliding_window_view(data, head)[starts]
+    if not (heads == np.frombuffer(_ID_ONLY_HEAD, np.uint8)).all():
+        return None
+    visible = np.zeros(len(data) + 1, np.int64)  # not blank: some byte other than a space
+    np.cumsum(~np.isin(data, _BLANKS), out=visible[1:])
+    if (visible[ends - 1] - visible[starts + head] < 1).any():
+        return None
+    text = block.decode("ascii")
+    return [text[a:b] for a, b in zip((starts + head).tolist(), (ends - 1).tolist(),
+                                      strict=True)]  # fmt: skip
 
 
 def _keys_of(index: int, raw: bytes) -> tuple[str | None, list[str]]:
@@ -103,11 +140,16 @@ def to_column_batch(req: BulkRequest, *, limits: Limits, peer: tuple[str, int],
     if req.born_timestamp_ms < 0:
         raise InvalidArgumentError(f"SendBulk: born_timestamp_ms {req.born_timestamp_ms} < 0")
     _check_crcs(req)
-    tags_codes, index_keys = [], []
-    for index, raw in enumerate(req.properties):
-        tag, keys = _keys_of(index, raw)
-        tags_codes.append(tag_hash(tag))
-        index_keys.append(keys)
+    ids = _ids_only(req)
+    if ids is not None:
+        tags_codes = [0] * len(ids)
+        index_keys = [[message_id] for message_id in ids]
+    else:
+        tags_codes, index_keys = [], []
+        for index, raw in enumerate(req.properties):
+            tag, keys = _keys_of(index, raw)
+            tags_codes.append(tag_hash(tag))
+            index_keys.append(keys)
     born = req.born_timestamp_ms or now_ms
     return encode_columns(
         req.topic, req.bodies, req.properties, body_crcs=req.body_crcs.tolist(),

@@ -172,3 +172,21 @@ def test_our_client_falls_back_to_send_message() -> None:
 def test_crc_of_a_frame_is_the_bodys() -> None:
     frame = encode_request("t", [b"abc"], [_props(0)], born_timestamp_ms=1, born_host="h")
     assert decode_request(frame).body_crcs.tolist() == [zlib.crc32(b"abc")]
+
+
+@pytest.mark.parametrize("ids", [["ID1", "ID2"], ["ID1", "é-2"], ["I" * 128, "x"]])
+def test_ids_alone_are_read_as_arrays_or_parsed_alike(ids: list[str]) -> None:
+    props = [f"UNIQ_KEY\x01{i}\x02".encode() for i in ids]
+    frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0,
+                           born_host="10.0.0.7")  # fmt: skip
+    batch = to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
+    assert batch.index_keys == [[i] for i in ids] and batch.tags_codes.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("bad_id", ["   ", "", "I" * 129, "a\x01b"])
+def test_a_bad_id_alone_is_refused(bad_id: str) -> None:
+    props = [_props(0), f"UNIQ_KEY\x01{bad_id}\x02".encode()]
+    frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0,
+                           born_host="10.0.0.7")  # fmt: skip
+    with pytest.raises((InvalidMessageIdError, InvalidPropertyError)):
+        to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
