@@ -101,7 +101,7 @@ class _PlainTask:
     def send(self, topic: str, columns: MessageColumns) -> None:
         if not self.first_send_ms:
             self.first_send_ms = time.time_ns() // 1_000_000
-        self.client.send_columns(
+        self.client.send_columns_async(  # up to the client's max_in_flight requests at once
             topic,
             columns.bodies,
             tags=columns.tags,
@@ -116,6 +116,7 @@ class _PlainTask:
             if columns:
                 self.send(topic, columns)
         self.pending.clear()
+        self.client.flush()  # every request answered (or its error raised) before commit
         return _task_halves(self.rows, self.first_send_ms, [])
 
 
