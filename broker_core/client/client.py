@@ -47,15 +47,13 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.address import parse_host_port
-from broker_core.client import bulk, convert, wire
+from broker_core.client import convert
 from broker_core.client.admin import ADMIN_SERVICE, AdminCalls, decode_response, encode_request
 from broker_core.client.cluster import ClusterRouting
 from broker_core.client.errors import check, transport_error
 from broker_core.client.in_flight import (
     DEFAULT_MAX_IN_FLIGHT,
-    PendingSend,
     SendWindow,
-    receipts_of,
 )
 from broker_core.client.model import (
     OutgoingMessage,
@@ -64,12 +62,12 @@ from broker_core.client.model import (
     RawPullBatch,
     SendReceipt,
 )
+from broker_core.client.producing import AsyncSends
 from broker_core.client.raw import RAW_PULL_METHOD, decode_raw_pull
 from broker_core.errors import (
     InvalidArgumentError,
     InvalidOffsetError,
     RocketMQError,
-    UnsupportedError,
 )
 
 T = TypeVar("T")
@@ -123,7 +121,7 @@ def _picker(indexes: list[int]) -> Callable[[Sequence[T] | None], list[T] | None
     return pick
 
 
-class RocketMQClient(AdminCalls):
+class RocketMQClient(AsyncSends, AdminCalls):
     """One broker endpoint, or a cluster; see the module docstring for the contract."""
 
     def __init__(self, endpoints: str | None = None, *, namesrv: str | None = None,
@@ -345,81 +343,6 @@ class RocketMQClient(AdminCalls):
         return self.send_columns_async(
             topic, bodies, tags=tags, keys=keys, properties=properties,
             message_groups=message_groups, delivery_ms=delivery_ms).result()  # fmt: skip
-
-    def send_batch_async(self, topic: str, messages: Iterable[Any]) -> PendingSend:
-        """:meth:`send_batch` without waiting for the answer: the request joins the
-        requests in flight (at most ``max_in_flight``; message groups kept in order, see
-        :mod:`broker_core.client.in_flight`). ``result()`` gives the receipts or raises;
-        :meth:`flush` waits for every request in flight."""
-        items = list(messages)
-        groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group
-                  for m in items]  # fmt: skip
-        if self.cluster is not None:
-            return self._window.finished(self.send_batch(topic, items))
-        if items and not any(groups) and all(type(m) is bytes for m in items):
-            return self.send_columns_async(topic, items)
-        request, count = wire.encode_messages(topic, items, namespace=self.namespace)
-        return self._submit(request, count, groups)
-
-    def send_columns_async(self, topic: str, bodies: Sequence[bytes], **columns: Any
-                           ) -> PendingSend:  # fmt: skip
-        """:meth:`send_columns` without waiting (see :meth:`send_batch_async`)."""
-        if self.cluster is not None:
-            return self._window.finished(self.send_columns(topic, bodies, **columns))
-        plain = not any(columns.get("message_groups") or ()) and \
-            not any(columns.get("delivery_ms") or ())  # fmt: skip
-        if plain and self.bulk and not self.namespace and self._bulk_offered is not False:
-            pending = self._submit_bulk(topic, bodies, **{
-                name: columns.get(name) for name in ("tags", "keys", "properties")})  # fmt: skip
-            if pending is not None:
-                return pending
-        request = wire.encode_send_request(topic, bodies, namespace=self.namespace, **columns)
-        return self._submit(request, len(bodies), columns.get("message_groups"))
-
-    def flush(self) -> None:
-        """Wait for every send request in flight; raise the first error among them."""
-        self._window.flush()
-
-    def _submit(self, request: bytes, count: int, groups: Iterable[str | None] | None
-                ) -> PendingSend:  # fmt: skip
-        if not count:
-            raise InvalidArgumentError("send_batch needs at least one message")
-        send = self._raw_method("SendMessage")
-
-        def decode(response: Any) -> list[SendReceipt]:
-            return receipts_of(response, count)
-
-        return self._window.submit(
-            lambda: send.future(request, timeout=self.timeout_s, metadata=self._metadata()),
-            decode, lambda: decode(self.call("SendMessage", request)), count,
-            frozenset(g for g in groups or () if g))  # fmt: skip
-
-    def _submit_bulk(self, topic: str, bodies: Sequence[bytes], **columns: Any
-                     ) -> PendingSend | None:  # fmt: skip
-        """Send plain messages with SendBulk; None when the broker does not offer it (it
-        is asked once per client: the first bulk send waits for its answer)."""
-        request, ids = bulk.encode_bulk(topic, bodies, **columns)
-        call = self._raw_methods.get(bulk.SEND_PATH)
-        if call is None:
-            call = self._channel_for_process().unary_unary(bulk.SEND_PATH)
-            self._raw_methods[bulk.SEND_PATH] = call
-
-        def once() -> list[SendReceipt]:
-            return bulk.bulk_receipts(call(request, timeout=self.timeout_s,
-                                           metadata=self._metadata()), ids)  # fmt: skip
-
-        if self._bulk_offered is None:
-            try:
-                receipts = self._retrying("SendBulk", once)
-            except UnsupportedError:
-                self._bulk_offered = False
-                return None
-            self._bulk_offered = True
-            return self._window.finished(receipts)
-        return self._window.submit(
-            lambda: call.future(request, timeout=self.timeout_s, metadata=self._metadata()),
-            lambda response: bulk.bulk_receipts(response, ids),
-            lambda: self._retrying("SendBulk", once), len(bodies), frozenset())  # fmt: skip
 
     def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
         """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""
