@@ -30,10 +30,10 @@ from rich.console import Console
 from rich.table import Table
 
 from broker_core import cli_cluster
-from broker_core.broker.retry import parse_duration_ms
 from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient
 from broker_core.client.env import client_settings
 from broker_core.errors import RocketMQError
+from broker_core.protocol.durations import parse_duration_ms
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ENDPOINTS = "127.0.0.1:8081"

@@ -50,7 +50,7 @@ from pyspark.sql.types import (
 from broker_core.client.columnar import UnitColumns, split_properties
 from broker_core.client.model import ReceivedMessage
 from broker_core.errors import ConfigError
-from broker_core.server.convert_out import SYSTEM_KEYS
+from broker_core.protocol.properties import SYSTEM_KEYS
 
 SCHEMA: Final = StructType([
     StructField("topic", StringType(), False),

@@ -53,11 +53,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from broker_core.broker.filters import TagFilter, compile_sql
-from broker_core.broker.retry import parse_duration_ms
 from broker_core.client import parse_endpoint
 from broker_core.errors import ConfigError, InvalidArgumentError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.durations import parse_duration_ms
+from broker_core.protocol.filters import TagFilter, compile_sql
 from connector import credentials
 from connector.credentials import NO_ACCESS, Access
 from connector.offsets import EARLIEST, LATEST, Offsets, from_json

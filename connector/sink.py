@@ -119,7 +119,7 @@ class _PlainTask:
 
     @staticmethod
     def _send(client: RocketMQClient, topic: str, columns: MessageColumns) -> None:
-        client.send_columns(
+        client.send_columns_async(  # up to the client's max_in_flight requests at once
             topic,
             columns.bodies,
             tags=columns.tags,
@@ -134,6 +134,7 @@ class _PlainTask:
             if columns:
                 self.send(topic, columns)
         self.pending.clear()
+        self.targets.flush()  # every request answered (or its error raised) before commit
         return _task_halves(self.rows, self.first_send_ms, [])
 
 

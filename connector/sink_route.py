@@ -104,6 +104,11 @@ class SinkTargets:
     def _new_client(self, addr: str) -> RocketMQClient:
         return RocketMQClient(addr, timeout_s=self.timeout_s, **self.access.client_kwargs())
 
+    def flush(self) -> None:
+        """Wait until every request in flight is answered; raises the first send error."""
+        for client in self._by_addr.values():
+            client.flush()
+
     def close(self) -> None:
         for client in self._by_addr.values():
             client.close()

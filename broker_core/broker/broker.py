@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from broker_core.broker.clients import ClientKind, ClientRegistry
-from broker_core.broker.filters import MessageFilter
 from broker_core.broker.group_positions import GroupPositions
 from broker_core.broker.groups import BROADCAST_MARK, GroupConfig, GroupManager, base_group
 from broker_core.broker.lite import (
@@ -69,6 +68,7 @@ from broker_core.message import (
     new_message_id,
     validate_group_name,
 )
+from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
 from broker_core.store.columns import ColumnBatch
 from broker_core.store.message_store import MessageStore, now_ms

@@ -37,9 +37,8 @@ from broker_core.errors import (
     LiteQuotaExceededError,
 )
 from broker_core.message import MAX_TOPIC_NAME_CHARS, Message
+from broker_core.protocol.properties import PROPERTY_LITE_TOPIC, PROPERTY_PRIORITY
 
-PROPERTY_LITE_TOPIC: Final = "__LITE_TOPIC"  # RocketMQ's MessageConst.PROPERTY_LITE_TOPIC
-PROPERTY_PRIORITY: Final = "_SYS_MSG_PRIORITY_"  # RocketMQ's MessageConst.PROPERTY_PRIORITY
 LMQ_PREFIX: Final = "%LMQ%"
 _SEPARATOR: Final = "|"
 MAX_LITE_TOPIC_CHARS: Final = 64  # sent to lite consumers as max_lite_topic_size

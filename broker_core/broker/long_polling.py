@@ -54,7 +54,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker_core.broker.filters import MessageFilter
 from broker_core.broker.pull import (
     DEFAULT_PULL_MAX_BYTES,
     DEFAULT_PULL_MAX_COUNT,
@@ -64,6 +63,7 @@ from broker_core.broker.pull import (
     PullStatus,
 )
 from broker_core.errors import RocketMQError
+from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
 from broker_core.store.message_store import MessageStore
 

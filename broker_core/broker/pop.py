@@ -61,7 +61,6 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from broker_core.broker.filters import MessageFilter
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop_log import PopRecord, QueueKey, RecordKind, ReviveLog
 from broker_core.broker.pop_revive import Reviver, resolution
@@ -77,6 +76,7 @@ from broker_core.errors import (
     StoreClosedError,
 )
 from broker_core.message import StoredMessage, validate_group_name, validate_topic_name
+from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
 from broker_core.store.message_store import MessageStore, now_ms
 

@@ -37,7 +37,7 @@ from broker_core.message import (
     Message,
     StoredMessage,
 )
-from broker_core.store.codec import SYSFLAG_TRANSACTION_MASK
+from broker_core.protocol.unit import SYSFLAG_TRANSACTION_MASK
 
 COPY_QUEUE_ID = 0  # retry and DLQ topics have one queue, as in RocketMQ
 

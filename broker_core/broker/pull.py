@@ -35,7 +35,7 @@ method may be called from any thread (the store is thread-safe, the service is s
 
 >>> import tempfile
 >>> from broker_core.config import StoreConfig
->>> from broker_core.broker.filters import MessageFilter
+>>> from broker_core.protocol.filters import MessageFilter
 >>> from broker_core.message import Message
 >>> from broker_core.store.message_store import MessageStore
 >>> store = MessageStore(StoreConfig(store_dir=tempfile.mkdtemp(), segment_size_bytes=1 << 20,
@@ -57,9 +57,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from broker_core.broker.filters import MessageFilter
 from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
 from broker_core.message import StoredMessage
+from broker_core.protocol.filters import MessageFilter
 from broker_core.store.message_store import GetResult, MessageStore, TagCodeFilter
 from broker_core.store.message_store import MessageFilter as StoredMessageFilter
 from broker_core.store.raw_read import RawUnits

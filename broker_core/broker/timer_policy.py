@@ -29,8 +29,8 @@ from broker_core.message import (
     Message,
     new_message_id,
 )
+from broker_core.protocol.properties import PROPERTY_TIMER_DELIVER_MS
 
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # internal: the due time in ms
 TIMER_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TIMER_ID,
                     PROPERTY_TIMER_DELIVER_MS)  # fmt: skip
 

@@ -107,8 +107,8 @@ from broker_core.message import (
     validate_group_name,
     validate_topic_name,
 )
+from broker_core.protocol.unit import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
 from broker_core.service_thread import ServiceThread, describe
-from broker_core.store.codec import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
 from broker_core.store.message_store import MessageStore, PutResult
 
 log = logging.getLogger(__name__)

@@ -54,14 +54,11 @@ from broker_core.message import (
     Message,
     StoredMessage,
 )
+from broker_core.protocol.properties import PROPERTY_CHECK_BASE_MS, PROPERTY_CHECK_IMMUNITY_S
 from broker_core.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
-# RocketMQ's name: the producer's minimum wait, in seconds, before the first check-back.
-PROPERTY_CHECK_IMMUNITY_S = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-# Ours: broker clock time the current check timeout counts from (prepare or last check).
-PROPERTY_CHECK_BASE_MS = "__TRANS_CHECK_BASE_MS"
 OP_TAG = "d"  # RocketMQ's REMOVE_TAG: the named half record is finished
 HALF_QUEUE_ID = 0
 OP_QUEUE_ID = 0

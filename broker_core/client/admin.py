@@ -14,10 +14,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from broker_core.broker.retry import parse_backoff, parse_duration_ms
 from broker_core.client.errors import error_for
 from broker_core.errors import InvalidArgumentError, RocketMQError
-from broker_core.server.status import Code
+from broker_core.protocol.durations import parse_backoff, parse_duration_ms
+from broker_core.protocol.status import Code
 
 ADMIN_SERVICE: Final = "rmq.admin.v1.Admin"
 

@@ -49,11 +49,15 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 from broker_core.address import parse_host_port
 from broker_core.auth.signature import signed_metadata
 from broker_core.auth.tls import channel_credentials
-from broker_core.client import convert, wire
+from broker_core.client import convert
 from broker_core.client.admin import ADMIN_SERVICE, decode_response, encode_request
 from broker_core.client.admin_auth import AuthAdminCalls
 from broker_core.client.cluster import ClusterRouting
 from broker_core.client.errors import check, transport_error
+from broker_core.client.in_flight import (
+    DEFAULT_MAX_IN_FLIGHT,
+    SendWindow,
+)
 from broker_core.client.model import (
     OutgoingMessage,
     PullBatch,
@@ -61,8 +65,13 @@ from broker_core.client.model import (
     RawPullBatch,
     SendReceipt,
 )
+from broker_core.client.producing import AsyncSends
 from broker_core.client.raw import RAW_PULL_METHOD, decode_raw_pull
-from broker_core.errors import InvalidArgumentError, InvalidOffsetError, RocketMQError
+from broker_core.errors import (
+    InvalidArgumentError,
+    InvalidOffsetError,
+    RocketMQError,
+)
 
 T = TypeVar("T")
 
@@ -74,7 +83,6 @@ QUERY_POLICIES: Final = {"BEGINNING": pb.QueryOffsetPolicy.BEGINNING,
                          "TIMESTAMP": pb.QueryOffsetPolicy.TIMESTAMP}  # fmt: skip
 FILTER_TYPES: Final = {"TAG": pb.FilterType.TAG, "SQL": pb.FilterType.SQL}
 _SERVICE: Final = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
-_OK_CODES: Final = frozenset({int(pb.Code.OK), int(pb.Code.MULTIPLE_RESULTS)})
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -116,7 +124,7 @@ def _picker(indexes: list[int]) -> Callable[[Sequence[T] | None], list[T] | None
     return pick
 
 
-class RocketMQClient(AuthAdminCalls):
+class RocketMQClient(AsyncSends, AuthAdminCalls):
     """One broker endpoint, or a cluster; see the module docstring for the contract."""
 
     def __init__(self, endpoints: str | None = None, *, namesrv: str | None = None,
@@ -125,9 +133,11 @@ class RocketMQClient(AuthAdminCalls):
                  namespace: str = "", access_key: str | None = None,
                  secret_key: str | None = None, tls: bool = False,
                  ca_file: str | None = None, cert_file: str | None = None,
-                 key_file: str | None = None) -> None:  # fmt: skip
-        if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0:
-            raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0")
+                 key_file: str | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 bulk: bool = True) -> None:  # fmt: skip
+        if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0 or max_in_flight < 1:
+            raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0, "
+                                       "max_in_flight >= 1")  # fmt: skip
         if endpoints is None and namesrv is None:
             raise InvalidArgumentError("give endpoints (one broker) or namesrv (a cluster)")
         if bool(access_key) != bool(secret_key):
@@ -142,7 +152,7 @@ class RocketMQClient(AuthAdminCalls):
             RocketMQClient, timeout_s=timeout_s, client_id=client_id, max_attempts=max_attempts,
             retry_backoff_s=retry_backoff_s, namespace=namespace, access_key=access_key,
             secret_key=secret_key, tls=tls, ca_file=ca_file, cert_file=cert_file,
-            key_file=key_file))  # fmt: skip
+            key_file=key_file, max_in_flight=max_in_flight, bulk=bulk))  # fmt: skip
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s
@@ -154,6 +164,10 @@ class RocketMQClient(AuthAdminCalls):
         self._stub: Any = None
         self._raw_methods: dict[str, Any] = {}  # per channel, like _stub
         self._owner_pid = -1
+        self.max_in_flight = max_in_flight
+        self.bulk = bulk  # plain batches go by SendBulk when the broker offers it
+        self._bulk_offered: bool | None = None  # None: not asked yet
+        self._window = SendWindow(max_in_flight, lambda: self.endpoint)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -191,7 +205,15 @@ class RocketMQClient(AuthAdminCalls):
         return self._stub
 
     def close(self) -> None:
-        """Close this process's channel (idempotent); later calls open a new one."""
+        """Finish the send requests in flight (raising the first error among them), then
+        close this process's channel (idempotent); later calls open a new one."""
+        try:
+            if self._owner_pid == os.getpid():
+                self._window.flush()
+        finally:
+            self._close_channel()
+
+    def _close_channel(self) -> None:
         with self._lock:
             if self._channel is not None and self._owner_pid == os.getpid():
                 self._channel.close()
@@ -208,7 +230,7 @@ class RocketMQClient(AuthAdminCalls):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_lock", "_channel", "_stub", "_raw_methods"):
+        for name in ("_lock", "_channel", "_stub", "_raw_methods", "_window"):
             state.pop(name, None)
         state["_owner_pid"] = -1
         return state
@@ -218,6 +240,7 @@ class RocketMQClient(AuthAdminCalls):
         self._lock = threading.Lock()
         self._channel, self._stub = None, None
         self._raw_methods = {}
+        self._window = SendWindow(self.max_in_flight, lambda: self.endpoint)
 
     def __repr__(self) -> str:
         if self.cluster is not None:
@@ -312,10 +335,7 @@ class RocketMQClient(AuthAdminCalls):
                 return self.cluster.send_split(topic, groups, lambda c, idx: c.send_batch(
                     topic, [items[i] for i in idx]))  # fmt: skip
             return self.cluster.send(topic, lambda c: c.send_batch(topic, items))
-        request, count = wire.encode_messages(topic, messages, namespace=self.namespace)
-        if not count:
-            raise InvalidArgumentError("send_batch needs at least one message")
-        return self._receipts(self.call("SendMessage", request), count)
+        return self.send_batch_async(topic, messages).result()
 
     def send_columns(
         self, topic: str, bodies: Sequence[bytes], *,
@@ -340,26 +360,9 @@ class RocketMQClient(AuthAdminCalls):
             return self.cluster.send(topic, lambda c: c.send_columns(
                 topic, bodies, tags=tags, keys=keys, properties=properties,
                 message_groups=message_groups, delivery_ms=delivery_ms))  # fmt: skip
-        request = wire.encode_send_request(
-            topic, bodies, namespace=self.namespace, tags=tags, keys=keys, properties=properties,
-            message_groups=message_groups, delivery_ms=delivery_ms,
-        )  # fmt: skip
-        if not bodies:
-            raise InvalidArgumentError("send_batch needs at least one message")
-        return self._receipts(self.call("SendMessage", request), len(bodies))
-
-    @staticmethod
-    def _receipts(response: Any, count: int) -> list[SendReceipt]:
-        """One receipt per entry; the first entry whose status is not OK raises its error."""
-        entries = response.entries
-        if len(entries) != count:
-            raise RocketMQError(f"broker answered {len(entries)} entries for "
-                                f"{count} messages")  # fmt: skip
-        if not {entry.status.code for entry in entries} <= _OK_CODES:
-            for entry in entries:
-                check(entry.status)
-        return [SendReceipt(e.message_id, e.offset, e.transaction_id, e.recall_handle)
-                for e in entries]  # fmt: skip
+        return self.send_columns_async(
+            topic, bodies, tags=tags, keys=keys, properties=properties,
+            message_groups=message_groups, delivery_ms=delivery_ms).result()  # fmt: skip
 
     def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
         """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""

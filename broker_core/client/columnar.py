@@ -35,7 +35,6 @@ Pure functions; any thread.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -43,7 +42,6 @@ from typing import Final
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numpy.lib.stride_tricks import sliding_window_view
 
 from broker_core.errors import CorruptionError
 from broker_core.message import (
@@ -53,8 +51,10 @@ from broker_core.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
-from broker_core.store import codec
-from broker_core.store.raw_read import gather_spans
+from broker_core.protocol import unit as codec
+from broker_core.protocol.spans import gather_spans
+from broker_core.protocol.verify import fail as _fail
+from broker_core.protocol.verify import verify_units
 
 HEADER_BYTES: Final = codec.HEADER_SIZE
 _CRC_START: Final = codec.CRC_START
@@ -90,16 +90,6 @@ class PropertyColumns:
     user: pa.Array  # map<string, string>: every property that is not a system key
 
 
-def headers_of(buf: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The fixed headers of the units at ``starts``, as records of :data:`HEADER_DTYPE`.
-
-    A sliding window over the buffer makes each unit's 100 header bytes one row, so one
-    fancy index copies every header (no per-field index arrays).
-    """
-    rows = sliding_window_view(buf, HEADER_BYTES)[starts]
-    return rows.view(HEADER_DTYPE).ravel()
-
-
 def _cut(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, bytes]:
     """Arrow-style offsets and data of the byte spans ``[starts[i], starts[i] + lengths[i])``
     (disjoint, in order)."""
@@ -121,26 +111,6 @@ def _binary(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
         raise CorruptionError(f"unit text is not UTF-8 ({exc})") from exc
 
 
-def _fail(what: str, queue_offsets: np.ndarray, bad: np.ndarray) -> CorruptionError:
-    index = int(np.flatnonzero(bad)[0])
-    at = int(queue_offsets[index]) if index < len(queue_offsets) else -1
-    return CorruptionError(f"{what} (unit {index} of the batch, queue offset {at})")
-
-
-def _check_crcs(data: bytes, starts: np.ndarray, ends: np.ndarray, head: np.ndarray,
-                queue_offsets: np.ndarray) -> None:  # fmt: skip
-    body_ends = (starts + HEADER_BYTES + head["body_length"]).tolist()
-    crc32 = zlib.crc32
-    for i, (start, body_end, end, unit_crc, body_crc) in enumerate(zip(
-            starts.tolist(), body_ends, ends.tolist(), head["unit_crc"].tolist(),
-            head["body_crc"].tolist(), strict=True)):  # fmt: skip
-        if crc32(data[start + _CRC_START : start + HEADER_BYTES], crc32(data[body_end:end])) \
-                != unit_crc:  # fmt: skip
-            raise CorruptionError(f"unit CRC mismatch at queue offset {queue_offsets[i]}")
-        if crc32(data[start + HEADER_BYTES : body_end]) != body_crc:
-            raise CorruptionError(f"body CRC mismatch at queue offset {queue_offsets[i]}")
-
-
 def _empty_columns() -> UnitColumns:
     none = np.zeros(0, np.int64)
     return UnitColumns(0, pa.array([], pa.string()), none.astype(np.int32), none, none, none,
@@ -151,32 +121,13 @@ def _empty_columns() -> UnitColumns:
 def decode_units(data: bytes, sizes: np.ndarray, *, verify_crc: bool = True) -> UnitColumns:
     """Columns of the units in ``data`` (``sizes[i]`` bytes each, back to back)."""
     sizes = sizes.astype(np.int64)
-    if int(sizes.sum()) != len(data) or (len(sizes) and int(sizes.min()) < HEADER_BYTES + 3):
-        raise CorruptionError(f"unit sizes add up to {int(sizes.sum())}, buffer has {len(data)}")
+    buf = np.frombuffer(data, np.uint8)
+    at = verify_units(data, sizes, verify_crc=verify_crc)
     if not len(sizes):
         return _empty_columns()
-    buf = np.frombuffer(data, np.uint8)
-    ends = np.cumsum(sizes)
-    starts = ends - sizes
-    head = headers_of(buf, starts)
-    queue_offset = head["queue_offset"].astype(np.int64)
-    if (bad := head["magic"] != codec.MESSAGE_MAGIC).any():
-        raise _fail("bad magic", queue_offset, bad)
-    if (bad := head["total_size"] != sizes).any():
-        raise _fail("unit size disagrees with the consume queue", queue_offset, bad)
-    body_len = head["body_length"].astype(np.int64)
-    if (bad := (body_len < 0) | (HEADER_BYTES + body_len + 3 > sizes)).any():
-        raise _fail("bad body length", queue_offset, bad)
-    topic_at = starts + HEADER_BYTES + body_len
-    topic_len = buf[topic_at].astype(np.int64)
-    if (bad := topic_at + 3 + topic_len > ends).any():
-        raise _fail("bad topic length", queue_offset, bad)
-    props_at = topic_at + 1 + topic_len
-    props_len = sliding_window_view(buf, 2)[props_at].view(">u2").ravel().astype(np.int64)
-    if (bad := props_at + 2 + props_len != ends).any():
-        raise _fail("unit lengths do not add up", queue_offset, bad)
-    if verify_crc:
-        _check_crcs(data, starts, ends, head, queue_offset)
+    starts, head, queue_offset = at.starts, at.head, at.queue_offset
+    body_len, topic_at, topic_len = at.body_length, at.topic_at, at.topic_length
+    props_at, props_len = at.properties_at, at.properties_length
     return UnitColumns(
         count=len(sizes), topic=_binary(buf, topic_at + 1, topic_len, pa.string()),
         queue_id=head["queue_id"].astype(np.int32), queue_offset=queue_offset,
@@ -185,8 +136,15 @@ def decode_units(data: bytes, sizes: np.ndarray, *, verify_crc: bool = True) -> 
         store_timestamp_ms=head["store_timestamp_ms"].astype(np.int64),
         body=_binary(buf, starts + HEADER_BYTES, body_len, pa.binary()),
         properties=_binary(buf, props_at + 2, props_len, pa.string()),
-        store_host=np.ascontiguousarray(head["store_host"]).view(np.uint8).reshape(-1, 8),
+        store_host=_store_hosts(head),
     )  # fmt: skip
+
+
+def _store_hosts(head: np.ndarray) -> np.ndarray:
+    """(count, 8) uint8: each unit's store host IPv4 and big-endian port, as stored."""
+    ip = np.ascontiguousarray(head["store_host_ip"]).view(np.uint8).reshape(-1, 4)
+    port = head["store_host_port"].astype(">i4").view(np.uint8).reshape(-1, 4)
+    return np.concatenate([ip, port], axis=1)
 
 
 def check_placement(cols: UnitColumns, topic: str, queue_id: int, first: int) -> None:

@@ -1,6 +1,6 @@
 """From wire statuses back to our exceptions: ``status.py``'s table, inverted.
 
-Every status code the broker sends comes from ``broker_core.server.status.ERROR_CODES``;
+Every status code the broker sends comes from ``broker_core.protocol.status.ERROR_CODES``;
 :func:`error_for` turns a code and its message back into the most sensible class of
 ``broker_core.errors`` (several classes share a code, e.g. ILLEGAL_OFFSET comes back as
 InvalidOffsetError). gRPC transport failures (broker down, deadline passed) become
@@ -15,7 +15,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker_core import errors as e
-from broker_core.server.status import ERROR_CODES
+from broker_core.protocol.status import ERROR_CODES
 
 Code = pb.Code
 

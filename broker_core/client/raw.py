@@ -12,7 +12,7 @@ import numpy as np
 from broker_core.client.errors import error_for
 from broker_core.client.model import RawPullBatch
 from broker_core.errors import InvalidOffsetError, RocketMQError
-from broker_core.server.status import Code
+from broker_core.protocol.status import Code
 
 RAW_PULL_METHOD: Final = "/rmq.bulk.v1.Bulk/PullRaw"
 _HEADER_LENGTH: Final = struct.Struct(">I")

@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from broker_core.broker.filters import MessageFilter
 from broker_core.broker.pull import PullResult, PullStatus
 from broker_core.errors import FilterSyntaxError, RemotingError
+from broker_core.protocol.filters import MessageFilter
 from broker_core.remoting.channel import Channel
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand

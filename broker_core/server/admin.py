@@ -63,7 +63,7 @@ import grpc
 from broker_core.auth import audit
 from broker_core.broker.group_admin import check_group_change
 from broker_core.broker.groups import GroupConfig
-from broker_core.broker.retry import RetryPolicy, backoff_from_dict, parse_backoff
+from broker_core.broker.retry import RetryPolicy, backoff_from_dict
 from broker_core.broker.system_topics import is_system_topic
 from broker_core.broker.topics import TopicConfig
 from broker_core.errors import (
@@ -73,9 +73,10 @@ from broker_core.errors import (
     TopicNotFoundError,
 )
 from broker_core.message import StoredMessage
+from broker_core.protocol.durations import parse_backoff
+from broker_core.protocol.status import ok, status_of
 from broker_core.server import admin_locks
 from broker_core.server.context import ServerContext
-from broker_core.server.status import ok, status_of
 
 log = logging.getLogger(__name__)
 

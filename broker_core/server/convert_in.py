@@ -56,9 +56,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from broker_core.broker.lite import PROPERTY_LITE_TOPIC, PROPERTY_PRIORITY, validate_lite_topic
-from broker_core.broker.timer_policy import PROPERTY_TIMER_DELIVER_MS
-from broker_core.broker.transaction_check import PROPERTY_CHECK_BASE_MS, PROPERTY_CHECK_IMMUNITY_S
+from broker_core.broker.lite import validate_lite_topic
 from broker_core.errors import (
     EmptyBodyError,
     InvalidArgumentError,
@@ -75,21 +73,10 @@ from broker_core.errors import (
 )
 from broker_core.message import (
     KEY_SEPARATOR,
-    PROPERTY_CHECK_TIMES,
-    PROPERTY_CONSUME_START_TIME,
-    PROPERTY_DELAY_LEVEL,
     PROPERTY_DELIVER_TIME_MS,
     PROPERTY_KEYS,
-    PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_MESSAGE_GROUP,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_PRODUCER_GROUP,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
-    PROPERTY_TIMER_ID,
-    PROPERTY_TRANSACTION_ID,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
     Message,
@@ -102,23 +89,12 @@ from broker_core.pb_enums import (
     Encoding,
     MessageType,
 )
-
-# Keys the broker gives meaning to: a producer may not set them as user properties
-# (RocketMQ's MessageConst.STRING_HASH_SET plays this part).
-SYSTEM_PROPERTY_KEYS: Final = frozenset({
-    PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY_LEVEL,
-    PROPERTY_DELIVER_TIME_MS, PROPERTY_TIMER_ID, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_ID, PROPERTY_CHECK_TIMES,
-    PROPERTY_MESSAGE_GROUP, PROPERTY_CONSUME_START_TIME, PROPERTY_MAX_RECONSUME_TIMES,
-    PROPERTY_TIMER_DELIVER_MS, PROPERTY_CHECK_IMMUNITY_S, PROPERTY_CHECK_BASE_MS,
-    "WAIT", "RECONSUME_TIME", "MIN_OFFSET", "MAX_OFFSET", "TRACE_ON", "MSG_REGION",
-    "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
-    "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "POP_CK", "1ST_POP_TIME",
-    "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRACE_CONTEXT", "BORNHOST", "CLUSTER",
-    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "MSG_TYPE",
-    PROPERTY_PRIORITY, PROPERTY_LITE_TOPIC,
-})  # fmt: skip
+from broker_core.protocol.properties import (
+    PROPERTY_CHECK_IMMUNITY_S,
+    PROPERTY_LITE_TOPIC,
+    PROPERTY_PRIORITY,
+    SYSTEM_PROPERTY_KEYS,
+)
 
 MAX_MESSAGE_GROUP_CHARS: Final = 64  # RocketMQ proxy's default maxMessageGroupSize
 MAX_MESSAGE_ID_CHARS: Final = 128

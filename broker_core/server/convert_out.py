@@ -41,7 +41,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker_core.broker.lite import PROPERTY_LITE_TOPIC, PROPERTY_PRIORITY, split_lmq
+from broker_core.broker.lite import split_lmq
 from broker_core.broker.pop import PoppedMessage
 from broker_core.broker.retry import is_dlq_topic
 from broker_core.message import (
@@ -53,15 +53,13 @@ from broker_core.message import (
     PROPERTY_TRANSACTION_PREPARED,
     StoredMessage,
 )
-from broker_core.server.convert_in import SYSTEM_PROPERTY_KEYS
-from broker_core.store.codec import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
-
-PROPERTY_TRACE_CONTEXT = "TRACE_CONTEXT"  # RocketMQ's key for the producer's trace context
-
-# Keys that are ours or RocketMQ's, never the user's: sent as system properties (or not at
-# all), never as user properties. One list with the one SendMessage refuses from users.
-SYSTEM_KEYS: frozenset[str] = SYSTEM_PROPERTY_KEYS | {PROPERTY_TRACE_CONTEXT}
-
+from broker_core.protocol.properties import (
+    PROPERTY_LITE_TOPIC,
+    PROPERTY_PRIORITY,
+    PROPERTY_TRACE_CONTEXT,
+    SYSTEM_KEYS,
+)
+from broker_core.protocol.unit import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
 
 # ---- time ---------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from broker_core.auth.acl import User
 from broker_core.auth.authority import Authority
 from broker_core.auth.resources import ADMIN, BULK, MESSAGING
 from broker_core.errors import RocketMQError, UnauthorizedError
-from broker_core.server.status import status_of
+from broker_core.protocol.status import status_of
 
 log = logging.getLogger(__name__)
 

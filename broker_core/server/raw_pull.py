@@ -43,14 +43,16 @@ from typing import Any, Final
 
 import grpc
 
-from broker_core.broker.filters import SQL92, TAG, MessageFilter
 from broker_core.broker.pull import PullResult, PullStatus
 from broker_core.errors import InvalidArgumentError, MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.bulk_send import SEND_METHOD
+from broker_core.protocol.filters import SQL92, TAG, MessageFilter
+from broker_core.protocol.status import ok, status_of
 from broker_core.server.admin import Args, parse_request
+from broker_core.server.bulk_send import send_bulk
 from broker_core.server.context import ServerContext
 from broker_core.server.handlers.receive_message import polling_budget_ms
-from broker_core.server.status import ok, status_of
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +140,14 @@ def _identity(raw: bytes) -> bytes:
 
 
 def bulk_handler(ctx: ServerContext) -> grpc.GenericRpcHandler:
-    """The bulk service for ``BrokerServer.add_generic_handlers``."""
+    """The bulk service (PullRaw and SendBulk) for ``BrokerServer.add_generic_handlers``."""
     method = grpc.unary_unary_rpc_method_handler(
         lambda request, context: pull_raw(ctx, request, context),
         request_deserializer=_identity, response_serializer=_identity,
     )  # fmt: skip
-    return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: method})
+    send = grpc.unary_unary_rpc_method_handler(
+        lambda request, context: send_bulk(ctx, request, context),
+        request_deserializer=_identity, response_serializer=_identity,
+    )  # fmt: skip
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: method,
+                                                               SEND_METHOD: send})  # fmt: skip

@@ -18,9 +18,9 @@ from google.protobuf import message_factory
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.errors import RocketMQError
+from broker_core.protocol.status import status_of
 from broker_core.server import handlers as h
 from broker_core.server.context import ServerContext
-from broker_core.server.status import status_of
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from broker_core.store.columns import ColumnBatch
 
@@ -46,7 +47,7 @@ def appended_rows(before: int, after: int, now_ms: int, batch: list[codec.Encode
     keys: list[list[str]] = []
     key_phys: list[int] = []
     for row, (enc, res) in enumerate(zip(batch, results, strict=True)):
-        if (enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in codec.NOT_IN_QUEUE:
+        if (enc.sys_flag & layout.SYSFLAG_TRANSACTION_MASK) not in layout.NOT_IN_QUEUE:
             queues.setdefault((enc.topic, enc.queue_id), []).append(row)
         if enc.index_keys:
             keys.append(enc.index_keys)

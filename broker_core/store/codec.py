@@ -1,33 +1,7 @@
 """The commitlog message unit: one message as it sits on disk.
 
-All integers are big-endian. One unit::
-
-    offset size field
-    0      4    total_size                 int32   bytes of the whole unit, this field included
-    4      4    magic                      uint32  MESSAGE_MAGIC, or BLANK_MAGIC for end-of-segment
-    8      4    unit_crc                   uint32  CRC32 of the topic/properties tail, then
-                                               continued over header bytes [12, 100)
-    12     4    body_crc                   uint32  CRC32 of the body
-    16     4    queue_id                   int32
-    20     4    flag                       int32   producer's flag, opaque to the store
-    24     8    queue_offset               int64   logical offset in its consume queue
-    32     8    physical_offset            int64   offset of this unit in the commitlog
-    40     4    sys_flag                   int32   SYSFLAG_* bits (transaction type, …)
-    44     8    born_timestamp_ms          int64
-    52     4    born_host_ip               4 B     IPv4; other families are stored as 0.0.0.0
-    56     4    born_host_port             int32
-    60     8    store_timestamp_ms         int64
-    68     4    store_host_ip              4 B
-    72     4    store_host_port            int32
-    76     4    reconsume_times            int32
-    80     8    prepared_transaction_offset int64
-    88     8    tags_code                  int64   consume-queue tag hash (0 = no tag)
-    96     4    body_length                int32
-    100    n    body
-    …      1    topic_length               uint8
-    …      t    topic                      UTF-8
-    …      2    properties_length          uint16
-    …      p    properties                 UTF-8, ``name \\x01 value \\x02`` repeated
+The unit's bytes are drawn, and its layout declared, in :mod:`broker_core.protocol.unit`
+(one field table shared with the client); this module encodes, seals and decodes units.
 
 A blank (end-of-segment) unit is only ``total_size | BLANK_MAGIC`` and fills the rest of
 its segment; fewer than 8 trailing bytes are left zero. A zero ``total_size`` means
@@ -50,8 +24,6 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-import numpy as np
-
 from broker_core.errors import (
     CorruptionError,
     InvalidArgumentError,
@@ -69,67 +41,23 @@ from broker_core.message import (
     StoredMessage,
     tag_hash,
 )
+from broker_core.protocol.unit import (
+    BLANK_MAGIC,
+    CRC,
+    CRC_START,
+    HEADER,
+    HEADER_SIZE,
+    MESSAGE_MAGIC,
+    NAME_VALUE_SEP,
+    PROPERTY_SEP,
+    PROPS_LEN,
+    SIZE_MAGIC,
+    TOPIC_LEN,
+    UNIT_CRC_POS,
+)
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
-MESSAGE_MAGIC = 0x524D5131  # "RMQ1"
-BLANK_MAGIC = 0x524D5130  # "RMQ0"
-MIN_BLANK_BYTES = 8
-
-HEADER = struct.Struct(
-    ">"
-    "i"  # 0   total_size
-    "I"  # 4   magic
-    "I"  # 8   unit_crc
-    "I"  # 12  body_crc
-    "i"  # 16  queue_id
-    "i"  # 20  flag
-    "q"  # 24  queue_offset
-    "q"  # 32  physical_offset
-    "i"  # 40  sys_flag
-    "q"  # 44  born_timestamp_ms
-    "4s"  # 52  born_host_ip
-    "i"  # 56  born_host_port
-    "q"  # 60  store_timestamp_ms
-    "4s"  # 68  store_host_ip
-    "i"  # 72  store_host_port
-    "i"  # 76  reconsume_times
-    "q"  # 80  prepared_transaction_offset
-    "q"  # 88  tags_code
-    "i"  # 96  body_length
-)
-assert HEADER.size == 100
-HEADER_SIZE = HEADER.size
-# The same header as numpy records, for code that packs or reads many units at once.
-HEADER_DTYPE = np.dtype([
-    ("total_size", ">i4"), ("magic", ">u4"), ("unit_crc", ">u4"), ("body_crc", ">u4"),
-    ("queue_id", ">i4"), ("flag", ">i4"), ("queue_offset", ">i8"), ("physical_offset", ">i8"),
-    ("sys_flag", ">i4"), ("born_timestamp_ms", ">i8"), ("born_host_ip", "V4"),
-    ("born_host_port", ">i4"), ("store_timestamp_ms", ">i8"), ("store_host", "V8"),
-    ("reconsume_times", ">i4"), ("prepared_transaction_offset", ">i8"), ("tags_code", ">i8"),
-    ("body_length", ">i4"),
-])  # fmt: skip
-assert HEADER_DTYPE.itemsize == HEADER_SIZE
-SIZE_MAGIC = struct.Struct(">iI")
-STORE_TIME = struct.Struct(">q")  # store_timestamp_ms at byte 60
-CRC = struct.Struct(">I")
-STORE_TIME_POS = 60
-UNIT_CRC_POS = 8
-CRC_START = 12
-TOPIC_LEN = struct.Struct(">B")
-PROPS_LEN = struct.Struct(">H")
-
-# sys_flag bits
-SYSFLAG_TRANSACTION_MASK = 0x0C
-SYSFLAG_TRANSACTION_NONE = 0x00
-SYSFLAG_TRANSACTION_PREPARED = 0x04
-SYSFLAG_TRANSACTION_COMMIT = 0x08
-SYSFLAG_TRANSACTION_ROLLBACK = 0x0C
-# Units of these transaction states are stored and indexed but never enter a queue.
-NOT_IN_QUEUE = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
-
-NAME_VALUE_SEP = "\x01"
-PROPERTY_SEP = "\x02"
 _ZERO_IP = b"\x00\x00\x00\x00"
 _LOOPBACK_IP = b"\x7f\x00\x00\x01"
 

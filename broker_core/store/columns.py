@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from broker_core.errors import MessageTooLargeError, PropertiesTooLargeError
+from broker_core.protocol import unit as layout
 from broker_core.store import codec
 
 
@@ -80,7 +81,7 @@ def encode_columns(
         topic, np.full(len(bodies), -1, np.int32), bodies, np.array(body_crcs, np.uint32),
         tails, [zlib.crc32(t) for t in tails], np.array(tags_codes, np.int64),
         np.array(born_ms, np.int64), codec._ip4(host), port, index_keys,
-        codec.HEADER_SIZE + body_lens + len(head) + 2 + prop_lens,
+        layout.HEADER_SIZE + body_lens + len(head) + 2 + prop_lens,
     )  # fmt: skip
 
 
@@ -107,9 +108,9 @@ def pack_columns(batch: ColumnBatch, lo: int, hi: int, physical_offset: int,
     """The finished units of messages ``[lo, hi)``, placed from ``physical_offset``."""
     count = hi - lo
     sizes = batch.sizes[lo:hi]
-    head = np.zeros(count, codec.HEADER_DTYPE)
+    head = np.zeros(count, layout.HEADER_DTYPE)
     head["total_size"] = sizes
-    head["magic"] = codec.MESSAGE_MAGIC
+    head["magic"] = layout.MESSAGE_MAGIC
     head["body_crc"] = batch.body_crcs[lo:hi]
     head["queue_id"] = batch.queue_ids[lo:hi]
     head["queue_offset"] = queue_offsets[lo:hi]
@@ -118,12 +119,13 @@ def pack_columns(batch: ColumnBatch, lo: int, hi: int, physical_offset: int,
     head["born_host_ip"] = np.void(batch.born_ip)
     head["born_host_port"] = batch.born_port
     head["store_timestamp_ms"] = store_timestamp_ms
-    head["store_host"] = np.void(store_host[0] + store_host[1].to_bytes(4, "big", signed=True))
+    head["store_host_ip"] = np.void(store_host[0])
+    head["store_host_port"] = store_host[1]
     head["tags_code"] = batch.tags_codes[lo:hi]
     head["body_length"] = [len(b) for b in batch.bodies[lo:hi]]
-    crc, size = zlib.crc32, codec.HEADER_SIZE
+    crc, size = zlib.crc32, layout.HEADER_SIZE
     with memoryview(head.tobytes()) as raw:  # the unit CRC covers header bytes 12..100
-        head["unit_crc"] = [crc(raw[i * size + codec.CRC_START : (i + 1) * size], tail_crc)
+        head["unit_crc"] = [crc(raw[i * size + layout.CRC_START : (i + 1) * size], tail_crc)
                             for i, tail_crc in enumerate(batch.tail_crcs[lo:hi])]  # fmt: skip
     with memoryview(head.tobytes()) as raw:
         pieces: list[bytes | memoryview] = []

@@ -38,6 +38,7 @@ from broker_core.errors import (
     StoreError,
 )
 from broker_core.message import StoredMessage
+from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from broker_core.store.appended import Appended, appended_columns, appended_rows
 from broker_core.store.columns import ColumnBatch, assign_queue_offsets, pack_columns
@@ -175,11 +176,11 @@ class CommitLog:
         """Verify units from ``pos``; returns (end global offset, problem, reached end)."""
         buf = seg.buffer
         size = seg.size
-        while pos + codec.MIN_BLANK_BYTES <= size:
-            total, magic = codec.SIZE_MAGIC.unpack_from(buf, pos)
+        while pos + layout.MIN_BLANK_BYTES <= size:
+            total, magic = layout.SIZE_MAGIC.unpack_from(buf, pos)
             if total == 0 and magic == 0:
                 return seg.base_offset + pos, "", False
-            if magic == codec.BLANK_MAGIC and pos + total == size:
+            if magic == layout.BLANK_MAGIC and pos + total == size:
                 return seg.base_offset + size, "", True
             try:
                 pos += codec.check_unit(buf, pos, seg.base_offset + pos, str(seg.path))
@@ -259,7 +260,7 @@ class CommitLog:
         lo = 0
         while lo < len(sizes):
             start = seg.wrote_position
-            room = seg.size - start - codec.MIN_BLANK_BYTES
+            room = seg.size - start - layout.MIN_BLANK_BYTES
             hi = bisect.bisect_right(ends, (ends[lo - 1] if lo else 0) + room)
             if hi == lo:  # the next unit does not fit: close this segment
                 seg.append(codec.blank_unit(seg.size - start))
@@ -300,8 +301,8 @@ class CommitLog:
         pos = 0
         with memoryview(chunk) as view:
             for enc in encs:
-                tran = enc.sys_flag & codec.SYSFLAG_TRANSACTION_MASK
-                qoff = 0 if tran in codec.NOT_IN_QUEUE else take(enc.topic, enc.queue_id)
+                tran = enc.sys_flag & layout.SYSFLAG_TRANSACTION_MASK
+                qoff = 0 if tran in layout.NOT_IN_QUEUE else take(enc.topic, enc.queue_id)
                 codec.pack_unit_into(chunk, view, pos, enc, qoff, phys + pos, now_ms, host)
                 results.append(AppendResult(phys + pos, qoff, enc.size))
                 pos += enc.size
@@ -313,9 +314,9 @@ class CommitLog:
         (DiskFullError) instead of storing the part that fitted in ``seg``.
         """
         pos, bases = seg.wrote_position, list[int]()
-        if pos + sum(sizes) + codec.MIN_BLANK_BYTES > seg.size:  # else nothing spills
+        if pos + sum(sizes) + layout.MIN_BLANK_BYTES > seg.size:  # else nothing spills
             for size in sizes:
-                if pos + size + codec.MIN_BLANK_BYTES > seg.size:
+                if pos + size + layout.MIN_BLANK_BYTES > seg.size:
                     bases.append((bases[-1] if bases else seg.base_offset) + self.segment_size)
                     pos = 0
                 pos += size
@@ -334,7 +335,7 @@ class CommitLog:
         if not self._segments:
             return self._new_segment(0)
         last = self._segments[-1]
-        if last.free_bytes < codec.MIN_BLANK_BYTES:
+        if last.free_bytes < layout.MIN_BLANK_BYTES:
             return self._new_segment(last.base_offset + last.size)
         return last
 
@@ -405,8 +406,8 @@ class CommitLog:
 
     def read_store_timestamp(self, offset: int) -> int:
         seg = self.segment_at(offset)
-        raw = seg.read(offset - seg.base_offset + codec.STORE_TIME_POS, codec.STORE_TIME.size)
-        return int(codec.STORE_TIME.unpack(raw)[0])
+        raw = seg.read(offset - seg.base_offset + layout.STORE_TIME_POS, layout.STORE_TIME.size)
+        return int(layout.STORE_TIME.unpack(raw)[0])
 
     def iter_units(
         self, start: int, end: int, *, verify: bool = False, progress: list[int] | None = None
@@ -427,12 +428,12 @@ class CommitLog:
             stop = min(end - seg.base_offset, seg.wrote_position)
             buf = seg.read(local, min(stop - local, _WINDOW_BYTES))
             pos, blank = 0, False
-            while pos + codec.MIN_BLANK_BYTES <= len(buf):
-                total, magic = codec.SIZE_MAGIC.unpack_from(buf, pos)
-                if magic == codec.BLANK_MAGIC:
+            while pos + layout.MIN_BLANK_BYTES <= len(buf):
+                total, magic = layout.SIZE_MAGIC.unpack_from(buf, pos)
+                if magic == layout.BLANK_MAGIC:
                     blank = True
                     break
-                if magic == codec.MESSAGE_MAGIC and pos + total > len(buf):
+                if magic == layout.MESSAGE_MAGIC and pos + total > len(buf):
                     if pos > 0:
                         break  # the rest of this unit is in the next window
                     if total > stop - local:
@@ -440,7 +441,7 @@ class CommitLog:
                                               path=str(seg.path), position=offset)  # fmt: skip
                     buf = seg.read(local, total)  # one unit larger than the window
                     continue
-                if verify or magic != codec.MESSAGE_MAGIC or total < codec.HEADER_SIZE:
+                if verify or magic != layout.MESSAGE_MAGIC or total < layout.HEADER_SIZE:
                     codec.check_unit(buf, pos, offset + pos, str(seg.path))
                 yield buf, pos, offset + pos
                 pos += total

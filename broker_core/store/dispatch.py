@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from broker_core.errors import RocketMQError, StoreError
+from broker_core.protocol import unit as layout
 from broker_core.service_thread import ServiceThread
 from broker_core.store import codec
 from broker_core.store.appended import Appended
@@ -104,7 +105,7 @@ class Dispatcher:
                                                           progress=progress):  # fmt: skip
             req = codec.dispatch_request(buf, pos)
             key = (req.topic, req.queue_id)
-            in_queue = (req.sys_flag & codec.SYSFLAG_TRANSACTION_MASK) not in codec.NOT_IN_QUEUE
+            in_queue = (req.sys_flag & layout.SYSFLAG_TRANSACTION_MASK) not in layout.NOT_IN_QUEUE
             if queues and in_queue and (only_queues is None or key in only_queues):
                 cq = self._queues.find_or_create(req.topic, req.queue_id)
                 cq.put(req.queue_offset, req.physical_offset, req.size, req.tags_code)

@@ -12,6 +12,7 @@ break the rules (ReplicationProtocolError: the link is dropped, nothing of it is
 from __future__ import annotations
 
 from broker_core.errors import CorruptionError, ReplicationProtocolError
+from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from broker_core.store.commitlog import CommitLog
 
@@ -25,7 +26,7 @@ def verified_prefix(buf: bytes, offset: int, segment_size: int) -> int:
     ones ends the prefix; the next call, starting at it, raises).
     """
     pos, size = 0, len(buf)
-    while pos + codec.MIN_BLANK_BYTES <= size:
+    while pos + layout.MIN_BLANK_BYTES <= size:
         here = offset + pos
         if pos > 0 and here % segment_size == 0:
             return pos  # a segment boundary: the caller writes one segment at a time
@@ -44,16 +45,16 @@ def verified_prefix(buf: bytes, offset: int, segment_size: int) -> int:
 def _unit_at(buf: bytes, pos: int, here: int, seg_left: int) -> int:
     """Size of the unit or blank at ``buf[pos:]`` (global ``here``), verified when whole;
     0 when its header is not all there."""
-    total, magic = codec.SIZE_MAGIC.unpack_from(buf, pos)
-    if magic == codec.BLANK_MAGIC:
+    total, magic = layout.SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == layout.BLANK_MAGIC:
         if total != seg_left:
             raise ReplicationProtocolError(
                 f"blank at offset {here} covers {total} bytes, its segment has {seg_left}")
         return int(total)
-    if magic != codec.MESSAGE_MAGIC or total < codec.HEADER_SIZE:
+    if magic != layout.MESSAGE_MAGIC or total < layout.HEADER_SIZE:
         raise ReplicationProtocolError(f"no unit at offset {here} (size {total}, "
                                        f"magic {magic:#x})")  # fmt: skip
-    if total + codec.MIN_BLANK_BYTES > seg_left:
+    if total + layout.MIN_BLANK_BYTES > seg_left:
         raise ReplicationProtocolError(f"unit of {total} bytes at offset {here} would "
                                        "cross its segment's end")  # fmt: skip
     if pos + total <= len(buf):

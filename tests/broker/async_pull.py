@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker_core.broker.filters import MessageFilter
+from broker_core.protocol.filters import MessageFilter
 from broker_core.broker.long_polling import LongPollingService, ParkedPull, monotonic_ms
 from broker_core.broker.pull import (
     DEFAULT_PULL_MAX_BYTES,

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from broker_core.broker.broker import Broker
-from broker_core.broker.filters import MessageFilter
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.pull import PullStatus
 from broker_core.broker.topics import Perm, TopicConfig
@@ -22,6 +21,7 @@ from broker_core.errors import (
     StaleReceiptHandleError,
 )
 from broker_core.message import Message
+from broker_core.protocol.filters import MessageFilter
 from tests.store.conftest import small_config
 
 T0 = 1_800_000_000_000

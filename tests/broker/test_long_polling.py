@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.broker.filters import MessageFilter
 from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.pull import PullRequest, PullResult, PullStatus
 from broker_core.message import Message
+from broker_core.protocol.filters import MessageFilter
 from broker_core.store.message_store import MessageStore
 from tests.broker.async_pull import pull_async
 from tests.store.conftest import small_config

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.broker.filters import MessageFilter
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop import REVIVE_GROUP, PopConfig, PoppedMessage, PopService
 from broker_core.broker.pop_log import PopRecord, RecordKind
@@ -39,7 +38,8 @@ from broker_core.message import (
     Message,
     StoredMessage,
 )
-from broker_core.store.codec import SYSFLAG_TRANSACTION_COMMIT
+from broker_core.protocol.filters import MessageFilter
+from broker_core.protocol.unit import SYSFLAG_TRANSACTION_COMMIT
 from broker_core.store.message_store import MessageStore
 from tests.store.conftest import make_message, small_config
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from broker_core.broker.filters import MessageFilter
 from broker_core.broker.pull import (
     PullRequest,
     PullService,
@@ -21,6 +20,7 @@ from broker_core.broker.pull import (
 )
 from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
 from broker_core.message import Message, tag_hash
+from broker_core.protocol.filters import MessageFilter
 from broker_core.store.message_store import MessageStore
 from tests.store.conftest import make_message, small_config
 

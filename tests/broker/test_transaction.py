@@ -57,7 +57,7 @@ from broker_core.message import (
     Message,
     StoredMessage,
 )
-from broker_core.store.codec import (
+from broker_core.protocol.unit import (
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_NONE,

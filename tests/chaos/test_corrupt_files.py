@@ -33,6 +33,7 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.client import RocketMQClient
 from broker_core.errors import CorruptionError, MessageCorruptedError
+from broker_core.protocol import unit as layout
 from broker_core.server.launcher import BrokerProcess
 from broker_core.store import codec
 from tests.server.conftest import start_broker
@@ -93,9 +94,9 @@ def scan_units(store: Path) -> list[tuple[int, Any]]:
     found = []
     for seg in sorted((store / "commitlog").iterdir()):
         data, base, pos = seg.read_bytes(), int(seg.name), 0
-        while pos + codec.MIN_BLANK_BYTES <= len(data):
-            total, magic = codec.SIZE_MAGIC.unpack_from(data, pos)
-            if total == 0 or magic == codec.BLANK_MAGIC:
+        while pos + layout.MIN_BLANK_BYTES <= len(data):
+            total, magic = layout.SIZE_MAGIC.unpack_from(data, pos)
+            if total == 0 or magic == layout.BLANK_MAGIC:
                 break
             codec.check_unit(data, pos, base + pos)
             found.append((base + pos, codec.decode(data, pos)))
@@ -333,7 +334,7 @@ def test_damage_below_the_checkpoint_found_by_recovery_cuts_there(
     last = stopped.units[-1]
     seg, local = stopped.segment_of(store, last.phys)
     data = bytearray(seg.read_bytes())
-    data[local + codec.HEADER_SIZE] ^= 0x40  # the first body byte
+    data[local + layout.HEADER_SIZE] ^= 0x40  # the first body byte
     seg.write_bytes(bytes(data))
     run = restart(store)
     assert_never_garbage(stopped, run.served)
@@ -373,7 +374,7 @@ def start_with_a_flipped_body_byte(stopped: Golden, tmp_path: Path) -> tuple[Any
     victim = stopped.units[len(stopped.units) // 2]
     seg, local = stopped.segment_of(store, victim.phys)
     data = bytearray(seg.read_bytes())
-    data[local + codec.HEADER_SIZE] ^= 0x01
+    data[local + layout.HEADER_SIZE] ^= 0x01
     seg.write_bytes(bytes(data))
     return victim, start_broker(store.parent, config=CONFIG)
 

@@ -34,6 +34,7 @@ from broker_core.errors import (
     PropertiesTooLargeError,
 )
 from broker_core.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, tag_hash
+from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from tests.chaos.load import budgets
 
@@ -209,7 +210,7 @@ def test_damaged_unit_never_decodes_to_a_wrong_message(budget: settings) -> None
 def test_random_bytes_are_corruption(budget: settings) -> None:
     head = st.tuples(
         st.integers(-(2**31), 2**31 - 1),
-        st.sampled_from([codec.MESSAGE_MAGIC, codec.BLANK_MAGIC, 0, 0xFFFFFFFF]),
+        st.sampled_from([layout.MESSAGE_MAGIC, layout.BLANK_MAGIC, 0, 0xFFFFFFFF]),
     )
 
     @budget
@@ -218,7 +219,7 @@ def test_random_bytes_are_corruption(budget: settings) -> None:
         buf = bytearray(raw)
         if forced is not None and len(buf) >= pos + 8:  # get past the first checks
             size = forced[0] if forced[0] % 2 else len(buf) - pos
-            codec.SIZE_MAGIC.pack_into(buf, pos, size, forced[1])
+            layout.SIZE_MAGIC.pack_into(buf, pos, size, forced[1])
         assert decodes_or_corrupt(bytes(buf), min(pos, len(buf)), phys) is None
 
     check()
@@ -242,19 +243,19 @@ def forged_unit(draw: st.DrawFn) -> tuple[bytes, int]:
             lambda t: bytes([t[0]]) + t[1] + t[2].to_bytes(2, "big") + t[3]),
     ))  # fmt: skip
     body_len = draw(st.one_of(st.just(len(body)), st.integers(-5, 200)))
-    total = draw(st.one_of(st.just(codec.HEADER_SIZE + len(body) + len(tail)),
-                           st.integers(codec.HEADER_SIZE, 400)))  # fmt: skip
+    total = draw(st.one_of(st.just(layout.HEADER_SIZE + len(body) + len(tail)),
+                           st.integers(layout.HEADER_SIZE, 400)))  # fmt: skip
     phys = draw(U63)
-    header = bytearray(codec.HEADER.pack(
-        total, codec.MESSAGE_MAGIC, 0, zlib.crc32(body), draw(I32), draw(I32), draw(U63), phys,
+    header = bytearray(layout.HEADER.pack(
+        total, layout.MESSAGE_MAGIC, 0, zlib.crc32(body), draw(I32), draw(I32), draw(U63), phys,
         draw(I32), draw(I64), draw(st.binary(min_size=4, max_size=4)), draw(I32), draw(I64),
         draw(st.binary(min_size=4, max_size=4)), draw(I32), draw(I32), draw(I64), draw(I64),
         body_len))  # fmt: skip
     unit = bytearray(header + body + tail + draw(st.binary(max_size=16)))
-    if body_len >= 0 and codec.HEADER_SIZE + body_len <= total <= len(unit):
-        crc = zlib.crc32(unit[codec.HEADER_SIZE + body_len : total])
-        struct.pack_into(">I", unit, codec.UNIT_CRC_POS,
-                         zlib.crc32(unit[codec.CRC_START : codec.HEADER_SIZE], crc))  # fmt: skip
+    if body_len >= 0 and layout.HEADER_SIZE + body_len <= total <= len(unit):
+        crc = zlib.crc32(unit[layout.HEADER_SIZE + body_len : total])
+        struct.pack_into(">I", unit, layout.UNIT_CRC_POS,
+                         zlib.crc32(unit[layout.CRC_START : layout.HEADER_SIZE], crc))  # fmt: skip
     return bytes(unit), phys
 
 
@@ -271,12 +272,12 @@ def test_forged_units_decode_or_raise_corruption(budget: settings) -> None:
             except CorruptionError:
                 pytest.fail("dispatch refused a unit that decoded")
             total = got.stored_size
-            tail = unit[codec.HEADER_SIZE + len(got.body) : total]
+            tail = unit[layout.HEADER_SIZE + len(got.body) : total]
             assert (
                 tail
-                == codec.TOPIC_LEN.pack(len(got.topic.encode()))
+                == layout.TOPIC_LEN.pack(len(got.topic.encode()))
                 + got.topic.encode()
-                + (codec.PROPS_LEN.pack(len(tail) - 3 - len(got.topic.encode())))
+                + (layout.PROPS_LEN.pack(len(tail) - 3 - len(got.topic.encode())))
                 + tail[3 + len(got.topic.encode()) :]
             )
             assert codec.decode_properties(codec.encode_properties(got.properties)) == (
@@ -399,8 +400,8 @@ def test_bulk_decoder_and_codec_agree_on_forged_units(budget: settings) -> None:
     @given(forged_unit())
     def check(forged: tuple[bytes, int]) -> None:
         unit, phys = forged
-        total = codec.SIZE_MAGIC.unpack_from(unit)[0]
-        size = total if codec.HEADER_SIZE + 3 <= total <= len(unit) else len(unit)
+        total = layout.SIZE_MAGIC.unpack_from(unit)[0]
+        size = total if layout.HEADER_SIZE + 3 <= total <= len(unit) else len(unit)
         cols = columnar_or_corrupt(unit[:size], [size])
         one = decodes_or_corrupt(unit[:size], 0, phys)
         if cols is not None and one is not None:

@@ -24,9 +24,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_core.broker.filters import MessageFilter
-from broker_core.broker.sql92 import MAX_EXPRESSION_LENGTH, compile_sql
 from broker_core.errors import FilterSyntaxError
+from broker_core.protocol.filters import MessageFilter
+from broker_core.protocol.sql92 import MAX_EXPRESSION_LENGTH, compile_sql
 from tests.chaos.load import budgets
 
 Tri = bool | None

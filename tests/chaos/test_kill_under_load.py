@@ -23,6 +23,7 @@ import itertools
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from broker_core.client import OutgoingMessage, RocketMQClient
+from broker_core.client.in_flight import PendingSend
 from tests.chaos.load import AckLog, ChaosBroker, audit, dropped_bytes, read_back
 
 TOPIC = "chaos-kill"
@@ -54,7 +56,8 @@ FULL = KillPlan(cycles=30, min_acks=50, max_acks=1_500)
 
 
 class Producers:
-    """The two producer threads; failures other than send errors are kept in ``errors``."""
+    """The producer threads (the official client; our send_batch; our bulk send with
+    requests in flight); failures other than send errors are kept in ``errors``."""
 
     def __init__(self, endpoint: str, acks: AckLog) -> None:
         self.endpoint = endpoint
@@ -63,7 +66,8 @@ class Producers:
         self.errors: list[BaseException] = []
         self.threads = [threading.Thread(target=self._guard, args=(run,), name=name)
                         for name, run in (("official", self._official),
-                                          ("batch", self._batch))]  # fmt: skip
+                                          ("batch", self._batch),
+                                          ("bulk", self._bulk))]  # fmt: skip
 
     def start(self) -> None:
         for t in self.threads:
@@ -118,6 +122,34 @@ class Producers:
                     continue
                 for body, receipt in zip(bodies, receipts, strict=True):
                     self.acks.record(body, receipt.message_id)
+
+    def _bulk(self) -> None:
+        """Bulk sends (SendBulk), up to 4 requests in flight; acked as each one finishes."""
+        with RocketMQClient(self.endpoint, timeout_s=5, retry_backoff_s=0.05,
+                            max_in_flight=4) as client:  # fmt: skip
+            sent: deque[tuple[list[bytes], PendingSend]] = deque()
+            seq = 0
+            while not self.stop.is_set() or sent:
+                if not self.stop.is_set():
+                    bodies = [b"C-%08d" % (seq + i) for i in range(BATCH_SIZES[1])]
+                    seq += len(bodies)
+                    try:
+                        sent.append((bodies, client.send_columns_async(TOPIC, bodies)))
+                    except Exception as exc:  # the first (synchronous) bulk send failed
+                        self.acks.record_failure(exc)
+                        time.sleep(RETRY_PAUSE_S)
+                while sent and (sent[0][1].done or self.stop.is_set()):
+                    self._ack_bulk(*sent.popleft())
+
+    def _ack_bulk(self, bodies: list[bytes], pending: PendingSend) -> None:
+        try:
+            receipts = pending.result()
+        except Exception as exc:
+            self.acks.record_failure(exc)
+            time.sleep(RETRY_PAUSE_S)
+            return
+        for body, receipt in zip(bodies, receipts, strict=True):
+            self.acks.record(body, receipt.message_id)
 
 
 def run_kill_cycles(broker: ChaosBroker, plan: KillPlan, acks: AckLog) -> list[float]:
@@ -208,3 +240,4 @@ def test_acknowledged_messages_survive_sigkill(tmp_path: Path, flush: str, plan:
         late = [w for w in windows if w > bound_s]
         assert not late, (f"{len(late)} lost messages were acknowledged more than "
                           f"{bound_s} s before a kill (windows {sorted(late)[:5]})")  # fmt: skip
+

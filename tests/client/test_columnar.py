@@ -19,7 +19,9 @@ from broker_core.client.columnar import (
 )
 from broker_core.errors import CorruptionError
 from broker_core.message import Message
-from broker_core.server.convert_out import SYSTEM_KEYS, user_properties
+from broker_core.protocol import unit as layout
+from broker_core.protocol.properties import SYSTEM_KEYS
+from broker_core.server.convert_out import user_properties
 from broker_core.store import codec
 
 
@@ -53,12 +55,12 @@ def _varied(count: int, seed: int) -> list[Message]:
 
 
 def test_header_dtype_is_the_codec_header() -> None:
-    assert HEADER_DTYPE.itemsize == codec.HEADER.size
+    assert HEADER_DTYPE.itemsize == layout.HEADER.size
     unit = bytes(codec.seal(codec.encode(Message("t", b"body", properties={"TAGS": "a"}),
                                          max_body_bytes=64, max_properties_bytes=64),
                             7, 0, 99))  # fmt: skip
-    record = np.frombuffer(unit[: codec.HEADER_SIZE], HEADER_DTYPE)[0]
-    fields = codec.HEADER.unpack_from(unit)
+    record = np.frombuffer(unit[: layout.HEADER_SIZE], HEADER_DTYPE)[0]
+    fields = layout.HEADER.unpack_from(unit)
     assert [record["total_size"], record["queue_offset"], record["store_timestamp_ms"],
             record["tags_code"], record["body_length"]] == [fields[0], fields[6], fields[12],
                                                             fields[17], fields[18]]  # fmt: skip

@@ -26,6 +26,7 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core import errors
 from broker_core.client import OutgoingMessage, RocketMQClient
+from broker_core.client.in_flight import receipts_of
 from broker_core.client.wire import encode_messages, encode_send_request, varint
 from broker_core.message import new_message_id
 from tests.client.pb_reference import batch_to_protobuf
@@ -284,12 +285,12 @@ def test_receipts_check_every_entry_status() -> None:
         ),
     ]
     response = service_pb2.SendMessageResponse(status=ok, entries=entries[:1])
-    [receipt] = RocketMQClient._receipts(response, 1)
+    [receipt] = receipts_of(response, 1)
     assert (receipt.message_id, receipt.offset) == ("m1", 3)
     with pytest.raises(errors.RocketMQError, match="1 entries for 2 messages"):
-        RocketMQClient._receipts(response, 2)
+        receipts_of(response, 2)
     with pytest.raises(errors.MessageTooLargeError, match="big"):
-        RocketMQClient._receipts(service_pb2.SendMessageResponse(status=ok, entries=entries), 2)
+        receipts_of(service_pb2.SendMessageResponse(status=ok, entries=entries), 2)
 
 
 # ---- through a broker -----------------------------------------------------------------------

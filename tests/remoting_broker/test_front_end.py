@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from broker_core.broker.filters import MessageFilter
+from broker_core.protocol.filters import MessageFilter
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand

@@ -10,6 +10,7 @@ from broker_core.errors import (
     PropertiesTooLargeError,
 )
 from broker_core.message import Message, tag_hash
+from broker_core.protocol import unit as layout
 from broker_core.store import codec
 
 LIMITS = dict(max_body_bytes=1024, max_properties_bytes=512)
@@ -89,7 +90,7 @@ def test_bad_messages_are_refused_before_encoding(msg: Message, error: type[Exce
 
 
 def test_blank_marker_has_size_and_magic() -> None:
-    assert codec.SIZE_MAGIC.unpack(codec.blank_unit(300)) == (300, codec.BLANK_MAGIC)
+    assert layout.SIZE_MAGIC.unpack(codec.blank_unit(300)) == (300, layout.BLANK_MAGIC)
 
 
 def test_non_string_property_values_are_refused() -> None:

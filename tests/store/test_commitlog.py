@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker_core.errors import CorruptionError, OffsetOutOfRangeError
+from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from broker_core.store.commitlog import CommitLog
 from tests.store.conftest import make_message
@@ -142,7 +143,7 @@ def test_corruption_below_the_recovery_point_raises_on_read(tmp_path: Path) -> N
     phys, size, _ = written[3]
     seg_path = tmp_path / f"{phys - phys % SEGMENT:020d}"
     data = bytearray(seg_path.read_bytes())
-    data[phys % SEGMENT + codec.HEADER_SIZE] ^= 0x01  # first body byte
+    data[phys % SEGMENT + layout.HEADER_SIZE] ^= 0x01  # first body byte
     seg_path.write_bytes(bytes(data))
     log, end = reopen(tmp_path, from_offset=written[10][0])  # checkpoint past the damage
     assert end == written[-1][0] + written[-1][1]

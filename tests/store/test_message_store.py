@@ -17,7 +17,7 @@ from broker_core.errors import (
     OffsetOutOfRangeError,
 )
 from broker_core.message import Message, tag_hash
-from broker_core.store import codec
+from broker_core.protocol import unit as layout
 from broker_core.store.message_store import MessageStore
 from tests.store.conftest import make_message, small_config
 
@@ -149,7 +149,7 @@ def test_flow_control_when_dispatch_falls_behind(open_store: Open) -> None:
 
 def test_transaction_prepared_units_stay_out_of_queues(open_store: Open) -> None:
     store = open_store()
-    half = Message("orders", b"half", sys_flag=codec.SYSFLAG_TRANSACTION_PREPARED,
+    half = Message("orders", b"half", sys_flag=layout.SYSFLAG_TRANSACTION_PREPARED,
                    properties={"KEYS": "half-key"})
     store.put_messages([half, make_message(1)])
     assert store.wait_dispatched()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from broker_core.errors import OffsetOutOfRangeError
+from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from broker_core.store.message_store import MessageStore
 from tests.store.conftest import make_message
@@ -18,7 +19,7 @@ Open = Callable[..., MessageStore]
 def _decoded(data: bytes, sizes: np.ndarray) -> list:
     out, pos = [], 0
     for size in sizes.tolist():
-        codec.check_unit(data, pos, codec.HEADER.unpack_from(data, pos)[7])
+        codec.check_unit(data, pos, layout.HEADER.unpack_from(data, pos)[7])
         out.append(codec.decode(data, pos))
         pos += size
     assert pos == len(data)

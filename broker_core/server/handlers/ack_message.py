@@ -24,9 +24,9 @@ from rocketmq.grpc_protocol import service_pb2
 from broker_core.broker.receipt import decode_handle
 from broker_core.errors import RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.status import bad_request, ok, status_of
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
-from broker_core.server.status import bad_request, ok, status_of
 
 
 def require_group_and_topic(ctx: ServerContext, request: Any) -> tuple[str, str]:

@@ -16,11 +16,11 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.errors import RocketMQError
+from broker_core.protocol.status import bad_request, ok, status_of
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import ms_of_duration
 from broker_core.server.handlers.ack_message import owner_of, require_group_and_topic
-from broker_core.server.status import bad_request, ok, status_of
 
 
 def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:

@@ -22,8 +22,8 @@ from broker_core.errors import (
     InvalidTransactionIdError,
 )
 from broker_core.message import validate_topic_name
+from broker_core.protocol.status import ok
 from broker_core.server.context import ServerContext
-from broker_core.server.status import ok
 
 _RESOLUTIONS = {pb.TransactionResolution.COMMIT: True, pb.TransactionResolution.ROLLBACK: False}
 

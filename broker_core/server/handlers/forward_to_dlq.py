@@ -14,10 +14,10 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
+from broker_core.protocol.status import ok
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.handlers.ack_message import require_group_and_topic
-from broker_core.server.status import ok
 
 
 def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:

@@ -16,9 +16,9 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.message import validate_group_name
+from broker_core.protocol.status import ok
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
-from broker_core.server.status import ok
 
 
 def _profile(ctx: ServerContext, request: Any, client_id: str) -> sessions.Profile | None:

@@ -25,9 +25,9 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.status import bad_request, ok
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import ms_of_timestamp
-from broker_core.server.status import bad_request, ok
 
 
 def read_queue(ctx: ServerContext, message_queue: Any) -> tuple[str, int]:

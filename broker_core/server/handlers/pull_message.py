@@ -28,10 +28,10 @@ from rocketmq.grpc_protocol import service_pb2
 from broker_core.broker.pull import PullStatus
 from broker_core.errors import MessageNotFoundError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.status import bad_request, ok, status_of
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import ms_of_duration, to_pb_message
 from broker_core.server.handlers.receive_message import message_filter, polling_budget_ms
-from broker_core.server.status import bad_request, ok, status_of
 
 Response = service_pb2.PullMessageResponse
 

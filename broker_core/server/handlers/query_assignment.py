@@ -21,10 +21,10 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.status import ok
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.handlers.query_route import broker_proto, message_queue_proto
-from broker_core.server.status import ok
 
 
 def _ensure_member(ctx: ServerContext, group: str, topic: str, client_id: str) -> None:

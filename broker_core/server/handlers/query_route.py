@@ -26,8 +26,8 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.broker.topics import MIXED, Perm, TopicConfig
 from broker_core.message import validate_topic_name
+from broker_core.protocol.status import ok
 from broker_core.server.context import ServerContext
-from broker_core.server.status import ok
 
 Type = pb.MessageType
 ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {

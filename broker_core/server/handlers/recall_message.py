@@ -16,8 +16,8 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.errors import InvalidArgumentError, NotFoundError
 from broker_core.message import validate_topic_name
+from broker_core.protocol.status import ok
 from broker_core.server.context import ServerContext
-from broker_core.server.status import ok
 
 # Handles are the timed message's id: printable, no separators the store reserves.
 _HANDLE_RE: Final = re.compile(r"^[\x21-\x7e]{1,128}$")

@@ -48,14 +48,14 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.broker.filters import SQL92, TAG, MessageFilter
 from broker_core.broker.pop import PoppedMessage
 from broker_core.errors import FilterSyntaxError, MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.filters import SQL92, TAG, MessageFilter
+from broker_core.protocol.status import bad_request, ok, status_of
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import ms_of_duration, now_timestamp, popped_to_pb
-from broker_core.server.status import bad_request, ok, status_of
 
 log = logging.getLogger(__name__)
 

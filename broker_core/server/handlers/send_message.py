@@ -27,11 +27,11 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, Message
+from broker_core.protocol.status import ok
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_columns import to_columns
 from broker_core.server.convert_in import Limits, peer_address, to_messages
-from broker_core.server.status import ok
 from broker_core.store.message_store import now_ms
 
 # Below this many messages the fast lane's numpy set-up costs more than it saves.

@@ -17,9 +17,9 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.status import ok
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
-from broker_core.server.status import ok
 
 
 def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:

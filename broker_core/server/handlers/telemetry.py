@@ -40,10 +40,10 @@ from broker_core.broker.retry import (
 )
 from broker_core.errors import RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.status import bad_request, ok, status_of
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import duration_of_ms as duration
-from broker_core.server.status import bad_request, ok, status_of
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
-from broker_core.broker.sql92 import SqlFilter, compile_sql
 from broker_core.errors import FilterSyntaxError
 from broker_core.message import PROPERTY_TAGS, tag_hash
+from broker_core.protocol.sql92 import SqlFilter, compile_sql
 
 TAG = "TAG"
 SQL92 = "SQL92"

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker_core.broker.sql92 import (
+from broker_core.errors import FilterSyntaxError, InvalidArgumentError
+from broker_core.protocol.sql92 import (
     MAX_EXPRESSION_LENGTH,
     MAX_NESTING,
     Compare,
@@ -24,7 +25,6 @@ from broker_core.broker.sql92 import (
     to_number,
     tokenize,
 )
-from broker_core.errors import FilterSyntaxError, InvalidArgumentError
 
 T, F, U = True, False, None  # U is UNKNOWN
 PROPS = {

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_core.broker.filters import MessageFilter, TagFilter
 from broker_core.errors import FilterSyntaxError, InvalidArgumentError
 from broker_core.message import tag_hash
+from broker_core.protocol.filters import MessageFilter, TagFilter
 
 
 @pytest.mark.parametrize("expr", [None, "", "*", "  *  ", " ", "\t"])

@@ -1,0 +1,129 @@
+"""The asynchronous sends of :class:`~broker_core.client.RocketMQClient` (a mixin).
+
+``send_batch_async``/``send_columns_async`` put a request in the client's window of
+requests in flight (:mod:`broker_core.client.in_flight`); plain messages go by SendBulk
+when the broker offers it (:mod:`broker_core.client.bulk`), others by SendMessage.
+The synchronous ``send_batch``/``send_columns`` are these plus ``result()``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from broker_core.client import bulk, wire
+from broker_core.client.in_flight import PendingSend, SendWindow, receipts_of
+from broker_core.client.model import OutgoingMessage, SendReceipt
+from broker_core.errors import InvalidArgumentError, UnsupportedError
+
+T = TypeVar("T")
+
+
+class AsyncSends(ABC):
+    """What the client provides, and the sends built on it."""
+
+    cluster: Any
+    namespace: str
+    timeout_s: float
+    bulk: bool
+    _bulk_offered: bool | None
+    _window: SendWindow
+    _raw_methods: dict[str, Any]
+
+    @abstractmethod
+    def _channel_for_process(self) -> grpc.Channel: ...
+
+    @abstractmethod
+    def _metadata(self) -> list[tuple[str, str]]: ...
+
+    @abstractmethod
+    def _raw_method(self, method: str) -> Any: ...
+
+    @abstractmethod
+    def _retrying(self, what: str, attempt: Callable[[], T]) -> T: ...
+
+    @abstractmethod
+    def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any: ...
+
+    @abstractmethod
+    def send_batch(self, topic: str, messages: Iterable[Any]) -> list[SendReceipt]: ...
+
+    send_columns: Callable[..., list[SendReceipt]]  # the client's (columns as keywords)
+
+    def send_batch_async(self, topic: str, messages: Iterable[Any]) -> PendingSend:
+        """:meth:`send_batch` without waiting for the answer: the request joins the
+        requests in flight (at most ``max_in_flight``; message groups kept in order, see
+        :mod:`broker_core.client.in_flight`). ``result()`` gives the receipts or raises;
+        :meth:`flush` waits for every request in flight."""
+        items = list(messages)
+        groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group
+                  for m in items]  # fmt: skip
+        if self.cluster is not None:
+            return self._window.finished(self.send_batch(topic, items))
+        if items and not any(groups) and all(type(m) is bytes for m in items):
+            return self.send_columns_async(topic, items)
+        request, count = wire.encode_messages(topic, items, namespace=self.namespace)
+        return self._submit(request, count, groups)
+
+    def send_columns_async(self, topic: str, bodies: Sequence[bytes], **columns: Any
+                           ) -> PendingSend:  # fmt: skip
+        """:meth:`send_columns` without waiting (see :meth:`send_batch_async`)."""
+        if self.cluster is not None:
+            return self._window.finished(self.send_columns(topic, bodies, **columns))
+        plain = not any(columns.get("message_groups") or ()) and \
+            not any(columns.get("delivery_ms") or ())  # fmt: skip
+        if plain and self.bulk and not self.namespace and self._bulk_offered is not False:
+            pending = self._submit_bulk(topic, bodies, **{
+                name: columns.get(name) for name in ("tags", "keys", "properties")})  # fmt: skip
+            if pending is not None:
+                return pending
+        request = wire.encode_send_request(topic, bodies, namespace=self.namespace, **columns)
+        return self._submit(request, len(bodies), columns.get("message_groups"))
+
+    def flush(self) -> None:
+        """Wait for every send request in flight; raise the first error among them."""
+        self._window.flush()
+
+    def _submit(self, request: bytes, count: int, groups: Iterable[str | None] | None
+                ) -> PendingSend:  # fmt: skip
+        if not count:
+            raise InvalidArgumentError("send_batch needs at least one message")
+        send = self._raw_method("SendMessage")
+
+        def decode(response: Any) -> list[SendReceipt]:
+            return receipts_of(response, count)
+
+        return self._window.submit(
+            lambda: send.future(request, timeout=self.timeout_s, metadata=self._metadata()),
+            decode, lambda: decode(self.call("SendMessage", request)), count,
+            frozenset(g for g in groups or () if g))  # fmt: skip
+
+    def _submit_bulk(self, topic: str, bodies: Sequence[bytes], **columns: Any
+                     ) -> PendingSend | None:  # fmt: skip
+        """Send plain messages with SendBulk; None when the broker does not offer it (it
+        is asked once per client: the first bulk send waits for its answer)."""
+        request, ids = bulk.encode_bulk(topic, bodies, **columns)
+        call = self._raw_methods.get(bulk.SEND_PATH)
+        if call is None:
+            call = self._channel_for_process().unary_unary(bulk.SEND_PATH)
+            self._raw_methods[bulk.SEND_PATH] = call
+
+        def once() -> list[SendReceipt]:
+            return bulk.bulk_receipts(call(request, timeout=self.timeout_s,
+                                           metadata=self._metadata()), ids)  # fmt: skip
+
+        if self._bulk_offered is None:
+            try:
+                receipts = self._retrying("SendBulk", once)
+            except UnsupportedError:
+                self._bulk_offered = False
+                return None
+            self._bulk_offered = True
+            return self._window.finished(receipts)
+        return self._window.submit(
+            lambda: call.future(request, timeout=self.timeout_s, metadata=self._metadata()),
+            lambda response: bulk.bulk_receipts(response, ids),
+            lambda: self._retrying("SendBulk", once), len(bodies), frozenset())  # fmt: skip

@@ -1,0 +1,59 @@
+"""Several send requests in flight: all stored, bounded, message groups in order, errors kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core import errors
+from broker_core.client import RocketMQClient
+from tests.server.conftest import BrokerProcess
+
+
+def test_async_sends_are_all_stored_with_a_bounded_window(broker: BrokerProcess) -> None:
+    with RocketMQClient(broker.endpoint, max_in_flight=3) as client:
+        client.create_topic("inflight", queues=1)
+        pending = []
+        for n in range(12):
+            pending.append(client.send_batch_async("inflight", [b"%d-%d" % (n, i)
+                                                                for i in range(40)]))  # fmt: skip
+            assert len(client._window.open) <= 3
+        client.flush()
+        offsets = sorted(r.offset for p in pending for r in p.result())
+        assert offsets == list(range(12 * 40))
+
+
+def test_a_message_group_keeps_its_order_across_requests(broker: BrokerProcess) -> None:
+    with RocketMQClient(broker.endpoint, max_in_flight=5) as client:
+        client.create_topic("inflight-fifo", queues=1, message_type="FIFO")
+        pending = [client.send_columns_async("inflight-fifo", [b"g%03d" % n] * 20,
+                                             message_groups=["g"] * 20)
+                   for n in range(15)]  # fmt: skip
+        client.flush()
+        offsets = [r.offset for p in pending for r in p.result()]
+        assert offsets == sorted(offsets) == list(range(300))
+
+
+def test_a_failed_request_raises_and_the_others_are_stored(broker: BrokerProcess) -> None:
+    with RocketMQClient(broker.endpoint, max_in_flight=4) as client:
+        client.create_topic("inflight-bad", queues=1)
+        good = client.send_batch_async("inflight-bad", [b"a"] * 10)
+        bad = client.send_batch_async("inflight-bad", [b"x" * (5 << 20)])
+        after = client.send_batch_async("inflight-bad", [b"b"] * 10)
+        with pytest.raises(errors.MessageTooLargeError):
+            client.flush()
+        with pytest.raises(errors.MessageTooLargeError):
+            bad.result()
+        assert sorted(r.offset for r in good.result() + after.result()) == list(range(20))
+
+
+def test_sync_sends_wait_behind_async_ones(broker: BrokerProcess) -> None:
+    with RocketMQClient(broker.endpoint, max_in_flight=5) as client:
+        client.create_topic("inflight-mixed", queues=1)
+        early = client.send_batch_async("inflight-mixed", [b"e"] * 30)
+        late = client.send_batch("inflight-mixed", [b"l"] * 5)
+        assert early.done and len(early.result()) == 30 and len(late) == 5
+
+
+def test_max_in_flight_must_be_positive() -> None:
+    with pytest.raises(errors.InvalidArgumentError):
+        RocketMQClient("127.0.0.1:1", max_in_flight=0)

@@ -1,0 +1,192 @@
+"""SendBulk stores what SendMessage and the store API store, refuses what they refuse.
+
+The same messages sent three ways — as a bulk frame (``convert_bulk``), as the official
+SendMessage (``convert_columns``) and through the store API (``Broker.send`` of
+``Message`` objects, what ``convert_in`` produces) — into three brokers with the same
+clock must leave byte-identical commitlogs and consume queues. Then over real gRPC: our
+client takes SendBulk when the broker offers it and falls back to SendMessage when not.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_core.broker.broker import Broker
+from broker_core.client import RocketMQClient
+from broker_core.config import BrokerConfig
+from broker_core.errors import (
+    InvalidMessageIdError,
+    InvalidPropertyError,
+    InvalidTagError,
+    MessageCorruptedError,
+    MessageTooLargeError,
+    RocketMQError,
+)
+from broker_core.protocol.bulk_send import decode_request, encode_request
+from broker_core.server.convert_bulk import to_column_batch
+from tests.server.conftest import BrokerProcess
+from tests.server.test_send_lanes import (
+    LIMITS,
+    PEER,
+    T0,
+    files,
+    plain_batch,
+    send_fast,
+    send_general,
+)
+from tests.store.conftest import small_config
+
+WAYS = ("bulk", "official", "store_api")
+
+
+def frame_of(protos: list[Any]) -> bytes:
+    """The bulk frame of plain protobuf messages (one born time and host per batch)."""
+    props = []
+    for proto in protos:
+        sp = proto.system_properties
+        text = f"UNIQ_KEY\x01{sp.message_id}\x02"
+        text += f"TAGS\x01{sp.tag}\x02" if sp.tag else ""
+        text += f"KEYS\x01{' '.join(sp.keys)}\x02" if sp.keys else ""
+        text += "".join(f"{k}\x01{v}\x02" for k, v in proto.user_properties.items())
+        props.append(text.encode())
+    return encode_request(protos[0].topic.name, [p.body for p in protos], props,
+                          born_timestamp_ms=T0, born_host="10.0.0.7")  # fmt: skip
+
+
+def send_bulk(broker: Broker, frame: bytes) -> list[int]:
+    batch = to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
+    return broker.send_columns(batch).tolist()
+
+
+def batch_without_born_times(count: int) -> list[Any]:
+    protos = plain_batch(count)
+    for proto in protos:
+        proto.system_properties.ClearField("born_timestamp")
+    return protos
+
+
+@pytest.fixture
+def brokers(tmp_path: Path) -> Iterator[dict[str, Broker]]:
+    made = {way: Broker(BrokerConfig(default_queue_nums=4), small_config(tmp_path / way),
+                        clock_ms=lambda: T0) for way in WAYS}  # fmt: skip
+    for b in made.values():
+        b.start()
+    yield made
+    for b in made.values():
+        b.stop()
+
+
+def test_bulk_official_and_store_api_store_the_same_bytes(brokers: dict[str, Broker],
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    for size in (1, 37, 300, 5):  # 300 messages spill over a 64 KiB commitlog segment
+        protos = batch_without_born_times(size)
+        offsets = send_bulk(brokers["bulk"], frame_of(protos))
+        assert offsets == send_fast(brokers["official"], protos)
+        assert offsets == send_general(brokers["store_api"], protos)
+    for b in brokers.values():
+        assert b.store.wait_dispatched()
+        b.stop()
+    for part in ("commitlog", "consumequeue"):
+        stored = {way: files(tmp_path / way / part) for way in WAYS}
+        assert stored["bulk"] == stored["official"] == stored["store_api"]
+
+
+def _props(i: int) -> bytes:
+    return f"UNIQ_KEY\x01ID{i}\x02".encode()
+
+
+BAD_FRAMES = {
+    "no message id": (InvalidMessageIdError, [b"TAGS\x01a\x02"]),
+    "system key": (InvalidPropertyError, [b"UNIQ_KEY\x01ID\x02DELAY\x013\x02"]),
+    "bar in tag": (InvalidTagError, [b"UNIQ_KEY\x01ID\x02TAGS\x01a|b\x02"]),
+    "no trailing separator": (InvalidPropertyError, [b"UNIQ_KEY\x01ID"]),
+    "not utf-8": (MessageCorruptedError, [b"UNIQ_KEY\x01\xff\x02"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FRAMES))
+def test_bad_properties_refuse_the_whole_batch(brokers: dict[str, Broker], case: str) -> None:
+    error, props = BAD_FRAMES[case]
+    frame = encode_request("lanes", [b"a", b"b"], [_props(0), *props], born_timestamp_ms=T0,
+                           born_host="10.0.0.7")  # fmt: skip
+    with pytest.raises(error):
+        send_bulk(brokers["bulk"], frame)
+    assert brokers["bulk"].store.commitlog.max_offset == 0
+
+
+def test_a_body_crc_mismatch_or_cut_frame_is_refused(brokers: dict[str, Broker]) -> None:
+    frame = bytearray(encode_request("lanes", [b"abc"], [_props(0)], born_timestamp_ms=T0,
+                                     born_host="10.0.0.7"))  # fmt: skip
+    body_at = frame.index(b"abc")
+    frame[body_at] ^= 0x01
+    with pytest.raises(MessageCorruptedError, match="CRC"):
+        send_bulk(brokers["bulk"], bytes(frame))
+    with pytest.raises(MessageCorruptedError):
+        send_bulk(brokers["bulk"], bytes(frame[:-1]))
+    big = encode_request("lanes", [b"x" * (LIMITS.max_body_bytes + 1)], [_props(0)],
+                         born_timestamp_ms=T0, born_host="10.0.0.7")  # fmt: skip
+    with pytest.raises(MessageTooLargeError):
+        send_bulk(brokers["bulk"], big)
+    assert brokers["bulk"].store.commitlog.max_offset == 0
+
+
+def test_our_client_sends_bulk_and_reads_back(broker_process: BrokerProcess) -> None:
+    with RocketMQClient(broker_process.endpoint) as client:
+        client.create_topic("bulk-e2e", queues=2)
+        receipts = client.send_columns("bulk-e2e", [b"m%d" % i for i in range(50)],
+                                       tags=["t"] * 50, keys=[[f"k{i}"] for i in range(50)],
+                                       properties=[{"region": "eu"}] * 50)  # fmt: skip
+        assert client._bulk_offered is True
+        got = []
+        for queue_id in (0, 1):
+            got += client.pull("g-bulk", "bulk-e2e", queue_id, 0, 100).messages
+        assert sorted(m.body for m in got) == sorted(b"m%d" % i for i in range(50))
+        assert {m.tag for m in got} == {"t"} and {m.properties["region"] for m in got} == {"eu"}
+        assert sorted(m.message_id for m in got) == sorted(r.message_id for r in receipts)
+        with pytest.raises(RocketMQError):
+            client.send_columns("bulk-e2e", [b"x" * (5 << 20)])
+
+
+def test_our_client_falls_back_to_send_message() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.noop_broker"], stdout=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        with RocketMQClient(f"127.0.0.1:{port}") as client:
+            assert len(client.send_batch("t", [b"a", b"b"])) == 2
+            assert client._bulk_offered is False
+            assert len(client.send_columns("t", [b"c"])) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_crc_of_a_frame_is_the_bodys() -> None:
+    frame = encode_request("t", [b"abc"], [_props(0)], born_timestamp_ms=1, born_host="h")
+    assert decode_request(frame).body_crcs.tolist() == [zlib.crc32(b"abc")]
+
+
+@pytest.mark.parametrize("ids", [["ID1", "ID2"], ["ID1", "é-2"], ["I" * 128, "x"]])
+def test_ids_alone_are_read_as_arrays_or_parsed_alike(ids: list[str]) -> None:
+    props = [f"UNIQ_KEY\x01{i}\x02".encode() for i in ids]
+    frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0,
+                           born_host="10.0.0.7")  # fmt: skip
+    batch = to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
+    assert batch.index_keys == [[i] for i in ids] and batch.tags_codes.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("bad_id", ["   ", "", "I" * 129, "a\x01b"])
+def test_a_bad_id_alone_is_refused(bad_id: str) -> None:
+    props = [_props(0), f"UNIQ_KEY\x01{bad_id}\x02".encode()]
+    frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0,
+                           born_host="10.0.0.7")  # fmt: skip
+    with pytest.raises((InvalidMessageIdError, InvalidPropertyError)):
+        to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
