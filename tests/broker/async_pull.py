@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-from broker_core.protocol.filters import MessageFilter
 from broker_core.broker.long_polling import LongPollingService, ParkedPull, monotonic_ms
 from broker_core.broker.pull import (
     DEFAULT_PULL_MAX_BYTES,
@@ -17,6 +16,7 @@ from broker_core.broker.pull import (
     PullRequest,
     PullResult,
 )
+from broker_core.protocol.filters import MessageFilter
 
 
 async def pull_async(
