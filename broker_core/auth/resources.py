@@ -10,7 +10,7 @@ someone decides its rights). An empty list needs authentication only.
 SendMessage, EndTransaction, RecallMessage  Pub on every topic of the request
 ReceiveMessage, PullMessage, AckMessage,    Sub on the topic and Sub on the group
 ChangeInvisibleDuration, Forward…DLQ,
-QueryAssignment, Bulk/PullRaw
+QueryAssignment, Bulk/PullRaw (Sub), Bulk/SendBulk (Pub on the frame's topic)
 UpdateOffset                                Sub or Update on the topic and on the group
 GetOffset, QueryOffset                      Sub or Get on the topic (and group)
 QueryRoute                                  Pub, Sub or Get on the topic
@@ -32,6 +32,8 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from broker_core.auth.acl import Action
+from broker_core.errors import RocketMQError
+from broker_core.protocol import bulk_send
 
 Need = tuple[str, str, tuple[Action, ...]]
 A = Action
@@ -115,6 +117,14 @@ _BULK: Final[dict[str, Callable[[dict[str, Any]], list[Need]]]] = {
 }
 
 
+def _bulk_topic(raw: Any) -> str:
+    """The topic of a SendBulk frame ("" when the frame does not parse: refused either way)."""
+    try:
+        return bulk_send.decode_request(bytes(raw)).topic
+    except (RocketMQError, TypeError, ValueError):
+        return ""
+
+
 def _json(raw: Any) -> dict[str, Any]:
     """A JSON request's fields ({} when it does not parse: the handler refuses it)."""
     try:
@@ -129,6 +139,8 @@ def requirements(service: str, method: str, request: Any) -> list[Need] | None:
     if service == MESSAGING:
         rule = _MESSAGING.get(method)
         return rule(request) if rule is not None else None
+    if service == BULK and method == "SendBulk":  # a binary frame, not JSON
+        return [_topic(_bulk_topic(request), PUB)]
     table = _ADMIN if service == ADMIN else _BULK if service == BULK else None
     if table is None or method not in table:
         return None
