@@ -118,3 +118,22 @@ def start_cluster_broker(workdir: Path, namesrv: str, broker_name: str | None = 
     if broker_name is not None:
         args += ["--broker-name", broker_name]
     return launch_broker(workdir, config=config, extra_args=args)
+
+
+def send_numbered(endpoint: str, topic: str, count: int, timeout_s: float = 60.0) -> None:
+    """Send ``m-000000`` … with the official Producer through ``endpoint`` only (async,
+    every future awaited): the route it is given decides which broker groups get them."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
+    producer.startup()
+    try:
+        futures = []
+        for i in range(count):
+            message = Message()
+            message.topic, message.body = topic, b"m-%06d" % i
+            futures.append(producer.send_async(message))
+        for future in futures:
+            future.result(timeout=timeout_s)
+    finally:
+        producer.shutdown()

@@ -16,9 +16,7 @@ from rocketmq import (
     ConsumeResult,
     Credentials,
     FilterExpression,
-    Message,
     MessageListener,
-    Producer,
     PushConsumer,
     SimpleConsumer,
 )
@@ -31,6 +29,7 @@ from broker_core.client import OutgoingMessage, RocketMQClient
 from broker_core.cluster.local import LocalCluster
 from broker_core.errors import RocketMQError, TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
+from tests.cluster_procs import send_numbered
 from tests.server.test_pull_and_offsets import split_stream
 from tests.server.test_simple_consumer import ack, change_invisible, receive
 
@@ -135,18 +134,7 @@ def send_and_receive_through_one_broker(cluster: LocalCluster, topic: str, count
     and every broker group holds some."""
     endpoint = cluster.endpoints["broker-a"]
     create_everywhere(cluster, topic)
-    producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
-    producer.startup()
-    try:
-        futures = []
-        for i in range(count):
-            message = Message()
-            message.topic, message.body = topic, b"m-%06d" % i
-            futures.append(producer.send_async(message))
-        for future in futures:
-            future.result(timeout=60)
-    finally:
-        producer.shutdown()
+    send_numbered(endpoint, topic, count)
     holdings = held(cluster, topic)
     assert sum(holdings.values()) == count and all(holdings[name] > 0 for name in BROKERS), \
         holdings  # fmt: skip

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from broker_core.cli_cluster import create_topic_everywhere
 from broker_core.client import RocketMQClient
@@ -27,6 +26,7 @@ from broker_core.namesrv.client import NameServerClient
 from connector.options import parse_read_options
 from connector.sink_options import parse_sink_options
 from tests.cluster.conftest import start_cluster
+from tests.cluster_procs import send_numbered
 from tests.connector.conftest import run_available_now
 
 GROUPS = ("broker-a", "broker-b", "broker-c")
@@ -94,19 +94,7 @@ def test_official_producer_through_one_broker_then_spark_reads_every_message_onc
     """Issue 12's acceptance: sent through broker-a's endpoint only, read via namesrv."""
     topic = f"ns-official-{count}"
     create(cluster, topic, GROUPS)
-    producer = Producer(ClientConfiguration(cluster.endpoints["broker-a"], Credentials()),
-                        (topic,))  # fmt: skip
-    producer.startup()
-    try:
-        futures = []
-        for i in range(count):
-            message = Message()
-            message.topic, message.body = topic, b"m-%06d" % i
-            futures.append(producer.send_async(message))
-        for future in futures:
-            future.result(timeout=120)
-    finally:
-        producer.shutdown()
+    send_numbered(cluster.endpoints["broker-a"], topic, count, timeout_s=120)
     held = {}
     for group in GROUPS:
         with RocketMQClient(cluster.endpoints[group]) as client:
