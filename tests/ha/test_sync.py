@@ -13,8 +13,10 @@ from broker_core.client import RocketMQClient
 from broker_core.errors import InSyncReplicasNotEnoughError, ReplicationTimeoutError
 from tests.ha.conftest import Group, wait_replicated, wait_until
 
+# The catch-up window is wide enough that a slave slowed by a loaded machine (not frozen)
+# stays in the set; the freeze tests wait it out.
 SYNC = {"replication": "sync", "sync_replication_timeout_ms": 500,
-        "ha_catch_up_window_ms": 2_500}  # fmt: skip
+        "ha_catch_up_window_ms": 5_000}  # fmt: skip
 
 
 def in_sync(client: RocketMQClient) -> dict[str, int]:
@@ -54,7 +56,7 @@ def test_a_frozen_slave_times_out_sync_sends_until_it_leaves_the_set(
                 master.send("ha-sync", b"held")
             assert time.monotonic() - started >= 0.45
             # Past the catch-up window the slave leaves and sends proceed without it.
-            seen = send_until_ok(master, "ha-sync", 10)
+            seen = send_until_ok(master, "ha-sync", 20)
             assert set(seen) <= {ReplicationTimeoutError}
             assert in_sync(master) == {}
         finally:

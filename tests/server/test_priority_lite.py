@@ -46,7 +46,7 @@ def topics(broker_process: BrokerProcess) -> BrokerProcess:
 
 
 def _config(broker: BrokerProcess) -> ClientConfiguration:
-    return ClientConfiguration(broker.endpoint, Credentials())
+    return ClientConfiguration(broker.endpoint, Credentials(), request_timeout=10)
 
 
 @pytest.fixture(scope="module")
