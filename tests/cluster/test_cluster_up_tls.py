@@ -61,6 +61,8 @@ def test_cluster_up_tls_serves_tls_and_metrics(tmp_path: Path) -> None:
             client.send_batch("up-tls", [(b"one",), (b"two",)])
             batch = client.pull("GID_up_tls", "up-tls", 0, 0, 10)
             assert [m.body for m in batch.messages] == [b"one", b"two"]
+        with RocketMQClient(namesrv=printed["namesrv"][0], ca_file=ca) as routed:
+            assert routed.send("up-tls", b"three").offset == 2  # route read over TLS
         namesrv = NameServerClient(printed["namesrv"][0], ssl_context=client_context(ca))
         try:
             assert name in namesrv.get_cluster_info().brokers
