@@ -186,8 +186,8 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
             click.echo(f"namesrv {local.namesrv}")
             for name, endpoint in local.endpoints.items():
                 click.echo(f"broker {name} {endpoint}")
-            for name, metrics in local.metrics_endpoints.items():
-                click.echo(f"metrics {name} http://{metrics}/metrics")
+            for name, url in local.metrics_urls.items():
+                click.echo(f"metrics {name} {url}")
             if secure is not None:
                 click.echo(f"ca {secure.ca_file}")
                 click.echo(f"export RMQ_CA_FILE={secure.ca_file} "

@@ -138,14 +138,16 @@ class LocalCluster:
     etcd_url: str = ""
     etcd_process: subprocess.Popen[bytes] | None = None
     metrics: bool = False  # each broker serves /metrics on a free loopback port
-    metrics_endpoints: dict[str, str] = field(default_factory=dict)  # broker key -> host:port
 
     def _own_args(self, key: str) -> list[str]:
-        """Flags of broker ``key`` alone: its ``--metrics-listen`` when metrics are on."""
-        if not self.metrics:
-            return []
-        self.metrics_endpoints[key] = f"127.0.0.1:{free_port()}"
-        return ["--metrics-listen", self.metrics_endpoints[key]]
+        """Flags of broker ``key`` alone: ``--metrics-listen`` (any free port) when on."""
+        return ["--metrics-listen", "127.0.0.1:0"] if self.metrics else []
+
+    @property
+    def metrics_urls(self) -> dict[str, str]:
+        """Broker key -> the ``/metrics`` URL it printed (``METRICS URL``) before READY."""
+        return {key: line.split()[1] for key, proc in self.brokers.items()
+                for line in list(proc.output) if line.startswith("METRICS ")}  # fmt: skip
 
     def start(self, broker_count: int, *, namesrv_args: list[str] | None = None) -> LocalCluster:
         """Start the NameServer and ``broker_count`` brokers; returns self once all are

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import http.client
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -33,19 +31,10 @@ def _up(tmp_path: Path) -> tuple[subprocess.Popen[str], dict[str, list[str]]]:
 
 
 def _scrape(url: str, timeout_s: float = 10.0) -> str:
-    """GET ``url``'s body. Retried within ``timeout_s`` on a garbled status line: once in
-    about six runs the stdlib HTTP server behind prometheus_client answered ``1.0 200 OK``
-    (cause not found yet; see the report of the tlsx branch)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as response:
-                assert response.status == 200
-                return str(response.read().decode())
-        except http.client.HTTPException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    """GET ``url``'s body (status 200)."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        assert response.status == 200
+        return str(response.read().decode())
 
 
 def test_cluster_up_tls_serves_tls_and_metrics(tmp_path: Path) -> None:
