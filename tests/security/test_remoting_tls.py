@@ -3,6 +3,9 @@ read over TLS; plaintext and untrusted clients are refused and the servers keep 
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +19,7 @@ from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting.tls import client_context
+from broker_core.server.launcher import ROOT
 from tests.cluster_procs import NamesrvProcess, start_namesrv, stop_namesrv
 from tests.security.conftest import start_with
 from tests.security.pki import Pki, make_pki, tls_toml
@@ -110,3 +114,31 @@ def test_namesrv_with_tls_ca_requires_a_client_certificate(pki: Pki) -> None:
         assert _ping(addr, ssl_context=with_cert) == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     finally:
         assert stop_namesrv(proc) == 0, "".join(proc.output[-40:])
+
+
+def test_rmq_namesrv_start_serves_tls(pki: Pki) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from broker_core.cli import main; main()", "namesrv", "start",
+         "--listen", "127.0.0.1:0", "--tls-cert", str(pki.server_cert),
+         "--tls-key", str(pki.server_key)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        addr = proc.stdout.readline().split()[1]  # READY host:port
+        assert _ping(addr, ssl_context=client_context(str(pki.ca))) == (
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+        with pytest.raises(RemotingConnectError):
+            _ping(addr)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+
+
+def test_namesrv_tls_flags_are_checked(pki: Pki) -> None:
+    from broker_core.errors import ConfigError
+    from broker_core.namesrv.server import run
+
+    with pytest.raises(ConfigError, match="give both --tls-cert and --tls-key"):
+        run(["--listen", "127.0.0.1:0", "--tls-cert", str(pki.server_cert)])
+    with pytest.raises(ConfigError, match="cannot load"):
+        run(["--listen", "127.0.0.1:0", "--tls-cert", str(pki.ca), "--tls-key", str(pki.ca)])
