@@ -188,14 +188,19 @@ def namesrv() -> None:
               help="how often expired brokers are looked for")
 @click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=120_000,
               show_default=True, help="a broker silent this long is dropped from routes")
-def namesrv_start(listen: str, scan_interval_ms: int, broker_expiry_ms: int) -> None:
+@click.option("--tls-cert", default=None, help="PEM certificate: serve TLS (with --tls-key)")
+@click.option("--tls-key", default=None, help="PEM private key of --tls-cert")
+@click.option("--tls-ca", default=None, help="PEM CA: require client certificates it signed")
+def namesrv_start(listen: str, scan_interval_ms: int, broker_expiry_ms: int,
+                  tls_cert: str | None, tls_key: str | None, tls_ca: str | None) -> None:
     """Start a NameServer in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.namesrv.server import run
 
     timers = ["--scan-interval-ms", str(scan_interval_ms)]
     timers += ["--broker-expiry-ms", str(broker_expiry_ms)]
+    tls = [f"--tls-{k}={v}" for k, v in (("cert", tls_cert), ("key", tls_key), ("ca", tls_ca)) if v]
     try:
-        code = run(["--listen", listen, *timers])
+        code = run(["--listen", listen, *timers, *tls])
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
     raise SystemExit(code)

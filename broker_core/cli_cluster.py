@@ -158,18 +158,25 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
                   help="brokers per group (sync replication)")
     @click.option("--controller", is_flag=True,
                   help="also start etcd; each group elects its master (needs etcd installed)")
+    @click.option("--tls", is_flag=True,
+                  help="serve TLS everywhere with a throwaway CA (its path is printed)")
     def cluster_up(count: int, directory: str, register_interval_ms: int, replicas: int,
-                   controller: bool) -> None:  # fmt: skip
-        """Run a NameServer and N broker groups on loopback until Ctrl-C/SIGTERM."""
+                   controller: bool, tls: bool) -> None:  # fmt: skip
+        """Run a NameServer and N broker groups on loopback until Ctrl-C/SIGTERM; every
+        broker serves Prometheus metrics on a free port (printed as ``metrics NAME URL``)."""
         from broker_core.cluster.local import LocalCluster
+        from broker_core.cluster.tls import enable_tls
 
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        secure = enable_tls(Path(directory)) if tls else None
+        config = {"tls": secure.broker_tls} if secure else {}
         local = LocalCluster(Path(directory), register_interval_ms=register_interval_ms,
-                             replicas=replicas, controller=controller)  # fmt: skip
+                             replicas=replicas, controller=controller, metrics=True,
+                             broker_config=config)  # fmt: skip
         try:
-            local.start(count)
+            local.start(count, namesrv_args=secure.namesrv_args if secure else None)
         except RuntimeError as exc:
             raise click.ClickException(str(exc)) from None
         dead: list[str] = []
@@ -179,6 +186,12 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
             click.echo(f"namesrv {local.namesrv}")
             for name, endpoint in local.endpoints.items():
                 click.echo(f"broker {name} {endpoint}")
+            for name, url in local.metrics_urls.items():
+                click.echo(f"metrics {name} {url}")
+            if secure is not None:
+                click.echo(f"ca {secure.ca_file}")
+                click.echo(f"export RMQ_CA_FILE={secure.ca_file} "
+                           f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={secure.ca_file}")  # fmt: skip
             click.echo("READY")
             while not stop.wait(0.5) and not dead:
                 dead = [n for n, p in local.brokers.items() if p.process.poll() is not None]

@@ -45,13 +45,15 @@ def start_namesrv(
     port: int = 0,
     scan_interval_ms: int = 5_000,
     broker_expiry_ms: int = 120_000,
+    extra_args: list[str] | None = None,
 ) -> tuple[NamesrvProcess, str]:
-    """Start a NameServer on ``127.0.0.1:port`` (0 = a free port) and wait until it accepts."""
+    """Start a NameServer on ``127.0.0.1:port`` (0 = a free port) and wait until it accepts
+    (``extra_args``, e.g. ``--tls-cert``, go to its command line as they are)."""
     proc = NamesrvProcess(
         [
             sys.executable, "-m", "broker_core.namesrv", "--listen", f"127.0.0.1:{port}",
             "--scan-interval-ms", str(scan_interval_ms),
-            "--broker-expiry-ms", str(broker_expiry_ms),
+            "--broker-expiry-ms", str(broker_expiry_ms), *(extra_args or []),
         ],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

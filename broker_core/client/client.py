@@ -152,7 +152,8 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
             RocketMQClient, timeout_s=timeout_s, client_id=client_id, max_attempts=max_attempts,
             retry_backoff_s=retry_backoff_s, namespace=namespace, access_key=access_key,
             secret_key=secret_key, tls=tls, ca_file=ca_file, cert_file=cert_file,
-            key_file=key_file, max_in_flight=max_in_flight, bulk=bulk))  # fmt: skip
+            key_file=key_file, max_in_flight=max_in_flight, bulk=bulk),
+            tls_files=(ca_file, cert_file, key_file) if self.tls else None)  # fmt: skip
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s

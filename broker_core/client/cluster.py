@@ -44,7 +44,12 @@ class ClusterRouting:
     """Routes and per-broker clients of one cluster client; see the module docstring."""
 
     def __init__(self, namesrv: str, make_client: Callable[[str], Any], *,
-                 route_ttl_ms: int = DEFAULT_ROUTE_TTL_MS) -> None:  # fmt: skip
+                 route_ttl_ms: int = DEFAULT_ROUTE_TTL_MS,
+                 tls_files: tuple[str | None, str | None, str | None] | None = None
+                 ) -> None:  # fmt: skip
+        """``tls_files`` (CA, client certificate, client key; None each = none): talk
+        TLS to the NameServers too; None: plain, unless ``RMQ_CA_FILE``/``RMQ_TLS`` say TLS."""
+        self.tls_files = tls_files
         if not namesrv or not namesrv.strip():
             raise InvalidArgumentError("namesrv must be HOST:PORT[;HOST:PORT]")
         self.namesrv = namesrv
@@ -61,7 +66,7 @@ class ClusterRouting:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namesrv": self.namesrv, "route_ttl_ms": self.route_ttl_ms,
-                "_make_client": self._make_client}  # fmt: skip
+                "_make_client": self._make_client, "tls_files": self.tls_files}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -72,13 +77,15 @@ class ClusterRouting:
         """This process's route cache (made on first use)."""
         from broker_core.cluster.routes import ClusterRoutes
         from broker_core.namesrv.client import NameServerClient
+        from broker_core.remoting.tls import client_context
 
         with self._lock:
             if self._routes is None or self._pid != os.getpid():
                 if self._pid != os.getpid():
                     self._clients = {}  # a forked copy never uses its parent's channels
                 self._pid = os.getpid()
-                self._routes = ClusterRoutes(NameServerClient(self.namesrv),
+                context = client_context(*self.tls_files) if self.tls_files else None
+                self._routes = ClusterRoutes(NameServerClient(self.namesrv, ssl_context=context),
                                              ttl_ms=self.route_ttl_ms)  # fmt: skip
             return self._routes
 

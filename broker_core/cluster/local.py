@@ -137,6 +137,17 @@ class LocalCluster:
     replication: str = "sync"
     etcd_url: str = ""
     etcd_process: subprocess.Popen[bytes] | None = None
+    metrics: bool = False  # each broker serves /metrics on a free loopback port
+
+    def _own_args(self, key: str) -> list[str]:
+        """Flags of broker ``key`` alone: ``--metrics-listen`` (any free port) when on."""
+        return ["--metrics-listen", "127.0.0.1:0"] if self.metrics else []
+
+    @property
+    def metrics_urls(self) -> dict[str, str]:
+        """Broker key -> the ``/metrics`` URL it printed (``METRICS URL``) before READY."""
+        return {key: line.split()[1] for key, proc in self.brokers.items()
+                for line in list(proc.output) if line.startswith("METRICS ")}  # fmt: skip
 
     def start(self, broker_count: int, *, namesrv_args: list[str] | None = None) -> LocalCluster:
         """Start the NameServer and ``broker_count`` brokers; returns self once all are
@@ -163,7 +174,7 @@ class LocalCluster:
         proc = launch_broker(self.directory / name, config=self.broker_config, extra_args=[
             "--namesrv", self.namesrv, "--broker-name", name,
             "--register-interval-ms", str(self.register_interval_ms),
-            *self.broker_args])  # fmt: skip
+            *self._own_args(name), *self.broker_args])  # fmt: skip
         self.brokers[name] = proc
         if wait:
             wait_registered(self.namesrv, [name])
@@ -185,7 +196,8 @@ class LocalCluster:
                 args += ["--broker-id", str(i), "--ha-master", master_ha]
             proc = launch_broker(self.directory / key.replace("/", "-"), config=self.broker_config,
                                  listen=f"127.0.0.1:{free_port()}",
-                                 extra_args=[*args, *self.broker_args])  # fmt: skip
+                                 extra_args=[*args, *self._own_args(key),
+                                             *self.broker_args])  # fmt: skip
             master_ha = master_ha or proc.ha_endpoint
             self.brokers[key] = proc
 

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -45,6 +46,7 @@ from broker_core.namesrv.model import (
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
+from broker_core.remoting.tls import client_context_from_env
 
 __all__ = [
     "BrokerData",
@@ -75,9 +77,14 @@ def parse_addrs(addrs: str | Sequence[str]) -> list[str]:
 class NameServerClient:
     """Talks to one or more independent NameServers (see the module docstring)."""
 
-    def __init__(self, addrs: str | Sequence[str], timeout_s: float = 3.0) -> None:
+    def __init__(self, addrs: str | Sequence[str], timeout_s: float = 3.0, *,
+                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
+        """``ssl_context``: TLS to the NameServers; None takes the one the environment asks
+        for (``RMQ_CA_FILE``/``RMQ_TLS``, see ``remoting/tls.py``), else plain TCP."""
         self.addrs = parse_addrs(addrs)
-        self._clients = [RemotingClient(addr, timeout_s) for addr in self.addrs]
+        context = ssl_context if ssl_context is not None else client_context_from_env()
+        self._clients = [RemotingClient(addr, timeout_s, ssl_context=context)
+                         for addr in self.addrs]  # fmt: skip
         self._pool = ThreadPoolExecutor(len(self._clients), thread_name_prefix="namesrv-client")
 
     # ---- broker side ----------------------------------------------------------------------

@@ -14,17 +14,20 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from broker_core.auth.config import TlsConfig
 from broker_core.errors import ConfigError
 from broker_core.namesrv.model import DEFAULT_HEARTBEAT_TIMEOUT_MS
 from broker_core.namesrv.processor import NameServerProcessor
 from broker_core.namesrv.route_table import RouteTable
 from broker_core.remoting.channel import Channel
 from broker_core.remoting.server import RemotingServer
+from broker_core.remoting.tls import server_context
 from broker_core.service_thread import ServiceThread, describe
 
 log = logging.getLogger(__name__)
@@ -42,13 +45,17 @@ class NameServer:
         *,
         scan_interval_ms: int = DEFAULT_SCAN_INTERVAL_MS,
         broker_expiry_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context`` (``remoting/tls.py``'s ``server_context``): serve TLS only."""
         if scan_interval_ms <= 0 or broker_expiry_ms <= 0:
             raise ConfigError("scan interval and broker expiry must be positive milliseconds")
         self.table = RouteTable(broker_expiry_ms=broker_expiry_ms)
         self.scan_interval_ms = scan_interval_ms
         handlers = NameServerProcessor(self.table).handlers()
-        self._server = RemotingServer(listen, handlers, on_close=self._on_channel_closed)
+        self._server = RemotingServer(
+            listen, handlers, on_close=self._on_channel_closed, ssl_context=ssl_context
+        )
         # A failed scan is logged and retried next interval: the scan outlives one bad pass.
         self.scanner = ServiceThread("namesrv-scan", self.scan_once, interval_ms=scan_interval_ms)
         self.address = ""
@@ -111,7 +118,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (port 0 = any)")
     parser.add_argument("--scan-interval-ms", type=int, default=DEFAULT_SCAN_INTERVAL_MS)
     parser.add_argument("--broker-expiry-ms", type=int, default=DEFAULT_HEARTBEAT_TIMEOUT_MS)
+    parser.add_argument("--tls-cert", default=None, help="PEM certificate: serve TLS")
+    parser.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-ca", default=None, help="PEM CA: require client certificates")
     return parser.parse_args(argv)
+
+
+def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The server context ``--tls-cert/--tls-key[/--tls-ca]`` ask for (None: plain TCP)."""
+    if args.tls_cert is None and args.tls_key is None:
+        if args.tls_ca is not None:
+            raise ConfigError("--tls-ca needs --tls-cert and --tls-key")
+        return None
+    if args.tls_cert is None or args.tls_key is None:
+        raise ConfigError("give both --tls-cert and --tls-key")
+    tls = TlsConfig(args.tls_cert, args.tls_key, client_ca_file=args.tls_ca,
+                    require_client_cert=args.tls_ca is not None)  # fmt: skip
+    return server_context(tls)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -119,7 +142,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     server = NameServer(
-        args.listen, scan_interval_ms=args.scan_interval_ms, broker_expiry_ms=args.broker_expiry_ms
+        args.listen,
+        scan_interval_ms=args.scan_interval_ms,
+        broker_expiry_ms=args.broker_expiry_ms,
+        ssl_context=_tls_context(args),
     )
     stop = threading.Event()
 

@@ -57,6 +57,7 @@ class Channel:
         self._pending_lock = threading.Lock()
         self._closed = threading.Event()
         self._close_reason = ""
+        self._reader: threading.Thread | None = None  # the thread in run(), once it starts
 
     def __repr__(self) -> str:
         return f"Channel(#{self.id} {self.peer}{' closed' if self.closed else ''})"
@@ -97,6 +98,7 @@ class Channel:
 
     def run(self, on_request: RequestHandler) -> None:
         """The read loop; returns when the connection closes (for whatever reason)."""
+        self._reader = threading.current_thread()
         try:
             while not self.closed:
                 cmd = read_frame(self._sock, self._max_frame_bytes)
@@ -112,9 +114,15 @@ class Channel:
             self.close(f"read failed: {exc}")
         finally:
             self.close("read loop ended")
+            with self._write_lock:  # no writer is inside the socket any more
+                self._sock.close()
 
     def close(self, reason: str = "closed locally") -> None:
-        """Close the socket and fail every waiting request; idempotent."""
+        """Shut the socket down and fail every waiting request; idempotent. While a read
+        loop runs, the loop itself closes the file descriptor once it has left the socket:
+        a TLS read in progress holds the raw descriptor number, and closing it under the
+        read let that number be reused by a new socket whose first bytes the stale read
+        then took (seen as an HTTP reply missing its first 5 bytes, a TLS record header)."""
         with self._pending_lock:
             if self._closed.is_set():
                 return
@@ -123,7 +131,8 @@ class Channel:
             pending, self._pending = self._pending, {}
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
+        if self._reader is None:  # no read loop: nobody else will close it
+            self._sock.close()
         for future in pending.values():
             future.set_exception(RemotingConnectError(f"connection to {self.peer}: {reason}"))
 

@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from dataclasses import replace
 
@@ -39,8 +40,11 @@ class RemotingClient:
     """One persistent connection to ``addr`` ("host:port"), reconnected on demand."""
 
     def __init__(
-        self, addr: str, timeout_s: float = 3.0, *, on_request: RequestHandler | None = None
+        self, addr: str, timeout_s: float = 3.0, *, on_request: RequestHandler | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context`` (see ``remoting/tls.py``): connect with TLS, else plain TCP."""
+        self._ssl_context = ssl_context
         self.addr = addr
         self.timeout_s = timeout_s
         self._target = parse_addr(addr)
@@ -90,7 +94,14 @@ class RemotingClient:
             sock = socket.create_connection(self._target, timeout=self.timeout_s)
         except OSError as exc:
             raise RemotingConnectError(f"cannot connect to {self.addr}: {exc}") from None
-        channel = Channel(sock)
+        try:
+            if self._ssl_context is not None:
+                sock = self._ssl_context.wrap_socket(sock, server_hostname=self._target[0])
+            channel = Channel(sock)
+        except OSError as exc:  # ssl.SSLError included: untrusted certificate, not TLS, ...
+            sock.close()
+            what = "TLS handshake with" if self._ssl_context is not None else "connection to"
+            raise RemotingConnectError(f"{what} {self.addr} failed: {exc}") from None
         name = f"remoting-client-{self.addr}"
         threading.Thread(
             target=channel.run, args=(self._on_request,), name=name, daemon=True

@@ -11,6 +11,8 @@ Answers: an unknown code gets ``REQUEST_CODE_NOT_SUPPORTED`` (3); a handler that
 logged with its traceback and answered ``SYSTEM_ERROR`` too: the connection and the server
 live on. A malformed frame closes that connection only. ``on_close(channel)`` runs once
 for every accepted connection when it ends (peer closed, killed, malformed frame, stop).
+With ``ssl_context`` (see ``remoting/tls.py``) every connection does a TLS handshake first,
+on its own thread: a plaintext or untrusted client is logged and dropped, the server lives on.
 
 Example::
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -32,6 +35,7 @@ from broker_core.remoting.channel import FRAME_TIMEOUT_S, Channel, RequestHandle
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting.frame import MAX_FRAME_BYTES
+from broker_core.remoting.tls import HANDSHAKE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +61,9 @@ class RemotingServer:
         on_close: Callable[[Channel], None] | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         frame_timeout_s: float = FRAME_TIMEOUT_S,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        self._ssl_context = ssl_context
         self._listen = parse_addr(listen)
         self._handlers: dict[int, RequestHandler] = dict(handlers or {})
         self._on_close = on_close
@@ -123,17 +129,25 @@ class RemotingServer:
             self._serve_in_thread(conn)
 
     def _serve_in_thread(self, conn: socket.socket) -> None:
+        name = f"remoting-conn-{conn.fileno()}"
+        threading.Thread(target=self._open, args=(conn,), name=name, daemon=True).start()
+
+    def _open(self, conn: socket.socket) -> None:
+        """Handshake (with TLS), make the channel and serve it; a failed handshake closes."""
         try:
+            if self._ssl_context is not None:
+                conn.settimeout(HANDSHAKE_TIMEOUT_S)
+                conn = self._ssl_context.wrap_socket(conn, server_side=True)
             channel = Channel(
                 conn, max_frame_bytes=self._max_frame_bytes, frame_timeout_s=self._frame_timeout_s
             )
-        except OSError:  # the peer is already gone
+        except (OSError, ValueError) as exc:  # peer gone, or TLS refused (SSLError is OSError)
+            log.warning("connection refused before serving: %s", exc)
             conn.close()
             return
         with self._lock:
             self._channels[channel.id] = channel
-        name = f"remoting-conn-{channel.id}"
-        threading.Thread(target=self._serve, args=(channel,), name=name, daemon=True).start()
+        self._serve(channel)
 
     def _serve(self, channel: Channel) -> None:
         try:

@@ -27,6 +27,7 @@ a malformed frame closes that connection only; an unknown topic is TOPIC_NOT_EXI
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 
 from broker_core.broker.broker import Broker
@@ -86,10 +87,13 @@ def _bound(ctx: RemotingContext, handler: Handler) -> RequestHandler:
 class RemotingFrontEnd:
     """A remoting listener over ``broker``; ``start()`` binds, ``stop()`` closes."""
 
-    def __init__(self, broker: Broker, listen: str, *, broker_name: str | None = None) -> None:
+    def __init__(self, broker: Broker, listen: str, *, broker_name: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
+        """``ssl_context`` (``remoting/tls.py``'s ``server_context``): serve TLS only."""
         self.ctx = RemotingContext(broker, broker_name or broker.config.broker_name)
         handlers = {code: _bound(self.ctx, h) for code, h in HANDLERS.items()}
-        self._server = RemotingServer(listen, handlers, on_close=self._on_close)
+        self._server = RemotingServer(listen, handlers, on_close=self._on_close,
+                                      ssl_context=ssl_context)  # fmt: skip
         broker.add_rebalance_listener(self._notify_group)
         broker.set_transaction_checker(chained_checker(self.ctx, broker.transaction_checker))
 

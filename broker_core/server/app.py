@@ -29,7 +29,7 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker_core.address import parse_host_port
-from broker_core.auth.config import load_security
+from broker_core.auth.config import TlsConfig, load_security
 from broker_core.auth.install import install_auth
 from broker_core.auth.tls import server_credentials
 from broker_core.broker.broker import Broker
@@ -95,14 +95,19 @@ class BrokerServer:
         self.on_stop: list[Callable[[], None]] = []  # e.g. the metrics HTTP server's shutdown
         self.metrics_endpoint: str | None = None
 
-    def add_remoting(self, listen: str, *, any_port_if_taken: bool = False) -> None:
+    def add_remoting(self, listen: str, *, any_port_if_taken: bool = False,
+                     tls: TlsConfig | None = None) -> None:  # fmt: skip
         """Serve 4.x remoting clients on ``listen`` too (before ``join_cluster``/``start``);
         binds now, so the registered ``brokerAddr`` is the real port. With
         ``any_port_if_taken`` (the default port, not one the operator asked for) a taken
-        port falls back to a free one: clients find it through the NameServer."""
+        port falls back to a free one: clients find it through the NameServer. With ``tls``
+        (the broker's ``[tls]``) the listener serves TLS only."""
+        from broker_core.remoting.tls import server_context
         from broker_core.remoting_broker.frontend import RemotingFrontEnd
 
-        self.remoting = RemotingFrontEnd(self.broker, listen, broker_name=self.ctx.broker_name)
+        context = server_context(tls) if tls is not None else None
+        self.remoting = RemotingFrontEnd(self.broker, listen, broker_name=self.ctx.broker_name,
+                                         ssl_context=context)  # fmt: skip
         try:
             self.remoting.start()
         except OSError as exc:
@@ -110,7 +115,7 @@ class BrokerServer:
                 raise ConfigError(f"--remoting-listen {listen}: {exc}") from None
             host = listen.rpartition(":")[0]
             log.warning("remoting port %s taken (%s); using a free port", listen, exc)
-            self.remoting = RemotingFrontEnd(self.broker, f"{host}:0",
+            self.remoting = RemotingFrontEnd(self.broker, f"{host}:0", ssl_context=context,
                                              broker_name=self.ctx.broker_name)  # fmt: skip
             self.remoting.start()
 
@@ -294,7 +299,7 @@ def build(args: argparse.Namespace) -> BrokerServer:
     server.controller = agent
     remoting = _remoting_listen(args)
     if remoting is not None:
-        server.add_remoting(remoting, any_port_if_taken=args.remoting_listen is None)
+        server.add_remoting(remoting, any_port_if_taken=args.remoting_listen is None, tls=tls)
     if cluster is not None:
         server.join_cluster(cluster)
     server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
