@@ -82,6 +82,7 @@ class ControllerAgent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.on_promoted: Callable[[], None] | None = None  # e.g. re-register as broker id 0
+        self.master_endpoint = ""  # the master's gRPC endpoint as last seen in etcd
 
     # ---- the lease ------------------------------------------------------------------------
 
@@ -134,6 +135,8 @@ class ControllerAgent:
     def _decide(self) -> Role | None:
         state, raw = self.etcd.state()
         members = self.etcd.members()
+        seen = members.get(state.master, {}) if state is not None else {}
+        self.master_endpoint = str(seen.get("endpoint", ""))
         if state is None:
             new = GroupState(self.node, 1, [self.node], 1,
                              [[1, epoch_log.commitlog_end(self.store_dir)]])  # fmt: skip
@@ -224,6 +227,8 @@ class ControllerAgent:
         self.etcd.put_member(self.node, self._record, self._lease)
         state, raw = self.etcd.state()
         members = self.etcd.members()
+        seen = members.get(state.master, {}) if state is not None else {}
+        self.master_endpoint = str(seen.get("endpoint", ""))
         if state is None:
             self._leave("the group's state vanished from etcd")
         elif self.role.broker_id == 0:

@@ -389,6 +389,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if agent is not None:
         agent.on_promoted = lambda: _register_as_master(server)
         agent.attach(server.broker, server.endpoint)
+        server.ctx.master_endpoint = lambda: agent.master_endpoint
     _say(f"READY {server.endpoint}")
     # A signal may land on a gRPC thread; CPython runs its handler only when the main
     # thread runs, so wait in slices instead of blocking until an event nobody sets.

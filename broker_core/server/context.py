@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,9 @@ class ServerContext:
     metrics: Recorder | None = None
     # Users and ACLs (admin verbs manage them; checked by server/guard.py when auth is on).
     auth: AuthStore | None = None
+    # Controller mode: the group master's gRPC endpoint ("" while unknown), else None
+    # (a slave forwards sends there: server/master_forward.py).
+    master_endpoint: Callable[[], str] | None = None
 
     @property
     def host(self) -> str:

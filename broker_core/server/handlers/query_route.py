@@ -49,9 +49,12 @@ def scheme_of(host: str) -> int:
 
 def broker_endpoints(ctx: ServerContext, access_point: Any | None = None) -> Any:
     """This broker's ``Endpoints``: the advertised host:port, or the client's access point
-    when we advertise a wildcard address."""
+    when we advertise a wildcard address or run in controller mode (the client dialled
+    the group; a slave forwards its sends to the master: ``server/master_forward.py``)."""
     host, port = ctx.host, ctx.port
-    if host in _WILDCARD_HOSTS and access_point is not None and access_point.addresses:
+    dialled_group = ctx.master_endpoint is not None  # controller mode: see master_forward
+    dialled = access_point is not None and access_point.addresses
+    if (host in _WILDCARD_HOSTS or dialled_group) and dialled:
         return access_point
     return pb.Endpoints(scheme=scheme_of(host), addresses=[pb.Address(host=host.strip("[]"),
                                                                     port=port)])  # fmt: skip

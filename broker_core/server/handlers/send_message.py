@@ -28,7 +28,7 @@ from rocketmq.grpc_protocol import service_pb2
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, Message
 from broker_core.protocol.status import ok
-from broker_core.server import sessions
+from broker_core.server import master_forward, sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_columns import to_columns
 from broker_core.server.convert_in import Limits, peer_address, to_messages
@@ -52,6 +52,8 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
     """Validate every message, send them in one batch, answer one entry per message."""
     if not request.messages:
         raise InvalidArgumentError("SendMessage carries no message")
+    if master_forward.should_forward(ctx):
+        return master_forward.forward_send(ctx, request, context)
     store_config = ctx.broker.store.config
     limits = Limits(store_config.max_body_bytes, store_config.max_properties_bytes)
     peer, now = peer_address(context.peer()), now_ms()
