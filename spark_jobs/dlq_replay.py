@@ -42,10 +42,10 @@ from pyspark.sql.types import BooleanType
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
-from broker_core.broker.retry import dlq_topic
 from broker_core.client import RocketMQClient
 from broker_core.errors import TopicNotFoundError
-from broker_core.server.convert_in import SYSTEM_PROPERTY_KEYS
+from broker_core.protocol.group_topics import dlq_topic
+from broker_core.protocol.properties import SYSTEM_PROPERTY_KEYS
 from spark_jobs.common import add_common, positive_int, session
 
 ORIGIN_KEYS = ("RETRY_TOPIC", "DLQ_ORIGIN_TOPIC", "REAL_TOPIC")

@@ -15,8 +15,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
-from broker_core.errors import ConfigError, InvalidArgumentError, InvalidTopicError
+from broker_core.errors import ConfigError, InvalidArgumentError
 from broker_core.protocol.durations import parse_backoff, parse_duration_ms
+from broker_core.protocol.group_topics import (  # noqa: F401  (re-exported: broker API)
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    dlq_topic,
+    group_of_retry_topic,
+    is_dlq_topic,
+    is_retry_topic,
+    retry_topic,
+)
 
 # --------------------------------------------------------------------------- delay levels
 
@@ -289,43 +298,3 @@ def next_delivery(policy: RetryPolicy, delivery_attempt: int, now_ms: int) -> Re
     )
     delay = backoff.delay_ms(delivery_attempt)
     return Retry(delay, now_ms + delay, delivery_attempt, level)
-
-
-# --------------------------------------------------------------------------- topics
-
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-
-
-def _check_group(group: str) -> str:
-    """Return ``group`` if it is a non-empty string, else raise InvalidArgumentError."""
-    if not isinstance(group, str) or not group:
-        raise InvalidArgumentError(f"group must be a non-empty string, got {group!r}")
-    return group
-
-
-def retry_topic(group: str) -> str:
-    """Return the retry topic of consumer ``group`` (``"%RETRY%" + group``)."""
-    return RETRY_PREFIX + _check_group(group)
-
-
-def dlq_topic(group: str) -> str:
-    """Return the dead-letter topic of consumer ``group`` (``"%DLQ%" + group``)."""
-    return DLQ_PREFIX + _check_group(group)
-
-
-def is_retry_topic(topic: str) -> bool:
-    """True if ``topic`` is ``"%RETRY%"`` followed by a non-empty group name."""
-    return topic.startswith(RETRY_PREFIX) and len(topic) > len(RETRY_PREFIX)
-
-
-def is_dlq_topic(topic: str) -> bool:
-    """True if ``topic`` is ``"%DLQ%"`` followed by a non-empty group name."""
-    return topic.startswith(DLQ_PREFIX) and len(topic) > len(DLQ_PREFIX)
-
-
-def group_of_retry_topic(topic: str) -> str:
-    """Return the group a retry topic belongs to; InvalidTopicError if not a retry topic."""
-    if not is_retry_topic(topic):
-        raise InvalidTopicError(f"{topic!r} is not a retry topic ({RETRY_PREFIX}<group>)")
-    return topic[len(RETRY_PREFIX) :]

@@ -1,7 +1,7 @@
 """The layer rules, checked on the AST of every module (imports inside functions count too).
 
 - ``broker_core/protocol/`` imports nothing of ours but the leaf modules errors and message;
-- ``broker_core/client/`` and ``connector/`` never import store, broker or server;
+- ``broker_core/client/``, ``connector/`` and ``spark_jobs/`` never import store, broker or server;
 - ``store`` imports neither broker nor server; ``broker`` does not import server.
 """
 
@@ -17,6 +17,7 @@ _UPPER = ("broker_core.store", "broker_core.broker", "broker_core.server")
 RULES: dict[str, tuple[str, ...]] = {
     "broker_core/client": _UPPER,
     "connector": _UPPER,
+    "spark_jobs": _UPPER,
     "broker_core/store": ("broker_core.broker", "broker_core.server"),
     "broker_core/broker": ("broker_core.server",),
 }
