@@ -56,8 +56,11 @@ def run_one(workload: str, size: str) -> dict[str, Any]:
 
 def _failure_text(lines: Sequence[str]) -> str:
     """The error lines (a JVM trace buries the Python one) and the output's tail."""
-    errors = [ln for ln in lines if ("Error" in ln or "Exception" in ln)
-              and not ln.lstrip().startswith("at ")]  # fmt: skip
+    errors = [
+        ln
+        for ln in lines
+        if ("Error" in ln or "Exception" in ln) and not ln.lstrip().startswith("at ")
+    ]
     return "".join([*dict.fromkeys(errors[:20]), "...\n", *lines[-30:]])
 
 
@@ -85,7 +88,8 @@ def load(paths: Sequence[Path]) -> list[dict[str, Any]]:
         for item in items:
             found[item["workload"]] = item  # a later file wins
     return [found[w] for w in docs.ORDER if w in found] + [
-        r for w, r in found.items() if w not in docs.ORDER]  # fmt: skip
+        r for w, r in found.items() if w not in docs.ORDER
+    ]
 
 
 def main(size: str, out: Path, from_json: Sequence[Path] = ()) -> int:
@@ -98,8 +102,15 @@ def main(size: str, out: Path, from_json: Sequence[Path] = ()) -> int:
         (out / "bench" / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     written = docs.write(results, out, size)
     print("\n".join(["wrote:", *(f"  {p}" for p in written)]))
-    summary = [f"  {r['workload']:<13} " + ("FAILED" if "error" in r else
-               f"ratio {r['ratio']:.3f}  {r['goal_text']}: "
-               f"{'met' if r['meets_goal'] else 'NOT met'}") for r in results]  # fmt: skip
+    summary = [
+        f"  {r['workload']:<13} "
+        + (
+            "FAILED"
+            if "error" in r
+            else f"ratio {r['ratio']:.3f}  {r['goal_text']}: "
+            f"{'met' if r['meets_goal'] else 'NOT met'}"
+        )
+        for r in results
+    ]
     print("\n".join(["summary:", *summary]))
     return 1 if any("error" in r for r in results) else 0

@@ -53,19 +53,33 @@ STORE: dict[str, dict[str, int]] = {"tiny": {"segment_size_bytes": 64 << 20}, "f
 
 def fill(store_dir: Path, count: int, settings: dict[str, int]) -> float:
     """Append ``count`` messages round robin over the queues; returns messages/s."""
-    store = MessageStore(from_mapping(StoreConfig, {
-        "store_dir": str(store_dir), "max_dispatch_lag_bytes": 1 << 40,
-        "max_flush_lag_bytes": 1 << 40, **settings}))  # fmt: skip
+    store = MessageStore(
+        from_mapping(
+            StoreConfig,
+            {
+                "store_dir": str(store_dir),
+                "max_dispatch_lag_bytes": 1 << 40,
+                "max_flush_lag_bytes": 1 << 40,
+                **settings,
+            },
+        )
+    )
     store.open()
     try:
         body = bytes(range(BODY_BYTES))
         start = time.perf_counter()
         for first in range(0, count, FILL_BATCH):
-            store.put_messages([
-                Message(TOPIC, body, queue_id=i % QUEUES,
-                        properties={PROPERTY_UNIQ_KEY: new_message_id()})
-                for i in range(first, min(first + FILL_BATCH, count))
-            ])  # fmt: skip
+            store.put_messages(
+                [
+                    Message(
+                        TOPIC,
+                        body,
+                        queue_id=i % QUEUES,
+                        properties={PROPERTY_UNIQ_KEY: new_message_id()},
+                    )
+                    for i in range(first, min(first + FILL_BATCH, count))
+                ]
+            )
         store.wait_dispatched(600)
         return count / (time.perf_counter() - start)
     finally:
@@ -119,8 +133,9 @@ def _start(workdir: Path, settings: dict[str, int]) -> tuple[BrokerProcess, floa
     return broker, time.perf_counter() - start
 
 
-def _measure(root: Path, counts: tuple[int, ...], samples: int,
-             settings: dict[str, int]) -> list[_Backlog]:  # fmt: skip
+def _measure(
+    root: Path, counts: tuple[int, ...], samples: int, settings: dict[str, int]
+) -> list[_Backlog]:
     fill_rates = [fill(root / f"b{count}" / "store", count, settings) for count in counts]
     brokers: list[BrokerProcess] = []
     try:
@@ -139,8 +154,9 @@ def _measure(root: Path, counts: tuple[int, ...], samples: int,
     finally:
         for broker in brokers:
             broker.stop()
-    return [_Backlog(*fields) for fields in zip(counts, fill_rates, starts, latencies, rss,
-                                                 strict=True)]  # fmt: skip
+    return [
+        _Backlog(*fields) for fields in zip(counts, fill_rates, starts, latencies, rss, strict=True)
+    ]
 
 
 def run(size: str) -> list[Result]:
@@ -151,22 +167,45 @@ def run(size: str) -> list[Result]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     p_small, p_large = percentiles_ms(small.latencies_ns), percentiles_ms(large.latencies_ns)
-    result = Result("backlog", p_large["p99"], p_small["p99"], "ms", goal=1.2,
-                    higher_is_better=False, baseline_name=f"ours at {small_count:,}", details={
-        "backlogs": [small_count, large_count], "queues": QUEUES, "body_bytes": BODY_BYTES,
-        "pulls_per_broker": samples, "small_ms": p_small, "large_ms": p_large,
-        "rss_small_bytes": small.rss, "rss_large_bytes": large.rss,
-        "rss_limit_bytes": RSS_LIMIT_BYTES,
-        "fill_msg_s": [round(small.fill_msg_s), round(large.fill_msg_s)],
-        "start_s": [round(small.start_s, 2), round(large.start_s, 2)],
-        "fill": "MessageStore.put_messages in the bench process, then the broker on it",
-        "store": STORE[size] or "defaults",
-    }, checks={"broker RSS < 1 GiB": large.rss["VmRSS"] < RSS_LIMIT_BYTES})  # fmt: skip
+    result = Result(
+        "backlog",
+        p_large["p99"],
+        p_small["p99"],
+        "ms",
+        goal=1.2,
+        higher_is_better=False,
+        baseline_name=f"ours at {small_count:,}",
+        details={
+            "backlogs": [small_count, large_count],
+            "queues": QUEUES,
+            "body_bytes": BODY_BYTES,
+            "pulls_per_broker": samples,
+            "small_ms": p_small,
+            "large_ms": p_large,
+            "rss_small_bytes": small.rss,
+            "rss_large_bytes": large.rss,
+            "rss_limit_bytes": RSS_LIMIT_BYTES,
+            "fill_msg_s": [round(small.fill_msg_s), round(large.fill_msg_s)],
+            "start_s": [round(small.start_s, 2), round(large.start_s, 2)],
+            "fill": "MessageStore.put_messages in the bench process, then the broker on it",
+            "store": STORE[size] or "defaults",
+        },
+        checks={"broker RSS < 1 GiB": large.rss["VmRSS"] < RSS_LIMIT_BYTES},
+    )
     result.rows = [
-        *((f"{b.count:,} backlog {name}", f"{p[name]:.3f} ms", "random-offset single pull")
-          for b, p in ((small, p_small), (large, p_large)) for name in ("p50", "p99")),
-        *((f"{b.count:,} backlog broker RSS", f"{b.rss['VmRSS'] / 2**20:,.0f} MiB",
-           f"anon {b.rss['RssAnon'] / 2**20:,.0f} MiB, file {b.rss['RssFile'] / 2**20:,.0f} MiB")
-          for b in (small, large)),
-    ]  # fmt: skip
+        *(
+            (f"{b.count:,} backlog {name}", f"{p[name]:.3f} ms", "random-offset single pull")
+            for b, p in ((small, p_small), (large, p_large))
+            for name in ("p50", "p99")
+        ),
+        *(
+            (
+                f"{b.count:,} backlog broker RSS",
+                f"{b.rss['VmRSS'] / 2**20:,.0f} MiB",
+                f"anon {b.rss['RssAnon'] / 2**20:,.0f} MiB, "
+                f"file {b.rss['RssFile'] / 2**20:,.0f} MiB",
+            )
+            for b in (small, large)
+        ),
+    ]
     return [result]

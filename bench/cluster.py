@@ -87,16 +87,23 @@ def _measure(local: LocalCluster, size: str) -> dict[str, float]:
             one.append(_round(pool, local.namesrv, "bench-one", batches))
             two.append(_round(pool, local.namesrv, "bench-two", batches))
     direct_us, cluster_us, ratios = [], [], []
-    with RocketMQClient(local.endpoints["broker-a"]) as direct, \
-            RocketMQClient(namesrv=local.namesrv) as routed:  # fmt: skip
+    with (
+        RocketMQClient(local.endpoints["broker-a"]) as direct,
+        RocketMQClient(namesrv=local.namesrv) as routed,
+    ):
         for _ in range(rounds):
             direct_us.append(_single_sends(direct, "bench-one", singles))
             cluster_us.append(_single_sends(routed, "bench-one", singles))
             ratios.append(cluster_us[-1] / direct_us[-1])
         routing_us = _routing_us(routed, "bench-one")
-    return {"one": max(one), "two": max(two), "direct_us": statistics.median(direct_us),
-            "cluster_us": statistics.median(cluster_us),
-            "overhead": statistics.median(ratios) - 1, "routing_us": routing_us}  # fmt: skip
+    return {
+        "one": max(one),
+        "two": max(two),
+        "direct_us": statistics.median(direct_us),
+        "cluster_us": statistics.median(cluster_us),
+        "overhead": statistics.median(ratios) - 1,
+        "routing_us": routing_us,
+    }
 
 
 def run(size: str) -> list[Result]:
@@ -109,22 +116,35 @@ def run(size: str) -> list[Result]:
         local.stop()
         shutil.rmtree(root, ignore_errors=True)
     overhead_ok = m["overhead"] <= MAX_OVERHEAD
-    result = Result("cluster", m["two"], m["one"], "msg/s", goal=1.2,
-                    baseline_name="1 broker group", checks={
-        f"cluster client's single send within {MAX_OVERHEAD:.0%}": overhead_ok}, details={
-        "senders": SENDERS, "batch": BATCH, "body_bytes": BODY_BYTES,
-        "batches_per_round": SIZES[size][0], "rounds": SIZES[size][1],
-        "single_send_direct_us": round(m["direct_us"], 1),
-        "single_send_cluster_us": round(m["cluster_us"], 1),
-        "single_send_overhead": round(m["overhead"], 4),
-        "routing_step_us": round(m["routing_us"], 2),
-        "figures": {"2 broker groups": m["two"], "1 broker group": m["one"]},
-    })  # fmt: skip
+    result = Result(
+        "cluster",
+        m["two"],
+        m["one"],
+        "msg/s",
+        goal=1.2,
+        baseline_name="1 broker group",
+        checks={f"cluster client's single send within {MAX_OVERHEAD:.0%}": overhead_ok},
+        details={
+            "senders": SENDERS,
+            "batch": BATCH,
+            "body_bytes": BODY_BYTES,
+            "batches_per_round": SIZES[size][0],
+            "rounds": SIZES[size][1],
+            "single_send_direct_us": round(m["direct_us"], 1),
+            "single_send_cluster_us": round(m["cluster_us"], 1),
+            "single_send_overhead": round(m["overhead"], 4),
+            "routing_step_us": round(m["routing_us"], 2),
+            "figures": {"2 broker groups": m["two"], "1 broker group": m["one"]},
+        },
+    )
     result.rows = [
         ("2 broker groups", f"{m['two']:,.0f} msg/s", f"{SENDERS} senders, batch {BATCH}"),
         ("1 broker group", f"{m['one']:,.0f} msg/s", "same senders, same run"),
         ("single send, endpoints=", f"{m['direct_us']:,.0f} µs", "one broker, no routing"),
-        ("single send, namesrv=", f"{m['cluster_us']:,.0f} µs",
-         f"{m['overhead']:+.1%} (routing step {m['routing_us']:.2f} µs)"),
-    ]  # fmt: skip
+        (
+            "single send, namesrv=",
+            f"{m['cluster_us']:,.0f} µs",
+            f"{m['overhead']:+.1%} (routing step {m['routing_us']:.2f} µs)",
+        ),
+    ]
     return [result]

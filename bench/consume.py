@@ -49,8 +49,7 @@ def drain(client: RocketMQClient, topic: str, queues: int) -> int:
         end = client.query_offset(topic, queue_id, "END")
         offset = 0
         while offset < end:
-            batch = client.pull_raw(GROUP, topic, queue_id, offset,
-                                    min(PULL_BATCH, end - offset))  # fmt: skip
+            batch = client.pull_raw(GROUP, topic, queue_id, offset, min(PULL_BATCH, end - offset))
             cols = decode_units(batch.data, batch.sizes)
             check_placement(cols, topic, queue_id, offset)
             split_properties(cols)
@@ -60,9 +59,12 @@ def drain(client: RocketMQClient, topic: str, queues: int) -> int:
 
 
 def _ours(workdir: Path, count: int, body: bytes) -> float:
-    broker = launch_broker(workdir, config={
-        "store": {"segment_size_bytes": 256 << 20},
-    })  # fmt: skip
+    broker = launch_broker(
+        workdir,
+        config={
+            "store": {"segment_size_bytes": 256 << 20},
+        },
+    )
     try:
         with RocketMQClient(broker.endpoint, timeout_s=60) as client:
             client.create_topic(TOPIC, queues=QUEUES)
@@ -119,15 +121,28 @@ def run(size: str) -> list[Result]:
         redis_rate = _redis(root / "redis", count, body)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    result = Result("consume", ours, redis_rate, "msg/s", goal=1.5,
-                    baseline_name="Redis XREAD", details={
-        "messages": count, "body_bytes": BODY_BYTES, "queues": QUEUES,
-        "pull_batch": PULL_BATCH, "fill_batch": FILL_BATCH,
-        "figures": {"ours": round(ours), "Redis XREAD": round(redis_rate)},
-    })  # fmt: skip
+    result = Result(
+        "consume",
+        ours,
+        redis_rate,
+        "msg/s",
+        goal=1.5,
+        baseline_name="Redis XREAD",
+        details={
+            "messages": count,
+            "body_bytes": BODY_BYTES,
+            "queues": QUEUES,
+            "pull_batch": PULL_BATCH,
+            "fill_batch": FILL_BATCH,
+            "figures": {"ours": round(ours), "Redis XREAD": round(redis_rate)},
+        },
+    )
     result.rows = [
-        ("ours (offset pull)", f"{ours:,.0f} msg/s",
-         f"{count:,} × {BODY_BYTES} B, {QUEUES} queues, {PULL_BATCH:,} per pull"),
+        (
+            "ours (offset pull)",
+            f"{ours:,.0f} msg/s",
+            f"{count:,} × {BODY_BYTES} B, {QUEUES} queues, {PULL_BATCH:,} per pull",
+        ),
         ("Redis Streams XREAD", f"{redis_rate:,.0f} msg/s", f"COUNT {PULL_BATCH:,} from id 0"),
-    ]  # fmt: skip
+    ]
     return [result]

@@ -87,8 +87,14 @@ def _pace(send: Callable[[bytes], Any], rate: float, seconds: float, phase: floa
     return seq
 
 
-def _threads(send: Callable[[bytes], Any], rate: float, seconds: float, threads: int,
-             first_phase: float, phase_step: float) -> float:  # fmt: skip
+def _threads(
+    send: Callable[[bytes], Any],
+    rate: float,
+    seconds: float,
+    threads: int,
+    first_phase: float,
+    phase_step: float,
+) -> float:
     """Run ``threads`` pacing senders sharing ``rate``; their achieved msg/s together.
 
     A warm-up message goes first (the connection is set up before the clock starts) and
@@ -111,18 +117,42 @@ def _threads(send: Callable[[bytes], Any], rate: float, seconds: float, threads:
     return achieved
 
 
-def _producer(kind: str, address: str, rate: float, seconds: float, threads: int,
-              index: int, processes: int, out: Connection) -> None:  # fmt: skip
+def _producer(
+    kind: str,
+    address: str,
+    rate: float,
+    seconds: float,
+    threads: int,
+    index: int,
+    processes: int,
+    out: Connection,
+) -> None:
     """Child process: ``threads`` paced senders to our broker or Redis; reports msg/s."""
     step = 1 / (threads * processes)  # phases spread over all senders of all processes
     if kind == "ours":
         with RocketMQClient(address) as client:
-            out.send(_threads(lambda body: client.send(TOPIC, body), rate, seconds, threads,
-                              index * step, processes * step))  # fmt: skip
+            out.send(
+                _threads(
+                    lambda body: client.send(TOPIC, body),
+                    rate,
+                    seconds,
+                    threads,
+                    index * step,
+                    processes * step,
+                )
+            )
     else:
         conn = redis_client(int(address), max_connections=threads + 1)
-        out.send(_threads(lambda body: conn.xadd(TOPIC, {"b": body}), rate, seconds, threads,
-                          index * step, processes * step))  # fmt: skip
+        out.send(
+            _threads(
+                lambda body: conn.xadd(TOPIC, {"b": body}),
+                rate,
+                seconds,
+                threads,
+                index * step,
+                processes * step,
+            )
+        )
         conn.close()
 
 
@@ -135,8 +165,9 @@ def _collect(receive: Callable[[], list[bytes]], seconds: float, producers: list
     while True:
         codes = [p.exitcode for p in producers]
         if time.monotonic() > deadline or any(code not in (None, 0) for code in codes):
-            raise RuntimeError(f"no end markers after {len(latencies)} messages "
-                               f"(producer exit codes {codes})")  # fmt: skip
+            raise RuntimeError(
+                f"no end markers after {len(latencies)} messages (producer exit codes {codes})"
+            )
         bodies = receive()
         now = time.monotonic_ns()
         for body in bodies:
@@ -149,15 +180,25 @@ def _collect(receive: Callable[[], list[bytes]], seconds: float, producers: list
             return latencies
 
 
-def _measure(kind: str, address: str, receive: Callable[[], list[bytes]], rate: float,
-             seconds: float, senders: tuple[int, int]) -> tuple[list[int], float]:  # fmt: skip
+def _measure(
+    kind: str,
+    address: str,
+    receive: Callable[[], list[bytes]],
+    rate: float,
+    seconds: float,
+    senders: tuple[int, int],
+) -> tuple[list[int], float]:
     """Run the producer processes against ``receive``; (latencies ns, achieved msg/s)."""
     processes, threads = senders
     context = multiprocessing.get_context("spawn")
     pipes = [context.Pipe(duplex=False) for _ in range(processes)]
-    producers = [context.Process(target=_producer, args=(kind, address, rate / processes,
-                                                         seconds, threads, i, processes, tx))
-                 for i, (_rx, tx) in enumerate(pipes)]  # fmt: skip
+    producers = [
+        context.Process(
+            target=_producer,
+            args=(kind, address, rate / processes, seconds, threads, i, processes, tx),
+        )
+        for i, (_rx, tx) in enumerate(pipes)
+    ]
     for producer in producers:
         producer.start()
     try:
@@ -184,8 +225,9 @@ def _ours(
 
             def receive() -> list[bytes]:
                 nonlocal offset
-                batch = client.pull_raw(GROUP, TOPIC, 0, offset, MAX_BATCH,
-                                        long_polling_timeout_ms=POLL_MS)  # fmt: skip
+                batch = client.pull_raw(
+                    GROUP, TOPIC, 0, offset, MAX_BATCH, long_polling_timeout_ms=POLL_MS
+                )
                 offset = batch.next_offset
                 return decode_units(batch.data, batch.sizes).body.to_pylist()
 
@@ -203,8 +245,9 @@ def _redis(
         conn.xgroup_create(TOPIC, "bench", id="0", mkstream=True)
 
         def receive() -> list[bytes]:
-            answer: Any = conn.xreadgroup("bench", "c1", {TOPIC: ">"}, count=MAX_BATCH,
-                                          block=POLL_MS, noack=True)  # fmt: skip
+            answer: Any = conn.xreadgroup(
+                "bench", "c1", {TOPIC: ">"}, count=MAX_BATCH, block=POLL_MS, noack=True
+            )
             return [fields[b"b"] for _, fields in answer[0][1]] if answer else []
 
         try:
@@ -227,21 +270,40 @@ def run(size: str) -> list[Result]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ours, theirs = percentiles_ms(ours_ns), percentiles_ms(redis_ns)
-    result = Result("latency", ours["p99"], theirs["p99"], "ms", goal=GOAL_MS,
-                    higher_is_better=False, goal_on="ours",
-                    baseline_name="Redis XREADGROUP", details={
-        "goal_ms": GOAL_MS, "seconds": seconds, "body_bytes": BODY_BYTES,
-        "messages": [len(ours_ns), len(redis_ns)], "target_msg_s": rate,
-        "ours_achieved_msg_s": round(ours_rate), "redis_target_msg_s": round(redis_target),
-        "redis_achieved_msg_s": round(redis_rate), "ours_ms": ours, "redis_ms": theirs,
-        "long_poll_ms": POLL_MS, "sender_processes": senders[0],
-        "sender_threads_each": senders[1],
-    })  # fmt: skip
+    result = Result(
+        "latency",
+        ours["p99"],
+        theirs["p99"],
+        "ms",
+        goal=GOAL_MS,
+        higher_is_better=False,
+        goal_on="ours",
+        baseline_name="Redis XREADGROUP",
+        details={
+            "goal_ms": GOAL_MS,
+            "seconds": seconds,
+            "body_bytes": BODY_BYTES,
+            "messages": [len(ours_ns), len(redis_ns)],
+            "target_msg_s": rate,
+            "ours_achieved_msg_s": round(ours_rate),
+            "redis_target_msg_s": round(redis_target),
+            "redis_achieved_msg_s": round(redis_rate),
+            "ours_ms": ours,
+            "redis_ms": theirs,
+            "long_poll_ms": POLL_MS,
+            "sender_processes": senders[0],
+            "sender_threads_each": senders[1],
+        },
+    )
     result.rows = [
         (f"ours {name}", f"{ours[name]:.3f} ms", f"Redis {theirs[name]:.3f} ms")
         for name in ("p50", "p99", "p999")
     ]
-    result.rows.append(("send rate achieved", f"{ours_rate:,.0f} msg/s",
-                        f"target {rate:,.0f}; Redis {redis_rate:,.0f} of "
-                        f"{redis_target:,.0f}"))  # fmt: skip
+    result.rows.append(
+        (
+            "send rate achieved",
+            f"{ours_rate:,.0f} msg/s",
+            f"target {rate:,.0f}; Redis {redis_rate:,.0f} of {redis_target:,.0f}",
+        )
+    )
     return [result]

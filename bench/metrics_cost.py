@@ -66,10 +66,14 @@ def measure(batch: int, batches: int, rounds: int) -> tuple[float, float, float]
         off.stop()
         on.stop()
         shutil.rmtree(root, ignore_errors=True)  # two stores with 1 GiB segments
-    ratios = [on_rate / off_rate for off_rate, on_rate in zip(rates["off"], rates["on"],
-                                                               strict=True)]  # fmt: skip
-    return (statistics.median(rates["off"]), statistics.median(rates["on"]),
-            statistics.median(ratios))
+    ratios = [
+        on_rate / off_rate for off_rate, on_rate in zip(rates["off"], rates["on"], strict=True)
+    ]
+    return (
+        statistics.median(rates["off"]),
+        statistics.median(rates["on"]),
+        statistics.median(ratios),
+    )
 
 
 def hook_cost_us(batch: int, calls: int = 200_000) -> float:
@@ -106,10 +110,12 @@ def main() -> None:
         off, on, ratio = measure(batch, batches, args.rounds)
         hook_us = hook_cost_us(batch)
         request_us = batch / off * 1e6
-        print(f"batch {batch:>3}: metrics off {off:>10,.0f} msg/s, on {on:>10,.0f} msg/s, "
-              f"paired end-to-end cost {100 * (1 - ratio):+.2f} %; hooks {hook_us:.2f} us "
-              f"of a {request_us:,.0f} us request = {100 * hook_us / request_us:.2f} %",
-              flush=True)  # fmt: skip
+        print(
+            f"batch {batch:>3}: metrics off {off:>10,.0f} msg/s, on {on:>10,.0f} msg/s, "
+            f"paired end-to-end cost {100 * (1 - ratio):+.2f} %; hooks {hook_us:.2f} us "
+            f"of a {request_us:,.0f} us request = {100 * hook_us / request_us:.2f} %",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -32,10 +32,13 @@ class NoopService(service_pb2_grpc.MessagingServiceServicer):
 
 
 def main() -> None:
-    server = grpc.server(futures.ThreadPoolExecutor(8), options=[
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ])  # fmt: skip
+    server = grpc.server(
+        futures.ThreadPoolExecutor(8),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ],
+    )
     service_pb2_grpc.add_MessagingServiceServicer_to_server(NoopService(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

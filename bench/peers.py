@@ -67,11 +67,28 @@ def start_redis(workdir: Path) -> Peer:
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-         "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-         "--protected-mode", "yes", "--daemonize", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(workdir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--protected-mode",
+            "yes",
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _wait_for_port(port, proc, "redis-server")
     return Peer("redis", port, proc)
 
@@ -99,8 +116,9 @@ def start_nats(workdir: Path) -> Peer:
     config.write_text(
         f'listen: "127.0.0.1:{port}"\njetstream {{\n  store_dir: "{workdir / "jetstream"}"\n}}\n'
     )
-    proc = subprocess.Popen([binary, "-js", "-c", str(config)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [binary, "-js", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     _wait_for_port(port, proc, "nats-server")
     return Peer("nats", port, proc)
 

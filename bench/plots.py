@@ -51,8 +51,7 @@ def ratios(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
         ax.axhline(r["goal"], color="black", linestyle="--", linewidth=1)
         ax.set_ylim(0, max(value, r["goal"]) * 1.25)
         checks = "".join(f"\n{k}: {'yes' if ok else 'NO'}" for k, ok in r.get("checks", {}).items())
-        ax.set_title(f"{r['workload']}\ngoal: {r.get('goal_text', r['goal'])}{checks}",
-                     fontsize=9)  # fmt: skip
+        ax.set_title(f"{r['workload']}\ngoal: {r.get('goal_text', r['goal'])}{checks}", fontsize=9)
         ax.annotate(f"{value:.3g}", (0, value), ha="center", va="bottom", fontsize=9)
     fig.suptitle("Each workload against its goal (dashed; green: met)", fontsize=11)
     return _save(fig, path)
@@ -92,12 +91,17 @@ def _percentile_sets(results: Sequence[dict[str, Any]]) -> list[tuple[str, dict[
     for r in results:
         d = r.get("details", {})
         if r["workload"] == "latency" and "ours_ms" in d:
-            panels.append(("latency: send → receive", {"ours": d["ours_ms"],
-                                                       "Redis": d["redis_ms"]}))  # fmt: skip
+            panels.append(
+                ("latency: send → receive", {"ours": d["ours_ms"], "Redis": d["redis_ms"]})
+            )
         elif r["workload"] == "backlog" and "small_ms" in d:
             small, large = d.get("backlogs", ["small", "large"])
-            panels.append(("backlog: random-offset pull", {
-                f"{small:,} msgs": d["small_ms"], f"{large:,} msgs": d["large_ms"]}))  # fmt: skip
+            panels.append(
+                (
+                    "backlog: random-offset pull",
+                    {f"{small:,} msgs": d["small_ms"], f"{large:,} msgs": d["large_ms"]},
+                )
+            )
     return panels
 
 
@@ -112,8 +116,9 @@ def latency(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
         width = 0.8 / len(sides)
         for i, (side, values) in enumerate(sides.items()):
             xs = [j + i * width for j in range(len(names))]
-            ax.bar(xs, [values[n] for n in names], width, label=side,
-                   color=OURS if i == 0 else PEER)  # fmt: skip
+            ax.bar(
+                xs, [values[n] for n in names], width, label=side, color=OURS if i == 0 else PEER
+            )
         if title.startswith("latency"):
             ax.axhline(2.0, color="black", linestyle="--", linewidth=1, label="goal p99 2 ms")
         ax.set_xticks([j + width * (len(sides) - 1) / 2 for j in range(len(names))], names)
@@ -129,6 +134,9 @@ def latency(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
 
 def draw_all(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """All three plots into ``out``; returns the files written."""
-    made = [ratios(results, out / "ratios.png"), throughput(results, out / "throughput.png"),
-            latency(results, out / "latency.png")]  # fmt: skip
+    made = [
+        ratios(results, out / "ratios.png"),
+        throughput(results, out / "throughput.png"),
+        latency(results, out / "latency.png"),
+    ]
     return [p for p in made if p is not None]

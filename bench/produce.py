@@ -73,8 +73,9 @@ def _send_rate(client: RocketMQClient, batches: int, body: bytes) -> float:
 
 def _noop(batches: int, body: bytes) -> float:
     """Our client against a broker that stores nothing (``bench/noop_broker.py``)."""
-    proc = subprocess.Popen([sys.executable, "-m", "bench.noop_broker"],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.noop_broker"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
@@ -149,27 +150,57 @@ def run(size: str) -> list[Result]:
         js_rate = _jetstream(root / "nats", batches, body)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    result = Result("produce", ours, redis_rate, "msg/s", goal=1.5, baseline_name="Redis XADD",
-                    details={
-        "batches": batches, "batch": BATCH, "body_bytes": BODY_BYTES, "peer": "redis XADD",
-        "jetstream_msg_s": round(js_rate), "ratio_vs_jetstream": round(ours / js_rate, 3),
-        "noop_broker_msg_s": round(noop), "noop_broker_ratio": round(noop / redis_rate, 3),
-        "transport_ceiling_msg_s": round(ceiling), "share_of_ceiling": round(ours / ceiling, 3),
-        "official_msg_s": round(official), "official_share_of_ceiling": round(official / noop, 3),
-        "transport_request_bytes": len(request), "in_flight": IN_FLIGHT,
-        "flush": "ours async; Redis AOF everysec; JetStream file store defaults",
-        "figures": {"ours": ours, "ours (SendMessage)": official, "Redis XADD": redis_rate,
-                    "JetStream": js_rate, "no-op broker": noop, "transport ceiling": ceiling},
-    })  # fmt: skip
+    result = Result(
+        "produce",
+        ours,
+        redis_rate,
+        "msg/s",
+        goal=1.5,
+        baseline_name="Redis XADD",
+        details={
+            "batches": batches,
+            "batch": BATCH,
+            "body_bytes": BODY_BYTES,
+            "peer": "redis XADD",
+            "jetstream_msg_s": round(js_rate),
+            "ratio_vs_jetstream": round(ours / js_rate, 3),
+            "noop_broker_msg_s": round(noop),
+            "noop_broker_ratio": round(noop / redis_rate, 3),
+            "transport_ceiling_msg_s": round(ceiling),
+            "share_of_ceiling": round(ours / ceiling, 3),
+            "official_msg_s": round(official),
+            "official_share_of_ceiling": round(official / noop, 3),
+            "transport_request_bytes": len(request),
+            "in_flight": IN_FLIGHT,
+            "flush": "ours async; Redis AOF everysec; JetStream file store defaults",
+            "figures": {
+                "ours": ours,
+                "ours (SendMessage)": official,
+                "Redis XADD": redis_rate,
+                "JetStream": js_rate,
+                "no-op broker": noop,
+                "transport ceiling": ceiling,
+            },
+        },
+    )
     result.rows = [
-        ("ours (bulk send)", f"{ours:,.0f} msg/s", f"{batches} × {BATCH} × {BODY_BYTES} B, "
-         f"{IN_FLIGHT} in flight"),
+        (
+            "ours (bulk send)",
+            f"{ours:,.0f} msg/s",
+            f"{batches} × {BATCH} × {BODY_BYTES} B, {IN_FLIGHT} in flight",
+        ),
         ("ours (official SendMessage)", f"{official:,.0f} msg/s", "same client, bulk=False"),
         ("Redis Streams XADD", f"{redis_rate:,.0f} msg/s", "pipelined, AOF everysec"),
         ("JetStream publish", f"{js_rate:,.0f} msg/s", "publish_async, 256 acks per batch"),
-        ("no-op broker (ceiling)", f"{noop:,.0f} msg/s",
-         "our client vs a gRPC server that stores nothing"),
-        ("raw transport ceiling", f"{ceiling:,.0f} msg/s",
-         f"{len(request):,} B pre-encoded, dropped; ours is {ours / ceiling:.2f} of it"),
-    ]  # fmt: skip
+        (
+            "no-op broker (ceiling)",
+            f"{noop:,.0f} msg/s",
+            "our client vs a gRPC server that stores nothing",
+        ),
+        (
+            "raw transport ceiling",
+            f"{ceiling:,.0f} msg/s",
+            f"{len(request):,} B pre-encoded, dropped; ours is {ours / ceiling:.2f} of it",
+        ),
+    ]
     return [result]

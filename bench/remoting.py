@@ -42,8 +42,12 @@ def _remoting_send_rate(client: RemotingClient, topic: str, batches: int) -> flo
     fields = {"a": "bench", "b": topic, "f": "0", "g": "0", "h": "0", "i": "", "m": "true"}
     start = time.perf_counter()
     for i in range(batches):  # a 4.x producer picks the queue of each send: round robin
-        resp = client.invoke(RemotingCommand.request(
-            RequestCode.SEND_BATCH_MESSAGE, {**fields, "e": str(i % QUEUES)}, body), 30.0)
+        resp = client.invoke(
+            RemotingCommand.request(
+                RequestCode.SEND_BATCH_MESSAGE, {**fields, "e": str(i % QUEUES)}, body
+            ),
+            30.0,
+        )
         assert resp.code == 0, resp.remark
     return batches * BATCH / (time.perf_counter() - start)
 
@@ -63,10 +67,20 @@ def _remoting_drain(client: RemotingClient, topic: str, per_queue: int) -> float
         offset = 0
         while offset < per_queue:
             count = min(PULL_BATCH, per_queue - offset)
-            resp = client.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-                "consumerGroup": "bench-r", "topic": topic, "queueId": str(queue_id),
-                "queueOffset": str(offset), "maxMsgNums": str(count), "sysFlag": "0"}),
-                30.0)  # fmt: skip
+            resp = client.invoke(
+                RemotingCommand.request(
+                    RequestCode.PULL_MESSAGE,
+                    {
+                        "consumerGroup": "bench-r",
+                        "topic": topic,
+                        "queueId": str(queue_id),
+                        "queueOffset": str(offset),
+                        "maxMsgNums": str(count),
+                        "sysFlag": "0",
+                    },
+                ),
+                30.0,
+            )
             if resp.code != 0:
                 break
             got += len(decode_stored(resp.body))
@@ -80,8 +94,9 @@ def _grpc_drain(client: RocketMQClient, topic: str, per_queue: int) -> float:
     for queue_id in range(QUEUES):
         offset = 0
         while offset < per_queue:
-            batch = client.pull("bench-g", topic, queue_id, offset,
-                                min(PULL_BATCH, per_queue - offset))  # fmt: skip
+            batch = client.pull(
+                "bench-g", topic, queue_id, offset, min(PULL_BATCH, per_queue - offset)
+            )
             if not batch.messages:
                 break
             got += len(batch.messages)
@@ -110,8 +125,13 @@ def _measure(grpc_addr: str, remoting_addr: str, size: str) -> dict[str, float]:
                 pulls_g.append(_grpc_drain(grpc_client, "bench-remoting", per_queue))
     finally:
         remote.close()
-    return {"send_r": max(sends_r), "send_g": max(sends_g), "pull_r": max(pulls_r),
-            "pull_g": max(pulls_g), "backlog": per_queue * QUEUES}  # fmt: skip
+    return {
+        "send_r": max(sends_r),
+        "send_g": max(sends_g),
+        "pull_r": max(pulls_r),
+        "pull_g": max(pulls_g),
+        "backlog": per_queue * QUEUES,
+    }
 
 
 def run(size: str) -> list[Result]:
@@ -124,13 +144,27 @@ def run(size: str) -> list[Result]:
         proc.stop()
         shutil.rmtree(root, ignore_errors=True)
     pull_ratio = m["pull_r"] / m["pull_g"]
-    result = Result("remoting", m["send_r"], m["send_g"], "msg/s", goal=0.8,
-                    baseline_name="gRPC", details={
-        "batch": BATCH, "body_bytes": BODY_BYTES, "batches_per_round": SIZES[size][0],
-        "rounds": SIZES[size][1], "pull_batch": PULL_BATCH, "pulled_per_drain": int(m["backlog"]),
-        "remoting_pull_msg_s": round(m["pull_r"]), "grpc_pull_msg_s": round(m["pull_g"]),
-        "pull_ratio": round(pull_ratio, 3)})  # fmt: skip
+    result = Result(
+        "remoting",
+        m["send_r"],
+        m["send_g"],
+        "msg/s",
+        goal=0.8,
+        baseline_name="gRPC",
+        details={
+            "batch": BATCH,
+            "body_bytes": BODY_BYTES,
+            "batches_per_round": SIZES[size][0],
+            "rounds": SIZES[size][1],
+            "pull_batch": PULL_BATCH,
+            "pulled_per_drain": int(m["backlog"]),
+            "remoting_pull_msg_s": round(m["pull_r"]),
+            "grpc_pull_msg_s": round(m["pull_g"]),
+            "pull_ratio": round(pull_ratio, 3),
+        },
+    )
     result.rows = [
         ("remoting produce", f"{m['send_r']:,.0f}", f"msg/s (gRPC {m['send_g']:,.0f})"),
-        ("remoting pull", f"{m['pull_r']:,.0f}", f"msg/s (gRPC {m['pull_g']:,.0f})")]
+        ("remoting pull", f"{m['pull_r']:,.0f}", f"msg/s (gRPC {m['pull_g']:,.0f})"),
+    ]
     return [result]

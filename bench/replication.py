@@ -38,10 +38,28 @@ def _start(workdir: Path, mode: str) -> list[BrokerProcess]:
     if mode == "none":
         return [launch_broker(workdir / "solo")]
     ha = {"ha_heartbeat_interval_ms": 500}
-    master = launch_broker(workdir / "master", config={"broker": {
-        "broker_name": "bench", "ha_listen": "127.0.0.1:0", "replication": mode, **ha}})
-    slave = launch_broker(workdir / "slave", config={"broker": {
-        "broker_name": "bench", "broker_id": 1, "ha_master": master.ha_endpoint, **ha}})
+    master = launch_broker(
+        workdir / "master",
+        config={
+            "broker": {
+                "broker_name": "bench",
+                "ha_listen": "127.0.0.1:0",
+                "replication": mode,
+                **ha,
+            }
+        },
+    )
+    slave = launch_broker(
+        workdir / "slave",
+        config={
+            "broker": {
+                "broker_name": "bench",
+                "broker_id": 1,
+                "ha_master": master.ha_endpoint,
+                **ha,
+            }
+        },
+    )
     return [master, slave]
 
 
@@ -72,8 +90,11 @@ def _measure(workdir: Path, mode: str, batches: int, singles: int) -> dict[str, 
                 client.send(TOPIC, body)
                 samples.append(time.perf_counter_ns() - t0)
             in_sync = client.health()["replication"].get("in_sync", {})
-        return {"msg_s": rate, "latency_ms": percentiles_ms(samples),
-                "slave_in_sync_at_end": bool(in_sync) if mode != "none" else None}
+        return {
+            "msg_s": rate,
+            "latency_ms": percentiles_ms(samples),
+            "slave_in_sync_at_end": bool(in_sync) if mode != "none" else None,
+        }
     finally:
         for broker in reversed(brokers):
             broker.stop()
@@ -83,22 +104,39 @@ def run(size: str) -> list[Result]:
     batches, singles = SIZES[size]
     root = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     try:
-        figures = {mode: _measure(root, mode, batches, singles)
-                   for mode in ("none", "async", "sync")}  # fmt: skip
+        figures = {
+            mode: _measure(root, mode, batches, singles) for mode in ("none", "async", "sync")
+        }
     finally:
         shutil.rmtree(root, ignore_errors=True)
     sync, none = figures["sync"]["msg_s"], figures["none"]["msg_s"]
     result = Result(
-        "replication", sync, none, "msg/s", goal=GOAL, baseline_name="no replication",
-        details={"batches": batches, "batch": BATCH, "body_bytes": BODY_BYTES,
-                 "single_sends": singles, "setups": figures,
-                 "figures": {f"{mode} replication": f["msg_s"] for mode, f in figures.items()}},
-        checks={"slave in sync throughout (async, sync)": all(
-            figures[m]["slave_in_sync_at_end"] for m in ("async", "sync"))},
-    )  # fmt: skip
+        "replication",
+        sync,
+        none,
+        "msg/s",
+        goal=GOAL,
+        baseline_name="no replication",
+        details={
+            "batches": batches,
+            "batch": BATCH,
+            "body_bytes": BODY_BYTES,
+            "single_sends": singles,
+            "setups": figures,
+            "figures": {f"{mode} replication": f["msg_s"] for mode, f in figures.items()},
+        },
+        checks={
+            "slave in sync throughout (async, sync)": all(
+                figures[m]["slave_in_sync_at_end"] for m in ("async", "sync")
+            )
+        },
+    )
     result.rows = [
-        (f"{mode} replication", f"{f['msg_s']:,.0f} msg/s",
-         "single send p50 {p50} ms, p99 {p99} ms".format(**f["latency_ms"]))
+        (
+            f"{mode} replication",
+            f"{f['msg_s']:,.0f} msg/s",
+            "single send p50 {p50} ms, p99 {p99} ms".format(**f["latency_ms"]),
+        )
         for mode, f in figures.items()
-    ]  # fmt: skip
+    ]
     return [result]

@@ -61,22 +61,32 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "workload": self.workload, "ours": round(self.ours, 3),
-            "baseline": round(self.baseline, 3), "unit": self.unit,
-            "ratio": round(self.ratio, 3), "goal": self.goal,
-            "higher_is_better": self.higher_is_better, "goal_on": self.goal_on,
-            "goal_text": self.goal_text(), "baseline_name": self.baseline_name,
-            "checks": self.checks, "meets_goal": self.meets_goal, "details": self.details,
+            "workload": self.workload,
+            "ours": round(self.ours, 3),
+            "baseline": round(self.baseline, 3),
+            "unit": self.unit,
+            "ratio": round(self.ratio, 3),
+            "goal": self.goal,
+            "higher_is_better": self.higher_is_better,
+            "goal_on": self.goal_on,
+            "goal_text": self.goal_text(),
+            "baseline_name": self.baseline_name,
+            "checks": self.checks,
+            "meets_goal": self.meets_goal,
+            "details": self.details,
             "machine": machine(),
-        }  # fmt: skip
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
 
 
 def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "system": platform.platform()}  # fmt: skip
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "system": platform.platform(),
+    }
 
 
 def print_result(result: Result, as_json: bool) -> None:
@@ -99,5 +109,7 @@ def percentiles_ms(samples_ns: list[int]) -> dict[str, float]:
     if not samples_ns:
         raise ValueError("no samples")
     ordered = sorted(samples_ns)
-    return {name: round(ordered[max(0, math.ceil(q * len(ordered)) - 1)] / 1e6, 3)
-            for name, q in (("p50", 0.50), ("p99", 0.99), ("p999", 0.999))}  # fmt: skip
+    return {
+        name: round(ordered[max(0, math.ceil(q * len(ordered)) - 1)] / 1e6, 3)
+        for name, q in (("p50", 0.50), ("p99", 0.99), ("p999", 0.999))
+    }

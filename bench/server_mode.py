@@ -89,8 +89,9 @@ def _measure(endpoint: str, batches: int, singles: int) -> tuple[float, float]:
             for _ in range(count):
                 client.send("bench-mode", BODY)
 
-        threads = [threading.Thread(target=sender, args=(singles // THREADS,))
-                   for _ in range(THREADS)]  # fmt: skip
+        threads = [
+            threading.Thread(target=sender, args=(singles // THREADS,)) for _ in range(THREADS)
+        ]
         start = time.perf_counter()
         for t in threads:
             t.start()
@@ -102,10 +103,20 @@ def _measure(endpoint: str, batches: int, singles: int) -> tuple[float, float]:
 
 def _one_mode(mode: str, root: Path, batches: int, singles: int) -> tuple[float, float]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.server_mode", "serve", "--mode", mode,
-         "--store-dir", str(root / mode)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.server_mode",
+            "serve",
+            "--mode",
+            mode,
+            "--store-dir",
+            str(root / mode),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and proc.stdin is not None
         line = proc.stdout.readline()
@@ -126,11 +137,22 @@ def run(size: str) -> list[Result]:
         aio_batch, aio_single = _one_mode("aio", root, batches, singles)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    result = Result("server-mode", sync_single, aio_single, "msg/s", goal=1.0, details={
-        "sync_batch": round(sync_batch), "aio_batch": round(aio_batch),
-        "sync_concurrent": round(sync_single), "aio_concurrent": round(aio_single),
-        "threads": THREADS, "batch": 256, "body_bytes": len(BODY),
-    })  # fmt: skip
+    result = Result(
+        "server-mode",
+        sync_single,
+        aio_single,
+        "msg/s",
+        goal=1.0,
+        details={
+            "sync_batch": round(sync_batch),
+            "aio_batch": round(aio_batch),
+            "sync_concurrent": round(sync_single),
+            "aio_concurrent": round(aio_single),
+            "threads": THREADS,
+            "batch": 256,
+            "body_bytes": len(BODY),
+        },
+    )
     result.rows = [
         ("sync server, batch 256", f"{sync_batch:,.0f} msg/s", "1 client"),
         ("aio server, batch 256", f"{aio_batch:,.0f} msg/s", "1 client"),

@@ -62,7 +62,8 @@ class _Reader(DataSourceReader):
         if partition.value < self.rows % self.partitions_count:
             share += 1
         full = pa.RecordBatch.from_arrays(
-            [_column(f, min(share, _BATCH_ROWS), self.body) for f in schema], schema=schema)
+            [_column(f, min(share, _BATCH_ROWS), self.body) for f in schema], schema=schema
+        )
         while share > 0:
             yield full if share >= full.num_rows else full.slice(0, share)
             share -= full.num_rows

@@ -45,9 +45,13 @@ def _spark() -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-             .getOrCreate())  # fmt: skip
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -68,13 +72,21 @@ def _produce(endpoint: str, topic: str, count: int) -> None:
 
 def _read(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, float, float]:
     _produce(endpoint, "bench-read", count)
-    source = (spark.read.format("rocketmq").option("endpoints", endpoint)
-              .option("topic", "bench-read").load())  # fmt: skip
+    source = (
+        spark.read.format("rocketmq")
+        .option("endpoints", endpoint)
+        .option("topic", "bench-read")
+        .load()
+    )
     parquet = str(root / "read.parquet")
     source.write.parquet(parquet)  # the same rows, untimed; also warms our side up
-    ceiling = (spark.read.format(spark_ceiling.NAME).option("rows", str(count))
-               .option("partitions", str(QUEUES)).option("body", bytes(range(BODY_BYTES)).hex())
-               .load())  # fmt: skip
+    ceiling = (
+        spark.read.format(spark_ceiling.NAME)
+        .option("rows", str(count))
+        .option("partitions", str(QUEUES))
+        .option("body", bytes(range(BODY_BYTES)).hex())
+        .load()
+    )
     sides = [source, spark.read.parquet(parquet), ceiling]
     times: list[list[float]] = [[], [], []]
     for side in sides:  # warm-up
@@ -89,9 +101,11 @@ def _read(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, flo
 def _write(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, float, float]:
     from pyspark.sql import functions as F
 
-    rows = (spark.range(count).select(
-        F.lit(bytes(range(BODY_BYTES))).alias("body"), F.lit("bench-write").alias("topic"))
-        .cache())  # fmt: skip
+    rows = (
+        spark.range(count)
+        .select(F.lit(bytes(range(BODY_BYTES))).alias("body"), F.lit("bench-write").alias("topic"))
+        .cache()
+    )
     rows.count()
     with RocketMQClient(endpoint) as client:
         client.create_topic("bench-write", queues=QUEUES)
@@ -99,8 +113,9 @@ def _write(spark: Any, endpoint: str, root: Path, count: int) -> tuple[float, fl
     warm.write.format("rocketmq").option("endpoints", endpoint).mode("append").save()
     warm.write.mode("overwrite").parquet(str(root / "warm.parquet"))
     warm.write.format(spark_ceiling.NAME).mode("append").save()
-    ours = _timed(lambda: rows.write.format("rocketmq").option("endpoints", endpoint)
-                  .mode("append").save())  # fmt: skip
+    ours = _timed(
+        lambda: rows.write.format("rocketmq").option("endpoints", endpoint).mode("append").save()
+    )
     baseline = _timed(lambda: rows.write.mode("overwrite").parquet(str(root / "write.parquet")))
     top = _timed(lambda: rows.write.format(spark_ceiling.NAME).mode("append").save())
     return count / ours, count / baseline, count / top
@@ -118,17 +133,29 @@ def _run(kind: str, size: str) -> list[Result]:
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
-    result = Result(f"spark-{kind}", ours, baseline, "rows/s", goal=1.0, details={
-        "rows": count, "body_bytes": BODY_BYTES, "queues": QUEUES,
-        "python_ceiling_rows_s": round(ceiling),
-        "python_ceiling_ratio": round(ceiling / baseline, 3),
-        "share_of_ceiling": round(ours / ceiling, 3),
-    })  # fmt: skip
+    result = Result(
+        f"spark-{kind}",
+        ours,
+        baseline,
+        "rows/s",
+        goal=1.0,
+        details={
+            "rows": count,
+            "body_bytes": BODY_BYTES,
+            "queues": QUEUES,
+            "python_ceiling_rows_s": round(ceiling),
+            "python_ceiling_ratio": round(ceiling / baseline, 3),
+            "share_of_ceiling": round(ours / ceiling, 3),
+        },
+    )
     result.rows = [
         (f"format('rocketmq') {kind}", f"{ours:,.0f} rows/s", f"{count:,} rows of {BODY_BYTES} B"),
         (f"Parquet {kind}", f"{baseline:,.0f} rows/s", "same rows, same session"),
-        (f"no-op Python {'source' if kind == 'read' else 'sink'}", f"{ceiling:,.0f} rows/s",
-         "the most any Python data source can do (bench/spark_ceiling.py)"),
+        (
+            f"no-op Python {'source' if kind == 'read' else 'sink'}",
+            f"{ceiling:,.0f} rows/s",
+            "the most any Python data source can do (bench/spark_ceiling.py)",
+        ),
     ]
     return [result]
 

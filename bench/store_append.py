@@ -44,16 +44,23 @@ ROUNDS = 3
 
 def _messages(count: int) -> list[Message]:
     body = bytes(range(256)) * (BODY_BYTES // 256)
-    return [Message("bench", body, queue_id=i % 8, properties={"UNIQ_KEY": f"B{i:012d}"})
-            for i in range(count)]  # fmt: skip
+    return [
+        Message("bench", body, queue_id=i % 8, properties={"UNIQ_KEY": f"B{i:012d}"})
+        for i in range(count)
+    ]
 
 
 def _store(directory: Path, sync: bool, segment_bytes: int) -> MessageStore:
-    store = MessageStore(StoreConfig(
-        store_dir=str(directory), segment_size_bytes=segment_bytes,
-        flush_mode=FlushMode.SYNC if sync else FlushMode.ASYNC, max_dispatch_lag_bytes=1 << 40,
-        max_flush_lag_bytes=1 << 40, index_max_entries=1_000_000,
-    ))  # fmt: skip
+    store = MessageStore(
+        StoreConfig(
+            store_dir=str(directory),
+            segment_size_bytes=segment_bytes,
+            flush_mode=FlushMode.SYNC if sync else FlushMode.ASYNC,
+            max_dispatch_lag_bytes=1 << 40,
+            max_flush_lag_bytes=1 << 40,
+            index_max_entries=1_000_000,
+        )
+    )
     store.open()
     return store
 
@@ -133,8 +140,9 @@ def run(size: str) -> list[Result]:
         runs = []
         for i in range(ROUNDS):  # alternate ours and the baseline; keep each one's median
             appended_s, dispatched_s, total = _ours_append(root / f"ours{i}", msgs)
-            runs.append((dispatched_s, appended_s, _raw_write(root / f"raw{i}.bin", total,
-                                                               n_append)))  # fmt: skip
+            runs.append(
+                (dispatched_s, appended_s, _raw_write(root / f"raw{i}.bin", total, n_append))
+            )
             shutil.rmtree(root / f"ours{i}", ignore_errors=True)
             (root / f"raw{i}.bin").unlink()
         dispatched_s = statistics.median(r[0] for r in runs)
@@ -151,21 +159,41 @@ def run(size: str) -> list[Result]:
     mb = total / MIB
     ours, base = mb / dispatched_s, mb / raw_s
     sync_rate, raw_sync_rate = n_sync / sync_s, n_sync / raw_sync_s
-    result = Result("store-append", ours, base, "MB/s", goal=0.6, details={
-        "messages": n_append, "body_bytes": BODY_BYTES, "unit_bytes": unit, "batch": BATCH,
-        "append_only_mb_s": round(mb / appended_s, 1),
-        "sync_msgs": n_sync, "sync_appenders": APPENDERS, "sync_ours_msg_s": round(sync_rate),
-        "sync_baseline_msg_s": round(raw_sync_rate), "sync_fdatasyncs": syncs,
-        "sync_ratio": round(sync_rate / raw_sync_rate, 3), "sync_goal": 0.5,
-    })  # fmt: skip
+    result = Result(
+        "store-append",
+        ours,
+        base,
+        "MB/s",
+        goal=0.6,
+        details={
+            "messages": n_append,
+            "body_bytes": BODY_BYTES,
+            "unit_bytes": unit,
+            "batch": BATCH,
+            "append_only_mb_s": round(mb / appended_s, 1),
+            "sync_msgs": n_sync,
+            "sync_appenders": APPENDERS,
+            "sync_ours_msg_s": round(sync_rate),
+            "sync_baseline_msg_s": round(raw_sync_rate),
+            "sync_fdatasyncs": syncs,
+            "sync_ratio": round(sync_rate / raw_sync_rate, 3),
+            "sync_goal": 0.5,
+        },
+    )
     result.rows = [
-        ("append + dispatch (ours)", f"{ours:,.1f} MB/s",
-         f"{n_append:,} × {unit} B, batch {BATCH}"),
+        (
+            "append + dispatch (ours)",
+            f"{ours:,.1f} MB/s",
+            f"{n_append:,} × {unit} B, batch {BATCH}",
+        ),
         ("append only (ours)", f"{mb / appended_s:,.1f} MB/s", "until put_messages returned"),
         ("os.write loop (baseline)", f"{base:,.1f} MB/s", "one write per message"),
-        ("sync group commit (ours)", f"{sync_rate:,.0f} msg/s",
-         f"{APPENDERS} appenders, {syncs} fdatasyncs"),
+        (
+            "sync group commit (ours)",
+            f"{sync_rate:,.0f} msg/s",
+            f"{APPENDERS} appenders, {syncs} fdatasyncs",
+        ),
         ("writev+fdatasync (baseline)", f"{raw_sync_rate:,.0f} msg/s", f"batches of {BATCH}"),
         ("sync ratio", f"{sync_rate / raw_sync_rate:.3f}", "goal ≥ 0.5"),
-    ]  # fmt: skip
+    ]
     return [result]

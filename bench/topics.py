@@ -75,19 +75,35 @@ def run(size: str) -> list[Result]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     few, many = (statistics.median(rates[count]) for count in counts)
-    result = Result("topics", many, few, "msg/s", goal=0.95,
-                    baseline_name=f"ours, {counts[0]} topics", details={
-        "topic_counts": list(counts), "queues_per_topic": QUEUES, "batches": batches,
-        "batch": BATCH, "body_bytes": BODY_BYTES, "rounds": rounds,
-        "rates_msg_s": {str(count): [round(r) for r in rates[count]] for count in counts},
-        "setup_s": {str(count): [round(s, 2) for s in setup_s[count]] for count in counts},
-        "store": store or "defaults",
-        "figures": {f"ours, {count} topics": round(rate)
-                    for count, rate in zip(counts, (few, many), strict=True)},
-    })  # fmt: skip
+    result = Result(
+        "topics",
+        many,
+        few,
+        "msg/s",
+        goal=0.95,
+        baseline_name=f"ours, {counts[0]} topics",
+        details={
+            "topic_counts": list(counts),
+            "queues_per_topic": QUEUES,
+            "batches": batches,
+            "batch": BATCH,
+            "body_bytes": BODY_BYTES,
+            "rounds": rounds,
+            "rates_msg_s": {str(count): [round(r) for r in rates[count]] for count in counts},
+            "setup_s": {str(count): [round(s, 2) for s in setup_s[count]] for count in counts},
+            "store": store or "defaults",
+            "figures": {
+                f"ours, {count} topics": round(rate)
+                for count, rate in zip(counts, (few, many), strict=True)
+            },
+        },
+    )
     result.rows = [
-        (f"{count} topics × {QUEUES} queues", f"{rate:,.0f} msg/s",
-         f"median of {rounds}, {batches} × {BATCH} × {BODY_BYTES} B")
+        (
+            f"{count} topics × {QUEUES} queues",
+            f"{rate:,.0f} msg/s",
+            f"median of {rounds}, {batches} × {BATCH} × {BODY_BYTES} B",
+        )
         for count, rate in zip(counts, (few, many), strict=True)
-    ]  # fmt: skip
+    ]
     return [result]

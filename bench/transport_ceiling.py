@@ -23,8 +23,10 @@ import grpc
 from broker_core.client.client import MAX_MESSAGE_BYTES
 
 METHOD = "/bench.Drop/Drop"
-_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]  # fmt: skip
+_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
 
 
 def _drop(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -43,8 +45,9 @@ def serve() -> None:
     server.wait_for_termination()
 
 
-def send_rate(address: str, request: bytes, messages_per_request: int, requests: int,
-              in_flight: int = 1) -> float:  # fmt: skip
+def send_rate(
+    address: str, request: bytes, messages_per_request: int, requests: int, in_flight: int = 1
+) -> float:
     """msg/s of ``requests`` sends of ``request`` with ``in_flight`` outstanding at a time,
     after a warm-up request."""
     with grpc.insecure_channel(address, options=_OPTIONS) as channel:
@@ -67,8 +70,9 @@ def send_rate(address: str, request: bytes, messages_per_request: int, requests:
 
 def measure(request: bytes, messages_per_request: int, requests: int, in_flight: int = 1) -> float:
     """Start the dropping server in its own process and time ``send_rate`` against it."""
-    proc = subprocess.Popen([sys.executable, "-m", "bench.transport_ceiling"],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.transport_ceiling"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())

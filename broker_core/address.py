@@ -23,8 +23,13 @@ from broker_core.errors import InvalidArgumentError
 MAX_PORT: Final = 65_535
 
 
-def parse_host_port(text: str, *, what: str = "address", allow_any_port: bool = False,
-                    allow_empty_host: bool = False) -> tuple[str, int]:  # fmt: skip
+def parse_host_port(
+    text: str,
+    *,
+    what: str = "address",
+    allow_any_port: bool = False,
+    allow_empty_host: bool = False,
+) -> tuple[str, int]:
     """Split ``HOST:PORT`` into (host, port); InvalidArgumentError naming ``what`` otherwise.
 
     The port must be decimal digits in 1..65535, or 0 when ``allow_any_port``. The host
@@ -36,5 +41,6 @@ def parse_host_port(text: str, *, what: str = "address", allow_any_port: bool = 
     if not sep or not valid_port or not (host or allow_empty_host):
         zero = " (0 = any free port)" if allow_any_port else ""
         raise InvalidArgumentError(
-            f"{what} must be HOST:PORT with a port in 1..{MAX_PORT}{zero}, got {text!r}")
+            f"{what} must be HOST:PORT with a port in 1..{MAX_PORT}{zero}, got {text!r}"
+        )
     return host, int(port)

@@ -26,8 +26,7 @@ def user() -> None:
 @click.option("--superuser", is_flag=True, help="allowed everything, manages users and ACLs")
 @click.option("--update", is_flag=True, help="replace the user if it exists")
 @endpoints_option
-def user_create(name: str, secret_key: str, superuser: bool, update: bool,
-                endpoints: str) -> None:  # fmt: skip
+def user_create(name: str, secret_key: str, superuser: bool, update: bool, endpoints: str) -> None:
     """Create user NAME (its access key)."""
     with _client(endpoints) as client:
         done = client.create_user(name, secret_key, superuser=superuser, update=update)
@@ -41,8 +40,11 @@ def user_list(endpoints: str) -> None:
     """List users (never their secret keys)."""
     with _client(endpoints) as client:
         users = client.list_users()
-    _table("users", ["user", "super user", "rules"],
-           [(u["user"], u["superuser"], u["rules"]) for u in users])
+    _table(
+        "users",
+        ["user", "super user", "rules"],
+        [(u["user"], u["superuser"], u["rules"]) for u in users],
+    )
 
 
 @user.command("delete")
@@ -63,21 +65,39 @@ def acl() -> None:
 @acl.command("create")
 @click.option("--user", "name", required=True, help="the user the rule is for")
 @click.option("--resource", required=True, help="Topic:NAME, Group:NAME, Topic:PREFIX*, Topic:*")
-@click.option("--actions", required=True,
-              help="comma-separated: Pub,Sub,Create,Update,Delete,Get,List,All")
-@click.option("--decision", default="Allow", show_default=True, help="Deny wins over Allow",
-              type=click.Choice(["Allow", "Deny"], case_sensitive=False))
+@click.option(
+    "--actions", required=True, help="comma-separated: Pub,Sub,Create,Update,Delete,Get,List,All"
+)
+@click.option(
+    "--decision",
+    default="Allow",
+    show_default=True,
+    help="Deny wins over Allow",
+    type=click.Choice(["Allow", "Deny"], case_sensitive=False),
+)
 @click.option("--source-ip", "source_ips", multiple=True, help="address or CIDR, repeatable")
 @endpoints_option
-def acl_create(name: str, resource: str, actions: str, decision: str,
-               source_ips: tuple[str, ...], endpoints: str) -> None:  # fmt: skip
+def acl_create(
+    name: str,
+    resource: str,
+    actions: str,
+    decision: str,
+    source_ips: tuple[str, ...],
+    endpoints: str,
+) -> None:
     """Give --user a rule on --resource."""
     with _client(endpoints) as client:
-        rule = client.create_acl(name, resource, [a for a in actions.split(",") if a.strip()],
-                                 decision=decision, source_ips=source_ips)  # fmt: skip
+        rule = client.create_acl(
+            name,
+            resource,
+            [a for a in actions.split(",") if a.strip()],
+            decision=decision,
+            source_ips=source_ips,
+        )
     where = f" from {', '.join(rule['source_ips'])}" if rule["source_ips"] else ""
-    click.echo(f"{rule['decision']} {','.join(rule['actions'])} on {rule['resource']} "
-               f"for {name}{where}")
+    click.echo(
+        f"{rule['decision']} {','.join(rule['actions'])} on {rule['resource']} for {name}{where}"
+    )
 
 
 @acl.command("list")
@@ -87,9 +107,20 @@ def acl_list(name: str | None, endpoints: str) -> None:
     """List ACL rules."""
     with _client(endpoints) as client:
         rules = client.list_acls(name)
-    _table("acls", ["user", "resource", "actions", "decision", "source IPs"],
-           [(r["user"], r["resource"], ",".join(r["actions"]), r["decision"],
-             ",".join(r["source_ips"]) or "any") for r in rules])  # fmt: skip
+    _table(
+        "acls",
+        ["user", "resource", "actions", "decision", "source IPs"],
+        [
+            (
+                r["user"],
+                r["resource"],
+                ",".join(r["actions"]),
+                r["decision"],
+                ",".join(r["source_ips"]) or "any",
+            )
+            for r in rules
+        ],
+    )
 
 
 @acl.command("delete")

@@ -31,8 +31,13 @@ Table = Callable[[str, list[str], list[tuple[Any, ...]]], None]
 
 
 def namesrv_option(required: bool) -> Callable[[Any], Any]:
-    return click.option("--namesrv", envvar="RMQ_NAMESRV", required=required, default=None,
-                        help="NameServers HOST:PORT[;HOST:PORT]")  # fmt: skip
+    return click.option(
+        "--namesrv",
+        envvar="RMQ_NAMESRV",
+        required=required,
+        default=None,
+        help="NameServers HOST:PORT[;HOST:PORT]",
+    )
 
 
 def cluster_info(namesrv: str) -> ClusterInfo:
@@ -51,20 +56,26 @@ def broker_addrs(namesrv: str, only: str | None = None) -> dict[str, str]:
     from broker_core.cluster.routes import master_grpc_addr
 
     info = cluster_info(namesrv)
-    addrs = {name: addr for name, data in sorted(info.brokers.items())
-             if (addr := master_grpc_addr(data))}  # fmt: skip
+    addrs = {
+        name: addr
+        for name, data in sorted(info.brokers.items())
+        if (addr := master_grpc_addr(data))
+    }
     if only is not None:
         if only not in addrs:
-            raise InvalidArgumentError(f"no live broker named {only!r} in the cluster "
-                                       f"(known: {', '.join(addrs) or 'none'})")  # fmt: skip
+            raise InvalidArgumentError(
+                f"no live broker named {only!r} in the cluster "
+                f"(known: {', '.join(addrs) or 'none'})"
+            )
         return {only: addrs[only]}
     if not addrs:
         raise InvalidArgumentError(f"the NameServers at {namesrv} list no live broker")
     return addrs
 
 
-def create_topic_everywhere(namesrv: str, only: str | None, name: str,
-                            **settings: Any) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+def create_topic_everywhere(
+    namesrv: str, only: str | None, name: str, **settings: Any
+) -> list[tuple[str, dict[str, Any]]]:
     """Create (or update) topic ``name`` on every broker group, or on ``only``; returns
     (broker, config) per group once the NameServers' route lists every one of them (each
     broker registers a topic change at once). A group that fails raises its error,
@@ -96,8 +107,9 @@ def _wait_for_route(namesrv: str, topic: str, brokers: set[str]) -> bool:
             if brokers <= listed:
                 return True
             if time.monotonic() > deadline:
-                log.warning("the route of %s lists %s, not yet %s", topic, sorted(listed),
-                            sorted(brokers))  # fmt: skip
+                log.warning(
+                    "the route of %s lists %s, not yet %s", topic, sorted(listed), sorted(brokers)
+                )
                 return False
             time.sleep(0.05)
     finally:
@@ -113,8 +125,10 @@ def progress_everywhere(namesrv: str, group: str, topic: str | None) -> list[tup
                 progress = client.group_progress(group, topic)
             except NotFoundError:
                 continue  # this group or topic does not live on that broker
-        rows += [(broker, r["topic"], r["queue_id"], r["broker_offset"], r["consumer_offset"],
-                  r["lag"]) for r in progress["queues"]]  # fmt: skip
+        rows += [
+            (broker, r["topic"], r["queue_id"], r["broker_offset"], r["consumer_offset"], r["lag"])
+            for r in progress["queues"]
+        ]
     if not rows:
         raise NotFoundError(f"group {group!r} has no progress on any broker of the cluster")
     return rows
@@ -142,26 +156,73 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
         """Brokers the NameServers know: addresses, data version, last heartbeat."""
         info = cluster_info(namesrv)
         live = sorted(info.live, key=lambda b: (b.cluster, b.broker_name, b.broker_id))
-        table("cluster", ["cluster", "broker", "id", "address", "grpc", "data version",
-                          "last heartbeat", "put TPS"],
-              [(b.cluster, b.broker_name, b.broker_id, b.broker_addr, b.grpc_addr,
-                f"{b.data_version.timestamp_ms}/{b.data_version.counter}",
-                iso(b.last_update_ms), put_tps(b.grpc_addr)) for b in live])  # fmt: skip
+        table(
+            "cluster",
+            [
+                "cluster",
+                "broker",
+                "id",
+                "address",
+                "grpc",
+                "data version",
+                "last heartbeat",
+                "put TPS",
+            ],
+            [
+                (
+                    b.cluster,
+                    b.broker_name,
+                    b.broker_id,
+                    b.broker_addr,
+                    b.grpc_addr,
+                    f"{b.data_version.timestamp_ms}/{b.data_version.counter}",
+                    iso(b.last_update_ms),
+                    put_tps(b.grpc_addr),
+                )
+                for b in live
+            ],
+        )
 
     @cluster.command("up")
-    @click.option("--brokers", "count", type=click.IntRange(1, 26), default=2, show_default=True,
-                  help="broker groups to start (broker-a, broker-b, …)")
+    @click.option(
+        "--brokers",
+        "count",
+        type=click.IntRange(1, 26),
+        default=2,
+        show_default=True,
+        help="broker groups to start (broker-a, broker-b, …)",
+    )
     @click.option("--dir", "directory", required=True, help="stores and logs go here")
-    @click.option("--register-interval-ms", type=click.IntRange(10), default=30_000,
-                  show_default=True, help="how often each broker re-registers")  # fmt: skip
-    @click.option("--replicas", type=click.IntRange(1, 9), default=1, show_default=True,
-                  help="brokers per group (sync replication)")
-    @click.option("--controller", is_flag=True,
-                  help="also start etcd; each group elects its master (needs etcd installed)")
-    @click.option("--tls", is_flag=True,
-                  help="serve TLS everywhere with a throwaway CA (its path is printed)")
-    def cluster_up(count: int, directory: str, register_interval_ms: int, replicas: int,
-                   controller: bool, tls: bool) -> None:  # fmt: skip
+    @click.option(
+        "--register-interval-ms",
+        type=click.IntRange(10),
+        default=30_000,
+        show_default=True,
+        help="how often each broker re-registers",
+    )
+    @click.option(
+        "--replicas",
+        type=click.IntRange(1, 9),
+        default=1,
+        show_default=True,
+        help="brokers per group (sync replication)",
+    )
+    @click.option(
+        "--controller",
+        is_flag=True,
+        help="also start etcd; each group elects its master (needs etcd installed)",
+    )
+    @click.option(
+        "--tls", is_flag=True, help="serve TLS everywhere with a throwaway CA (its path is printed)"
+    )
+    def cluster_up(
+        count: int,
+        directory: str,
+        register_interval_ms: int,
+        replicas: int,
+        controller: bool,
+        tls: bool,
+    ) -> None:
         """Run a NameServer and N broker groups on loopback until Ctrl-C/SIGTERM; every
         broker serves Prometheus metrics on a free port (printed as ``metrics NAME URL``)."""
         from broker_core.cluster.local import LocalCluster
@@ -172,9 +233,14 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
             signal.signal(sig, lambda *_: stop.set())
         secure = enable_tls(Path(directory)) if tls else None
         config = {"tls": secure.broker_tls} if secure else {}
-        local = LocalCluster(Path(directory), register_interval_ms=register_interval_ms,
-                             replicas=replicas, controller=controller, metrics=True,
-                             broker_config=config)  # fmt: skip
+        local = LocalCluster(
+            Path(directory),
+            register_interval_ms=register_interval_ms,
+            replicas=replicas,
+            controller=controller,
+            metrics=True,
+            broker_config=config,
+        )
         try:
             local.start(count, namesrv_args=secure.namesrv_args if secure else None)
         except RuntimeError as exc:
@@ -190,8 +256,10 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
                 click.echo(f"metrics {name} {url}")
             if secure is not None:
                 click.echo(f"ca {secure.ca_file}")
-                click.echo(f"export RMQ_CA_FILE={secure.ca_file} "
-                           f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={secure.ca_file}")  # fmt: skip
+                click.echo(
+                    f"export RMQ_CA_FILE={secure.ca_file} "
+                    f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={secure.ca_file}"
+                )
             click.echo("READY")
             while not stop.wait(0.5) and not dead:
                 dead = [n for n, p in local.brokers.items() if p.process.poll() is not None]
@@ -199,8 +267,10 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
             local.stop()
         if dead:
             for name in dead:
-                click.echo(f"--- {name}'s last output:\n"
-                           + "".join(local.brokers[name].output[-20:]), err=True)  # fmt: skip
+                click.echo(
+                    f"--- {name}'s last output:\n" + "".join(local.brokers[name].output[-20:]),
+                    err=True,
+                )
             raise click.ClickException(f"broker(s) {', '.join(dead)} exited; cluster stopped")
         click.echo("stopped")
 
@@ -218,7 +288,17 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
         finally:
             client.close()
         addrs = {b.broker_name: master_grpc_addr(b) or "" for b in route.broker_datas}
-        table(f"topic {name}", ["broker", "grpc", "read queues", "write queues", "perm"],
-              [(q.broker_name, addrs.get(q.broker_name, ""), q.read_queue_nums,
-                q.write_queue_nums, q.perm)
-               for q in sorted(route.queue_datas, key=lambda q: q.broker_name)])  # fmt: skip
+        table(
+            f"topic {name}",
+            ["broker", "grpc", "read queues", "write queues", "perm"],
+            [
+                (
+                    q.broker_name,
+                    addrs.get(q.broker_name, ""),
+                    q.read_queue_nums,
+                    q.write_queue_nums,
+                    q.perm,
+                )
+                for q in sorted(route.queue_datas, key=lambda q: q.broker_name)
+            ],
+        )

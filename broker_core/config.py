@@ -146,8 +146,9 @@ def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
         kinds, what = _VALUE_KINDS[str(f.type)]
         value = values[f.name]
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            raise ConfigError(f"config key {f.name}{where} must be {what}, "
-                              f"got {value!r} ({type(value).__name__})")  # fmt: skip
+            raise ConfigError(
+                f"config key {f.name}{where} must be {what}, got {value!r} ({type(value).__name__})"
+            )
 
 
 def from_mapping(cls: type[T], values: dict[str, Any], *, section: str = "") -> T:
@@ -197,12 +198,16 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         _check_types(BrokerConfig, _values(self), "")
-        _require(bool(self.broker_name) and len(self.broker_name) <= 255,
-                 "broker_name must be 1..255 chars")  # fmt: skip
+        _require(
+            bool(self.broker_name) and len(self.broker_name) <= 255,
+            "broker_name must be 1..255 chars",
+        )
         _check_ha(self)
         host, _, port = self.endpoint.rpartition(":")
-        _require(bool(host) and port.isdigit() and 0 < int(port) < 65536,
-                 f"endpoint must be host:port, got {self.endpoint!r}")  # fmt: skip
+        _require(
+            bool(host) and port.isdigit() and 0 < int(port) < 65536,
+            f"endpoint must be host:port, got {self.endpoint!r}",
+        )
         _require(1 <= self.default_queue_nums <= 1024, "default_queue_nums must be in 1..1024")
         _require_at_least(
             self,
@@ -224,19 +229,30 @@ class BrokerConfig:
 def _check_ha(c: BrokerConfig) -> None:
     """Validate the broker-group fields (a slave needs its master's HA address)."""
     _require(c.broker_id >= 0, "broker_id must be ≥ 0 (0 = master)")
-    _require(c.replication in ("sync", "async"),
-             f"replication must be 'sync' or 'async', got {c.replication!r}")  # fmt: skip
+    _require(
+        c.replication in ("sync", "async"),
+        f"replication must be 'sync' or 'async', got {c.replication!r}",
+    )
     for name in ("ha_listen", "ha_master"):
         value = getattr(c, name)
         host, _, port = value.rpartition(":")
-        _require(not value or (bool(host) and port.isdigit() and int(port) < 65536),
-                 f"{name} must be HOST:PORT, got {value!r}")  # fmt: skip
-    _require(c.broker_id == 0 or bool(c.ha_master),
-             f"broker {c.broker_name} id {c.broker_id} is a slave: it needs ha_master "
-             "(--ha-master HOST:PORT)")
+        _require(
+            not value or (bool(host) and port.isdigit() and int(port) < 65536),
+            f"{name} must be HOST:PORT, got {value!r}",
+        )
+    _require(
+        c.broker_id == 0 or bool(c.ha_master),
+        f"broker {c.broker_name} id {c.broker_id} is a slave: it needs ha_master "
+        "(--ha-master HOST:PORT)",
+    )
     _require(c.broker_id > 0 or not c.ha_master, "ha_master is for slaves (broker_id > 0)")
-    for name in ("sync_replication_timeout_ms", "ha_catch_up_window_ms", "min_in_sync_replicas",
-                 "ha_heartbeat_interval_ms", "ha_metadata_interval_ms"):  # fmt: skip
+    for name in (
+        "sync_replication_timeout_ms",
+        "ha_catch_up_window_ms",
+        "min_in_sync_replicas",
+        "ha_heartbeat_interval_ms",
+        "ha_metadata_interval_ms",
+    ):
         _require(getattr(c, name) >= 1, f"{name} must be ≥ 1")
 
 
@@ -253,13 +269,15 @@ def load_config(
             raise ConfigError(f"cannot read config file {path}: {exc}") from exc
     unknown = sorted(set(doc) - {"broker", "store", "auth", "tls"})  # auth, tls: auth/config.py
     if unknown:
-        raise ConfigError(f"unknown config table(s): {', '.join(unknown)} "
-                          "(use [broker], [store], [auth], [tls])")
+        raise ConfigError(
+            f"unknown config table(s): {', '.join(unknown)} (use [broker], [store], [auth], [tls])"
+        )
     for table in ("broker", "store"):
         if not isinstance(doc.get(table, {}), dict):
-            raise ConfigError(f"config: {table} must be a table ([{table}]), "
-                              f"got {doc[table]!r}")  # fmt: skip
+            raise ConfigError(f"config: {table} must be a table ([{table}]), got {doc[table]!r}")
     store_values = dict(doc.get("store", {}))
     store_values.update(store_overrides)
-    return (from_mapping(BrokerConfig, dict(doc.get("broker", {})), section="broker"),
-            from_mapping(StoreConfig, store_values, section="store"))  # fmt: skip
+    return (
+        from_mapping(BrokerConfig, dict(doc.get("broker", {})), section="broker"),
+        from_mapping(StoreConfig, store_values, section="store"),
+    )

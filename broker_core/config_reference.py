@@ -21,7 +21,7 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
     "broker": {
         "broker_name": "name in routes and message ids' broker part (1..255 chars)",
         "endpoint": "HOST:PORT for an embedded Broker; `rmq broker start` advertises "
-                    "--advertise, else its listen address",
+        "--advertise, else its listen address",
         "auto_create_topics": "a send to an unknown topic creates it (with default_queue_nums)",
         "auto_create_groups": "a consumer's first request creates its group with defaults",
         "default_queue_nums": "queues of an auto-created topic (1..1024)",
@@ -38,12 +38,12 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
         "max_long_polling_ms": "longest a pull or receive waits for new messages",
         "broker_id": "0 = the group's master, > 0 = a slave (--broker-id)",
         "ha_listen": "master: HOST:PORT its slaves replicate from; empty = no replication "
-                     "(--ha-listen)",
+        "(--ha-listen)",
         "ha_master": "slave: its master's HA HOST:PORT (--ha-master)",
         "replication": "master: 'sync' acknowledges a send once the in-sync slaves have it, "
-                       "'async' at once (--replication)",
+        "'async' at once (--replication)",
         "sync_replication_timeout_ms": "a sync-replicated send fails with "
-                                       "ReplicationTimeoutError (retriable) after this",
+        "ReplicationTimeoutError (retriable) after this",
         "ha_catch_up_window_ms": "a slave not caught up for this long leaves the in-sync set",
         "min_in_sync_replicas": "replicas (master included) a sync send needs in the in-sync set",
         "ha_heartbeat_interval_ms": "how often a slave reports its offset when idle",
@@ -51,14 +51,14 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
     },
     "store": {
         "store_dir": "directory of the commitlog, consume queues, index and config files "
-                     "(--store-dir)",
+        "(--store-dir)",
         "segment_size_bytes": "size of one commitlog segment file (4 KiB..2 GiB, holds the "
-                              "largest message)",
+        "largest message)",
         "consume_queue_units_per_file": "20-byte entries per consume queue file",
         "index_slot_count": "hash slots per index file (message keys and ids)",
         "index_max_entries": "entries per index file before a new one starts",
         "flush_mode": "'sync': a send is acknowledged once on disk; 'async': flushed every "
-                      "flush_interval_ms (--flush)",
+        "flush_interval_ms (--flush)",
         "flush_interval_ms": "async flush period",
         "sync_flush_timeout_ms": "a sync send fails with FlushTimeoutError after this",
         "derived_flush_interval_ms": "how often consume queues, index and checkpoint are flushed",
@@ -86,8 +86,10 @@ def _toml_value(value: Any) -> str:
 
 def defaults() -> dict[str, dict[str, Any]]:
     """{section: {key: default}} in declaration order."""
-    return {section: {f.name: getattr(cls(), f.name) for f in dataclasses.fields(cls)}
-            for section, cls in SECTIONS.items()}  # fmt: skip
+    return {
+        section: {f.name: getattr(cls(), f.name) for f in dataclasses.fields(cls)}
+        for section, cls in SECTIONS.items()
+    }
 
 
 def as_toml(values: dict[str, dict[str, Any]], header: str) -> str:
@@ -103,8 +105,9 @@ def as_toml(values: dict[str, dict[str, Any]], header: str) -> str:
 
 def defaults_toml() -> str:
     """Every key with its default, as a commented TOML file a user can start from."""
-    return as_toml(defaults(), "rmq broker config: every key with its default. "
-                               "Pass a file with --config.")  # fmt: skip
+    return as_toml(
+        defaults(), "rmq broker config: every key with its default. Pass a file with --config."
+    )
 
 
 def markdown_table() -> str:
@@ -113,6 +116,8 @@ def markdown_table() -> str:
     for section, keys in defaults().items():
         for key, value in keys.items():
             kind = value_kind(SECTIONS[section], key)
-            rows.append(f"| `[{section}] {key}` | {kind} | `{_toml_value(value)}` | "
-                        f"{DESCRIPTIONS[section][key]} |")  # fmt: skip
+            rows.append(
+                f"| `[{section}] {key}` | {kind} | `{_toml_value(value)}` | "
+                f"{DESCRIPTIONS[section][key]} |"
+            )
     return "\n".join(rows)

@@ -54,9 +54,7 @@ def validate_topic_name(topic: str) -> str:
             f"topic name is {len(topic)} chars, longer than {MAX_TOPIC_NAME_CHARS}: {topic[:40]!r}…"
         )
     if not TOPIC_NAME_RE.match(topic):
-        raise InvalidTopicError(
-            f"topic name {topic!r} has characters outside [%|a-zA-Z0-9_-]"
-        )
+        raise InvalidTopicError(f"topic name {topic!r} has characters outside [%|a-zA-Z0-9_-]")
     return topic
 
 

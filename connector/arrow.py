@@ -52,20 +52,22 @@ from broker_core.client.model import ReceivedMessage
 from broker_core.errors import ConfigError
 from broker_core.protocol.properties import SYSTEM_KEYS
 
-SCHEMA: Final = StructType([
-    StructField("topic", StringType(), False),
-    StructField("broker", StringType(), False),
-    StructField("queueId", IntegerType(), False),
-    StructField("queueOffset", LongType(), False),
-    StructField("messageId", StringType(), False),
-    StructField("tag", StringType(), True),
-    StructField("keys", ArrayType(StringType(), False), False),
-    StructField("body", BinaryType(), False),
-    StructField("properties", MapType(StringType(), StringType(), False), True),
-    StructField("bornTimestamp", TimestampType(), False),
-    StructField("storeTimestamp", TimestampType(), False),
-    StructField("messageGroup", StringType(), True),
-])  # fmt: skip
+SCHEMA: Final = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("broker", StringType(), False),
+        StructField("queueId", IntegerType(), False),
+        StructField("queueOffset", LongType(), False),
+        StructField("messageId", StringType(), False),
+        StructField("tag", StringType(), True),
+        StructField("keys", ArrayType(StringType(), False), False),
+        StructField("body", BinaryType(), False),
+        StructField("properties", MapType(StringType(), StringType(), False), True),
+        StructField("bornTimestamp", TimestampType(), False),
+        StructField("storeTimestamp", TimestampType(), False),
+        StructField("messageGroup", StringType(), True),
+    ]
+)
 
 US_PER_MS: Final = 1_000
 
@@ -120,8 +122,9 @@ def _timestamps_us(epoch_ms: np.ndarray) -> pa.Array:
     return pa.array(epoch_ms * US_PER_MS, pa.timestamp("us", tz="UTC"))
 
 
-def units_to_record_batch(cols: UnitColumns, broker: str, schema: pa.Schema, *,
-                          include_properties: bool = True) -> pa.RecordBatch:  # fmt: skip
+def units_to_record_batch(
+    cols: UnitColumns, broker: str, schema: pa.Schema, *, include_properties: bool = True
+) -> pa.RecordBatch:
     """One record batch of bulk-decoded units (all from ``broker``) with exactly ``schema``.
 
     Column for column the same rows as the message-by-message reference in
@@ -131,12 +134,21 @@ def units_to_record_batch(cols: UnitColumns, broker: str, schema: pa.Schema, *,
     props = split_properties(cols, SYSTEM_KEYS)
     n = cols.count
     columns = [
-        cols.topic, _constant(broker, n), pa.array(cols.queue_id, pa.int32()),
-        pa.array(cols.queue_offset, pa.int64()), props.message_id, props.tag, props.keys,
-        cols.body, props.user if include_properties else pa.nulls(n, schema.field(8).type),
-        _timestamps_us(cols.born_timestamp_ms), _timestamps_us(cols.store_timestamp_ms),
+        cols.topic,
+        _constant(broker, n),
+        pa.array(cols.queue_id, pa.int32()),
+        pa.array(cols.queue_offset, pa.int64()),
+        props.message_id,
+        props.tag,
+        props.keys,
+        cols.body,
+        props.user if include_properties else pa.nulls(n, schema.field(8).type),
+        _timestamps_us(cols.born_timestamp_ms),
+        _timestamps_us(cols.store_timestamp_ms),
         props.message_group,
-    ]  # fmt: skip
-    arrays = [a if a.type == schema.field(i).type else a.cast(schema.field(i).type)
-              for i, a in enumerate(columns)]  # fmt: skip
+    ]
+    arrays = [
+        a if a.type == schema.field(i).type else a.cast(schema.field(i).type)
+        for i, a in enumerate(columns)
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

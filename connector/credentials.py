@@ -29,8 +29,12 @@ class Access:
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``RocketMQClient``."""
-        return {"access_key": self.access_key, "secret_key": self.secret_key, "tls": self.tls,
-                "ca_file": self.ca_file}  # fmt: skip
+        return {
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+            "tls": self.tls,
+            "ca_file": self.ca_file,
+        }
 
 
 NO_ACCESS: Final = Access()

@@ -126,8 +126,9 @@ def slots_of(messages: Iterable[WriterCommitMessage | None]) -> dict[Slot, HalfR
 # --------------------------------------------------------------------------- ending halves
 
 
-def end_all(client: RocketMQClient, halves: Sequence[HalfRef], *,
-            commit: bool) -> dict[str, EndOutcome]:  # fmt: skip
+def end_all(
+    client: RocketMQClient, halves: Sequence[HalfRef], *, commit: bool
+) -> dict[str, EndOutcome]:
     """End many halves in parallel; halves of one (topic, message group) in list order.
 
     Returns the outcome per message id; broker errors other than "not found" propagate.
@@ -168,8 +169,11 @@ def rollback_quietly(client: RocketMQClient, halves: Sequence[HalfRef]) -> None:
     try:
         end_all(client, halves, commit=False)
     except RocketMQError as exc:
-        log.warning("rolling back %d halves failed (%s); the broker's check-back will roll "
-                    "them back", len(halves), exc)  # fmt: skip
+        log.warning(
+            "rolling back %d halves failed (%s); the broker's check-back will roll them back",
+            len(halves),
+            exc,
+        )
 
 
 # --------------------------------------------------------------------------- marker records
@@ -184,8 +188,11 @@ def _records(client: RocketMQClient, topic: str, batch_id: int) -> list[dict[str
 
 
 def _decode(record: dict[str, Any]) -> Any:
-    raw = base64.b64decode(record["body"]) if record["body_encoding"] == "base64" else \
-        record["body"].encode("utf-8")  # fmt: skip
+    raw = (
+        base64.b64decode(record["body"])
+        if record["body_encoding"] == "base64"
+        else record["body"].encode("utf-8")
+    )
     return json.loads(raw)
 
 
@@ -194,8 +201,11 @@ def _complete(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     writes: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         writes[record["properties"]["sparkRecord"]].append(record)
-    return {rid: recs for rid, recs in writes.items()
-            if len(recs) == int(recs[0]["properties"]["sparkChunks"])}  # fmt: skip
+    return {
+        rid: recs
+        for rid, recs in writes.items()
+        if len(recs) == int(recs[0]["properties"]["sparkChunks"])
+    }
 
 
 def _slots(records: list[dict[str, Any]]) -> dict[Slot, HalfRef]:
@@ -222,8 +232,10 @@ def find_intent(client: RocketMQClient, topic: str, batch_id: int) -> Intent | N
     chosen = min(intents, key=first_offset)
     attempt = chosen[0]["properties"]["sparkAttempt"]
     halves = _slots(chosen)
-    mine = sorted((w for w in writes.values() if w[0]["properties"]["sparkAttempt"] == attempt),
-                  key=first_offset)  # fmt: skip
+    mine = sorted(
+        (w for w in writes.values() if w[0]["properties"]["sparkAttempt"] == attempt),
+        key=first_offset,
+    )
     for write in mine:
         if write[0]["properties"]["sparkKind"] == "amend":
             halves.update(_slots(write))
@@ -231,25 +243,47 @@ def find_intent(client: RocketMQClient, topic: str, batch_id: int) -> Intent | N
     return Intent(attempt, halves, done)
 
 
-def _write(client: RocketMQClient, topic: str, batch_id: int, attempt: str, kind: str,
-           halves: dict[Slot, HalfRef]) -> None:  # fmt: skip
+def _write(
+    client: RocketMQClient,
+    topic: str,
+    batch_id: int,
+    attempt: str,
+    kind: str,
+    halves: dict[Slot, HalfRef],
+) -> None:
     """One marker write of ``kind`` (intent, amend, done): all its chunks in one request,
     which the broker stores whole or not at all."""
     record = uuid.uuid4().hex
     items = [[p, s, *h.to_json()] for (p, s), h in sorted(halves.items())]
-    parts = [items[i:i + INTENT_CHUNK_HALVES]
-             for i in range(0, len(items), INTENT_CHUNK_HALVES)] or [[]]  # fmt: skip
-    props = {"sparkBatchId": str(batch_id), "sparkAttempt": attempt, "sparkKind": kind,
-             "sparkRecord": record, "sparkChunks": str(len(parts))}  # fmt: skip
-    client.send_batch(topic, [
-        OutgoingMessage(json.dumps({"batch": batch_id, "halves": part},
-                                   separators=(",", ":")).encode("utf-8"),
-                        kind, (batch_key(batch_id),), props)
-        for part in parts])  # fmt: skip
+    parts = [
+        items[i : i + INTENT_CHUNK_HALVES] for i in range(0, len(items), INTENT_CHUNK_HALVES)
+    ] or [[]]
+    props = {
+        "sparkBatchId": str(batch_id),
+        "sparkAttempt": attempt,
+        "sparkKind": kind,
+        "sparkRecord": record,
+        "sparkChunks": str(len(parts)),
+    }
+    client.send_batch(
+        topic,
+        [
+            OutgoingMessage(
+                json.dumps({"batch": batch_id, "halves": part}, separators=(",", ":")).encode(
+                    "utf-8"
+                ),
+                kind,
+                (batch_key(batch_id),),
+                props,
+            )
+            for part in parts
+        ],
+    )
 
 
-def write_intent(client: RocketMQClient, topic: str, batch_id: int,
-                 halves: dict[Slot, HalfRef]) -> str:  # fmt: skip
+def write_intent(
+    client: RocketMQClient, topic: str, batch_id: int, halves: dict[Slot, HalfRef]
+) -> str:
     """Record the decision for ``batch_id``; returns the intent's attempt id."""
     attempt = uuid.uuid4().hex
     _write(client, topic, batch_id, attempt, "intent", halves)
@@ -273,8 +307,10 @@ def sink_name(messages: Sequence[WriterCommitMessage | None], producer_group: st
         return producer_group
     ids = {m.query_id for m in messages if isinstance(m, TaskHalves) and m.query_id}
     if len(ids) != 1:
-        raise RocketMQError(f"exactly-once commit needs one streaming query id, got {sorted(ids)}"
-                            "; set the producerGroup option")  # fmt: skip
+        raise RocketMQError(
+            f"exactly-once commit needs one streaming query id, got {sorted(ids)}"
+            "; set the producerGroup option"
+        )
     return ids.pop()
 
 
@@ -285,9 +321,14 @@ def _too_old(messages: Sequence[WriterCommitMessage | None], timeout_ms: int) ->
     return age_ms if age_ms > timeout_ms // 2 else 0
 
 
-def commit_stream_batch(client: RocketMQClient, messages: Sequence[WriterCommitMessage | None],
-                        batch_id: int, *, producer_group: str | None,
-                        timeout_ms: int) -> None:  # fmt: skip
+def commit_stream_batch(
+    client: RocketMQClient,
+    messages: Sequence[WriterCommitMessage | None],
+    batch_id: int,
+    *,
+    producer_group: str | None,
+    timeout_ms: int,
+) -> None:
     """Make exactly one attempt's halves of ``batch_id`` visible (module docstring).
 
     Idempotent: calling it again for the same batch (with any attempt's messages) never
@@ -307,14 +348,16 @@ def commit_stream_batch(client: RocketMQClient, messages: Sequence[WriterCommitM
             raise TransactionTimeoutError(
                 f"batch {batch_id}: its oldest half message is {age_ms} ms old, more than "
                 f"half of transactionTimeoutMs={timeout_ms}; the batch was rolled back. "
-                "Raise transactionTimeoutMs or make batches smaller")  # fmt: skip
+                "Raise transactionTimeoutMs or make batches smaller"
+            )
         attempt = write_intent(client, topic, batch_id, current)
         intent = Intent(attempt, current, False)
     _finish(client, topic, batch_id, intent, current)
 
 
-def _finish(client: RocketMQClient, topic: str, batch_id: int, intent: Intent,
-            current: dict[Slot, HalfRef]) -> None:  # fmt: skip
+def _finish(
+    client: RocketMQClient, topic: str, batch_id: int, intent: Intent, current: dict[Slot, HalfRef]
+) -> None:
     """Complete a decided batch: commit its halves (or stand-ins), drop everything else."""
     if intent.done:
         chosen = {h.message_id for h in intent.halves.values()}
@@ -323,32 +366,45 @@ def _finish(client: RocketMQClient, topic: str, batch_id: int, intent: Intent,
         return
     slots = sorted(intent.halves)
     outcomes = end_all(client, [intent.halves[s] for s in slots], commit=True)
-    lost = [s for s in slots
-            if not committed(client, intent.halves[s], outcomes[intent.halves[s].message_id])]
+    lost = [
+        s
+        for s in slots
+        if not committed(client, intent.halves[s], outcomes[intent.halves[s].message_id])
+    ]
     stand_ins, missing = _stand_ins(intent, current, lost)
     if stand_ins:  # recorded before they are committed, so a later replay keeps them
         _write(client, topic, batch_id, intent.attempt, "amend", stand_ins)
     chosen = {h.message_id for h in intent.halves.values()} | {
-        h.message_id for h in stand_ins.values()}  # fmt: skip
-    rollback_quietly(client, [current[s] for s in sorted(current)
-                              if current[s].message_id not in chosen])  # fmt: skip
+        h.message_id for h in stand_ins.values()
+    }
+    rollback_quietly(
+        client, [current[s] for s in sorted(current) if current[s].message_id not in chosen]
+    )
     replayed = [stand_ins[s] for s in sorted(stand_ins)]
     outcomes = end_all(client, replayed, commit=True)
     if any(not committed(client, h, outcomes[h.message_id]) for h in replayed):
-        raise TransactionLostError(f"batch {batch_id}: replayed halves were rolled back "
-                                   "before they could stand in for lost ones")  # fmt: skip
+        raise TransactionLostError(
+            f"batch {batch_id}: replayed halves were rolled back "
+            "before they could stand in for lost ones"
+        )
     if missing:
         raise TransactionLostError(
             f"batch {batch_id}: {len(missing)} decided half messages (e.g. partition/row "
             f"{missing[0]}) were rolled back by the broker and this attempt has no identical "
-            "replacement; raise transactionTimeoutMs")  # fmt: skip
+            "replacement; raise transactionTimeoutMs"
+        )
     _write(client, topic, batch_id, intent.attempt, "done", {})
-    log.info("batch %d committed: %d halves (%d replayed stand-ins)", batch_id,
-             len(intent.halves), len(stand_ins))  # fmt: skip
+    log.info(
+        "batch %d committed: %d halves (%d replayed stand-ins)",
+        batch_id,
+        len(intent.halves),
+        len(stand_ins),
+    )
 
 
-def _stand_ins(intent: Intent, current: dict[Slot, HalfRef],
-               lost: list[Slot]) -> tuple[dict[Slot, HalfRef], list[Slot]]:  # fmt: skip
+def _stand_ins(
+    intent: Intent, current: dict[Slot, HalfRef], lost: list[Slot]
+) -> tuple[dict[Slot, HalfRef], list[Slot]]:
     """This attempt's halves that replace decided halves the broker rolled back, and the
     lost slots this attempt has no identical (same topic and body CRC) half for."""
     stand_ins: dict[Slot, HalfRef] = {}
@@ -357,7 +413,9 @@ def _stand_ins(intent: Intent, current: dict[Slot, HalfRef],
         replay = current.get(slot)
         original = intent.halves[slot]
         same_content = replay is not None and (replay.topic, replay.body_crc) == (
-            original.topic, original.body_crc)
+            original.topic,
+            original.body_crc,
+        )
         if replay is None or not same_content or replay.message_id == original.message_id:
             missing.append(slot)
         else:
@@ -365,8 +423,13 @@ def _stand_ins(intent: Intent, current: dict[Slot, HalfRef],
     return stand_ins, missing
 
 
-def abort_stream_batch(client: RocketMQClient, messages: Sequence[WriterCommitMessage | None],
-                       batch_id: int, *, producer_group: str | None) -> None:  # fmt: skip
+def abort_stream_batch(
+    client: RocketMQClient,
+    messages: Sequence[WriterCommitMessage | None],
+    batch_id: int,
+    *,
+    producer_group: str | None,
+) -> None:
     """Roll back the reported halves of ``batch_id`` that no intent record lists.
 
     Best-effort: halves it cannot reach are rolled back by the broker's check-back.
@@ -376,11 +439,14 @@ def abort_stream_batch(client: RocketMQClient, messages: Sequence[WriterCommitMe
         return
     keep: set[str] = set()
     try:
-        intent = find_intent(client, marker_topic(sink_name(messages, producer_group)),
-                             batch_id)  # fmt: skip
+        intent = find_intent(client, marker_topic(sink_name(messages, producer_group)), batch_id)
     except RocketMQError as exc:
-        log.warning("abort of batch %d cannot read its markers (%s); leaving its halves to "
-                    "the broker's check-back", batch_id, exc)  # fmt: skip
+        log.warning(
+            "abort of batch %d cannot read its markers (%s); leaving its halves to "
+            "the broker's check-back",
+            batch_id,
+            exc,
+        )
         return
     if intent is not None:
         keep = {h.message_id for h in intent.halves.values()}
@@ -394,8 +460,10 @@ def commit_job(client: RocketMQClient, messages: Sequence[WriterCommitMessage | 
     outcomes = end_all(client, halves, commit=True)
     lost = [h for h in halves if not committed(client, h, outcomes[h.message_id])]
     if lost:
-        raise TransactionLostError(f"{len(lost)} half messages expired before the job "
-                                   "committed; raise transactionTimeoutMs")  # fmt: skip
+        raise TransactionLostError(
+            f"{len(lost)} half messages expired before the job "
+            "committed; raise transactionTimeoutMs"
+        )
 
 
 def abort_job(client: RocketMQClient, messages: Sequence[WriterCommitMessage | None]) -> None:

@@ -60,8 +60,10 @@ def parse_label(topic: str, label: str, *, what: str) -> QueueRef:
     """``QueueRef`` of ``"broker-a:0"`` in ``topic``; ConfigError naming ``what`` otherwise."""
     broker, sep, queue = label.rpartition(":")
     if not sep or not broker or not (queue.isascii() and queue.isdigit()):
-        raise ConfigError(f"{what}: queue key {label!r} of topic {topic!r} must be "
-                          f"'<broker>:<queueId>', e.g. 'broker-a:0'")  # fmt: skip
+        raise ConfigError(
+            f"{what}: queue key {label!r} of topic {topic!r} must be "
+            f"'<broker>:<queueId>', e.g. 'broker-a:0'"
+        )
     return QueueRef(topic, broker, int(queue))
 
 
@@ -77,19 +79,25 @@ def from_json(value: Any, *, what: str, allow_special: bool = False) -> Offsets:
         except (ValueError, RecursionError) as exc:
             raise ConfigError(f"{what}: not valid JSON ({exc})") from None
     if not isinstance(value, dict):
-        raise ConfigError(f"{what}: expected an object {{topic: {{'broker:queueId': offset}}}}, "
-                          f"got {type(value).__name__}")  # fmt: skip
+        raise ConfigError(
+            f"{what}: expected an object {{topic: {{'broker:queueId': offset}}}}, "
+            f"got {type(value).__name__}"
+        )
     lowest = EARLIEST if allow_special else 0
     offsets: Offsets = {}
     for topic, queues in value.items():
         if not isinstance(queues, dict):
-            raise ConfigError(f"{what}: topic {topic!r} must map to an object of "
-                              f"'broker:queueId' → offset")  # fmt: skip
+            raise ConfigError(
+                f"{what}: topic {topic!r} must map to an object of 'broker:queueId' → offset"
+            )
         for label, offset in queues.items():
             ref = parse_label(topic, label, what=what)
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < lowest:
-                allowed = "an integer ≥ -2 (-2 earliest, -1 latest)" if allow_special else (
-                    "an integer ≥ 0")  # fmt: skip
+                allowed = (
+                    "an integer ≥ -2 (-2 earliest, -1 latest)"
+                    if allow_special
+                    else ("an integer ≥ 0")
+                )
                 raise ConfigError(f"{what}: offset of {ref} must be {allowed}, got {offset!r}")
             offsets[ref] = offset
     return offsets

@@ -65,18 +65,49 @@ from connector.offsets import EARLIEST, LATEST, Offsets, from_json
 DEFAULT_GROUP: Final = "spark-rocketmq-source"
 DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60_000
 
-KNOWN_OPTIONS: Final = {name.lower(): name for name in (
-    "endpoints", "namesrv", "topic", "topics", "topicPattern", "startingOffsets",
-    "startingTimestamp", "endingOffsets", "endingTimestamp", "maxMessagesPerTrigger",
-    "minMessagesPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger", "tagExpression",
-    "sqlFilter", "failOnDataLoss",
-    "consumerGroup", "commitOffsets", "includeProperties", *credentials.OPTIONS,
-)}  # fmt: skip
-STREAM_ONLY: Final = ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay",
-                      "maxBytesPerTrigger", "commitOffsets")  # fmt: skip
+KNOWN_OPTIONS: Final = {
+    name.lower(): name
+    for name in (
+        "endpoints",
+        "namesrv",
+        "topic",
+        "topics",
+        "topicPattern",
+        "startingOffsets",
+        "startingTimestamp",
+        "endingOffsets",
+        "endingTimestamp",
+        "maxMessagesPerTrigger",
+        "minMessagesPerTrigger",
+        "maxTriggerDelay",
+        "maxBytesPerTrigger",
+        "tagExpression",
+        "sqlFilter",
+        "failOnDataLoss",
+        "consumerGroup",
+        "commitOffsets",
+        "includeProperties",
+        *credentials.OPTIONS,
+    )
+}
+STREAM_ONLY: Final = (
+    "maxMessagesPerTrigger",
+    "minMessagesPerTrigger",
+    "maxTriggerDelay",
+    "maxBytesPerTrigger",
+    "commitOffsets",
+)
 BATCH_ONLY: Final = ("endingOffsets", "endingTimestamp")
-_BYTE_UNITS: Final = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-                      "g": 1 << 30, "gb": 1 << 30}  # fmt: skip
+_BYTE_UNITS: Final = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+}
 _BYTES_RE: Final = re.compile(r"(\d+)\s*([a-z]*)")
 
 SpecKind = Literal["earliest", "latest", "offsets", "timestamp"]
@@ -156,8 +187,9 @@ def _boolean(option: str, text: str) -> bool:
 def _byte_count(option: str, text: str) -> int:
     match = _BYTES_RE.fullmatch(text.strip().lower())
     if match is None or match.group(2) not in _BYTE_UNITS or int(match.group(1)) < 1:
-        raise _error(option, f"must be a positive byte count such as 1048576, 512k, 64m or "
-                             f"1g, got {text!r}")  # fmt: skip
+        raise _error(
+            option, f"must be a positive byte count such as 1048576, 512k, 64m or 1g, got {text!r}"
+        )
     return int(match.group(1)) * _BYTE_UNITS[match.group(2)]
 
 
@@ -207,8 +239,10 @@ def _topic_names(option: str, text: str) -> tuple[str, ...]:
 def _subscription(given: Mapping[str, str]) -> tuple[tuple[str, ...] | None, str | None]:
     chosen = [name for name in ("topic", "topics", "topicPattern") if name in given]
     if len(chosen) != 1:
-        raise ConfigError("option 'topic' / 'topics' / 'topicPattern': exactly one is "
-                          f"required, got {chosen or 'none'}")  # fmt: skip
+        raise ConfigError(
+            "option 'topic' / 'topics' / 'topicPattern': exactly one is "
+            f"required, got {chosen or 'none'}"
+        )
     name = chosen[0]
     if name != "topicPattern":
         return _topic_names(name, given[name]), None
@@ -221,24 +255,34 @@ def _subscription(given: Mapping[str, str]) -> tuple[tuple[str, ...] | None, str
 
 def _offset_spec(given: Mapping[str, str], *, start: bool, streaming: bool) -> OffsetSpec:
     """startingOffsets/startingTimestamp (``start``) or endingOffsets/endingTimestamp."""
-    offsets_opt, ts_opt = (("startingOffsets", "startingTimestamp") if start
-                           else ("endingOffsets", "endingTimestamp"))  # fmt: skip
+    offsets_opt, ts_opt = (
+        ("startingOffsets", "startingTimestamp") if start else ("endingOffsets", "endingTimestamp")
+    )
     default: Literal["earliest", "latest"] = "earliest" if start and not streaming else "latest"
     if offsets_opt in given and ts_opt in given:
         raise _error(offsets_opt, f"give either {offsets_opt} or {ts_opt}, not both")
     if ts_opt in given:
-        return OffsetSpec("timestamp", timestamp_ms=_epoch_ms(ts_opt, given[ts_opt]),
-                          default=default, option=ts_opt)  # fmt: skip
+        return OffsetSpec(
+            "timestamp",
+            timestamp_ms=_epoch_ms(ts_opt, given[ts_opt]),
+            default=default,
+            option=ts_opt,
+        )
     text = given.get(offsets_opt, default).strip()
     forbidden = "latest" if start and not streaming else ("earliest" if not start else "")
     if text.lower() in ("earliest", "latest"):
         if text.lower() == forbidden:
-            raise _error(offsets_opt, f"{text!r} is not allowed in a "
-                                      f"{'batch' if not streaming else 'stream'} query")
+            raise _error(
+                offsets_opt,
+                f"{text!r} is not allowed in a {'batch' if not streaming else 'stream'} query",
+            )
         return OffsetSpec(text.lower(), default=default, option=offsets_opt)  # type: ignore[arg-type]
     if not text.startswith("{"):
-        raise _error(offsets_opt, f"must be earliest, latest or a JSON object "
-                                  f"{{topic: {{'broker:queueId': offset}}}}, got {text!r}")
+        raise _error(
+            offsets_opt,
+            f"must be earliest, latest or a JSON object "
+            f"{{topic: {{'broker:queueId': offset}}}}, got {text!r}",
+        )
     offsets = from_json(text, what=f"option {offsets_opt!r}", allow_special=True)
     bad = LATEST if forbidden == "latest" else (EARLIEST if forbidden == "earliest" else None)
     for ref, value in offsets.items():
@@ -247,8 +291,9 @@ def _offset_spec(given: Mapping[str, str], *, start: bool, streaming: bool) -> O
     return OffsetSpec("offsets", offsets=offsets, default=default, option=offsets_opt)
 
 
-def _filter(given: Mapping[str, str]) -> tuple[str | None, Literal["TAG", "SQL"],
-                                               frozenset[str] | None]:  # fmt: skip
+def _filter(
+    given: Mapping[str, str],
+) -> tuple[str | None, Literal["TAG", "SQL"], frozenset[str] | None]:
     if "tagExpression" in given and "sqlFilter" in given:
         raise _error("sqlFilter", "give either tagExpression or sqlFilter, not both")
     if "sqlFilter" in given:
@@ -274,8 +319,10 @@ def canonical_names(options: Mapping[str, str]) -> dict[str, str]:
     for key, value in options.items():
         name = KNOWN_OPTIONS.get(key.lower())
         if name is None:
-            raise ConfigError(f"option {key!r}: unknown option of the rocketmq source; known "
-                              f"options are {', '.join(KNOWN_OPTIONS.values())}")  # fmt: skip
+            raise ConfigError(
+                f"option {key!r}: unknown option of the rocketmq source; known "
+                f"options are {', '.join(KNOWN_OPTIONS.values())}"
+            )
         if value is None:
             raise _error(name, "must have a value")
         given[name] = str(value)
@@ -285,16 +332,18 @@ def canonical_names(options: Mapping[str, str]) -> dict[str, str]:
 def _check_mode(given: Mapping[str, str], streaming: bool) -> None:
     for name in BATCH_ONLY if streaming else STREAM_ONLY:
         if name in given:
-            raise _error(name, f"applies to {'batch' if streaming else 'streaming'} "
-                               f"reads only")  # fmt: skip
+            raise _error(name, f"applies to {'batch' if streaming else 'streaming'} reads only")
     if ("endpoints" in given) == ("namesrv" in given):
-        raise ConfigError("option 'endpoints' / 'namesrv': exactly one is required "
-                          "(endpoints: host:port[,host:port] of the brokers; namesrv: "
-                          "host:port[;host:port] of the NameServers)")  # fmt: skip
+        raise ConfigError(
+            "option 'endpoints' / 'namesrv': exactly one is required "
+            "(endpoints: host:port[,host:port] of the brokers; namesrv: "
+            "host:port[;host:port] of the NameServers)"
+        )
     if "maxTriggerDelay" in given and "minMessagesPerTrigger" not in given:
         raise _error("maxTriggerDelay", "only applies together with minMessagesPerTrigger")
     if _boolean("commitOffsets", given.get("commitOffsets", "false")) and (
-            "consumerGroup" not in given):
+        "consumerGroup" not in given
+    ):
         raise _error("commitOffsets", "needs consumerGroup: the group whose offsets to commit")
 
 
@@ -306,8 +355,7 @@ def _group(given: Mapping[str, str]) -> str:
         raise _error("consumerGroup", str(exc)) from None
 
 
-def _optional(given: Mapping[str, str], name: str,
-              parse: Callable[[str, str], int]) -> int | None:  # fmt: skip
+def _optional(given: Mapping[str, str], name: str, parse: Callable[[str, str], int]) -> int | None:
     return parse(name, given[name]) if name in given else None
 
 
@@ -320,7 +368,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     return ReadOptions(
         endpoints=parse_endpoints(given["endpoints"]) if "endpoints" in given else (),
         namesrv=parse_namesrv(given["namesrv"]) if "namesrv" in given else None,
-        topics=topics, topic_pattern=pattern,
+        topics=topics,
+        topic_pattern=pattern,
         starting=_offset_spec(given, start=True, streaming=streaming),
         ending=None if streaming else _offset_spec(given, start=False, streaming=False),
         max_messages_per_trigger=_optional(given, "maxMessagesPerTrigger", _positive_int),
@@ -328,10 +377,12 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         max_trigger_delay_ms=_optional(given, "maxTriggerDelay", _duration_ms)
         or DEFAULT_MAX_TRIGGER_DELAY_MS,
         max_bytes_per_trigger=_optional(given, "maxBytesPerTrigger", _byte_count),
-        filter_expression=expression, filter_type=filter_type, tags=tags,
+        filter_expression=expression,
+        filter_type=filter_type,
+        tags=tags,
         fail_on_data_loss=_boolean("failOnDataLoss", given.get("failOnDataLoss", "true")),
         consumer_group=_group(given),
         commit_offsets=_boolean("commitOffsets", given.get("commitOffsets", "false")),
         include_properties=_boolean("includeProperties", given.get("includeProperties", "true")),
         access=credentials.parse_access(given),
-    )  # fmt: skip
+    )

@@ -69,8 +69,9 @@ class RoutedBrokerSet(BrokerSet):
         """Broker group name -> master gRPC address, over the routes read so far (the
         routes are read again when this is asked after a miss)."""
         if self._names is None:
-            self._names = {g.broker_name: g.grpc_addr
-                           for groups in self._routed.values() for g in groups}  # fmt: skip
+            self._names = {
+                g.broker_name: g.grpc_addr for groups in self._routed.values() for g in groups
+            }
         return self._names
 
     def endpoint_of(self, broker: str) -> str:
@@ -79,9 +80,11 @@ class RoutedBrokerSet(BrokerSet):
             for topic in list(self._routed):
                 self.route(topic)
         if broker not in self.names():
-            raise ConfigError(f"option 'namesrv': broker group {broker!r} is in no route of "
-                              f"the subscribed topics {sorted(self._routed)} (known: "
-                              f"{sorted(self.names())})")  # fmt: skip
+            raise ConfigError(
+                f"option 'namesrv': broker group {broker!r} is in no route of "
+                f"the subscribed topics {sorted(self._routed)} (known: "
+                f"{sorted(self.names())})"
+            )
         return self.names()[broker]
 
     def client_of(self, broker: str) -> RocketMQClient:
@@ -89,8 +92,9 @@ class RoutedBrokerSet(BrokerSet):
 
     def _client_at(self, addr: str) -> RocketMQClient:
         if addr not in self._clients:
-            self._clients[addr] = RocketMQClient(addr, timeout_s=REQUEST_TIMEOUT_S,
-                                                 **self.access.client_kwargs())
+            self._clients[addr] = RocketMQClient(
+                addr, timeout_s=REQUEST_TIMEOUT_S, **self.access.client_kwargs()
+            )
         return self._clients[addr]
 
     def topics(self, options: ReadOptions) -> list[str]:
@@ -117,8 +121,10 @@ class RoutedBrokerSet(BrokerSet):
                         found[ref] = (int(row["min_offset"]), int(row["max_offset"]))
         missing = sorted(set(topics) - {ref.topic for ref in found}) if explicit else []
         if missing:
-            raise TopicNotFoundError(f"option 'topic'/'topics': {missing} has no readable "
-                                     f"route at the NameServers {self.namesrv}")  # fmt: skip
+            raise TopicNotFoundError(
+                f"option 'topic'/'topics': {missing} has no readable "
+                f"route at the NameServers {self.namesrv}"
+            )
         return found
 
     def close(self) -> None:

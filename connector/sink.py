@@ -205,8 +205,11 @@ def _task_context() -> tuple[int, int, str, int]:
 
 def _client(options: SinkOptions) -> RocketMQClient:
     """The client of the exactly-once sink (which takes exactly one endpoint)."""
-    return RocketMQClient(options.endpoints[0], timeout_s=options.request_timeout_ms / 1000,
-                          **options.access.client_kwargs())
+    return RocketMQClient(
+        options.endpoints[0],
+        timeout_s=options.request_timeout_ms / 1000,
+        **options.access.client_kwargs(),
+    )
 
 
 def write_partition(
@@ -218,8 +221,12 @@ def write_partition(
     task that dies outright are rolled back by the broker's check-back.
     """
     if not options.exactly_once:
-        targets = SinkTargets(options.endpoints, timeout_s=options.request_timeout_ms / 1000,
-                              namesrv=options.namesrv, access=options.access)  # fmt: skip
+        targets = SinkTargets(
+            options.endpoints,
+            timeout_s=options.request_timeout_ms / 1000,
+            namesrv=options.namesrv,
+            access=options.access,
+        )
         try:
             plain = _PlainTask(options, targets)
             for batch in batches:

@@ -73,14 +73,22 @@ DEFAULT_TRANSACTION_TIMEOUT_MS: Final = 900_000
 DEFAULT_REQUEST_TIMEOUT_MS: Final = 10_000
 
 # Canonical option names; Spark hands them to the data source lower-cased.
-SINK_OPTIONS: Final = ("endpoints", "namesrv", "topic", "batchSize", "ignoreExtraColumns",
-                       "exactlyOnce", "producerGroup", "transactionTimeoutMs",
-                       "requestTimeoutMs", *credentials.OPTIONS)  # fmt: skip
+SINK_OPTIONS: Final = (
+    "endpoints",
+    "namesrv",
+    "topic",
+    "batchSize",
+    "ignoreExtraColumns",
+    "exactlyOnce",
+    "producerGroup",
+    "transactionTimeoutMs",
+    "requestTimeoutMs",
+    *credentials.OPTIONS,
+)
 # Options Spark itself adds to a write; accepted and ignored.
 SPARK_OPTIONS: Final = frozenset({"checkpointlocation", "path", "queryname"})  # set by Spark
 
-COLUMNS: Final = ("body", "topic", "tag", "keys", "properties", "messageGroup",
-                  "deliveryTimestamp")  # fmt: skip
+COLUMNS: Final = ("body", "topic", "tag", "keys", "properties", "messageGroup", "deliveryTimestamp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,36 +145,49 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         if low in SPARK_OPTIONS:
             continue
         if low not in canonical:
-            raise ConfigError(f"unknown option '{key}' for the rocketmq sink; "
-                              f"known options: {', '.join(SINK_OPTIONS)}")  # fmt: skip
+            raise ConfigError(
+                f"unknown option '{key}' for the rocketmq sink; "
+                f"known options: {', '.join(SINK_OPTIONS)}"
+            )
         given[canonical[low]] = str(value)
     if ("endpoints" in given) == ("namesrv" in given):
-        raise ConfigError("option 'endpoints' / 'namesrv': exactly one is required (endpoints: "
-                          "the brokers' HOST:PORT[,HOST:PORT]; namesrv: the NameServers' "
-                          "HOST:PORT[;HOST:PORT])")  # fmt: skip
+        raise ConfigError(
+            "option 'endpoints' / 'namesrv': exactly one is required (endpoints: "
+            "the brokers' HOST:PORT[,HOST:PORT]; namesrv: the NameServers' "
+            "HOST:PORT[;HOST:PORT])"
+        )
     timeout_ms = given.get("transactionTimeoutMs")
     parsed = SinkOptions(
         endpoints=parse_endpoints(given["endpoints"]) if "endpoints" in given else (),
         namesrv=parse_namesrv(given["namesrv"]) if "namesrv" in given else None,
         topic=_named("topic", given["topic"]) if "topic" in given else None,
-        batch_size=_int("batchSize", given.get("batchSize", str(DEFAULT_BATCH_SIZE)), 1,
-                        MAX_BATCH_SIZE),
-        ignore_extra_columns=_bool("ignoreExtraColumns",
-                                   given.get("ignoreExtraColumns", "false")),
+        batch_size=_int(
+            "batchSize", given.get("batchSize", str(DEFAULT_BATCH_SIZE)), 1, MAX_BATCH_SIZE
+        ),
+        ignore_extra_columns=_bool("ignoreExtraColumns", given.get("ignoreExtraColumns", "false")),
         exactly_once=_bool("exactlyOnce", given.get("exactlyOnce", "false")),
-        producer_group=(_named("producerGroup", given["producerGroup"])
-                        if "producerGroup" in given else None),
-        transaction_timeout_ms=(_int("transactionTimeoutMs", timeout_ms, 1_000, 7 * 86_400_000)
-                                if timeout_ms is not None else DEFAULT_TRANSACTION_TIMEOUT_MS),
-        request_timeout_ms=_int("requestTimeoutMs",
-                                given.get("requestTimeoutMs", str(DEFAULT_REQUEST_TIMEOUT_MS)),
-                                1, 3_600_000),
+        producer_group=(
+            _named("producerGroup", given["producerGroup"]) if "producerGroup" in given else None
+        ),
+        transaction_timeout_ms=(
+            _int("transactionTimeoutMs", timeout_ms, 1_000, 7 * 86_400_000)
+            if timeout_ms is not None
+            else DEFAULT_TRANSACTION_TIMEOUT_MS
+        ),
+        request_timeout_ms=_int(
+            "requestTimeoutMs",
+            given.get("requestTimeoutMs", str(DEFAULT_REQUEST_TIMEOUT_MS)),
+            1,
+            3_600_000,
+        ),
         access=credentials.parse_access(given),
-    )  # fmt: skip
+    )
     if parsed.exactly_once and len(parsed.endpoints) != 1:
-        raise ConfigError("option 'endpoints': exactlyOnce=true writes through one broker; "
-                          f"give one endpoint (not namesrv), got "
-                          f"{', '.join(parsed.endpoints) or 'namesrv ' + str(parsed.namesrv)}")
+        raise ConfigError(
+            "option 'endpoints': exactlyOnce=true writes through one broker; "
+            f"give one endpoint (not namesrv), got "
+            f"{', '.join(parsed.endpoints) or 'namesrv ' + str(parsed.namesrv)}"
+        )
     if not parsed.exactly_once:
         for name in ("producerGroup", "transactionTimeoutMs"):
             if name in given:
@@ -206,13 +227,17 @@ _TYPES: Final[dict[str, tuple[tuple[DataType, ...], str]]] = {
     "body": ((BinaryType(), StringType()), "binary or string"),
     "topic": ((StringType(),), "string"),
     "tag": ((StringType(),), "string"),
-    "keys": ((ArrayType(StringType(), True), ArrayType(StringType(), False), StringType()),
-             "array<string> or string"),
-    "properties": ((MapType(StringType(), StringType(), True),
-                    MapType(StringType(), StringType(), False)), "map<string,string>"),
+    "keys": (
+        (ArrayType(StringType(), True), ArrayType(StringType(), False), StringType()),
+        "array<string> or string",
+    ),
+    "properties": (
+        (MapType(StringType(), StringType(), True), MapType(StringType(), StringType(), False)),
+        "map<string,string>",
+    ),
     "messageGroup": ((StringType(),), "string"),
     "deliveryTimestamp": ((TimestampType(), LongType()), "timestamp or long (epoch ms)"),
-}  # fmt: skip
+}
 
 
 def plan_columns(schema: StructType, options: SinkOptions) -> ColumnPlan:
@@ -226,10 +251,12 @@ def plan_columns(schema: StructType, options: SinkOptions) -> ColumnPlan:
                 continue
             raise InvalidArgumentError(
                 f"column '{field.name}' is not a message field ({', '.join(COLUMNS)}); "
-                f"drop it or set ignoreExtraColumns=true")  # fmt: skip
+                f"drop it or set ignoreExtraColumns=true"
+            )
         if canonical in found:
-            raise InvalidArgumentError(f"column '{canonical}' appears twice "
-                                       f"({found[canonical]!r}, {field.name!r})")  # fmt: skip
+            raise InvalidArgumentError(
+                f"column '{canonical}' appears twice ({found[canonical]!r}, {field.name!r})"
+            )
         allowed, shown = _TYPES[canonical]
         _expect(field.name, field.dataType, allowed, shown)
         found[canonical] = field.name
@@ -241,14 +268,19 @@ def plan_columns(schema: StructType, options: SinkOptions) -> ColumnPlan:
     if "deliveryTimestamp" in found and options.exactly_once:
         raise InvalidArgumentError(
             "column 'deliveryTimestamp' cannot be written with exactlyOnce=true: the broker "
-            "does not hold transactional messages for a delivery time")  # fmt: skip
+            "does not hold transactional messages for a delivery time"
+        )
     return ColumnPlan(
-        body=found["body"], topic=found.get("topic"), tag=found.get("tag"),
-        keys=found.get("keys"), properties=found.get("properties"),
+        body=found["body"],
+        topic=found.get("topic"),
+        tag=found.get("tag"),
+        keys=found.get("keys"),
+        properties=found.get("properties"),
         message_group=found.get("messageGroup"),
         delivery_timestamp=found.get("deliveryTimestamp"),
         body_is_text=types[found["body"]] == StringType(),
         keys_is_list="keys" in found and isinstance(types[found["keys"]], ArrayType),
-        delivery_is_timestamp=("deliveryTimestamp" in found
-                               and types[found["deliveryTimestamp"]] == TimestampType()),
-    )  # fmt: skip
+        delivery_is_timestamp=(
+            "deliveryTimestamp" in found and types[found["deliveryTimestamp"]] == TimestampType()
+        ),
+    )

@@ -36,8 +36,9 @@ def stable_index(group: str, brokers: int) -> int:
     return zlib.crc32(group.encode("utf-8")) % brokers
 
 
-def spread(brokers: int, rows: int, message_groups: Sequence[str | None] | None, *,
-           start: int) -> list[list[int]]:  # fmt: skip
+def spread(
+    brokers: int, rows: int, message_groups: Sequence[str | None] | None, *, start: int
+) -> list[list[int]]:
     """Row numbers per broker, each list in row order (see the module docstring).
 
     ``start`` is the round-robin position of row 0 (a counter the caller keeps).
@@ -59,8 +60,14 @@ class SinkTargets:
     indexes refer to, in a stable order (by endpoint, or by broker group name).
     """
 
-    def __init__(self, endpoints: Sequence[str], *, timeout_s: float,
-                 namesrv: str | None = None, access: Access = NO_ACCESS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        timeout_s: float,
+        namesrv: str | None = None,
+        access: Access = NO_ACCESS,
+    ) -> None:
         if not endpoints and namesrv is None:
             raise ConfigError("option 'endpoints' / 'namesrv': one of them is required")
         self.namesrv = namesrv
@@ -69,8 +76,9 @@ class SinkTargets:
         self._by_addr = {e: self._new_client(e) for e in sorted(endpoints)}
         self._fixed = list(self._by_addr.values())
         self._routes: dict[str, tuple[float, list[RocketMQClient]]] = {}
-        self._ns = None if namesrv is None else NameServerClient(
-            namesrv, timeout_s=NAMESRV_TIMEOUT_S)
+        self._ns = (
+            None if namesrv is None else NameServerClient(namesrv, timeout_s=NAMESRV_TIMEOUT_S)
+        )
 
     def clients(self, topic: str) -> list[RocketMQClient]:
         """The clients of the brokers ``topic``'s rows are spread over."""
@@ -93,7 +101,8 @@ class SinkTargets:
             raise TopicNotFoundError(
                 f"rocketmq sink: topic {topic!r} has no writable broker group in the route of "
                 f"the NameServers {self.namesrv}; create it on the cluster first "
-                f"(rmq topic create {topic} --namesrv {self.namesrv})")  # fmt: skip
+                f"(rmq topic create {topic} --namesrv {self.namesrv})"
+            )
         return [self._client_at(g.grpc_addr) for g in writable]  # sorted by group name
 
     def _client_at(self, addr: str) -> RocketMQClient:

@@ -84,33 +84,44 @@ class QueueRange(InputPartition):
     access: Access = NO_ACCESS  # credentials and TLS (connector/credentials.py)
 
 
-def data_loss(ref: QueueRef, lost_from: int, lost_to: int, settings: ReadSettings,
-              reason: str) -> None:  # fmt: skip
+def data_loss(
+    ref: QueueRef, lost_from: int, lost_to: int, settings: ReadSettings, reason: str
+) -> None:
     """Fail with OffsetOutOfRangeError (failOnDataLoss) or log that ``[from, to)`` is lost."""
-    text = (f"rocketmq source: data loss in {ref}: offsets [{lost_from}, {lost_to}) {reason} "
-            f"before they were read")  # fmt: skip
+    text = (
+        f"rocketmq source: data loss in {ref}: offsets [{lost_from}, {lost_to}) {reason} "
+        f"before they were read"
+    )
     if settings.fail_on_data_loss:
         raise OffsetOutOfRangeError(
             f"{text}. Set failOnDataLoss=false to skip them and continue.",
-            min_offset=lost_to, max_offset=lost_to)  # fmt: skip
+            min_offset=lost_to,
+            max_offset=lost_to,
+        )
     log.warning("%s; skipping them (failOnDataLoss=false)", text)
 
 
-def _after_illegal_offset(part: QueueRange, offset: int, exc: InvalidOffsetError,
-                          settings: ReadSettings) -> int:  # fmt: skip
+def _after_illegal_offset(
+    part: QueueRange, offset: int, exc: InvalidOffsetError, settings: ReadSettings
+) -> int:
     """Where to continue after the broker refused ``offset`` (``end`` = give up)."""
     moved_to = getattr(exc, "next_offset", None)
     if moved_to is not None and moved_to > offset:  # below the queue's minimum now
-        data_loss(part.ref, offset, min(moved_to, part.end), settings,
-                  "were removed by retention")  # fmt: skip
+        data_loss(part.ref, offset, min(moved_to, part.end), settings, "were removed by retention")
         return min(moved_to, part.end)
-    data_loss(part.ref, offset, part.end, settings,
-              f"are beyond the queue's end ({moved_to}): the queue was reset")  # fmt: skip
+    data_loss(
+        part.ref,
+        offset,
+        part.end,
+        settings,
+        f"are beyond the queue's end ({moved_to}): the queue was reset",
+    )
     return part.end
 
 
-def _after_stall(client: RocketMQClient, part: QueueRange, offset: int, stalled_s: float,
-                 settings: ReadSettings) -> int:  # fmt: skip
+def _after_stall(
+    client: RocketMQClient, part: QueueRange, offset: int, stalled_s: float, settings: ReadSettings
+) -> int:
     """An empty pull inside ``[start, end)``: retention moved the queue, or a slow broker.
 
     Bounded by time, not by a count of tries: ``stalled_s`` is how long the partition has
@@ -123,18 +134,26 @@ def _after_stall(client: RocketMQClient, part: QueueRange, offset: int, stalled_
         data_loss(part.ref, offset, min(low, part.end), settings, "were removed by retention")
         return min(low, part.end)
     if high <= offset:
-        data_loss(part.ref, offset, part.end, settings,
-                  f"are beyond the queue's end ({high}): the queue was reset")  # fmt: skip
+        data_loss(
+            part.ref,
+            offset,
+            part.end,
+            settings,
+            f"are beyond the queue's end ({high}): the queue was reset",
+        )
         return part.end
     if stalled_s >= STALL_TIMEOUT_S:
-        raise RocketMQError(f"rocketmq source: {part.ref} returned nothing at offset {offset} "
-                            f"for {stalled_s:.1f} s although it holds [{low}, {high})")  # fmt: skip
+        raise RocketMQError(
+            f"rocketmq source: {part.ref} returned nothing at offset {offset} "
+            f"for {stalled_s:.1f} s although it holds [{low}, {high})"
+        )
     time.sleep(STALL_SLEEP_S)
     return offset
 
 
-def read_range(part: QueueRange, settings: ReadSettings,
-               schema: pa.Schema) -> Iterator[pa.RecordBatch]:  # fmt: skip
+def read_range(
+    part: QueueRange, settings: ReadSettings, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
     """Yield the messages ``[part.start, part.end)`` of one queue, one batch per pull.
 
     Opens (and closes) its own client, so it runs anywhere the partition is shipped.
@@ -142,16 +161,23 @@ def read_range(part: QueueRange, settings: ReadSettings,
     decoded as columns. Messages the broker filters out are skipped but still counted
     as read.
     """
-    client = RocketMQClient(part.endpoint, timeout_s=REQUEST_TIMEOUT_S,
-                            **part.access.client_kwargs())
+    client = RocketMQClient(
+        part.endpoint, timeout_s=REQUEST_TIMEOUT_S, **part.access.client_kwargs()
+    )
     ref, offset, stalled_since = part.ref, part.start, None
     try:
         while offset < part.end:
             try:
-                batch = client.pull_raw(settings.group, ref.topic, ref.queue_id, offset,
-                                        part.end - offset, max_bytes=PULL_MAX_BYTES,
-                                        filter_expression=part.filter_expression,
-                                        filter_type=part.filter_type)  # fmt: skip
+                batch = client.pull_raw(
+                    settings.group,
+                    ref.topic,
+                    ref.queue_id,
+                    offset,
+                    part.end - offset,
+                    max_bytes=PULL_MAX_BYTES,
+                    filter_expression=part.filter_expression,
+                    filter_type=part.filter_type,
+                )
             except InvalidOffsetError as exc:
                 offset = _after_illegal_offset(part, offset, exc, settings)
                 continue
@@ -161,15 +187,17 @@ def read_range(part: QueueRange, settings: ReadSettings,
                 # A filtered pull counts matches, so it may run past the range's end.
                 keep = int(np.searchsorted(cols.queue_offset, part.end))
                 if keep:
-                    rows = units_to_record_batch(cols, ref.broker, schema,
-                                                 include_properties=settings.include_properties)
+                    rows = units_to_record_batch(
+                        cols, ref.broker, schema, include_properties=settings.include_properties
+                    )
                     yield rows if keep == cols.count else rows.slice(0, keep)
             if batch.next_offset > offset:
                 offset, stalled_since = batch.next_offset, None
             else:
                 stalled_since = stalled_since or time.monotonic()
-                offset = _after_stall(client, part, offset, time.monotonic() - stalled_since,
-                                      settings)  # fmt: skip
+                offset = _after_stall(
+                    client, part, offset, time.monotonic() - stalled_since, settings
+                )
     finally:
         client.close()
 
@@ -184,9 +212,12 @@ class BrokerSet:
 
     def __init__(self, endpoints: Sequence[str], access: Access = NO_ACCESS) -> None:
         self.access = access
-        self._clients = {endpoint: RocketMQClient(endpoint, timeout_s=REQUEST_TIMEOUT_S,
-                                                  **access.client_kwargs())
-                         for endpoint in endpoints}  # fmt: skip
+        self._clients = {
+            endpoint: RocketMQClient(
+                endpoint, timeout_s=REQUEST_TIMEOUT_S, **access.client_kwargs()
+            )
+            for endpoint in endpoints
+        }
         self._names: dict[str, str] | None = None
 
     def names(self) -> dict[str, str]:
@@ -204,7 +235,8 @@ class BrokerSet:
                         f"option 'endpoints': {names[name]} and {endpoint} are both named "
                         f"broker {name!r}; the source keys queues by broker name, so each "
                         f"broker needs its own (broker_name in the broker's config), or give "
-                        f"one broker only once")  # fmt: skip
+                        f"one broker only once"
+                    )
                 names[name] = endpoint
             self._names = names
         return self._names
@@ -217,8 +249,10 @@ class BrokerSet:
         if broker not in self.names():
             self._names = None  # a broker may have been renamed or restarted: ask again
         if broker not in self.names():
-            raise ConfigError(f"option 'endpoints': no endpoint given is broker {broker!r} "
-                              f"(known: {sorted(self.names())})")  # fmt: skip
+            raise ConfigError(
+                f"option 'endpoints': no endpoint given is broker {broker!r} "
+                f"(known: {sorted(self.names())})"
+            )
         return self.names()[broker]
 
     def topics(self, options: ReadOptions) -> list[str]:
@@ -245,14 +279,19 @@ class BrokerSet:
                     found[ref] = (int(row["min_offset"]), int(row["max_offset"]))
         missing = sorted(set(topics) - {ref.topic for ref in found}) if explicit else []
         if missing:
-            raise TopicNotFoundError(f"option 'topic'/'topics': {missing} not found on "
-                                     f"{sorted(self._clients)}")  # fmt: skip
+            raise TopicNotFoundError(
+                f"option 'topic'/'topics': {missing} not found on {sorted(self._clients)}"
+            )
         return found
 
     def offsets_at(self, refs: Sequence[QueueRef], timestamp_ms: int) -> Offsets:
         """Per queue, the first offset stored at or after ``timestamp_ms`` (or its end)."""
-        return {ref: self.client_of(ref.broker).query_offset(
-            ref.topic, ref.queue_id, "TIMESTAMP", timestamp_ms=timestamp_ms) for ref in refs}
+        return {
+            ref: self.client_of(ref.broker).query_offset(
+                ref.topic, ref.queue_id, "TIMESTAMP", timestamp_ms=timestamp_ms
+            )
+            for ref in refs
+        }
 
     def commit(self, group: str, offsets: Offsets) -> None:
         """Store ``offsets`` as ``group``'s consumer offsets (idempotent)."""
@@ -280,13 +319,18 @@ def resolve(spec: OffsetSpec, bounds: Bounds, brokers: BrokerSet) -> Offsets:
     """
     unknown = sorted(set(spec.offsets) - set(bounds))
     if unknown:
-        raise ConfigError(f"option {spec.option!r}: {', '.join(map(str, unknown))} "
-                          f"is not a queue of the subscribed topics")  # fmt: skip
+        raise ConfigError(
+            f"option {spec.option!r}: {', '.join(map(str, unknown))} "
+            f"is not a queue of the subscribed topics"
+        )
     if spec.kind == "timestamp":
         assert spec.timestamp_ms is not None
         return brokers.offsets_at(sorted(bounds), spec.timestamp_ms)
-    default = EARLIEST if spec.kind == "earliest" or (
-        spec.kind == "offsets" and spec.default == "earliest") else LATEST  # fmt: skip
+    default = (
+        EARLIEST
+        if spec.kind == "earliest" or (spec.kind == "offsets" and spec.default == "earliest")
+        else LATEST
+    )
     out: Offsets = {}
     for ref, (low, high) in bounds.items():
         wanted = spec.offsets.get(ref, default)
@@ -295,8 +339,9 @@ def resolve(spec: OffsetSpec, bounds: Bounds, brokers: BrokerSet) -> Offsets:
 
 
 def settings_of(options: ReadOptions) -> ReadSettings:
-    return ReadSettings(options.consumer_group, options.fail_on_data_loss,
-                        options.include_properties)  # fmt: skip
+    return ReadSettings(
+        options.consumer_group, options.fail_on_data_loss, options.include_properties
+    )
 
 
 # ---- batch reads -------------------------------------------------------------------------
@@ -347,18 +392,27 @@ class Pushed:
         value = getattr(flt, "value", None)
         if isinstance(value, bool) or not isinstance(value, int):
             return None
-        low, high = {GreaterThan: (value + 1, None), GreaterThanOrEqual: (value, None),
-                     LessThan: (0, value), LessThanOrEqual: (0, value + 1),
-                     EqualTo: (value, value + 1)}.get(type(flt), (None, None))  # fmt: skip
+        low, high = {
+            GreaterThan: (value + 1, None),
+            GreaterThanOrEqual: (value, None),
+            LessThan: (0, value),
+            LessThanOrEqual: (0, value + 1),
+            EqualTo: (value, value + 1),
+        }.get(type(flt), (None, None))
         if low is None:
             return None
         top = high if self.max_offset is None or high is None else min(high, self.max_offset)
-        return replace(self, min_offset=max(self.min_offset, low),
-                       max_offset=self.max_offset if high is None else top)  # fmt: skip
+        return replace(
+            self,
+            min_offset=max(self.min_offset, low),
+            max_offset=self.max_offset if high is None else top,
+        )
 
     def admits(self, ref: QueueRef) -> bool:
-        return all(allowed is None or value in allowed
-                   for allowed, value in zip(self.queues, ref, strict=True))  # fmt: skip
+        return all(
+            allowed is None or value in allowed
+            for allowed, value in zip(self.queues, ref, strict=True)
+        )
 
 
 class _PushFilters:
@@ -425,8 +479,11 @@ class RocketMQBatchReader(DataSourceReader):
         brokers = open_brokers(self.options)
         try:
             ranges = plan_batch(self.options, brokers)
-            return [replace(r, filter_expression=expression, filter_type=filter_type)
-                    for r in self._pruned(ranges) if any_tag]  # fmt: skip
+            return [
+                replace(r, filter_expression=expression, filter_type=filter_type)
+                for r in self._pruned(ranges)
+                if any_tag
+            ]
         finally:
             brokers.close()
 
@@ -457,15 +514,20 @@ def plan_batch(options: ReadOptions, brokers: BrokerSet) -> list[QueueRange]:
         low, high = bounds[ref]
         first, last = start[ref], end[ref]
         if last > high:
-            raise ConfigError(f"option {options.ending.option!r}: end {last} of {ref} is "
-                              f"beyond the queue's end {high}")  # fmt: skip
+            raise ConfigError(
+                f"option {options.ending.option!r}: end {last} of {ref} is "
+                f"beyond the queue's end {high}"
+            )
         if first > last:
-            raise ConfigError(f"option {options.starting.option!r}: start {first} of {ref} "
-                              f"is after its end {last} ({options.ending.option})")  # fmt: skip
+            raise ConfigError(
+                f"option {options.starting.option!r}: start {first} of {ref} "
+                f"is after its end {last} ({options.ending.option})"
+            )
         if first < min(low, last):
             data_loss(ref, first, min(low, last), settings, "were removed by retention")
             first = min(low, last)
         if first < last:
-            ranges.append(QueueRange(brokers.endpoint_of(ref.broker), ref, first, last,
-                                     access=brokers.access))
+            ranges.append(
+                QueueRange(brokers.endpoint_of(ref.broker), ref, first, last, access=brokers.access)
+            )
     return ranges

@@ -123,14 +123,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._report_gone(begin, bounds)
         available = {ref: high for ref, (_, high) in bounds.items()}
         if self._target is not None:
-            available = {ref: min(high, self._target[ref])
-                         for ref, high in available.items() if ref in self._target}  # fmt: skip
+            available = {
+                ref: min(high, self._target[ref])
+                for ref, high in available.items()
+                if ref in self._target
+            }
         self._latest = {**begin, **available}
         firsts = {ref: self._first(ref, begin.get(ref, 0), bounds[ref]) for ref in available}
         backlog = {ref: max(0, available[ref] - firsts[ref]) for ref in available}
         take = self._admit(backlog, limit, firsts)
-        end = {**begin, **{ref: max(firsts[ref] + take[ref], begin.get(ref, 0))
-                           for ref in available}}  # fmt: skip
+        end = {
+            **begin,
+            **{ref: max(firsts[ref] + take[ref], begin.get(ref, 0)) for ref in available},
+        }
         if to_json(end) != to_json(begin):
             self._last_trigger_s = time.monotonic()
         return to_json(end)
@@ -144,16 +149,24 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         comes back is read on from where the query left it.
         """
         self._gone -= bounds.keys()  # back again: report it if it leaves once more
-        gone = sorted(ref for ref in begin if ref not in bounds and ref not in self._gone
-                      and self.options.matches_topic(ref.topic))  # fmt: skip
+        gone = sorted(
+            ref
+            for ref in begin
+            if ref not in bounds and ref not in self._gone and self.options.matches_topic(ref.topic)
+        )
         if not gone:
             return
-        text = (f"rocketmq source: possible data loss: {', '.join(map(str, gone))} "
-                f"(checkpointed at {', '.join(str(begin[r]) for r in gone)}) no longer "
-                f"served: the broker group left the topic's route, or the queue was removed")
+        text = (
+            f"rocketmq source: possible data loss: {', '.join(map(str, gone))} "
+            f"(checkpointed at {', '.join(str(begin[r]) for r in gone)}) no longer "
+            f"served: the broker group left the topic's route, or the queue was removed"
+        )
         if self.settings.fail_on_data_loss:
-            raise OffsetOutOfRangeError(f"{text}. Set failOnDataLoss=false to continue "
-                                        f"without them.", min_offset=-1, max_offset=-1)
+            raise OffsetOutOfRangeError(
+                f"{text}. Set failOnDataLoss=false to continue without them.",
+                min_offset=-1,
+                max_offset=-1,
+            )
         log.warning("%s; continuing without them (failOnDataLoss=false)", text)
         self._gone.update(gone)
 
@@ -164,13 +177,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             data_loss(ref, offset, low, self.settings, "were removed by retention")
             return low
         if offset > high:
-            data_loss(ref, high, offset, self.settings,
-                      f"were read, but the queue now ends at {high} (it was recreated)")
+            data_loss(
+                ref,
+                high,
+                offset,
+                self.settings,
+                f"were read, but the queue now ends at {high} (it was recreated)",
+            )
             return offset
         return offset
 
-    def _admit(self, backlog: dict[QueueRef, int], limit: ReadLimit,
-               firsts: dict[QueueRef, int]) -> dict[QueueRef, int]:  # fmt: skip
+    def _admit(
+        self, backlog: dict[QueueRef, int], limit: ReadLimit, firsts: dict[QueueRef, int]
+    ) -> dict[QueueRef, int]:
         """Messages each queue may contribute under ``limit`` and the options."""
         if isinstance(limit, ReadAllAvailable):
             return backlog
@@ -179,8 +198,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMinRows):
             least = limit.min_rows
         waited_s = time.monotonic() - self._last_trigger_s
-        if (least is not None and total < least and self._target is None
-                and waited_s * 1000 < opts.max_trigger_delay_ms):  # fmt: skip
+        if (
+            least is not None
+            and total < least
+            and self._target is None
+            and waited_s * 1000 < opts.max_trigger_delay_ms
+        ):
             return dict.fromkeys(backlog, 0)
         budgets = [opts.max_messages_per_trigger]
         if isinstance(limit, ReadMaxRows):
@@ -192,8 +215,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         given = [b for b in budgets if b is not None]
         return split_budget(backlog, min(given)) if given else backlog
 
-    def _messages_in_bytes(self, max_bytes: int, backlog: dict[QueueRef, int],
-                           firsts: dict[QueueRef, int]) -> int:  # fmt: skip
+    def _messages_in_bytes(
+        self, max_bytes: int, backlog: dict[QueueRef, int], firsts: dict[QueueRef, int]
+    ) -> int:
         """How many messages fit in ``max_bytes``, from a sample at each queue's start.
 
         A soft limit (as Spark's ``maxBytesPerTrigger`` of file sources): sizes are
@@ -204,10 +228,16 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for ref in sorted(ref for ref, n in backlog.items() if n):
             client = self.brokers.client_of(ref.broker)
             try:
-                batch = client.pull(self.options.consumer_group, ref.topic, ref.queue_id,
-                                    firsts[ref], min(backlog[ref], SAMPLE_MESSAGES_PER_QUEUE),
-                                    filter_expression=self.options.filter_expression,
-                                    filter_type=self.options.filter_type, with_bounds=False)
+                batch = client.pull(
+                    self.options.consumer_group,
+                    ref.topic,
+                    ref.queue_id,
+                    firsts[ref],
+                    min(backlog[ref], SAMPLE_MESSAGES_PER_QUEUE),
+                    filter_expression=self.options.filter_expression,
+                    filter_type=self.options.filter_type,
+                    with_bounds=False,
+                )
             except InvalidOffsetError:
                 continue  # retention moved the queue meanwhile; read() decides about it
             sampled += len(batch.messages)
@@ -222,9 +252,19 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """One :class:`QueueRange` per queue that moved; a queue new in ``end`` starts at 0."""
         begin, stop = from_json(start, what=CHECKPOINT), from_json(end, what=CHECKPOINT)
         opts = self.options
-        return [QueueRange(self.brokers.endpoint_of(ref.broker), ref, begin.get(ref, 0), last,
-                           opts.filter_expression, opts.filter_type, opts.access)
-                for ref, last in sorted(stop.items()) if begin.get(ref, 0) < last]  # fmt: skip
+        return [
+            QueueRange(
+                self.brokers.endpoint_of(ref.broker),
+                ref,
+                begin.get(ref, 0),
+                last,
+                opts.filter_expression,
+                opts.filter_type,
+                opts.access,
+            )
+            for ref, last in sorted(stop.items())
+            if begin.get(ref, 0) < last
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRange), f"not our partition: {partition!r}"

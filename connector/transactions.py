@@ -54,8 +54,7 @@ class HalfRef:
     message_group: str = ""
 
     def to_json(self) -> list[Any]:
-        return [self.topic, self.message_id, self.transaction_id, self.body_crc,
-                self.message_group]  # fmt: skip
+        return [self.topic, self.message_id, self.transaction_id, self.body_crc, self.message_group]
 
     @classmethod
     def from_json(cls, item: Sequence[Any]) -> HalfRef:
@@ -72,8 +71,9 @@ class EndOutcome(enum.Enum):
     UNKNOWN = "unknown"  # no live half; the broker no longer remembers how it ended
 
 
-def prepare(client: RocketMQClient, topic: str, messages: Sequence[OutgoingMessage], *,
-            recovery_ms: int) -> list[HalfRef]:  # fmt: skip
+def prepare(
+    client: RocketMQClient, topic: str, messages: Sequence[OutgoingMessage], *, recovery_ms: int
+) -> list[HalfRef]:
     """Send ``messages`` to ``topic`` as half messages in one request; refs in order.
 
     ``recovery_ms`` (>= 1000; whole seconds count) is how long the broker waits before
@@ -84,20 +84,26 @@ def prepare(client: RocketMQClient, topic: str, messages: Sequence[OutgoingMessa
         raise InvalidArgumentError(f"recovery_ms must be >= 1000, got {recovery_ms}")
     if any(msg.delivery_timestamp_ms is not None for msg in messages):
         raise InvalidArgumentError("a transactional message cannot have a delivery time")
-    request, count = wire.encode_messages(topic, messages, namespace=client.namespace,
-                                          transaction_recovery_ms=recovery_ms)  # fmt: skip
+    request, count = wire.encode_messages(
+        topic, messages, namespace=client.namespace, transaction_recovery_ms=recovery_ms
+    )
     if not count:
         raise InvalidArgumentError("prepare needs at least one message")
     response = client.call("SendMessage", request)
     if len(response.entries) != count:
-        raise RocketMQError(f"broker answered {len(response.entries)} entries for "
-                            f"{count} messages")  # fmt: skip
+        raise RocketMQError(f"broker answered {len(response.entries)} entries for {count} messages")
     refs = []
     for message, entry in zip(map(OutgoingMessage.of, messages), response.entries, strict=True):
         check(entry.status)
-        refs.append(HalfRef(topic, entry.message_id, entry.transaction_id or entry.message_id,
-                            zlib.crc32(message.body) & 0xFFFFFFFF,
-                            message.message_group or ""))  # fmt: skip
+        refs.append(
+            HalfRef(
+                topic,
+                entry.message_id,
+                entry.transaction_id or entry.message_id,
+                zlib.crc32(message.body) & 0xFFFFFFFF,
+                message.message_group or "",
+            )
+        )
     return refs
 
 
@@ -108,11 +114,13 @@ def end(client: RocketMQClient, half: HalfRef, *, commit: bool) -> EndOutcome:
     broker's other errors (after the client's retries).
     """
     request = service_pb2.EndTransactionRequest(
-        message_id=half.message_id, transaction_id=half.transaction_id,
-        resolution=(pb.TransactionResolution.COMMIT if commit
-                    else pb.TransactionResolution.ROLLBACK),
+        message_id=half.message_id,
+        transaction_id=half.transaction_id,
+        resolution=(
+            pb.TransactionResolution.COMMIT if commit else pb.TransactionResolution.ROLLBACK
+        ),
         source=pb.TransactionSource.SOURCE_CLIENT,
-    )  # fmt: skip
+    )
     request.topic.name = half.topic
     request.topic.resource_namespace = client.namespace
     try:

@@ -13,8 +13,13 @@ from broker_core.server.launcher import launch_broker
 from spark_jobs.common import session
 
 
-def run_example(app_name: str, run: Callable[..., Any], spark: SparkSession | None = None,
-                *, checkpoint: bool = False) -> int:  # fmt: skip
+def run_example(
+    app_name: str,
+    run: Callable[..., Any],
+    spark: SparkSession | None = None,
+    *,
+    checkpoint: bool = False,
+) -> int:
     """Start a broker, call ``run(spark, endpoint[, checkpoint dir])``, then stop the broker
     (and the session, if this made it)."""
     own = spark is None

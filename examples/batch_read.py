@@ -25,11 +25,16 @@ def run(spark: SparkSession, endpoint: str) -> None:
         since_ms = int(time.time() * 1000)
         client.send_batch("orders", [OutgoingMessage(f"late-{i}".encode()) for i in range(5)])
         broker = client.query_route("orders")[0].broker_name
+
     def read() -> DataFrameReader:  # a fresh reader each time: options accumulate
         return spark.read.format("rocketmq").option("endpoints", endpoint).option("topic", "orders")
 
-    ranged = (read().option("startingOffsets", json.dumps({"orders": {f"{broker}:0": 3}}))
-              .option("endingOffsets", json.dumps({"orders": {f"{broker}:0": 7}})).load())
+    ranged = (
+        read()
+        .option("startingOffsets", json.dumps({"orders": {f"{broker}:0": 3}}))
+        .option("endingOffsets", json.dumps({"orders": {f"{broker}:0": 7}}))
+        .load()
+    )
     print("offsets [3, 7):", [r.body.decode() for r in ranged.orderBy("queueOffset").collect()])
     recent = read().option("startingTimestamp", str(since_ms)).load()
     print("since timestamp:", [r.body.decode() for r in recent.orderBy("queueOffset").collect()])

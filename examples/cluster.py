@@ -53,8 +53,9 @@ def produce(endpoint: str) -> None:
 
 
 def consume(endpoint: str, timeout_s: float = 60) -> int:
-    consumer = SimpleConsumer(ClientConfiguration(endpoint, Credentials()), GROUP,
-                              {TOPIC: FilterExpression()})  # fmt: skip
+    consumer = SimpleConsumer(
+        ClientConfiguration(endpoint, Credentials()), GROUP, {TOPIC: FilterExpression()}
+    )
     consumer.startup()
     seen: set[bytes] = set()
     deadline = time.monotonic() + timeout_s

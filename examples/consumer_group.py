@@ -22,17 +22,26 @@ def run(spark: SparkSession, endpoint: str, checkpoint: Path) -> None:
     with RocketMQClient(endpoint) as client:
         client.create_topic("views", queues=2)
         client.send_batch("views", [OutgoingMessage(f"view-{i}".encode()) for i in range(12)])
-        stream = (spark.readStream.format("rocketmq").option("endpoints", endpoint)
-                  .option("topic", "views").option("startingOffsets", "earliest")
-                  .option("consumerGroup", "analytics").option("commitOffsets", "true")
-                  .option("maxMessagesPerTrigger", "5").load())
+        stream = (
+            spark.readStream.format("rocketmq")
+            .option("endpoints", endpoint)
+            .option("topic", "views")
+            .option("startingOffsets", "earliest")
+            .option("consumerGroup", "analytics")
+            .option("commitOffsets", "true")
+            .option("maxMessagesPerTrigger", "5")
+            .load()
+        )
 
         def ignore(batch: DataFrame, batch_id: int) -> None:
             batch.count()
 
-        query = (stream.writeStream.foreachBatch(ignore)
-                 .option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True).start())
+        query = (
+            stream.writeStream.foreachBatch(ignore)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
         progress = client.group_progress("analytics", "views")
         for q in progress["queues"]:

@@ -41,40 +41,56 @@ def order_events_json(count: int, start_ms: int, seed: int = 7) -> list[bytes]:
     """
     rng = random.Random(seed)
     statuses, weights = list(STATUSES), list(STATUSES.values())
-    times = sorted((rng.randrange(SPAN_MS) for _ in range(count)),
-                   key=lambda t: t + rng.randrange(30_000))  # fmt: skip
+    times = sorted(
+        (rng.randrange(SPAN_MS) for _ in range(count)), key=lambda t: t + rng.randrange(30_000)
+    )
     events = []
     for i, offset_ms in enumerate(times):
         at_ms = start_ms + offset_ms
-        events.append(json.dumps({
-            "order_id": f"o-{i:05d}", "customer": f"c-{rng.randrange(40):02d}",
-            "amount_cents": rng.randrange(500, 20_000),
-            "status": rng.choices(statuses, weights)[0],
-            "event_time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at_ms / 1000))
-                          + f".{at_ms % 1000:03d}Z",
-        }).encode())  # fmt: skip
+        events.append(
+            json.dumps(
+                {
+                    "order_id": f"o-{i:05d}",
+                    "customer": f"c-{rng.randrange(40):02d}",
+                    "amount_cents": rng.randrange(500, 20_000),
+                    "status": rng.choices(statuses, weights)[0],
+                    "event_time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at_ms / 1000))
+                    + f".{at_ms % 1000:03d}Z",
+                }
+            ).encode()
+        )
     return events
 
 
 def produce(client: RocketMQClient, topic: str, bodies: list[bytes], chunk: int = 500) -> None:
     for i in range(0, len(bodies), chunk):
-        client.send_batch(topic, [OutgoingMessage(b, tag="order") for b in bodies[i:i + chunk]])
+        client.send_batch(topic, [OutgoingMessage(b, tag="order") for b in bodies[i : i + chunk]])
 
 
 def latest_results(spark: SparkSession, endpoints: str, topic: str) -> DataFrame:
     """The newest result per (window, status) on ``topic``, ordered by window and status."""
-    raw = (spark.read.format("rocketmq").option("endpoints", endpoints)
-           .option("topic", topic).load())  # fmt: skip
-    schema = ("window_start string, window_end string, status string, orders long, "
-              "revenue_cents long, emitted_at string")
-    rows = raw.select(F.from_json(F.col("body").cast("string"), schema).alias("r"),
-                      "queueOffset").select("r.*", "queueOffset")  # fmt: skip
+    raw = spark.read.format("rocketmq").option("endpoints", endpoints).option("topic", topic).load()
+    schema = (
+        "window_start string, window_end string, status string, orders long, "
+        "revenue_cents long, emitted_at string"
+    )
+    rows = raw.select(
+        F.from_json(F.col("body").cast("string"), schema).alias("r"), "queueOffset"
+    ).select("r.*", "queueOffset")
     newest = Window.partitionBy("window_start", "status").orderBy(
-        F.col("emitted_at").desc(), F.col("queueOffset").desc())
-    return (rows.withColumn("n", F.row_number().over(newest)).where("n = 1")
-            .select(F.substring("window_start", 12, 5).alias("minute"), "status", "orders",
-                    F.format_number(F.col("revenue_cents") / 100, 2).alias("revenue"))
-            .orderBy("minute", "status"))  # fmt: skip
+        F.col("emitted_at").desc(), F.col("queueOffset").desc()
+    )
+    return (
+        rows.withColumn("n", F.row_number().over(newest))
+        .where("n = 1")
+        .select(
+            F.substring("window_start", 12, 5).alias("minute"),
+            "status",
+            "orders",
+            F.format_number(F.col("revenue_cents") / 100, 2).alias("revenue"),
+        )
+        .orderBy("minute", "status")
+    )
 
 
 @contextmanager
@@ -96,9 +112,14 @@ def run_demo(spark: SparkSession, endpoints: str, workdir: Path, events: int = 3
         start_ms = (int(time.time() * 1000) - SPAN_MS) // 60_000 * 60_000
         produce(client, INPUT_TOPIC, order_events_json(events, start_ms))
     print(f"sent {events} order events to '{INPUT_TOPIC}' at {endpoints}")
-    query = order_events.run(spark, endpoints=endpoints, input_topic=INPUT_TOPIC,
-                             output_topic=OUTPUT_TOPIC, checkpoint=str(workdir / "checkpoint"),
-                             max_messages_per_trigger=1000)  # fmt: skip
+    query = order_events.run(
+        spark,
+        endpoints=endpoints,
+        input_topic=INPUT_TOPIC,
+        output_topic=OUTPUT_TOPIC,
+        checkpoint=str(workdir / "checkpoint"),
+        max_messages_per_trigger=1000,
+    )
     batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     print(f"order-events pipeline: micro-batches of {batches} messages")
     return latest_results(spark, endpoints, OUTPUT_TOPIC)

@@ -19,14 +19,27 @@ from examples._runner import run_example
 def run(spark: SparkSession, endpoint: str) -> None:
     with RocketMQClient(endpoint) as client:
         client.create_topic("events", queues=1)
-        client.send_batch("events", [
-            OutgoingMessage(f"e-{i}".encode(), tag="AB"[i % 2],
-                            properties={"region": "eu" if i < 4 else "us"})
-            for i in range(8)])  # fmt: skip
+        client.send_batch(
+            "events",
+            [
+                OutgoingMessage(
+                    f"e-{i}".encode(),
+                    tag="AB"[i % 2],
+                    properties={"region": "eu" if i < 4 else "us"},
+                )
+                for i in range(8)
+            ],
+        )
     for name, value in [("tagExpression", "A"), ("sqlFilter", "region = 'eu' AND TAGS = 'B'")]:
-        rows = (spark.read.format("rocketmq").option("endpoints", endpoint)
-                .option("topic", "events").option(name, value).load()
-                .orderBy("queueOffset").collect())
+        rows = (
+            spark.read.format("rocketmq")
+            .option("endpoints", endpoint)
+            .option("topic", "events")
+            .option(name, value)
+            .load()
+            .orderBy("queueOffset")
+            .collect()
+        )
         print(f"{name}={value!r}:", [r.body.decode() for r in rows])
 
 

@@ -27,18 +27,34 @@ QUEUES = 4
 
 
 def config(store_dir: Path, flush_mode: FlushMode = FlushMode.ASYNC) -> StoreConfig:
-    return StoreConfig(store_dir=str(store_dir), segment_size_bytes=MIB // 4,
-                       max_body_bytes=64 * 1024, flush_mode=flush_mode)  # fmt: skip
+    return StoreConfig(
+        store_dir=str(store_dir),
+        segment_size_bytes=MIB // 4,
+        max_body_bytes=64 * 1024,
+        flush_mode=flush_mode,
+    )
 
 
 def order_event(i: int, rng: random.Random) -> Message:
     order_id, customer = f"o-{i:06d}", f"c-{rng.randrange(50):03d}"
     status = rng.choice(["created", "paid", "shipped"])
-    order = {"order_id": order_id, "customer": customer, "status": status,
-             "amount_cents": rng.randrange(100, 50_000)}  # fmt: skip
-    return Message(TOPIC, json.dumps(order).encode(), queue_id=i % QUEUES,
-                   properties={"TAGS": status, "KEYS": order_id,
-                               "UNIQ_KEY": new_message_id(), "customer": customer})
+    order = {
+        "order_id": order_id,
+        "customer": customer,
+        "status": status,
+        "amount_cents": rng.randrange(100, 50_000),
+    }
+    return Message(
+        TOPIC,
+        json.dumps(order).encode(),
+        queue_id=i % QUEUES,
+        properties={
+            "TAGS": status,
+            "KEYS": order_id,
+            "UNIQ_KEY": new_message_id(),
+            "customer": customer,
+        },
+    )
 
 
 def write_and_read(store_dir: Path) -> None:
@@ -49,14 +65,18 @@ def write_and_read(store_dir: Path) -> None:
     results = store.put_messages([order_event(i, rng) for i in range(2_000)])
     if not store.wait_dispatched():
         raise SystemExit("dispatch did not catch up within 10 s")
-    print(f"appended {len(results)} order events to {len(store.commitlog.segments())} "
-          f"commitlog segments ({store.commitlog.max_offset:,} bytes)")
+    print(
+        f"appended {len(results)} order events to {len(store.commitlog.segments())} "
+        f"commitlog segments ({store.commitlog.max_offset:,} bytes)"
+    )
     for qid in range(QUEUES):
         got = store.get_messages(TOPIC, qid, 0, 3)
         first = json.loads(got.messages[0].body)
-        print(f"  queue {qid}: offsets [{store.min_offset(TOPIC, qid)}, "
-              f"{store.max_offset(TOPIC, qid)}), first order {first['order_id']} "
-              f"({got.messages[0].tag})")
+        print(
+            f"  queue {qid}: offsets [{store.min_offset(TOPIC, qid)}, "
+            f"{store.max_offset(TOPIC, qid)}), first order {first['order_id']} "
+            f"({got.messages[0].tag})"
+        )
     hit = store.query_by_key("o-001234")[0]
     print(f"by key o-001234 → queue {hit.queue_id} offset {hit.queue_offset}: {hit.body.decode()}")
     same = store.query_by_id(results[77].message_id)
@@ -68,8 +88,11 @@ def write_and_read(store_dir: Path) -> None:
 
 
 def crash_and_recover(store_dir: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-m", "examples.storage_demo", "--child",
-                              str(store_dir)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-m", "examples.storage_demo", "--child", str(store_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout is not None
     acked = 0
     for line in child.stdout:

@@ -20,15 +20,24 @@ def run(spark: SparkSession, endpoint: str, checkpoint: Path) -> None:
     with RocketMQClient(endpoint) as client:
         client.create_topic("clicks", queues=2)
         client.send_batch("clicks", [OutgoingMessage(f"click-{i}".encode()) for i in range(25)])
-    stream = (spark.readStream.format("rocketmq").option("endpoints", endpoint)
-              .option("topic", "clicks").option("startingOffsets", "earliest")
-              .option("maxMessagesPerTrigger", "10").load())
+    stream = (
+        spark.readStream.format("rocketmq")
+        .option("endpoints", endpoint)
+        .option("topic", "clicks")
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "10")
+        .load()
+    )
 
     def show(batch: DataFrame, batch_id: int) -> None:
         print(f"batch {batch_id}: {batch.count()} messages")
 
-    query = (stream.writeStream.foreachBatch(show).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query = (
+        stream.writeStream.foreachBatch(show)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     print("batch sizes:", [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]])
 

@@ -22,15 +22,29 @@ def run(spark: SparkSession, endpoint: str) -> None:
         client.create_topic("payments", queues=2)
     rows = [(i, "EUR" if i % 2 else "USD") for i in range(6)]
     df = spark.createDataFrame(rows, "id int, ccy string")
-    out = df.select(F.to_json(F.struct("id", "ccy")).alias("body"), F.col("ccy").alias("tag"),
-                    F.array(F.concat(F.lit("pay-"), F.col("id").cast("string"))).alias("keys"),
-                    F.create_map(F.lit("source"), F.lit("example")).alias("properties"))
-    (out.write.format("rocketmq").option("endpoints", endpoint).option("topic", "payments")
-     .option("batchSize", "4").mode("append").save())
-    back = (spark.read.format("rocketmq").option("endpoints", endpoint)
-            .option("topic", "payments").load())
+    out = df.select(
+        F.to_json(F.struct("id", "ccy")).alias("body"),
+        F.col("ccy").alias("tag"),
+        F.array(F.concat(F.lit("pay-"), F.col("id").cast("string"))).alias("keys"),
+        F.create_map(F.lit("source"), F.lit("example")).alias("properties"),
+    )
+    (
+        out.write.format("rocketmq")
+        .option("endpoints", endpoint)
+        .option("topic", "payments")
+        .option("batchSize", "4")
+        .mode("append")
+        .save()
+    )
+    back = (
+        spark.read.format("rocketmq")
+        .option("endpoints", endpoint)
+        .option("topic", "payments")
+        .load()
+    )
     back.select(F.col("body").cast("string"), "tag", "keys", "properties").orderBy("body").show(
-        truncate=False)
+        truncate=False
+    )
 
 
 def main(spark: SparkSession | None = None) -> int:

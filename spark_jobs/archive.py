@@ -30,8 +30,18 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.common import add_common, finish, positive_int, session
 
-COLUMNS = ("topic", "queueId", "queueOffset", "messageId", "tag", "keys", "body", "properties",
-           "bornTimestamp", "storeTimestamp")  # fmt: skip
+COLUMNS = (
+    "topic",
+    "queueId",
+    "queueOffset",
+    "messageId",
+    "tag",
+    "keys",
+    "body",
+    "properties",
+    "bornTimestamp",
+    "storeTimestamp",
+)
 
 
 def archive_rows(messages: DataFrame) -> DataFrame:
@@ -39,20 +49,37 @@ def archive_rows(messages: DataFrame) -> DataFrame:
     return messages.select(*COLUMNS, F.to_date("storeTimestamp").alias("date"))
 
 
-def run(spark: SparkSession, *, endpoints: str, topic: str, output: str, checkpoint: str,
-        starting_offsets: str = "earliest", trigger_seconds: int | None = None,
-        max_messages_per_trigger: int | None = None) -> StreamingQuery:  # fmt: skip
+def run(
+    spark: SparkSession,
+    *,
+    endpoints: str,
+    topic: str,
+    output: str,
+    checkpoint: str,
+    starting_offsets: str = "earliest",
+    trigger_seconds: int | None = None,
+    max_messages_per_trigger: int | None = None,
+) -> StreamingQuery:
     """Run the archive query (availableNow: to the end of the topic); returns it when done.
 
     Raises the query's exception if it failed.
     """
-    reader = (spark.readStream.format("rocketmq").option("endpoints", endpoints)
-              .option("topic", topic).option("startingOffsets", starting_offsets))
+    reader = (
+        spark.readStream.format("rocketmq")
+        .option("endpoints", endpoints)
+        .option("topic", topic)
+        .option("startingOffsets", starting_offsets)
+    )
     if max_messages_per_trigger is not None:
         reader = reader.option("maxMessagesPerTrigger", str(max_messages_per_trigger))
-    writer = (archive_rows(reader.load()).writeStream.format("parquet").partitionBy("date")
-              .option("path", output).option("checkpointLocation", checkpoint)
-              .queryName("archive"))  # fmt: skip
+    writer = (
+        archive_rows(reader.load())
+        .writeStream.format("parquet")
+        .partitionBy("date")
+        .option("path", output)
+        .option("checkpointLocation", checkpoint)
+        .queryName("archive")
+    )
     if trigger_seconds is None:
         writer = writer.trigger(availableNow=True)
     else:
@@ -62,28 +89,48 @@ def run(spark: SparkSession, *, endpoints: str, topic: str, output: str, checkpo
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="archive", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="archive",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_common(p)
     p.add_argument("--topic", required=True, help="topic to archive")
     p.add_argument("--output", required=True, help="Parquet output directory")
     p.add_argument("--checkpoint", required=True, help="checkpoint directory of the query")
-    p.add_argument("--starting-offsets", default="earliest",
-                   help="earliest, latest or JSON offsets (first run only; default earliest)")
-    p.add_argument("--trigger-seconds", type=positive_int, default=None,
-                   help="run continuously with a micro-batch every N s (default: availableNow)")
-    p.add_argument("--max-messages-per-trigger", type=positive_int, default=None,
-                   help="at most N messages per micro-batch (and so per set of files)")
+    p.add_argument(
+        "--starting-offsets",
+        default="earliest",
+        help="earliest, latest or JSON offsets (first run only; default earliest)",
+    )
+    p.add_argument(
+        "--trigger-seconds",
+        type=positive_int,
+        default=None,
+        help="run continuously with a micro-batch every N s (default: availableNow)",
+    )
+    p.add_argument(
+        "--max-messages-per-trigger",
+        type=positive_int,
+        default=None,
+        help="at most N messages per micro-batch (and so per set of files)",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     spark = session("archive", args.master)
-    query = run(spark, endpoints=args.endpoints, topic=args.topic, output=args.output,
-                checkpoint=args.checkpoint, starting_offsets=args.starting_offsets,
-                trigger_seconds=args.trigger_seconds,
-                max_messages_per_trigger=args.max_messages_per_trigger)  # fmt: skip
+    query = run(
+        spark,
+        endpoints=args.endpoints,
+        topic=args.topic,
+        output=args.output,
+        checkpoint=args.checkpoint,
+        starting_offsets=args.starting_offsets,
+        trigger_seconds=args.trigger_seconds,
+        max_messages_per_trigger=args.max_messages_per_trigger,
+    )
     rows = sum(int(p["numInputRows"]) for p in query.recentProgress)
     print(f"archive: {rows} messages of '{args.topic}' written to {args.output}")
     return 0

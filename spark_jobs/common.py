@@ -37,13 +37,19 @@ def session(app_name: str, master: str | None = None) -> SparkSession:
     if master is not None:
         builder = builder.master(master)
     elif not under_spark_submit():
-        builder = (builder.master(DEFAULT_MASTER).config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.shuffle.partitions", "4"))  # fmt: skip
+        builder = (
+            builder.master(DEFAULT_MASTER)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+        )
     # The rocketmq batch reader implements pushFilters, which Spark refuses to plan
     # unless Python filter pushdown is on.
-    spark = (builder.config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
+    spark = (
+        builder.config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
@@ -61,10 +67,10 @@ def positive_int(text: str) -> int:
 
 def add_common(parser: argparse.ArgumentParser) -> None:
     """``--endpoints`` (required) and ``--master``."""
-    parser.add_argument("--endpoints", required=True,
-                        help="broker host:port[,host:port]")
-    parser.add_argument("--master", default=None,
-                        help="Spark master (default: spark-submit's, else local[2])")
+    parser.add_argument("--endpoints", required=True, help="broker host:port[,host:port]")
+    parser.add_argument(
+        "--master", default=None, help="Spark master (default: spark-submit's, else local[2])"
+    )
 
 
 def finish(query: StreamingQuery) -> StreamingQuery:

@@ -71,18 +71,25 @@ def origin_topics(endpoints: str, topic: str) -> dict[tuple[int, int], str]:
     found: dict[tuple[int, int], str] = {}
     with RocketMQClient(endpoints) as client:
         queues = client.query_route(topic)
-        ranges = [(q, client.query_offset(topic, q.queue_id, "BEGINNING"),
-                   client.query_offset(topic, q.queue_id, "END")) for q in queues]  # fmt: skip
+        ranges = [
+            (
+                q,
+                client.query_offset(topic, q.queue_id, "BEGINNING"),
+                client.query_offset(topic, q.queue_id, "END"),
+            )
+            for q in queues
+        ]
     for queue, low, high in ranges:
         with grpc.insecure_channel(queue.endpoint or endpoints.split(",")[0]) as channel:
             stub = service_pb2_grpc.MessagingServiceStub(channel)
             offset = low
             while offset < high:
                 request = service_pb2.PullMessageRequest(
-                    group=pb.Resource(name=PULL_GROUP), offset=offset,
-                    message_queue=pb.MessageQueue(topic=pb.Resource(name=topic),
-                                                  id=queue.queue_id),
-                    batch_size=min(256, high - offset))  # fmt: skip
+                    group=pb.Resource(name=PULL_GROUP),
+                    offset=offset,
+                    message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=queue.queue_id),
+                    batch_size=min(256, high - offset),
+                )
                 next_offset = offset
                 for response in stub.PullMessage(request, timeout=30):
                     kind = response.WhichOneof("content")
@@ -113,35 +120,58 @@ def classify(letters: DataFrame, origins: DataFrame, drop_tags: Sequence[str]) -
     ``drop`` (null to send, else the reason: ``tag``, ``json`` or ``no-topic``)."""
     is_json = F.udf(lambda body: _is_json(body), BooleanType())  # a plain (pickled) UDF
     from_props = F.coalesce(*[F.col("properties").getItem(k) for k in ORIGIN_KEYS])
-    rows = (letters.join(origins, ["queueId", "queueOffset"], "left")
-            .withColumn("origin", F.coalesce(from_props, F.col("lookedUp"))))  # fmt: skip
-    drop: Column = (F.when(F.col("tag").isin(list(drop_tags)), F.lit("tag"))
-                    .when(~is_json("body"), F.lit("json"))
-                    .when(F.col("origin").isNull(), F.lit("no-topic")))  # fmt: skip
+    rows = letters.join(origins, ["queueId", "queueOffset"], "left").withColumn(
+        "origin", F.coalesce(from_props, F.col("lookedUp"))
+    )
+    drop: Column = (
+        F.when(F.col("tag").isin(list(drop_tags)), F.lit("tag"))
+        .when(~is_json("body"), F.lit("json"))
+        .when(F.col("origin").isNull(), F.lit("no-topic"))
+    )
     return rows.withColumn("drop", drop)
 
 
 def outgoing(kept: DataFrame) -> DataFrame:
     """Rows to send: the original topic and the message minus broker-owned properties."""
     system = F.array(*[F.lit(k) for k in sorted(SYSTEM_PROPERTY_KEYS)])
-    props = F.map_filter(F.coalesce("properties", F.create_map().cast("map<string,string>")),
-                         lambda k, _: ~F.array_contains(system, k))  # fmt: skip
-    return kept.select(F.col("origin").alias("topic"), "body", "tag", "keys",
-                       props.alias("properties"), "messageGroup")  # fmt: skip
+    props = F.map_filter(
+        F.coalesce("properties", F.create_map().cast("map<string,string>")),
+        lambda k, _: ~F.array_contains(system, k),
+    )
+    return kept.select(
+        F.col("origin").alias("topic"),
+        "body",
+        "tag",
+        "keys",
+        props.alias("properties"),
+        "messageGroup",
+    )
 
 
-def run(spark: SparkSession, *, endpoints: str, group: str, drop_tags: Sequence[str] = (),
-        dry_run: bool = False, limit: int | None = None,
-        starting_offsets: str = "earliest") -> Replay:  # fmt: skip
+def run(
+    spark: SparkSession,
+    *,
+    endpoints: str,
+    group: str,
+    drop_tags: Sequence[str] = (),
+    dry_run: bool = False,
+    limit: int | None = None,
+    starting_offsets: str = "earliest",
+) -> Replay:
     """Replay ``%DLQ%{group}`` (see the module docstring); returns what was sent/dropped."""
     topic = dlq_topic(group)
     try:
         pairs = [(q, o, t) for (q, o), t in origin_topics(endpoints, topic).items()]
     except TopicNotFoundError:  # nothing was ever dead-lettered for the group
         return Replay({}, {}, {}, dry_run)
-    letters = (spark.read.format("rocketmq").option("endpoints", endpoints).option("topic", topic)
-               .option("startingOffsets", starting_offsets).option("endingOffsets", "latest")
-               .load())  # fmt: skip
+    letters = (
+        spark.read.format("rocketmq")
+        .option("endpoints", endpoints)
+        .option("topic", topic)
+        .option("startingOffsets", starting_offsets)
+        .option("endingOffsets", "latest")
+        .load()
+    )
     if limit is not None:
         letters = letters.orderBy("storeTimestamp", "queueId", "queueOffset").limit(limit)
     origins = spark.createDataFrame(pairs, "queueId int, queueOffset long, lookedUp string")
@@ -150,8 +180,13 @@ def run(spark: SparkSession, *, endpoints: str, group: str, drop_tags: Sequence[
         counts = rows.groupBy("drop", "origin").count().collect()
         ends = rows.groupBy("broker", "queueId").agg(F.max("queueOffset").alias("last")).collect()
         if not dry_run:
-            (outgoing(rows.where(F.col("drop").isNull())).write.format("rocketmq")
-             .option("endpoints", endpoints).mode("append").save())  # fmt: skip
+            (
+                outgoing(rows.where(F.col("drop").isNull()))
+                .write.format("rocketmq")
+                .option("endpoints", endpoints)
+                .mode("append")
+                .save()
+            )
     finally:
         rows.unpersist()
     sent: dict[str, int] = {}
@@ -166,26 +201,44 @@ def run(spark: SparkSession, *, endpoints: str, group: str, drop_tags: Sequence[
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dlq_replay", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="dlq_replay",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_common(p)
     p.add_argument("--group", required=True, help="consumer group whose %%DLQ%% topic to replay")
-    p.add_argument("--drop-tag", action="append", default=[], metavar="TAG",
-                   help="drop dead letters with this tag (repeatable)")
+    p.add_argument(
+        "--drop-tag",
+        action="append",
+        default=[],
+        metavar="TAG",
+        help="drop dead letters with this tag (repeatable)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print what would be done; send nothing")
-    p.add_argument("--limit", type=positive_int, default=None,
-                   help="replay at most the N oldest dead letters")
-    p.add_argument("--starting-offsets", default="earliest",
-                   help="earliest or JSON offsets of the DLQ topic (skip earlier replays)")
+    p.add_argument(
+        "--limit", type=positive_int, default=None, help="replay at most the N oldest dead letters"
+    )
+    p.add_argument(
+        "--starting-offsets",
+        default="earliest",
+        help="earliest or JSON offsets of the DLQ topic (skip earlier replays)",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     spark = session("dlq-replay", args.master)
-    done = run(spark, endpoints=args.endpoints, group=args.group, drop_tags=args.drop_tag,
-               dry_run=args.dry_run, limit=args.limit,
-               starting_offsets=args.starting_offsets)  # fmt: skip
+    done = run(
+        spark,
+        endpoints=args.endpoints,
+        group=args.group,
+        drop_tags=args.drop_tag,
+        dry_run=args.dry_run,
+        limit=args.limit,
+        starting_offsets=args.starting_offsets,
+    )
     verb = "would send" if done.dry_run else "sent"
     for target, n in sorted(done.sent.items()):
         print(f"dlq-replay: {verb} {n} message(s) back to '{target}'")

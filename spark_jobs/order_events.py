@@ -49,13 +49,15 @@ from pyspark.sql.types import (
 
 from spark_jobs.common import add_common, finish, positive_int, session
 
-ORDER_SCHEMA = StructType([
-    StructField("order_id", StringType()),
-    StructField("customer", StringType()),
-    StructField("amount_cents", LongType()),
-    StructField("status", StringType()),
-    StructField("event_time", TimestampType()),
-])  # fmt: skip
+ORDER_SCHEMA = StructType(
+    [
+        StructField("order_id", StringType()),
+        StructField("customer", StringType()),
+        StructField("amount_cents", LongType()),
+        StructField("status", StringType()),
+        StructField("event_time", TimestampType()),
+    ]
+)
 WINDOW = "1 minute"
 WATERMARK = "2 minutes"
 _ISO_MS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
@@ -68,16 +70,24 @@ def parse_orders(messages: DataFrame) -> DataFrame:
     return parsed.where(F.col("event_time").isNotNull() & F.col("status").isNotNull())
 
 
-def revenue_per_window(orders: DataFrame, *, window: str = WINDOW,
-                       watermark: str = WATERMARK) -> DataFrame:  # fmt: skip
+def revenue_per_window(
+    orders: DataFrame, *, window: str = WINDOW, watermark: str = WATERMARK
+) -> DataFrame:
     """window_start, window_end, status, orders, revenue_cents (null amounts count as 0)."""
-    grouped = (orders.withWatermark("event_time", watermark)
-               .groupBy(F.window("event_time", window).alias("w"), "status"))  # fmt: skip
-    totals = grouped.agg(F.count(F.lit(1)).alias("orders"),
-                         F.coalesce(F.sum("amount_cents"), F.lit(0)).alias("revenue_cents"))
-    return totals.select(F.col("w.start").alias("window_start"),
-                         F.col("w.end").alias("window_end"), "status", "orders",
-                         "revenue_cents")  # fmt: skip
+    grouped = orders.withWatermark("event_time", watermark).groupBy(
+        F.window("event_time", window).alias("w"), "status"
+    )
+    totals = grouped.agg(
+        F.count(F.lit(1)).alias("orders"),
+        F.coalesce(F.sum("amount_cents"), F.lit(0)).alias("revenue_cents"),
+    )
+    return totals.select(
+        F.col("w.start").alias("window_start"),
+        F.col("w.end").alias("window_end"),
+        "status",
+        "orders",
+        "revenue_cents",
+    )
 
 
 def _iso(column: str) -> Column:
@@ -86,14 +96,20 @@ def _iso(column: str) -> Column:
 
 def to_messages(results: DataFrame) -> DataFrame:
     """Result rows as sink rows: JSON ``body``, ``tag`` = status, ``keys`` = [STATUS@START]."""
-    body = F.to_json(F.struct(
-        _iso("window_start").alias("window_start"), _iso("window_end").alias("window_end"),
-        "status", "orders", "revenue_cents",
-        F.date_format(F.current_timestamp(), _ISO_MS).alias("emitted_at"),
-    ))  # fmt: skip
+    body = F.to_json(
+        F.struct(
+            _iso("window_start").alias("window_start"),
+            _iso("window_end").alias("window_end"),
+            "status",
+            "orders",
+            "revenue_cents",
+            F.date_format(F.current_timestamp(), _ISO_MS).alias("emitted_at"),
+        )
+    )
     key = F.concat(F.col("status"), F.lit("@"), _iso("window_start"))
-    return results.select(body.alias("body"), F.col("status").alias("tag"),
-                          F.array(key).alias("keys"))  # fmt: skip
+    return results.select(
+        body.alias("body"), F.col("status").alias("tag"), F.array(key).alias("keys")
+    )
 
 
 def _batch_sender(endpoints: str, topic: str) -> Callable[[DataFrame, int], None]:
@@ -105,19 +121,36 @@ def _batch_sender(endpoints: str, topic: str) -> Callable[[DataFrame, int], None
 
     def send(batch: DataFrame, batch_id: int) -> None:
         del batch_id
-        (batch.write.format("rocketmq").mode("append").option("endpoints", endpoints)
-         .option("topic", topic).save())  # fmt: skip
+        (
+            batch.write.format("rocketmq")
+            .mode("append")
+            .option("endpoints", endpoints)
+            .option("topic", topic)
+            .save()
+        )
 
     return send
 
 
-def start_pipeline(spark: SparkSession, *, endpoints: str, input_topic: str, output_topic: str,
-                   checkpoint: str, starting_offsets: str = "earliest",
-                   output_mode: str = "update", trigger_seconds: int | None = None,
-                   max_messages_per_trigger: int | None = None) -> StreamingQuery:  # fmt: skip
+def start_pipeline(
+    spark: SparkSession,
+    *,
+    endpoints: str,
+    input_topic: str,
+    output_topic: str,
+    checkpoint: str,
+    starting_offsets: str = "earliest",
+    output_mode: str = "update",
+    trigger_seconds: int | None = None,
+    max_messages_per_trigger: int | None = None,
+) -> StreamingQuery:
     """Start the streaming query (availableNow unless ``trigger_seconds``); returns it."""
-    reader = (spark.readStream.format("rocketmq").option("endpoints", endpoints)
-              .option("topic", input_topic).option("startingOffsets", starting_offsets))
+    reader = (
+        spark.readStream.format("rocketmq")
+        .option("endpoints", endpoints)
+        .option("topic", input_topic)
+        .option("startingOffsets", starting_offsets)
+    )
     if max_messages_per_trigger is not None:
         reader = reader.option("maxMessagesPerTrigger", str(max_messages_per_trigger))
     results = to_messages(revenue_per_window(parse_orders(reader.load())))
@@ -128,8 +161,9 @@ def start_pipeline(spark: SparkSession, *, endpoints: str, input_topic: str, out
         writer = writer.foreachBatch(_batch_sender(endpoints, output_topic))
         writer = writer.queryName("order-events")
     else:  # no queryName: the rocketmq sink refuses the 'queryname' option Spark passes on
-        writer = (writer.format("rocketmq").option("endpoints", endpoints)
-                  .option("topic", output_topic))  # fmt: skip
+        writer = (
+            writer.format("rocketmq").option("endpoints", endpoints).option("topic", output_topic)
+        )
     if trigger_seconds is None:
         writer = writer.trigger(availableNow=True)
     else:
@@ -148,32 +182,56 @@ def run(spark: SparkSession, **kwargs: object) -> StreamingQuery:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="order_events", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="order_events",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_common(p)
     p.add_argument("--input-topic", required=True, help="topic of order-event JSON messages")
     p.add_argument("--output-topic", required=True, help="topic the results are sent to")
     p.add_argument("--checkpoint", required=True, help="checkpoint directory of the query")
-    p.add_argument("--starting-offsets", default="earliest",
-                   help="earliest, latest or JSON offsets (first run only; default earliest)")
-    p.add_argument("--output-mode", choices=("update", "append", "complete"), default="update",
-                   help="update: changed windows per batch (default); append: final windows "
-                        "only; complete: every window every batch")
-    p.add_argument("--trigger-seconds", type=positive_int, default=None,
-                   help="run continuously with a micro-batch every N s (default: availableNow)")
-    p.add_argument("--max-messages-per-trigger", type=positive_int, default=None,
-                   help="rate limit: at most N input messages per micro-batch")
+    p.add_argument(
+        "--starting-offsets",
+        default="earliest",
+        help="earliest, latest or JSON offsets (first run only; default earliest)",
+    )
+    p.add_argument(
+        "--output-mode",
+        choices=("update", "append", "complete"),
+        default="update",
+        help="update: changed windows per batch (default); append: final windows "
+        "only; complete: every window every batch",
+    )
+    p.add_argument(
+        "--trigger-seconds",
+        type=positive_int,
+        default=None,
+        help="run continuously with a micro-batch every N s (default: availableNow)",
+    )
+    p.add_argument(
+        "--max-messages-per-trigger",
+        type=positive_int,
+        default=None,
+        help="rate limit: at most N input messages per micro-batch",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     spark = session("order-events", args.master)
-    query = run(spark, endpoints=args.endpoints, input_topic=args.input_topic,
-                output_topic=args.output_topic, checkpoint=args.checkpoint,
-                starting_offsets=args.starting_offsets, output_mode=args.output_mode,
-                trigger_seconds=args.trigger_seconds,
-                max_messages_per_trigger=args.max_messages_per_trigger)  # fmt: skip
+    query = run(
+        spark,
+        endpoints=args.endpoints,
+        input_topic=args.input_topic,
+        output_topic=args.output_topic,
+        checkpoint=args.checkpoint,
+        starting_offsets=args.starting_offsets,
+        output_mode=args.output_mode,
+        trigger_seconds=args.trigger_seconds,
+        max_messages_per_trigger=args.max_messages_per_trigger,
+    )
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     rows = sum(int(p["numInputRows"]) for p in batches)
     print(f"order-events: {rows} input messages in {len(batches)} micro-batches")

@@ -51,13 +51,23 @@ def start_namesrv(
     (``extra_args``, e.g. ``--tls-cert``, go to its command line as they are)."""
     proc = NamesrvProcess(
         [
-            sys.executable, "-m", "broker_core.namesrv", "--listen", f"127.0.0.1:{port}",
-            "--scan-interval-ms", str(scan_interval_ms),
-            "--broker-expiry-ms", str(broker_expiry_ms), *(extra_args or []),
+            sys.executable,
+            "-m",
+            "broker_core.namesrv",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--scan-interval-ms",
+            str(scan_interval_ms),
+            "--broker-expiry-ms",
+            str(broker_expiry_ms),
+            *(extra_args or []),
         ],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     proc.output = []
     addr = _read_ready(proc)
     stream = proc.stdout
@@ -107,16 +117,29 @@ def stop_namesrv(proc: subprocess.Popen[str], timeout_s: float = 15.0) -> int:
 # ---- brokers that join a cluster (the cluster branch) ---------------------------------------
 
 
-def start_cluster_broker(workdir: Path, namesrv: str, broker_name: str | None = None, *,
-                         register_interval_ms: int = 500, route_ttl_ms: int = 300,
-                         config: dict[str, dict[str, Any]] | None = None,
-                         extra_args: list[str] | None = None) -> BrokerProcess:  # fmt: skip
+def start_cluster_broker(
+    workdir: Path,
+    namesrv: str,
+    broker_name: str | None = None,
+    *,
+    register_interval_ms: int = 500,
+    route_ttl_ms: int = 300,
+    config: dict[str, dict[str, Any]] | None = None,
+    extra_args: list[str] | None = None,
+) -> BrokerProcess:
     """Start a broker on a free loopback port that registers with ``namesrv`` (as
     ``broker_name``, or its default name) and wait for READY; stop it with ``.stop()``
     (SIGTERM: it unregisters) or ``.kill()``. Raises RuntimeError with the broker's output
     when it exits before READY (e.g. a name clash)."""
-    args = ["--namesrv", namesrv, "--register-interval-ms", str(register_interval_ms),
-            "--route-ttl-ms", str(route_ttl_ms), *(extra_args or [])]  # fmt: skip
+    args = [
+        "--namesrv",
+        namesrv,
+        "--register-interval-ms",
+        str(register_interval_ms),
+        "--route-ttl-ms",
+        str(route_ttl_ms),
+        *(extra_args or []),
+    ]
     if broker_name is not None:
         args += ["--broker-name", broker_name]
     return launch_broker(workdir, config=config, extra_args=args)

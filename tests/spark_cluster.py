@@ -35,10 +35,13 @@ def free_port() -> int:
 def spark_env(run_dir: Path) -> dict[str, str]:
     """Environment for the daemons and spark-submit: loopback, this venv's Python."""
     return os.environ | {
-        "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_LOG_DIR": str(run_dir / "logs"), "SPARK_PID_DIR": str(run_dir / "pids"),
-        "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }  # fmt: skip
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(run_dir / "logs"),
+        "SPARK_PID_DIR": str(run_dir / "pids"),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
 
 
 @dataclass
@@ -56,21 +59,47 @@ class StandaloneCluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def _daemon(self, action: str, cls: str, instance: int, *args: str) -> None:
-        done = subprocess.run([str(SPARK_HOME / "sbin" / "spark-daemon.sh"), action, cls,
-                               str(instance), *args], env=spark_env(self.run_dir),
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [str(SPARK_HOME / "sbin" / "spark-daemon.sh"), action, cls, str(instance), *args],
+            env=spark_env(self.run_dir),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"spark-daemon.sh {action} {cls} {instance}: {done.stderr}")
 
     def start(self, timeout_s: float = 90.0) -> None:
         """Start the daemons; return when the master reports every worker ALIVE."""
-        self._daemon("start", MASTER, 1, "--host", "127.0.0.1", "--port", str(self.port),
-                     "--webui-port", str(self.ui_port))
+        self._daemon(
+            "start",
+            MASTER,
+            1,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui_port),
+        )
         self.started.append((MASTER, 1))
         for i in range(1, self.workers + 1):
-            self._daemon("start", WORKER, i, "--host", "127.0.0.1", "--cores", "1",
-                         "--memory", "1g", "--webui-port", str(free_port()),
-                         "--work-dir", str(self.run_dir / f"work{i}"), self.url)
+            self._daemon(
+                "start",
+                WORKER,
+                i,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(self.run_dir / f"work{i}"),
+                self.url,
+            )
             self.started.append((WORKER, i))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -89,25 +118,49 @@ class StandaloneCluster:
         with urllib.request.urlopen(url, timeout=5) as reply:
             return dict(json.load(reply))
 
-    def submit(self, script: Path, *args: str, timeout_s: float = 600.0,
-               ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    def submit(
+        self,
+        script: Path,
+        *args: str,
+        timeout_s: float = 600.0,
+    ) -> subprocess.CompletedProcess[str]:
         """spark-submit ``script`` to this cluster (one executor per worker, 512 MiB)."""
         submit = Path(sys.executable).parent / "spark-submit"
-        cmd = [str(submit), "--master", self.url, "--conf", "spark.driver.host=127.0.0.1",
-               "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.ui.enabled=false",
-               "--conf", "spark.sql.shuffle.partitions=4", "--executor-memory", "512m",
-               "--total-executor-cores", str(self.workers), str(script), *args]  # fmt: skip
-        return subprocess.run(cmd, env=spark_env(self.run_dir), capture_output=True, text=True,
-                              timeout=timeout_s)  # fmt: skip
+        cmd = [
+            str(submit),
+            "--master",
+            self.url,
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.driver.bindAddress=127.0.0.1",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=4",
+            "--executor-memory",
+            "512m",
+            "--total-executor-cores",
+            str(self.workers),
+            str(script),
+            *args,
+        ]
+        return subprocess.run(
+            cmd, env=spark_env(self.run_dir), capture_output=True, text=True, timeout=timeout_s
+        )
 
     def executors_per_worker(self) -> list[int]:
         """How many executor directories (``work{i}/app-*/N``) each worker has created."""
-        return [len(list((self.run_dir / f"work{i}").glob("app-*/*")))
-                for i in range(1, self.workers + 1)]  # fmt: skip
+        return [
+            len(list((self.run_dir / f"work{i}").glob("app-*/*")))
+            for i in range(1, self.workers + 1)
+        ]
 
     def logs(self) -> str:
-        return "".join(p.read_text(errors="replace")[-3000:]
-                       for p in sorted((self.run_dir / "logs").glob("*.out")))  # fmt: skip
+        return "".join(
+            p.read_text(errors="replace")[-3000:]
+            for p in sorted((self.run_dir / "logs").glob("*.out"))
+        )
 
     def stop(self) -> None:
         """Stop every daemon started, workers first."""

@@ -23,8 +23,9 @@ RMQ = Path(sys.executable).with_name("rmq")
 
 def start(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
     """Run ``rmq broker start ARGS`` to completion (these all fail before READY)."""
-    return subprocess.run([str(RMQ), "broker", "start", *args], capture_output=True, text=True,
-                          timeout=timeout_s)  # fmt: skip
+    return subprocess.run(
+        [str(RMQ), "broker", "start", *args], capture_output=True, text=True, timeout=timeout_s
+    )
 
 
 def last_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -42,8 +43,16 @@ def test_listen_port_out_of_range_is_refused(tmp_path, port) -> None:
 
 
 def test_advertise_port_out_of_range_is_refused(tmp_path) -> None:
-    line = last_error(start("--listen", "127.0.0.1:0", "--advertise", "127.0.0.1:70000",
-                            "--store-dir", str(tmp_path)))  # fmt: skip
+    line = last_error(
+        start(
+            "--listen",
+            "127.0.0.1:0",
+            "--advertise",
+            "127.0.0.1:70000",
+            "--store-dir",
+            str(tmp_path),
+        )
+    )
     assert "--advertise" in line and "1..65535" in line
 
 
@@ -80,8 +89,19 @@ def test_busy_port_says_cannot_listen(tmp_path) -> None:
 
 def test_module_entry_point_prints_one_line(tmp_path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "broker_core.server", "--listen", "127.0.0.1:99999",
-         "--store-dir", str(tmp_path)], capture_output=True, text=True, timeout=30)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "broker_core.server",
+            "--listen",
+            "127.0.0.1:99999",
+            "--store-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: --listen must be HOST:PORT")
@@ -91,10 +111,13 @@ def test_error_while_stopping_is_named(tmp_path) -> None:
     """The clean-shutdown marker cannot be removed (it became a directory): the broker says
     stopping failed, not that it cannot listen, and exits non-zero."""
     store = tmp_path / "store"
-    proc = subprocess.Popen([str(RMQ), "broker", "start", "--listen", "127.0.0.1:0",
-                             "--store-dir", str(store)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    proc = subprocess.Popen(
+        [str(RMQ), "broker", "start", "--listen", "127.0.0.1:0", "--store-dir", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         assert proc.stdout is not None
         assert any(line.startswith("READY ") for line in proc.stdout)
@@ -113,17 +136,21 @@ def test_error_while_stopping_is_named(tmp_path) -> None:
     assert line.startswith("Error: error while stopping the broker:") and "abort" in line, err
 
 
-@pytest.mark.parametrize(("text", "any_port", "expected"), [
-    ("127.0.0.1:1", False, ("127.0.0.1", 1)),
-    ("127.0.0.1:65535", False, ("127.0.0.1", 65535)),
-    ("[::1]:0", True, ("[::1]", 0)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "any_port", "expected"),
+    [
+        ("127.0.0.1:1", False, ("127.0.0.1", 1)),
+        ("127.0.0.1:65535", False, ("127.0.0.1", 65535)),
+        ("[::1]:0", True, ("[::1]", 0)),
+    ],
+)
 def test_parse_host_port_accepts(text, any_port, expected) -> None:
     assert parse_host_port(text, allow_any_port=any_port) == expected
 
 
-@pytest.mark.parametrize("text", ["127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:-5", "h:٣",
-                                  "127.0.0.1", ":8081", "h:+80"])
+@pytest.mark.parametrize(
+    "text", ["127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:-5", "h:٣", "127.0.0.1", ":8081", "h:+80"]
+)
 def test_parse_host_port_refuses(text) -> None:
     with pytest.raises(InvalidArgumentError, match=r"1\.\.65535"):
         parse_host_port(text, what="endpoint")
@@ -132,14 +159,22 @@ def test_parse_host_port_refuses(text) -> None:
 def test_config_value_of_the_wrong_type_names_key_and_type(tmp_path) -> None:
     config = tmp_path / "broker.toml"
     config.write_text("[store]\nsegment_size_bytes = '1g'\n")
-    line = last_error(start("--listen", "127.0.0.1:0", "--store-dir", str(tmp_path / "s"),
-                            "--config", str(config)))  # fmt: skip
+    line = last_error(
+        start(
+            "--listen", "127.0.0.1:0", "--store-dir", str(tmp_path / "s"), "--config", str(config)
+        )
+    )
     assert "segment_size_bytes in [store] must be an integer, got '1g'" in line
     assert "not supported" not in line and "listen" not in line
 
 
 def test_broker_config_defaults_prints_every_key(tmp_path) -> None:
-    out = subprocess.run([str(RMQ), "broker", "config", "--defaults"], capture_output=True,
-                         text=True, timeout=30, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [str(RMQ), "broker", "config", "--defaults"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     assert "[broker]" in out and "[store]" in out
     assert 'flush_mode = "async"' in out and "# 'sync': a send is acknowledged" in out

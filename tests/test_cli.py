@@ -64,14 +64,28 @@ def closed_port() -> int:
 
 def test_topic_create_list_status_delete(broker) -> None:
     assert "topic cli_orders created: 3 read / 3 write queues" in ok(
-        rmq(broker, "topic", "create", "cli_orders", "--queues", "3", "--type", "normal"))
+        rmq(broker, "topic", "create", "cli_orders", "--queues", "3", "--type", "normal")
+    )
     assert "unchanged: 3 read / 3 write queues" in ok(
-        rmq(broker, "topic", "create", "cli_orders", "--queues", "3"))
+        rmq(broker, "topic", "create", "cli_orders", "--queues", "3")
+    )
     assert "updated: 3 read / 3 write queues, perm 4" in ok(
-        rmq(broker, "topic", "create", "cli_orders", "--perm", "4", "--update"))
+        rmq(broker, "topic", "create", "cli_orders", "--perm", "4", "--update")
+    )
     assert "updated: 2 read / 3 write queues, perm 6" in ok(
-        rmq(broker, "topic", "create", "cli_orders", "--read-queues", "2", "--perm", "6",
-            "--update", "--force"))
+        rmq(
+            broker,
+            "topic",
+            "create",
+            "cli_orders",
+            "--read-queues",
+            "2",
+            "--perm",
+            "6",
+            "--update",
+            "--force",
+        )
+    )
     listed = ok(rmq(broker, "topic", "list"))
     assert re.search(r"cli_orders\s*│\s*2\s*│\s*3\s*│\s*6\s*│\s*NORMAL", listed), listed
     status = ok(rmq(broker, "topic", "status", "cli_orders"))
@@ -86,13 +100,36 @@ def test_system_topics_only_with_all(broker) -> None:
 
 
 def test_group_create_and_list(broker) -> None:
-    out = ok(rmq(broker, "group", "create", "GID_cli_a", "--max-retries", "3",
-                 "--retry-backoff", "1s,5s", "--fifo"))  # fmt: skip
+    out = ok(
+        rmq(
+            broker,
+            "group",
+            "create",
+            "GID_cli_a",
+            "--max-retries",
+            "3",
+            "--retry-backoff",
+            "1s,5s",
+            "--fifo",
+        )
+    )
     assert "group GID_cli_a created: max retries 3, backoff 1000ms,5000ms, fifo True" in out
-    fails(rmq(broker, "group", "create", "GID_cli_a", "--max-retries", "4"),
-          "exists with other settings", "--update")  # fmt: skip
-    out = ok(rmq(broker, "group", "create", "GID_cli_a", "--retry-backoff", "exponential:1s,2,1m",
-                 "--update"))  # fmt: skip
+    fails(
+        rmq(broker, "group", "create", "GID_cli_a", "--max-retries", "4"),
+        "exists with other settings",
+        "--update",
+    )
+    out = ok(
+        rmq(
+            broker,
+            "group",
+            "create",
+            "GID_cli_a",
+            "--retry-backoff",
+            "exponential:1s,2,1m",
+            "--update",
+        )
+    )
     assert "updated: max retries 3, backoff 1000ms x2.0 up to 60000ms, fifo True" in out
     listed = ok(rmq(broker, "group", "list"))
     assert re.search(r"GID_cli_a\s*│\s*3\s*│", listed), listed
@@ -108,9 +145,22 @@ def sent(broker: BrokerProcess) -> list[dict[str, str]]:
     receipts = []
     for i in range(6):
         tag = "TagA" if i % 2 == 0 else "TagB"
-        out = ok(rmq(broker, "send", "cli_events", f"event {i}", "--tag", tag,
-                     "--keys", f"ev-{i},batch-1", "--property", f"seq={i}",
-                     "--property", "origin=cli"))  # fmt: skip
+        out = ok(
+            rmq(
+                broker,
+                "send",
+                "cli_events",
+                f"event {i}",
+                "--tag",
+                tag,
+                "--keys",
+                f"ev-{i},batch-1",
+                "--property",
+                f"seq={i}",
+                "--property",
+                "origin=cli",
+            )
+        )
         receipts.append(dict(line.split(": ", 1) for line in out.strip().splitlines()))
     return receipts
 
@@ -121,7 +171,8 @@ def test_send_prints_id_queue_and_offset(sent) -> None:
         assert receipt["queue"] in ("0", "1")
         assert int(receipt["offset"]) >= 0
     assert sorted((r["queue"], r["offset"]) for r in sent) == sorted(
-        {(r["queue"], r["offset"]) for r in sent})  # every (queue, offset) once
+        {(r["queue"], r["offset"]) for r in sent}
+    )  # every (queue, offset) once
 
 
 def test_consume_from_earliest_then_caught_up(broker, sent) -> None:
@@ -138,8 +189,19 @@ def test_consume_from_earliest_then_caught_up(broker, sent) -> None:
 
 
 def test_consume_with_max_and_tag_filter(broker, sent) -> None:
-    result = rmq(broker, "consume", "cli_events", "--group", "GID_cli_t", "--from", "earliest",
-                 "--tag", "TagB", "--max", "2")
+    result = rmq(
+        broker,
+        "consume",
+        "cli_events",
+        "--group",
+        "GID_cli_t",
+        "--from",
+        "earliest",
+        "--tag",
+        "TagB",
+        "--max",
+        "2",
+    )
     lines = [line for line in ok(result).splitlines() if line.startswith("[")]
     assert len(lines) == 2 and all("tag=TagB" in line for line in lines)
     assert "keys=ev-" in lines[0]
@@ -147,8 +209,19 @@ def test_consume_with_max_and_tag_filter(broker, sent) -> None:
 
 def test_group_progress_shows_lag(broker, sent) -> None:
     ok(rmq(broker, "consume", "cli_events", "--group", "GID_cli_p", "--from", "latest"))
-    ok(rmq(broker, "offset", "reset", "--group", "GID_cli_p", "--topic", "cli_events",
-           "--to", "earliest"))  # fmt: skip
+    ok(
+        rmq(
+            broker,
+            "offset",
+            "reset",
+            "--group",
+            "GID_cli_p",
+            "--topic",
+            "cli_events",
+            "--to",
+            "earliest",
+        )
+    )
     progress = ok(rmq(broker, "group", "progress", "GID_cli_p", "--topic", "cli_events"))
     assert "total lag 6" in progress
 
@@ -159,26 +232,63 @@ def test_message_query_by_id_and_key(broker, sent) -> None:
     assert re.search(rf"offset\s*│\s*{sent[2]['offset']}\s", out), out
     out = ok(rmq(broker, "message", "query", "--key", "batch-1", "--topic", "cli_events"))
     assert out.count("event ") == 6
-    assert "no message" in ok(rmq(broker, "message", "query", "--key", "nope",
-                                  "--topic", "cli_events"))  # fmt: skip
+    assert "no message" in ok(
+        rmq(broker, "message", "query", "--key", "nope", "--topic", "cli_events")
+    )
 
 
 def test_offset_reset_of_unknown_group_fails_and_creates_nothing(broker, sent) -> None:
-    fails(rmq(broker, "offset", "reset", "--group", "GID_nosuch", "--topic", "cli_events",
-              "--to", "earliest"), "GID_nosuch", "does not exist")  # fmt: skip
+    fails(
+        rmq(
+            broker,
+            "offset",
+            "reset",
+            "--group",
+            "GID_nosuch",
+            "--topic",
+            "cli_events",
+            "--to",
+            "earliest",
+        ),
+        "GID_nosuch",
+        "does not exist",
+    )
     assert "GID_nosuch" not in ok(rmq(broker, "group", "list"))
 
 
 def test_offset_reset_to_latest_ms_and_iso(broker, sent) -> None:
     ok(rmq(broker, "group", "create", "GID_cli_r"))
-    out = ok(rmq(broker, "offset", "reset", "--group", "GID_cli_r", "--topic", "cli_events",
-                 "--to", "latest"))  # fmt: skip
+    out = ok(
+        rmq(
+            broker,
+            "offset",
+            "reset",
+            "--group",
+            "GID_cli_r",
+            "--topic",
+            "cli_events",
+            "--to",
+            "latest",
+        )
+    )
     assert re.search(r"│\s*0\s*│\s*3\s*│", out) and re.search(r"│\s*1\s*│\s*3\s*│", out), out
-    out = ok(rmq(broker, "offset", "reset", "--group", "GID_cli_r", "--topic", "cli_events",
-                 "--to", "0"))  # fmt: skip
+    out = ok(
+        rmq(broker, "offset", "reset", "--group", "GID_cli_r", "--topic", "cli_events", "--to", "0")
+    )
     assert re.search(r"│\s*1\s*│\s*0\s*│", out), out
-    out = ok(rmq(broker, "offset", "reset", "--group", "GID_cli_r", "--topic", "cli_events",
-                 "--to", "2999-01-01T00:00:00Z"))  # fmt: skip
+    out = ok(
+        rmq(
+            broker,
+            "offset",
+            "reset",
+            "--group",
+            "GID_cli_r",
+            "--topic",
+            "cli_events",
+            "--to",
+            "2999-01-01T00:00:00Z",
+        )
+    )
     assert re.search(r"│\s*0\s*│\s*3\s*│", out), out
 
 
@@ -200,25 +310,32 @@ def test_unreachable_broker_is_one_line(tmp_path) -> None:
     fails(result, "unreachable", endpoint)
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["topic", "status", "no_such_topic"], ["no_such_topic", "does not exist"]),
-    (["group", "progress", "GID_no_such"], ["GID_no_such", "does not exist"]),
-    (["topic", "create", "bad topic!"], ["bad topic!"]),
-    (["group", "create", "GID_x", "--retry-backoff", "soon"], ["bad duration 'soon'"]),
-    (["group", "create", "GID_x", "--retry-backoff", "exponential:1s"], ["exponential:"]),
-    (["offset", "reset", "--group", "G", "--topic", "cli_events", "--to", "yesterday"],
-     ["yesterday"]),
-    (["offset", "reset", "--group", "G", "--topic", "no_such_topic", "--to", "earliest"],
-     ["no_such_topic"]),
-    (["message", "query", "--id", "0123456789ABCDEF0123456789ABCDEF01"], ["no message"]),
-    (["message", "query", "--key", "k"], ["--key needs --topic"]),
-    (["message", "query"], ["exactly one of --id and --key"]),
-    (["send", "cli_events", "x", "--property", "novalue"], ["KEY=VALUE"]),
-    (["send", "cli_events", "x", "--delay", "soon"], ["bad duration"]),
-    (["consume", "cli_events"], ["--group"]),
-    (["consume", "no_such_topic", "--group", "G"], ["no_such_topic"]),
-    (["topic", "create", "t", "--queues", "0"], ["--queues"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["topic", "status", "no_such_topic"], ["no_such_topic", "does not exist"]),
+        (["group", "progress", "GID_no_such"], ["GID_no_such", "does not exist"]),
+        (["topic", "create", "bad topic!"], ["bad topic!"]),
+        (["group", "create", "GID_x", "--retry-backoff", "soon"], ["bad duration 'soon'"]),
+        (["group", "create", "GID_x", "--retry-backoff", "exponential:1s"], ["exponential:"]),
+        (
+            ["offset", "reset", "--group", "G", "--topic", "cli_events", "--to", "yesterday"],
+            ["yesterday"],
+        ),
+        (
+            ["offset", "reset", "--group", "G", "--topic", "no_such_topic", "--to", "earliest"],
+            ["no_such_topic"],
+        ),
+        (["message", "query", "--id", "0123456789ABCDEF0123456789ABCDEF01"], ["no message"]),
+        (["message", "query", "--key", "k"], ["--key needs --topic"]),
+        (["message", "query"], ["exactly one of --id and --key"]),
+        (["send", "cli_events", "x", "--property", "novalue"], ["KEY=VALUE"]),
+        (["send", "cli_events", "x", "--delay", "soon"], ["bad duration"]),
+        (["consume", "cli_events"], ["--group"]),
+        (["consume", "no_such_topic", "--group", "G"], ["no_such_topic"]),
+        (["topic", "create", "t", "--queues", "0"], ["--queues"]),
+    ],
+)
 def test_expected_errors_exit_1_with_one_line(broker, args, words) -> None:
     fails(rmq(broker, *args), *words)
 
@@ -232,11 +349,22 @@ def test_bad_endpoint_is_a_clear_error() -> None:
 
 def test_broker_start_prints_ready_and_stops_on_sigterm(tmp_path) -> None:
     proc = subprocess.Popen(
-        [str(RMQ), "broker", "start", "--listen", "127.0.0.1:0",
-         "--store-dir", str(tmp_path / "store"), "--flush", "sync"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            str(RMQ),
+            "broker",
+            "start",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-dir",
+            str(tmp_path / "store"),
+            "--flush",
+            "sync",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     try:
         assert proc.stdout is not None
         ready = ""

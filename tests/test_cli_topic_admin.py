@@ -31,12 +31,17 @@ def queues_of(broker: BrokerProcess, name: str) -> tuple[int, int]:
 def test_creating_an_existing_topic_with_other_settings_needs_update(broker) -> None:
     ok(rmq(broker, "topic", "create", "ta_same", "--queues", "4"))
     assert "unchanged" in ok(rmq(broker, "topic", "create", "ta_same", "--queues", "4"))
-    fails(rmq(broker, "topic", "create", "ta_same", "--queues", "6"),
-          "exists with other settings", "read_queue_nums 4 -> 6", "--update")  # fmt: skip
+    fails(
+        rmq(broker, "topic", "create", "ta_same", "--queues", "6"),
+        "exists with other settings",
+        "read_queue_nums 4 -> 6",
+        "--update",
+    )
     fails(rmq(broker, "topic", "create", "ta_same", "--type", "FIFO"), "message_type")
     assert queues_of(broker, "ta_same") == (4, 4)
     assert "updated: 6 read / 6 write" in ok(
-        rmq(broker, "topic", "create", "ta_same", "--queues", "6", "--update"))
+        rmq(broker, "topic", "create", "ta_same", "--queues", "6", "--update")
+    )
 
 
 def test_shrinking_read_queues_needs_force_and_warns_what_it_hides(broker) -> None:
@@ -44,16 +49,22 @@ def test_shrinking_read_queues_needs_force_and_warns_what_it_hides(broker) -> No
     with RocketMQClient(broker.endpoint) as client:
         for _ in range(16):  # round robin: two messages in each of the 8 queues
             client.send("ta_shrink", b"payload")
-    line = fails(rmq(broker, "topic", "create", "ta_shrink", "--queues", "2", "--update"),
-                 "hides queues 2..7", "12 message(s)", "--force")  # fmt: skip
+    line = fails(
+        rmq(broker, "topic", "create", "ta_shrink", "--queues", "2", "--update"),
+        "hides queues 2..7",
+        "12 message(s)",
+        "--force",
+    )
     assert "ta_shrink" in line
     assert queues_of(broker, "ta_shrink") == (8, 8)
     fails(rmq(broker, "topic", "create", "ta_shrink", "--queues", "2"), "--update")
     # fewer write queues alone hides nothing (the safe way to drain): --update suffices
     assert "updated: 8 read / 2 write" in ok(
-        rmq(broker, "topic", "create", "ta_shrink", "--write-queues", "2", "--update"))
-    result = rmq(broker, "topic", "create", "ta_shrink", "--read-queues", "2", "--update",
-                 "--force")  # fmt: skip
+        rmq(broker, "topic", "create", "ta_shrink", "--write-queues", "2", "--update")
+    )
+    result = rmq(
+        broker, "topic", "create", "ta_shrink", "--read-queues", "2", "--update", "--force"
+    )
     assert "updated: 2 read / 2 write" in ok(result)
     assert "Warning:" in result.stderr and "12 message(s)" in result.stderr
 
@@ -70,20 +81,35 @@ def test_shrink_through_the_client_api_answers_the_hidden_count(broker) -> None:
     assert answer["warnings"] and "queues 3..3" in answer["warnings"][0]
 
 
-@pytest.mark.parametrize("name", ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
-                                  "RMQ_SYS_TRANS_OP_HALF_TOPIC", "rmq_sys_wheel_timer",
-                                  "rmq_sys_REVIVE_LOG", "RMQ_SYS_NEW", "%RETRY%GID_ta"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "rmq_sys_wheel_timer",
+        "rmq_sys_REVIVE_LOG",
+        "RMQ_SYS_NEW",
+        "%RETRY%GID_ta",
+    ],
+)
 def test_system_and_retry_topics_cannot_be_created_or_changed(broker, name) -> None:
     before = ok(rmq(broker, "topic", "list", "--all"))
     for extra in ([], ["--update"], ["--update", "--force"]):
-        fails(rmq(broker, "topic", "create", name, "--queues", "1", *extra),
-              name, "cannot be created or changed")  # fmt: skip
+        fails(
+            rmq(broker, "topic", "create", name, "--queues", "1", *extra),
+            name,
+            "cannot be created or changed",
+        )
     assert ok(rmq(broker, "topic", "list", "--all")) == before
 
 
 def test_dead_letter_topic_is_not_created_by_hand(broker) -> None:
-    fails(rmq(broker, "topic", "create", "%DLQ%GID_ta", "--queues", "1"),
-          "dead-letter topic", "first dead letter")  # fmt: skip
+    fails(
+        rmq(broker, "topic", "create", "%DLQ%GID_ta", "--queues", "1"),
+        "dead-letter topic",
+        "first dead letter",
+    )
     with RocketMQClient(broker.endpoint) as client, pytest.raises(InvalidTopicError):
         client.create_topic("%DLQ%GID_ta")
     assert "%DLQ%GID_ta" not in ok(rmq(broker, "topic", "list", "--all"))
@@ -92,13 +118,21 @@ def test_dead_letter_topic_is_not_created_by_hand(broker) -> None:
 def test_creating_an_existing_group_with_other_settings_needs_update(broker) -> None:
     assert "created" in ok(rmq(broker, "group", "create", "GID_ta", "--max-retries", "3"))
     assert "unchanged" in ok(rmq(broker, "group", "create", "GID_ta", "--max-retries", "3"))
-    fails(rmq(broker, "group", "create", "GID_ta", "--fifo"),
-          "exists with other settings", "fifo False -> True", "--update")  # fmt: skip
+    fails(
+        rmq(broker, "group", "create", "GID_ta", "--fifo"),
+        "exists with other settings",
+        "fifo False -> True",
+        "--update",
+    )
     assert "updated" in ok(rmq(broker, "group", "create", "GID_ta", "--fifo", "--update"))
 
 
-@pytest.mark.parametrize("name", ["CID_RMQ_SYS_TRANS", "CID_RMQ_SYS_SCHEDULE",
-                                  "CID_RMQ_SYS_POP_REVIVE"])
+@pytest.mark.parametrize(
+    "name", ["CID_RMQ_SYS_TRANS", "CID_RMQ_SYS_SCHEDULE", "CID_RMQ_SYS_POP_REVIVE"]
+)
 def test_the_brokers_own_groups_cannot_be_created_or_changed(broker, name) -> None:
-    fails(rmq(broker, "group", "create", name, "--max-retries", "1", "--update"),
-          name, "cannot be created or changed")  # fmt: skip
+    fails(
+        rmq(broker, "group", "create", name, "--max-retries", "1", "--update"),
+        name,
+        "cannot be created or changed",
+    )

@@ -38,26 +38,43 @@ def topic(broker: BrokerProcess) -> str:
 
 
 def test_version() -> None:
-    out = subprocess.run([str(RMQ), "--version"], capture_output=True, text=True, timeout=30,
-                         check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [str(RMQ), "--version"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
     assert out.startswith("rmq ") and out.split()[1][0].isdigit()
 
 
 def test_json_on_every_read_verb(broker, topic) -> None:
     topics = json.loads(ok(rmq(broker, "topic", "list", "--json")))
     assert {"name": topic, "read_queue_nums": 2}.items() <= next(
-        t for t in topics if t["name"] == topic).items()
+        t for t in topics if t["name"] == topic
+    ).items()
     status = json.loads(ok(rmq(broker, "topic", "status", topic, "--json")))
     assert sum(r["max_offset"] for r in status) == 4
     groups = json.loads(ok(rmq(broker, "group", "list", "--json")))
     assert "GID_us" in [g["name"] for g in groups]
-    reset = json.loads(ok(rmq(broker, "offset", "reset", "--group", "GID_us", "--topic", topic,
-                              "--to", "earliest", "--json")))  # fmt: skip
+    reset = json.loads(
+        ok(
+            rmq(
+                broker,
+                "offset",
+                "reset",
+                "--group",
+                "GID_us",
+                "--topic",
+                topic,
+                "--to",
+                "earliest",
+                "--json",
+            )
+        )
+    )
     assert reset == [{"queue_id": 0, "offset": 0}, {"queue_id": 1, "offset": 0}]
     progress = json.loads(ok(rmq(broker, "group", "progress", "GID_us", "--json")))
     assert progress["total_lag"] == 4
-    found = json.loads(ok(rmq(broker, "message", "query", "--key", "k2", "--topic", topic,
-                              "--json")))  # fmt: skip
+    found = json.loads(
+        ok(rmq(broker, "message", "query", "--key", "k2", "--topic", topic, "--json"))
+    )
     assert [m["body"] for m in found] == ["event 2"]
     result = rmq(broker, "consume", topic, "--group", "GID_us", "--json")
     consumed = [json.loads(line) for line in ok(result).splitlines()]
@@ -76,8 +93,9 @@ def test_body_from_stdin_larger_than_the_argument_limit(broker) -> None:
     argv = [str(RMQ), "send", "us_big", "--body-file", "-", "--endpoints", broker.endpoint]
     done = subprocess.run(argv, input=body, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    out = ok(rmq(broker, "consume", "us_big", "--group", "GID_us_big", "--from", "earliest",
-                 "--json"))  # fmt: skip
+    out = ok(
+        rmq(broker, "consume", "us_big", "--group", "GID_us_big", "--from", "earliest", "--json")
+    )
     [message] = [json.loads(line) for line in out.splitlines()]
     assert message["body_encoding"] == "base64" and base64.b64decode(message["body"]) == body
 
@@ -90,8 +108,9 @@ def test_body_from_a_file(broker, tmp_path) -> None:
     assert "from a file" in out
 
 
-@pytest.mark.parametrize("args", [["send", "us_events"],
-                                  ["send", "us_events", "x", "--body-file", "-"]])
+@pytest.mark.parametrize(
+    "args", [["send", "us_events"], ["send", "us_events", "x", "--body-file", "-"]]
+)
 def test_send_needs_exactly_one_body(broker, args) -> None:
     fails(rmq(broker, *args), "exactly one of BODY and --body-file")
 
@@ -114,9 +133,12 @@ def _commands(command: click.Command, path: str) -> Iterator[tuple[str, click.Co
 
 
 def test_every_option_has_help() -> None:
-    missing = [f"{path} {param.opts[0]}" for path, command in _commands(cli, "rmq")
-               for param in command.params
-               if isinstance(param, click.Option) and not param.help]  # fmt: skip
+    missing = [
+        f"{path} {param.opts[0]}"
+        for path, command in _commands(cli, "rmq")
+        for param in command.params
+        if isinstance(param, click.Option) and not param.help
+    ]
     assert missing == []
 
 

@@ -12,8 +12,9 @@ from broker_core.errors import ConfigError
 
 def test_toml_is_loaded_and_overrides_win(tmp_path: Path) -> None:
     path = tmp_path / "broker.toml"
-    path.write_text('[broker]\nbroker_name = "b1"\n[store]\nflush_mode = "sync"\n'
-                    "segment_size_bytes = 8388608\n")  # fmt: skip
+    path.write_text(
+        '[broker]\nbroker_name = "b1"\n[store]\nflush_mode = "sync"\nsegment_size_bytes = 8388608\n'
+    )
     broker, store = load_config(path, store_dir=str(tmp_path / "s"))
     assert broker.broker_name == "b1"
     assert store.flush_mode is FlushMode.SYNC and store.segment_size_bytes == 8 << 20
@@ -44,18 +45,29 @@ def test_defaults_are_valid() -> None:
     assert BrokerConfig().endpoint == "127.0.0.1:8081"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[store]\nsegment_size_bytes = 'big'\n",
-     r"segment_size_bytes in \[store\] must be an integer, got 'big' \(str\)"),
-    ("[store]\nflush_interval_ms = 0.5\n", r"flush_interval_ms in \[store\] must be an integer"),
-    ("[store]\ndisk_full_ratio = '0.9'\n", r"disk_full_ratio in \[store\] must be a number"),
-    ("[store]\nflush_mode = 1\n", r"flush_mode in \[store\] must be 'sync' or 'async'"),
-    ("[broker]\nauto_create_topics = 1\n", r"auto_create_topics in \[broker\] must be true or"),
-    ("[broker]\ndefault_queue_nums = true\n", r"default_queue_nums in \[broker\] must be an int"),
-    ("[broker]\nbroker_name = 7\n", r"broker_name in \[broker\] must be a string"),
-    ("[broker]\nmax_pull_batch = [1]\n", r"max_pull_batch in \[broker\] must be an integer"),
-    ("store = 5\n", r"store must be a table"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[store]\nsegment_size_bytes = 'big'\n",
+            r"segment_size_bytes in \[store\] must be an integer, got 'big' \(str\)",
+        ),
+        (
+            "[store]\nflush_interval_ms = 0.5\n",
+            r"flush_interval_ms in \[store\] must be an integer",
+        ),
+        ("[store]\ndisk_full_ratio = '0.9'\n", r"disk_full_ratio in \[store\] must be a number"),
+        ("[store]\nflush_mode = 1\n", r"flush_mode in \[store\] must be 'sync' or 'async'"),
+        ("[broker]\nauto_create_topics = 1\n", r"auto_create_topics in \[broker\] must be true or"),
+        (
+            "[broker]\ndefault_queue_nums = true\n",
+            r"default_queue_nums in \[broker\] must be an int",
+        ),
+        ("[broker]\nbroker_name = 7\n", r"broker_name in \[broker\] must be a string"),
+        ("[broker]\nmax_pull_batch = [1]\n", r"max_pull_batch in \[broker\] must be an integer"),
+        ("store = 5\n", r"store must be a table"),
+    ],
+)
 def test_wrong_value_types_name_the_key_and_type(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(text)

@@ -44,10 +44,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 def run(broker: BrokerProcess, script: str, *args: object) -> dict[str, Any]:
     """Run ``examples.official_client.<script>`` with the endpoint first; its JSON answer."""
     done = subprocess.run(
-        [sys.executable, "-m", f"examples.official_client.{script}", broker.endpoint,
-         *map(str, args)],
-        cwd=ROOT, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            f"examples.official_client.{script}",
+            broker.endpoint,
+            *map(str, args),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -97,16 +105,23 @@ def test_transactions_commit_roll_back_and_resolve_by_check(broker) -> None:
     got = run(broker, "simple_consumer", "ex-tx", "ex-tx-g", 2)["got"]
     assert sorted(m["id"] for m in got) == sorted([committed["sent"], checked["sent"]])
     with RocketMQClient(broker.endpoint) as client:  # the rolled-back one was never visible
-        stored = [m.body for q in (0, 1)
-                  for m in client.pull("ex-tx-check", "ex-tx", q, 0, 32).messages]
+        stored = [
+            m.body for q in (0, 1) for m in client.pull("ex-tx-check", "ex-tx", q, 0, 32).messages
+        ]
     assert sorted(stored) == [b"tx-check", b"tx-commit"]
 
 
 def test_priority_producer_then_highest_priority_first(broker) -> None:
     run(broker, "priority_producer", "ex-prio", 6)  # priorities 0..5 over 4 queues
     got = run(broker, "simple_consumer", "ex-prio", "ex-prio-g", 6)["got"]
-    assert [m["body"] for m in got] == ["priority-3", "priority-4", "priority-5",
-                                       "priority-2", "priority-1", "priority-0"]  # fmt: skip
+    assert [m["body"] for m in got] == [
+        "priority-3",
+        "priority-4",
+        "priority-5",
+        "priority-2",
+        "priority-1",
+        "priority-0",
+    ]
     assert [m["priority"] for m in got] == [3, 4, 5, 2, 1, 0]
 
 
@@ -115,4 +130,5 @@ def test_lite_producer_then_lite_push_consumer(broker) -> None:
     got = run(broker, "lite_push_consumer", "ex-lite", "ex-lite-g", 10)["got"]
     assert sorted(m["id"] for m in got) == sorted(sent)
     assert {(m["body"], m["lite_topic"]) for m in got} == {
-        (f"lite-{i}", f"lite-test-{i}") for i in range(10)}
+        (f"lite-{i}", f"lite-test-{i}") for i in range(10)
+    }

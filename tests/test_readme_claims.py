@@ -12,7 +12,7 @@ README = (ROOT / "README.md").read_text()
 
 def test_dev_test_runs_the_suite_without_slow_tests_as_the_readme_says() -> None:
     dev = (ROOT / "dev").read_text()
-    test_branch = dev[dev.index("  test)"):dev.index(";;", dev.index("  test)"))]
+    test_branch = dev[dev.index("  test)") : dev.index(";;", dev.index("  test)"))]
     assert 'pytest -m "not slow"' in test_branch
     line = next(li for li in README.splitlines() if li.startswith("./dev test"))
     assert "without the slow tests" in line and "doctests" in line
@@ -26,7 +26,13 @@ def test_doctests_of_the_packages_are_collected() -> None:
 
 
 def test_what_is_here_lists_the_features() -> None:
-    table = README[README.index("## What is here"):README.index("## Using the store")]
-    for feature in ("POP", "transactional", "timing wheel", "long polling", "bulk service",
-                    "connector/"):  # fmt: skip
+    table = README[README.index("## What is here") : README.index("## Using the store")]
+    for feature in (
+        "POP",
+        "transactional",
+        "timing wheel",
+        "long polling",
+        "bulk service",
+        "connector/",
+    ):
         assert re.search(re.escape(feature), table, re.IGNORECASE), feature

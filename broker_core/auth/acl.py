@@ -50,8 +50,9 @@ def parse_action(text: str) -> Action:
     for action in Action:
         if action.value.lower() == text.strip().lower():
             return action
-    raise InvalidArgumentError(f"unknown action {text!r}; use one of "
-                               f"{', '.join(a.value for a in Action)}")  # fmt: skip
+    raise InvalidArgumentError(
+        f"unknown action {text!r}; use one of {', '.join(a.value for a in Action)}"
+    )
 
 
 def parse_decision(text: str) -> Decision:
@@ -69,7 +70,8 @@ def check_pattern(pattern: str) -> str:
     if not sep or kind not in RESOURCE_TYPES or not name or "*" in name[:-1]:
         raise InvalidArgumentError(
             f"resource must be Topic:NAME, Group:NAME, Topic:PREFIX*, Topic:* (or Group:…) or "
-            f"*, got {pattern!r}")  # fmt: skip
+            f"*, got {pattern!r}"
+        )
     return pattern
 
 
@@ -94,8 +96,9 @@ def parse_networks(ranges: Iterable[str]) -> tuple[Network, ...]:
         try:
             nets.append(ipaddress.ip_network(text.strip(), strict=False))
         except ValueError:
-            raise InvalidArgumentError(f"source IP range must be an address or CIDR, "
-                                       f"got {text!r}") from None  # fmt: skip
+            raise InvalidArgumentError(
+                f"source IP range must be an address or CIDR, got {text!r}"
+            ) from None
     return tuple(nets)
 
 
@@ -110,16 +113,25 @@ class Rule:
     networks: tuple[Network, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
-    def build(cls, resource: str, actions: Iterable[str | Action], decision: str | Decision,
-              source_ips: Sequence[str] = ()) -> Rule:  # fmt: skip
+    def build(
+        cls,
+        resource: str,
+        actions: Iterable[str | Action],
+        decision: str | Decision,
+        source_ips: Sequence[str] = (),
+    ) -> Rule:
         """A checked rule; InvalidArgumentError names what is wrong."""
         parsed = frozenset(a if isinstance(a, Action) else parse_action(a) for a in actions)
         if not parsed:
             raise InvalidArgumentError("a rule needs at least one action")
         ips = tuple(s.strip() for s in source_ips if s.strip())
-        return cls(check_pattern(resource.strip()), parsed,
-                   decision if isinstance(decision, Decision) else parse_decision(decision),
-                   ips, parse_networks(ips))  # fmt: skip
+        return cls(
+            check_pattern(resource.strip()),
+            parsed,
+            decision if isinstance(decision, Decision) else parse_decision(decision),
+            ips,
+            parse_networks(ips),
+        )
 
     def covers(self, kind: str, name: str, action: Action, source: Network | None) -> bool:
         if Action.ALL not in self.actions and action not in self.actions:
@@ -130,17 +142,24 @@ class Rule:
             return True
         if source is None:
             return False
-        return any(source.version == net.version and source.subnet_of(net)  # type: ignore[arg-type]
-                   for net in self.networks)  # fmt: skip
+        return any(
+            source.version == net.version and source.subnet_of(net)  # type: ignore[arg-type]
+            for net in self.networks
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"resource": self.resource, "actions": sorted(a.value for a in self.actions),
-                "decision": self.decision.value, "source_ips": list(self.source_ips)}
+        return {
+            "resource": self.resource,
+            "actions": sorted(a.value for a in self.actions),
+            "decision": self.decision.value,
+            "source_ips": list(self.source_ips),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rule:
-        return cls.build(data["resource"], data["actions"], data["decision"],
-                         data.get("source_ips", ()))  # fmt: skip
+        return cls.build(
+            data["resource"], data["actions"], data["decision"], data.get("source_ips", ())
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +179,14 @@ def source_network(peer_ip: str | None) -> Network | None:
         return None
 
 
-def decide(user: User, rules: Iterable[Rule], kind: str, name: str,
-           actions: Iterable[Action], source: Network | None) -> bool:  # fmt: skip
+def decide(
+    user: User,
+    rules: Iterable[Rule],
+    kind: str,
+    name: str,
+    actions: Iterable[Action],
+    source: Network | None,
+) -> bool:
     """Is ``user`` allowed one of ``actions`` on ``kind:name`` from ``source``?
 
     Super users: always. Otherwise an action is allowed when a matching rule allows it
@@ -178,11 +203,14 @@ def decide(user: User, rules: Iterable[Rule], kind: str, name: str,
 
 
 def validate_access_key(access_key: str) -> str:
-    if not access_key or len(access_key) > 64 or not all(
-        c.isascii() and (c.isalnum() or c in "-_.") for c in access_key
+    if (
+        not access_key
+        or len(access_key) > 64
+        or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in access_key)
     ):
         raise InvalidArgumentError(
-            f"access key must be 1..64 characters of A-Z a-z 0-9 - _ ., got {access_key!r}")
+            f"access key must be 1..64 characters of A-Z a-z 0-9 - _ ., got {access_key!r}"
+        )
     return access_key
 
 

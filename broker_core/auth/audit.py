@@ -43,7 +43,21 @@ def record(action: str, args: Mapping[str, Any], outcome: str, *, peer: str = ""
     user, thread_peer = caller()
     peer = peer or thread_peer
     shown = masked(args)
-    log.info("audit %s by %s from %s: %s -> %s", action, user, peer or "?",
-             json.dumps(shown, sort_keys=True, default=str), outcome,
-             extra={"fields": {"audit": True, "action": action, "user": user, "peer": peer,
-                               "args": shown, "outcome": outcome}})  # fmt: skip
+    log.info(
+        "audit %s by %s from %s: %s -> %s",
+        action,
+        user,
+        peer or "?",
+        json.dumps(shown, sort_keys=True, default=str),
+        outcome,
+        extra={
+            "fields": {
+                "audit": True,
+                "action": action,
+                "user": user,
+                "peer": peer,
+                "args": shown,
+                "outcome": outcome,
+            }
+        },
+    )

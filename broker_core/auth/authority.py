@@ -19,8 +19,11 @@ class Authority:
     def __init__(self, store: AuthStore, config: AuthConfig) -> None:
         self.store = store
         self.config = config
-        self.verifier = Verifier(store.secret_of, max_skew_ms=config.max_clock_skew_ms,
-                                 accept_local_time=config.accept_local_time)  # fmt: skip
+        self.verifier = Verifier(
+            store.secret_of,
+            max_skew_ms=config.max_clock_skew_ms,
+            accept_local_time=config.accept_local_time,
+        )
 
     def authenticate(self, metadata: Iterable[tuple[str, Any]]) -> User:
         """The user who signed the call; UnauthorizedError otherwise."""
@@ -30,19 +33,22 @@ class Authority:
             raise UnauthorizedError(f"unknown access key {access_key!r}")
         return user
 
-    def authorize(self, user: User, service: str, method: str, request: Any,
-                  peer_ip: str | None) -> None:  # fmt: skip
+    def authorize(
+        self, user: User, service: str, method: str, request: Any, peer_ip: str | None
+    ) -> None:
         """AccessDeniedError unless ``user``'s rules allow the call."""
         if user.superuser:
             return
         needs = requirements(service, method, request)
         if needs is None:
-            raise AccessDeniedError(f"{method} is for super users only; user "
-                                    f"{user.access_key!r} is not one")  # fmt: skip
+            raise AccessDeniedError(
+                f"{method} is for super users only; user {user.access_key!r} is not one"
+            )
         rules = self.store.rules_of(user.access_key)
         source = source_network(peer_ip)
         for kind, name, actions in needs:
             if not decide(user, rules, kind, name, actions, source):
                 wanted = " or ".join(a.value for a in actions)
-                raise AccessDeniedError(f"user {user.access_key!r} may not {wanted} on "
-                                        f"{kind}:{name} ({method})")  # fmt: skip
+                raise AccessDeniedError(
+                    f"user {user.access_key!r} may not {wanted} on {kind}:{name} ({method})"
+                )

@@ -59,8 +59,9 @@ def _unknown(table: str, values: dict[str, Any], known: frozenset[str]) -> None:
 
 def _typed(table: str, values: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     value = values.get(key, default)
-    if value is not None and (not isinstance(value, kind) or
-                              (kind is int and isinstance(value, bool))):  # fmt: skip
+    if value is not None and (
+        not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+    ):
         raise ConfigError(f"[{table}] {key} must be a {kind.__name__}, got {value!r}")
     return value
 
@@ -74,20 +75,28 @@ def auth_config(doc: dict[str, Any]) -> AuthConfig:
             raise ConfigError("[[auth.users]] entries must be tables")
         _unknown("auth.users", entry, _USER_KEYS)
         try:
-            users.append(User(validate_access_key(str(entry.get("access_key", ""))),
-                              validate_secret_key(str(entry.get("secret_key", ""))),
-                              bool(_typed("auth.users", entry, "superuser", bool, False))))
+            users.append(
+                User(
+                    validate_access_key(str(entry.get("access_key", ""))),
+                    validate_secret_key(str(entry.get("secret_key", ""))),
+                    bool(_typed("auth.users", entry, "superuser", bool, False)),
+                )
+            )
         except InvalidArgumentError as exc:
             raise ConfigError(f"[[auth.users]]: {exc}") from None
-    config = AuthConfig(bool(_typed("auth", table, "enabled", bool, False)),
-                        _typed("auth", table, "max_clock_skew_ms", int, 900_000),
-                        bool(_typed("auth", table, "accept_local_time", bool, True)),
-                        tuple(users))  # fmt: skip
+    config = AuthConfig(
+        bool(_typed("auth", table, "enabled", bool, False)),
+        _typed("auth", table, "max_clock_skew_ms", int, 900_000),
+        bool(_typed("auth", table, "accept_local_time", bool, True)),
+        tuple(users),
+    )
     if config.max_clock_skew_ms < 1_000:
         raise ConfigError("[auth] max_clock_skew_ms must be ≥ 1000")
     if config.enabled and not any(u.superuser for u in users):
-        raise ConfigError("[auth] enabled = true needs a super user in [[auth.users]] "
-                          "(superuser = true), or nobody could administer the broker")
+        raise ConfigError(
+            "[auth] enabled = true needs a super user in [[auth.users]] "
+            "(superuser = true), or nobody could administer the broker"
+        )
     return config
 
 
@@ -100,8 +109,12 @@ def tls_config(doc: dict[str, Any]) -> TlsConfig | None:
     key = _typed("tls", table, "key_file", str, None)
     if not cert or not key:
         raise ConfigError("[tls] needs cert_file and key_file")
-    config = TlsConfig(cert, key, _typed("tls", table, "client_ca_file", str, None),
-                       bool(_typed("tls", table, "require_client_cert", bool, False)))
+    config = TlsConfig(
+        cert,
+        key,
+        _typed("tls", table, "client_ca_file", str, None),
+        bool(_typed("tls", table, "require_client_cert", bool, False)),
+    )
     if config.require_client_cert and not config.client_ca_file:
         raise ConfigError("[tls] require_client_cert needs client_ca_file")
     return config

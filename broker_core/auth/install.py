@@ -30,7 +30,10 @@ def install_auth(server: BrokerServer, config: AuthConfig) -> AuthStore:
     register_auth_methods()
     if config.enabled:
         server.gate.wrappers.append(Guard(Authority(store, config)))
-        log.info("authentication on: %d user(s), clock skew %d ms, local-time stamps %s",
-                 len(store.users()), config.max_clock_skew_ms,
-                 "accepted" if config.accept_local_time else "refused")  # fmt: skip
+        log.info(
+            "authentication on: %d user(s), clock skew %d ms, local-time stamps %s",
+            len(store.users()),
+            config.max_clock_skew_ms,
+            "accepted" if config.accept_local_time else "refused",
+        )
     return store

@@ -57,15 +57,19 @@ def utc_stamp(now_s: float | None = None) -> str:
 
 def authorization(access_key: str, secret_key: str, date_time: str) -> str:
     """The ``authorization`` header value for one request stamped ``date_time``."""
-    return (f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME_HEADER}, "
-            f"Signature={sign(secret_key, date_time)}")  # fmt: skip
+    return (
+        f"{ALGORITHM} Credential={access_key}, SignedHeaders={DATE_TIME_HEADER}, "
+        f"Signature={sign(secret_key, date_time)}"
+    )
 
 
 def signed_metadata(access_key: str, secret_key: str) -> list[tuple[str, str]]:
     """The two headers that sign one request now (UTC stamp)."""
     stamp = utc_stamp()
-    return [(DATE_TIME_HEADER, stamp), (AUTHORIZATION_HEADER,
-                                        authorization(access_key, secret_key, stamp))]
+    return [
+        (DATE_TIME_HEADER, stamp),
+        (AUTHORIZATION_HEADER, authorization(access_key, secret_key, stamp)),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +87,16 @@ def parse_authorization(value: str) -> Credential:
         raise UnauthorizedError(f"authorization header longer than {MAX_HEADER_CHARS} chars")
     if not value.startswith(ALGORITHM + " "):
         algorithm = value.split(" ", 1)[0][:40]
-        raise UnauthorizedError(f"unsupported signature algorithm {algorithm!r}; "
-                                f"expected {ALGORITHM}")  # fmt: skip
+        raise UnauthorizedError(
+            f"unsupported signature algorithm {algorithm!r}; expected {ALGORITHM}"
+        )
     match = _HEADER.fullmatch(value.strip())
     if match is None:
-        raise UnauthorizedError("malformed authorization header; expected "
-                                f"'{ALGORITHM} Credential=<accessKey>, SignedHeaders="
-                                f"{DATE_TIME_HEADER}, Signature=<hex>'")  # fmt: skip
+        raise UnauthorizedError(
+            "malformed authorization header; expected "
+            f"'{ALGORITHM} Credential=<accessKey>, SignedHeaders="
+            f"{DATE_TIME_HEADER}, Signature=<hex>'"
+        )
     access_key, headers, signature = match.groups()
     if headers.lower() != DATE_TIME_HEADER:
         raise UnauthorizedError(f"SignedHeaders must be {DATE_TIME_HEADER}, got {headers[:60]!r}")
@@ -100,8 +107,9 @@ def stamp_ms(date_time: str) -> int:
     """Epoch ms of a ``yyyyMMddTHHmmssZ`` stamp; UnauthorizedError if it is not one."""
     match = _STAMP.fullmatch(date_time)
     if match is None:
-        raise UnauthorizedError(f"{DATE_TIME_HEADER} must be yyyyMMddTHHmmssZ, "
-                                f"got {date_time[:40]!r}")  # fmt: skip
+        raise UnauthorizedError(
+            f"{DATE_TIME_HEADER} must be yyyyMMddTHHmmssZ, got {date_time[:40]!r}"
+        )
     year, month, day, hour, minute, second = (int(g) for g in match.groups())
     if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         raise UnauthorizedError(f"{DATE_TIME_HEADER} is not a valid time: {date_time!r}")
@@ -114,9 +122,14 @@ class Verifier:
     ``secret_of(access_key)`` returns the user's secret key, or None for an unknown key.
     """
 
-    def __init__(self, secret_of: Callable[[str], str | None], *, max_skew_ms: int = 900_000,
-                 accept_local_time: bool = True,
-                 clock_ms: Callable[[], int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        secret_of: Callable[[str], str | None],
+        *,
+        max_skew_ms: int = 900_000,
+        accept_local_time: bool = True,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
         self.secret_of = secret_of
         self.max_skew_ms = max_skew_ms
         self.accept_local_time = accept_local_time
@@ -138,9 +151,11 @@ class Verifier:
                 headers[key] = value
         header = headers.get(AUTHORIZATION_HEADER)
         if header is None:
-            raise UnauthorizedError("authentication is on and the request is not signed "
-                                    "(no authorization header); give an access key and "
-                                    "secret key")  # fmt: skip
+            raise UnauthorizedError(
+                "authentication is on and the request is not signed "
+                "(no authorization header); give an access key and "
+                "secret key"
+            )
         credential = parse_authorization(header)
         date_time = headers.get(DATE_TIME_HEADER)
         if date_time is None:
@@ -148,12 +163,15 @@ class Verifier:
         stamped = stamp_ms(date_time)
         oldest, newest = self.window_ms(self.clock_ms())
         if not oldest <= stamped <= newest:
-            raise UnauthorizedError(f"request time {date_time} is outside the accepted clock "
-                                    f"skew; check the client's clock")  # fmt: skip
+            raise UnauthorizedError(
+                f"request time {date_time} is outside the accepted clock "
+                f"skew; check the client's clock"
+            )
         secret = self.secret_of(credential.access_key)
         if secret is None:
             raise UnauthorizedError(f"unknown access key {credential.access_key[:64]!r}")
         if not hmac.compare_digest(sign(secret, date_time), credential.signature):
-            raise UnauthorizedError(f"signature mismatch for access key "
-                                    f"{credential.access_key!r}: wrong secret key")  # fmt: skip
+            raise UnauthorizedError(
+                f"signature mismatch for access key {credential.access_key!r}: wrong secret key"
+            )
         return credential.access_key

@@ -41,8 +41,9 @@ class AuthStore:
         self._configured: set[str] = set()
         data = read_json_table(path, "users and ACLs").data or {}
         for u in data.get("users", []):
-            self._users[u["access_key"]] = User(u["access_key"], u["secret_key"],
-                                                bool(u.get("superuser")))  # fmt: skip
+            self._users[u["access_key"]] = User(
+                u["access_key"], u["secret_key"], bool(u.get("superuser"))
+            )
         for key, rules in data.get("acls", {}).items():
             self._rules[key] = [Rule.from_dict(r) for r in rules]
 
@@ -63,8 +64,9 @@ class AuthStore:
         user = self._users.get(access_key)
         return user.secret_key if user is not None else None
 
-    def create_user(self, access_key: str, secret_key: str, *, superuser: bool = False,
-                    update: bool = False) -> tuple[User, bool]:  # fmt: skip
+    def create_user(
+        self, access_key: str, secret_key: str, *, superuser: bool = False, update: bool = False
+    ) -> tuple[User, bool]:
         """Add a user (or, with ``update``, replace one); (user, created)."""
         user = User(validate_access_key(access_key), validate_secret_key(secret_key), superuser)
         with self._lock:
@@ -72,8 +74,9 @@ class AuthStore:
             if existed and not update:
                 raise InvalidArgumentError(f"user {access_key!r} already exists")
             if access_key in self._configured:
-                raise InvalidArgumentError(f"user {access_key!r} is defined in the broker's "
-                                           "config file; change it there")  # fmt: skip
+                raise InvalidArgumentError(
+                    f"user {access_key!r} is defined in the broker's config file; change it there"
+                )
             self._users[access_key] = user
             self._save()
         return user, not existed
@@ -84,8 +87,9 @@ class AuthStore:
             if access_key not in self._users:
                 raise NotFoundError(f"user {access_key!r} does not exist")
             if access_key in self._configured:
-                raise InvalidArgumentError(f"user {access_key!r} is defined in the broker's "
-                                           "config file; remove it there")  # fmt: skip
+                raise InvalidArgumentError(
+                    f"user {access_key!r} is defined in the broker's config file; remove it there"
+                )
             del self._users[access_key]
             self._rules.pop(access_key, None)
             self._save()
@@ -103,8 +107,11 @@ class AuthStore:
         with self._lock:
             if access_key not in self._users:
                 raise NotFoundError(f"user {access_key!r} does not exist; create it first")
-            kept = [r for r in self._rules.get(access_key, [])
-                    if (r.resource, r.decision) != (rule.resource, rule.decision)]  # fmt: skip
+            kept = [
+                r
+                for r in self._rules.get(access_key, [])
+                if (r.resource, r.decision) != (rule.resource, rule.decision)
+            ]
             self._rules[access_key] = [*kept, rule]
             self._save()
 
@@ -117,25 +124,31 @@ class AuthStore:
             kept = [r for r in rules if resource is not None and r.resource != resource]
             removed = len(rules) - len(kept)
             if not removed:
-                raise NotFoundError(f"user {access_key!r} has no rule"
-                                    + (f" for {resource}" if resource else ""))  # fmt: skip
+                raise NotFoundError(
+                    f"user {access_key!r} has no rule" + (f" for {resource}" if resource else "")
+                )
             self._rules[access_key] = kept
             self._save()
             return removed
 
     def acls(self, access_key: str | None = None) -> dict[str, list[Rule]]:
         with self._lock:
-            return {k: list(v) for k, v in sorted(self._rules.items())
-                    if v and (access_key is None or k == access_key)}  # fmt: skip
+            return {
+                k: list(v)
+                for k, v in sorted(self._rules.items())
+                if v and (access_key is None or k == access_key)
+            }
 
     # ---- persistence --------------------------------------------------------------------
 
     def _save(self) -> None:
         data: dict[str, Any] = {
-            "users": [{"access_key": u.access_key, "secret_key": u.secret_key,
-                       "superuser": u.superuser} for u in self.users()],
+            "users": [
+                {"access_key": u.access_key, "secret_key": u.secret_key, "superuser": u.superuser}
+                for u in self.users()
+            ],
             "acls": {k: [r.to_dict() for r in v] for k, v in sorted(self._rules.items()) if v},
-        }  # fmt: skip
+        }
         old_umask = os.umask(0o077)
         try:
             write_json_atomic(self.path, data)

@@ -30,26 +30,44 @@ def _name(common: str) -> x509.Name:
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
     path.touch(mode=0o600)
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                       serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))  # fmt: skip
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
 
 
-def _issue(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
-           issuer_key: ec.EllipticCurvePrivateKey, *, ca: bool,
-           usage: x509.ObjectIdentifier | None = None) -> x509.Certificate:  # fmt: skip
+def _issue(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: x509.Name,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    *,
+    ca: bool,
+    usage: x509.ObjectIdentifier | None = None,
+) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
-    builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - dt.timedelta(minutes=5))
-               .not_valid_after(now + dt.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if usage is not None:
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     if usage == ExtendedKeyUsageOID.SERVER_AUTH:
-        builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False)  # fmt: skip
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
     return builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -59,8 +77,13 @@ def make_pki(directory: Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = _issue("rmq-throwaway-ca", ca_key, _name("rmq-throwaway-ca"), ca_key, ca=True)
-    pki = Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key",
-              directory / "client.pem", directory / "client.key")
+    pki = Pki(
+        directory / "ca.pem",
+        directory / "server.pem",
+        directory / "server.key",
+        directory / "client.pem",
+        directory / "client.key",
+    )
     pki.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     for cert_path, key_path, name, usage in (
         (pki.server_cert, pki.server_key, "127.0.0.1", ExtendedKeyUsageOID.SERVER_AUTH),

@@ -24,16 +24,19 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
     """Server credentials from the PEM files; ConfigError naming an unreadable one."""
     pair = (_read(tls.key_file, "key_file"), _read(tls.cert_file, "cert_file"))
     roots = _read(tls.client_ca_file, "client_ca_file") if tls.client_ca_file else None
-    return grpc.ssl_server_credentials([pair], root_certificates=roots,
-                                       require_client_auth=tls.require_client_cert)  # fmt: skip
+    return grpc.ssl_server_credentials(
+        [pair], root_certificates=roots, require_client_auth=tls.require_client_cert
+    )
 
 
-def channel_credentials(ca_file: str | None = None, cert_file: str | None = None,
-                        key_file: str | None = None) -> grpc.ChannelCredentials:  # fmt: skip
+def channel_credentials(
+    ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None
+) -> grpc.ChannelCredentials:
     """Client credentials: trust ``ca_file`` (else the system roots, or gRPC's
     ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``), present a client certificate when given."""
     roots = _read(ca_file, "CA file") if ca_file else None
     key = _read(key_file, "client key") if key_file else None
     cert = _read(cert_file, "client certificate") if cert_file else None
-    return grpc.ssl_channel_credentials(root_certificates=roots, private_key=key,
-                                        certificate_chain=cert)  # fmt: skip
+    return grpc.ssl_channel_credentials(
+        root_certificates=roots, private_key=key, certificate_chain=cert
+    )

@@ -111,8 +111,13 @@ def message_type(msg: Message) -> str:
 class Broker:
     """One broker: store, metadata and services (see the module docstring)."""
 
-    def __init__(self, config: BrokerConfig, store_config: StoreConfig, *,
-                 clock_ms: Callable[[], int] = now_ms) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store_config: StoreConfig,
+        *,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
         self.config = config
         self._clock_ms = clock_ms
         self.store = MessageStore(store_config, clock_ms)
@@ -123,13 +128,18 @@ class Broker:
             self.store.close()  # unlocks: a broker that failed to build holds nothing
             raise
 
-    def _build(self, config: BrokerConfig, store_config: StoreConfig,
-               clock_ms: Callable[[], int]) -> None:  # fmt: skip
+    def _build(
+        self, config: BrokerConfig, store_config: StoreConfig, clock_ms: Callable[[], int]
+    ) -> None:
         cfg_dir = store_config.config_dir
-        self.topics = TopicManager(cfg_dir / "topics.json", auto_create=config.auto_create_topics,
-                                   default_queue_nums=config.default_queue_nums)  # fmt: skip
-        self.groups = GroupManager(cfg_dir / "subscriptionGroup.json",
-                                   auto_create=config.auto_create_groups)  # fmt: skip
+        self.topics = TopicManager(
+            cfg_dir / "topics.json",
+            auto_create=config.auto_create_topics,
+            default_queue_nums=config.default_queue_nums,
+        )
+        self.groups = GroupManager(
+            cfg_dir / "subscriptionGroup.json", auto_create=config.auto_create_groups
+        )
         self.offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
         for table in (self.topics, self.groups, self.offsets):
             if table.load_problem:  # read from the .bak copy, or a stale setting replaced
@@ -143,23 +153,34 @@ class Broker:
         self.waiter = TopicWaiter()
         self.lite = LiteSubscriptions()
         self.schedule = ScheduleService(self.store, cfg_dir / "delayOffset.json", clock_ms)
-        self.timer = TimerService(self.store, cfg_dir.parent / "timerwheel",
-                                  precision_ms=config.timer_precision_ms, clock_ms=clock_ms)
+        self.timer = TimerService(
+            self.store,
+            cfg_dir.parent / "timerwheel",
+            precision_ms=config.timer_precision_ms,
+            clock_ms=clock_ms,
+        )
         self._checker: Checker | None = None
         self.transactions = TransactionService(
-            self.store, self.offsets, self._check_back,
+            self.store,
+            self.offsets,
+            self._check_back,
             check_timeout_ms=config.transaction_check_timeout_ms,
             max_check_times=config.transaction_max_checks,
-            check_interval_ms=config.transaction_check_interval_ms, clock_ms=clock_ms,
-        )  # fmt: skip
+            check_interval_ms=config.transaction_check_interval_ms,
+            clock_ms=clock_ms,
+        )
         self.pop = PopService(
-            self.store, self.offsets,
-            PopConfig(broker_name=config.broker_name,
-                      revive_interval_ms=config.pop_revive_interval_ms),
-            clock_ms=clock_ms, retry_policy_for=lambda g: self.group(base_group(g)).retry_policy,
+            self.store,
+            self.offsets,
+            PopConfig(
+                broker_name=config.broker_name, revive_interval_ms=config.pop_revive_interval_ms
+            ),
+            clock_ms=clock_ms,
+            retry_policy_for=lambda g: self.group(base_group(g)).retry_policy,
             is_fifo=lambda g: BROADCAST_MARK in g or self.group(g).fifo,  # members: in place
-            initial_offset=self.positions.pop_initial_offset, group_of=base_group,
-        )  # fmt: skip
+            initial_offset=self.positions.pop_initial_offset,
+            group_of=base_group,
+        )
         self.replication = Replication(self)
         # Persists offsets and purges expired locks; a failed round is logged and retried.
         self._housekeeper = ServiceThread(
@@ -184,8 +205,14 @@ class Broker:
         else:
             self.pop.open()
             self.transactions.open()  # reads the half/op topics: only after the store opens
-            services = (self.long_polling, self.schedule, self.timer, self.transactions,
-                        self.pop, self.clients)  # fmt: skip
+            services = (
+                self.long_polling,
+                self.schedule,
+                self.timer,
+                self.transactions,
+                self.pop,
+                self.clients,
+            )
         for service in services:
             service.start()
         self._housekeeper.start()
@@ -206,8 +233,13 @@ class Broker:
         self._housekeeper.stop()
         self.waiter.close()
         self.replication.stop()
-        for service in (self.clients, self.transactions, self.timer, self.schedule,
-                        self.long_polling):  # fmt: skip
+        for service in (
+            self.clients,
+            self.transactions,
+            self.timer,
+            self.schedule,
+            self.long_polling,
+        ):
             service.stop()
         self.pop.close()
         self.timer.close()
@@ -283,8 +315,9 @@ class Broker:
                 self._on_membership_change(group)
         return new
 
-    def administer_topic(self, config: TopicConfig, *, update: bool = False,
-                         force: bool = False) -> TopicChange:  # fmt: skip
+    def administer_topic(
+        self, config: TopicConfig, *, update: bool = False, force: bool = False
+    ) -> TopicChange:
         """An administrator's create or change of a topic, under ``topic_admin``'s rules
         (InvalidTopicError for names the broker owns, ConflictError without update/force)."""
 
@@ -292,8 +325,13 @@ class Broker:
             topic = config.name
             return self.store.max_offset(topic, queue_id) - self.store.min_offset(topic, queue_id)
 
-        change = plan_change(self.topics.get(config.name), config, update=update, force=force,
-                             messages_in_queue=stored)  # fmt: skip
+        change = plan_change(
+            self.topics.get(config.name),
+            config,
+            update=update,
+            force=force,
+            messages_in_queue=stored,
+        )
         if change.changed:
             self.update_topic(change.config)
         for warning in change.warnings:
@@ -319,8 +357,9 @@ class Broker:
 
     # ---- sending ------------------------------------------------------------------------
 
-    def send(self, messages: Sequence[Message], *,
-             producer_group: str | None = None) -> list[SendResult]:  # fmt: skip
+    def send(
+        self, messages: Sequence[Message], *, producer_group: str | None = None
+    ) -> list[SendResult]:
         """Store messages (routing delayed and transactional ones); results in order."""
         self.require_master()
         if not messages:
@@ -364,7 +403,8 @@ class Broker:
             if not 0 <= queue_id < config.write_queue_nums:
                 raise InvalidArgumentError(
                     f"queue {queue_id} of topic {batch.topic} does not exist "
-                    f"(it has {config.write_queue_nums} write queues)")  # fmt: skip
+                    f"(it has {config.write_queue_nums} write queues)"
+                )
             batch.queue_ids = np.full(len(batch), queue_id, np.int32)
             return self.store.put_columns(batch)
         first = self._send_counter + 1
@@ -391,9 +431,11 @@ class Broker:
             config = route(msg, kind, config)
         if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
             self._send_counter += 1
-            msg.queue_id = select_write_queue(config.write_queue_nums,
-                                              msg.properties.get(PROPERTY_MESSAGE_GROUP),
-                                              self._send_counter)  # fmt: skip
+            msg.queue_id = select_write_queue(
+                config.write_queue_nums,
+                msg.properties.get(PROPERTY_MESSAGE_GROUP),
+                self._send_counter,
+            )
         if not 0 <= msg.queue_id < config.write_queue_nums:
             raise InvalidArgumentError(
                 f"queue {msg.queue_id} of topic {msg.topic} does not exist "
@@ -413,8 +455,13 @@ class Broker:
                 raise InvalidArgumentError("a transactional message needs its producer group")
             tx_id = props.get(PROPERTY_TRANSACTION_ID) or msg_id
             prepared = self.transactions.prepare(msg, producer_group, tx_id)
-            return SendResult(prepared.message_id, msg.topic, msg.queue_id,
-                              prepared.queue_offset, transaction_id=tx_id)  # fmt: skip
+            return SendResult(
+                prepared.message_id,
+                msg.topic,
+                msg.queue_id,
+                prepared.queue_offset,
+                transaction_id=tx_id,
+            )
         level = props.get(PROPERTY_DELAY_LEVEL)
         if level:
             if not level.isdigit():
@@ -428,8 +475,9 @@ class Broker:
                 raise InvalidArgumentError(f"delivery timestamp must be ms, got {deliver!r}")
             if int(deliver) > now:
                 put = self.timer.schedule(msg, int(deliver))
-                return SendResult(msg_id, msg.topic, msg.queue_id, put.queue_offset,
-                                  recall_handle=put.message_id)  # fmt: skip
+                return SendResult(
+                    msg_id, msg.topic, msg.queue_id, put.queue_offset, recall_handle=put.message_id
+                )
             del props[PROPERTY_DELIVER_TIME_MS]  # already due: deliver now
         return None
 
@@ -437,19 +485,31 @@ class Broker:
         """Cancel a timed message that has not been delivered yet."""
         return self.timer.recall(recall_handle)
 
-    def end_transaction(self, message_id: str, transaction_id: str, commit: bool, *,
-                        from_check: bool = False) -> EndResult:  # fmt: skip
+    def end_transaction(
+        self, message_id: str, transaction_id: str, commit: bool, *, from_check: bool = False
+    ) -> EndResult:
         resolution = Resolution.COMMIT if commit else Resolution.ROLLBACK
-        result = self.transactions.end(message_id, transaction_id, resolution,
-                                       from_check=from_check)  # fmt: skip
+        result = self.transactions.end(
+            message_id, transaction_id, resolution, from_check=from_check
+        )
         self.replication.wait_replicated(self.store.commitlog.max_offset)
         return result
 
     # ---- pull consumers -------------------------------------------------------------------
 
-    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, *,
-             filter: MessageFilter | None = None, timeout_ms: int = 0, raw: bool = False,
-             max_bytes: int = DEFAULT_PULL_MAX_BYTES) -> PullResult:  # fmt: skip
+    def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        filter: MessageFilter | None = None,
+        timeout_ms: int = 0,
+        raw: bool = False,
+        max_bytes: int = DEFAULT_PULL_MAX_BYTES,
+    ) -> PullResult:
         """Offset-based pull; with ``timeout_ms`` it long-polls for new messages.
 
         ``raw`` pulls hand out the stored units (``PullResult.raw``) for bulk readers, up
@@ -462,16 +522,32 @@ class Broker:
         cap = self.config.max_raw_pull_batch if raw else self.config.max_pull_batch
         max_count = min(max_count, cap)
         if timeout_ms <= 0:
-            return self.pulls.pull(topic, queue_id, offset, max_count, filter=filter,
-                                   max_bytes=max_bytes, raw=raw)  # fmt: skip
+            return self.pulls.pull(
+                topic, queue_id, offset, max_count, filter=filter, max_bytes=max_bytes, raw=raw
+            )
         return self.long_polling.pull_blocking(
-            topic, queue_id, offset, max_count, filter=filter, max_bytes=max_bytes, raw=raw,
+            topic,
+            queue_id,
+            offset,
+            max_count,
+            filter=filter,
+            max_bytes=max_bytes,
+            raw=raw,
             timeout_ms=min(timeout_ms, self.config.max_long_polling_ms),
-        )  # fmt: skip
+        )
 
-    def pull_async(self, group: str, topic: str, queue_id: int, offset: int, max_count: int,
-                   callback: Callable[[PullResult], None], *, filter: MessageFilter | None = None,
-                   timeout_ms: int = 0) -> None:  # fmt: skip
+    def pull_async(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        callback: Callable[[PullResult], None],
+        *,
+        filter: MessageFilter | None = None,
+        timeout_ms: int = 0,
+    ) -> None:
         """:meth:`pull` for event-driven servers: ``callback(result)`` runs once, at once on
         this thread when there is something (or ``timeout_ms`` is 0), else on the long-polling
         thread when messages arrive or the wait ends. Bad arguments raise here."""
@@ -479,8 +555,9 @@ class Broker:
         config = self.topics.for_read(topic)
         if not 0 <= queue_id < config.read_queue_nums:
             raise InvalidArgumentError(f"queue {queue_id} of topic {topic} does not exist")
-        request = PullRequest(topic, queue_id, offset, min(max_count, self.config.max_pull_batch),
-                              filter)  # fmt: skip
+        request = PullRequest(
+            topic, queue_id, offset, min(max_count, self.config.max_pull_batch), filter
+        )
         wait_ms = min(max(timeout_ms, 0), self.config.max_long_polling_ms)
         self.long_polling.pull_or_park(request, monotonic_ms() + wait_ms, callback)
 
@@ -490,9 +567,18 @@ class Broker:
 
     # ---- POP consumers ----------------------------------------------------------------------
 
-    def receive(self, group: str, topic: str, *, max_count: int, invisible_ms: int,
-                filter: MessageFilter | None = None, queue_ids: Sequence[int] | None = None,
-                timeout_ms: int = 0, client_id: str = "") -> list[PoppedMessage]:  # fmt: skip
+    def receive(
+        self,
+        group: str,
+        topic: str,
+        *,
+        max_count: int,
+        invisible_ms: int,
+        filter: MessageFilter | None = None,
+        queue_ids: Sequence[int] | None = None,
+        timeout_ms: int = 0,
+        client_id: str = "",
+    ) -> list[PoppedMessage]:
         """POP receive; with ``timeout_ms`` waits for messages to arrive (long polling).
 
         ``client_id`` is required for a broadcasting group (each client its own progress).
@@ -511,47 +597,93 @@ class Broker:
             ids, how = self._receive_plan(topic_config, group, client_id, ids)
             watched = (topic, retry, *how.get("topics", ()))
             seen = self.waiter.generation(watched)
-            got = self.pop.receive(state_group, topic, ids, max_count=max_count,
-                                   invisible_ms=invisible_ms, filter=filter, **how)  # fmt: skip
+            got = self.pop.receive(
+                state_group,
+                topic,
+                ids,
+                max_count=max_count,
+                invisible_ms=invisible_ms,
+                filter=filter,
+                **how,
+            )
             remaining = deadline - self._clock_ms()
             if got or remaining <= 0:
                 return got
             self.waiter.wait(watched, seen, min(remaining, 1_000))
 
-    def _receive_plan(self, topic_config: TopicConfig, group: str, client_id: str,
-                      ids: list[int]) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
-        lites = (self.lite.topics_of(group, client_id, topic_config.name)
-                 if topic_config.message_type == "LITE" else [])  # fmt: skip
-        return receive_plan(topic_config.message_type, topic_config.name, ids,
-                            group_fifo=self.group(group).fifo, lite_topics=lites)  # fmt: skip
+    def _receive_plan(
+        self, topic_config: TopicConfig, group: str, client_id: str, ids: list[int]
+    ) -> tuple[list[int], dict[str, Any]]:
+        lites = (
+            self.lite.topics_of(group, client_id, topic_config.name)
+            if topic_config.message_type == "LITE"
+            else []
+        )
+        return receive_plan(
+            topic_config.message_type,
+            topic_config.name,
+            ids,
+            group_fifo=self.group(group).fifo,
+            lite_topics=lites,
+        )
 
-    def sync_lite_subscription(self, group: str, client_id: str, topic: str, action: int,
-                               lite_topics: Sequence[str]) -> frozenset[str]:  # fmt: skip
+    def sync_lite_subscription(
+        self, group: str, client_id: str, topic: str, action: int, lite_topics: Sequence[str]
+    ) -> frozenset[str]:
         """Apply a lite consumer's SyncLiteSubscription (see :meth:`LiteSubscriptions.sync`);
         the topic must exist (TopicNotFoundError); returns the client's lite topics after."""
         self.group(group)
         return self.lite.sync(group, client_id, self.topics.require(topic), action, lite_topics)
 
-    def ack(self, group: str, topic: str, receipt_handle: str, *, client_id: str = "",
-            lite_topic: str = "") -> None:  # fmt: skip
+    def ack(
+        self,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        *,
+        client_id: str = "",
+        lite_topic: str = "",
+    ) -> None:
         self.require_master()
-        self.pop.ack(self.positions.state_group(group, client_id),
-                     delivery_topic(topic, lite_topic, receipt_handle), receipt_handle)
+        self.pop.ack(
+            self.positions.state_group(group, client_id),
+            delivery_topic(topic, lite_topic, receipt_handle),
+            receipt_handle,
+        )
 
-    def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
-                                  invisible_ms: int, *, client_id: str = "",
-                                  lite_topic: str = "") -> str:  # fmt: skip
+    def change_invisible_duration(
+        self,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        invisible_ms: int,
+        *,
+        client_id: str = "",
+        lite_topic: str = "",
+    ) -> str:
         state_group = self.positions.state_group(group, client_id)
         return self.pop.change_invisible_duration(
-            state_group, delivery_topic(topic, lite_topic, receipt_handle), receipt_handle,
-            invisible_ms)  # fmt: skip
+            state_group,
+            delivery_topic(topic, lite_topic, receipt_handle),
+            receipt_handle,
+            invisible_ms,
+        )
 
-    def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str, *,
-                               client_id: str = "", lite_topic: str = "") -> None:  # fmt: skip
+    def forward_to_dead_letter(
+        self,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        *,
+        client_id: str = "",
+        lite_topic: str = "",
+    ) -> None:
         self.topics.ensure_dlq_topic(group)
-        self.pop.forward_to_dlq(self.positions.state_group(group, client_id),
-                                delivery_topic(topic, lite_topic, receipt_handle),
-                                receipt_handle)  # fmt: skip
+        self.pop.forward_to_dlq(
+            self.positions.state_group(group, client_id),
+            delivery_topic(topic, lite_topic, receipt_handle),
+            receipt_handle,
+        )
 
     # ---- offsets ----------------------------------------------------------------------------
 
@@ -569,8 +701,9 @@ class Broker:
         # (or refused when groups are not auto-created).
         config = self.groups.get(validate_group_name(group))
         if config is None and not self.groups.auto_create:
-            raise GroupNotFoundError(f"consumer group {group!r} does not exist and "
-                                     f"auto-create is off")  # fmt: skip
+            raise GroupNotFoundError(
+                f"consumer group {group!r} does not exist and auto-create is off"
+            )
         return self.positions.configured_start(config or GroupConfig(group), topic, queue_id)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -595,8 +728,10 @@ class Broker:
         """
         queues = self.read_queues(topic)  # TopicNotFoundError first
         if self.groups.get(validate_group_name(group)) is None:
-            raise GroupNotFoundError(f"consumer group {group!r} does not exist; create it "
-                                     f"first (rmq group create {group})")  # fmt: skip
+            raise GroupNotFoundError(
+                f"consumer group {group!r} does not exist; create it "
+                f"first (rmq group create {group})"
+            )
         members = self.positions.members(group)
         result = {}
         for mq in queues:
@@ -617,25 +752,34 @@ class Broker:
 
     # ---- clients, rebalance and locks ---------------------------------------------------------
 
-    def heartbeat(self, group: str, client_id: str, *, topics: Sequence[str],
-                  kind: ClientKind) -> bool:  # fmt: skip
+    def heartbeat(
+        self, group: str, client_id: str, *, topics: Sequence[str], kind: ClientKind
+    ) -> bool:
         if kind == "consumer":
             self.group(group)
         return self.clients.heartbeat(group, client_id, topics=topics, kind=kind)
 
     def assignment(self, group: str, topic: str, client_id: str) -> list[MessageQueue]:
         config = self.group(group)
-        return self.clients.assignment(group, topic, client_id, self.read_queues(topic),
-                                       config.rebalance_strategy, broadcast=config.broadcast)
+        return self.clients.assignment(
+            group,
+            topic,
+            client_id,
+            self.read_queues(topic),
+            config.rebalance_strategy,
+            broadcast=config.broadcast,
+        )
 
-    def lock_queues(self, group: str, client_id: str,
-                    queues: Sequence[MessageQueue]) -> set[MessageQueue]:  # fmt: skip
+    def lock_queues(
+        self, group: str, client_id: str, queues: Sequence[MessageQueue]
+    ) -> set[MessageQueue]:
         """Lock ``queues`` for an orderly consumer (``locks.py``); returns those it holds."""
         self.group(group)
         return self.locks.lock(group, client_id, queues)
 
-    def unlock_queues(self, group: str, client_id: str,
-                      queues: Sequence[MessageQueue]) -> set[MessageQueue]:  # fmt: skip
+    def unlock_queues(
+        self, group: str, client_id: str, queues: Sequence[MessageQueue]
+    ) -> set[MessageQueue]:
         """Release those of ``queues`` that ``client_id`` holds; returns them."""
         return self.locks.unlock(group, client_id, queues)
 
@@ -644,13 +788,16 @@ class Broker:
     def query_by_id(self, message_id: str, topic: str | None = None) -> StoredMessage:
         return self.store.query_by_id(message_id, topic)
 
-    def query_by_key(self, topic: str, key: str, *, max_results: int = 64,
-                     begin_ms: int = 0, end_ms: int = 2**62) -> list[StoredMessage]:  # fmt: skip
-        return self.store.query_by_key(key, topic=topic, max_results=max_results,
-                                       begin_ms=begin_ms, end_ms=end_ms)  # fmt: skip
+    def query_by_key(
+        self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0, end_ms: int = 2**62
+    ) -> list[StoredMessage]:
+        return self.store.query_by_key(
+            key, topic=topic, max_results=max_results, begin_ms=begin_ms, end_ms=end_ms
+        )
 
-    def query_by_time(self, topic: str, begin_ms: int, end_ms: int,
-                      max_results: int = 64) -> list[StoredMessage]:  # fmt: skip
+    def query_by_time(
+        self, topic: str, begin_ms: int, end_ms: int, max_results: int = 64
+    ) -> list[StoredMessage]:
         """Messages of ``topic`` stored in ``[begin_ms, end_ms)``, oldest first per queue."""
         found: list[StoredMessage] = []
         for mq in self.read_queues(topic):
@@ -664,8 +811,14 @@ class Broker:
 
     def topic_status(self, topic: str) -> list[tuple[int, int, int]]:
         """(queue id, min offset, max offset) of every read queue."""
-        return [(mq.queue_id, self.store.min_offset(topic, mq.queue_id),
-                 self.store.max_offset(topic, mq.queue_id)) for mq in self.read_queues(topic)]
+        return [
+            (
+                mq.queue_id,
+                self.store.min_offset(topic, mq.queue_id),
+                self.store.max_offset(topic, mq.queue_id),
+            )
+            for mq in self.read_queues(topic)
+        ]
 
     def group_progress(self, group: str) -> list[tuple[str, int, int, int, int]]:
         """(topic, queue id, broker max offset, consumer offset, lag) of every queue.

@@ -112,9 +112,7 @@ class ClientRegistry:
         self._members: dict[tuple[ClientKind, str], dict[str, _Client]] = {}
         self._listeners: list[Listener] = []
         # A failed expiry round (a listener raised) is logged; the next round retries.
-        self.thread = ServiceThread(
-            "client-expiry", self._round, interval_ms=check_interval_ms
-        )
+        self.thread = ServiceThread("client-expiry", self._round, interval_ms=check_interval_ms)
 
     # ------------------------------------------------------------------ membership
 

@@ -28,14 +28,17 @@ def check_group_change(old: GroupConfig | None, new: GroupConfig, *, update: boo
     created with defaults is configured freely).
     """
     if is_system_group(new.name):
-        raise InvalidGroupError(f"{new.name!r} is one of the broker's own groups and cannot "
-                                f"be created or changed")  # fmt: skip
+        raise InvalidGroupError(
+            f"{new.name!r} is one of the broker's own groups and cannot be created or changed"
+        )
     if old is None or old.auto_created:  # made by a consumer's first call: configure it
         return True
     before, after = old.to_dict(), new.to_dict()
     differences = [f"{k} {before[k]} -> {after[k]}" for k in before if before[k] != after[k]]
     if differences and not update:
-        raise ConflictError(f"consumer group {new.name!r} exists with other settings "
-                            f"({'; '.join(differences)}); pass update (rmq group create "
-                            f"--update) to change it")  # fmt: skip
+        raise ConflictError(
+            f"consumer group {new.name!r} exists with other settings "
+            f"({'; '.join(differences)}); pass update (rmq group create "
+            f"--update) to change it"
+        )
     return bool(differences)

@@ -28,8 +28,13 @@ from broker_core.store.message_store import MessageStore
 class GroupPositions:
     """Position rules over the broker's groups, offsets, clients and store."""
 
-    def __init__(self, groups: GroupManager, offsets: ConsumerOffsetManager,
-                 clients: ClientRegistry, store: MessageStore) -> None:  # fmt: skip
+    def __init__(
+        self,
+        groups: GroupManager,
+        offsets: ConsumerOffsetManager,
+        clients: ClientRegistry,
+        store: MessageStore,
+    ) -> None:
         self._groups, self._offsets, self._clients, self._store = groups, offsets, clients, store
 
     def state_group(self, group: str, client_id: str) -> str:

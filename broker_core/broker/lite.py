@@ -55,7 +55,8 @@ def validate_lite_topic(name: str) -> str:
         raise InvalidLiteTopicError("lite topic name is blank")
     if len(name) > MAX_LITE_TOPIC_CHARS:
         raise InvalidLiteTopicError(
-            f"lite topic {name[:40]!r}… is {len(name)} chars, over {MAX_LITE_TOPIC_CHARS}")
+            f"lite topic {name[:40]!r}… is {len(name)} chars, over {MAX_LITE_TOPIC_CHARS}"
+        )
     if not _LITE_RE.match(name):
         raise InvalidLiteTopicError(f"lite topic {name!r} has characters outside [a-zA-Z0-9_-]")
     return name
@@ -71,7 +72,8 @@ def lmq_topic(parent: str, lite: str) -> str:
     if len(name) > MAX_TOPIC_NAME_CHARS:
         raise InvalidLiteTopicError(
             f"lite topic {lite!r} of {parent!r} makes a {len(name)}-char queue name, "
-            f"over {MAX_TOPIC_NAME_CHARS}")
+            f"over {MAX_TOPIC_NAME_CHARS}"
+        )
     return name
 
 
@@ -79,7 +81,7 @@ def split_lmq(topic: str) -> tuple[str, str] | None:
     """``(parent, lite)`` for a topic made by :func:`lmq_topic`; None for any other topic."""
     if not topic.startswith(LMQ_PREFIX):
         return None
-    parent, sep, lite = topic[len(LMQ_PREFIX):].rpartition(_SEPARATOR)
+    parent, sep, lite = topic[len(LMQ_PREFIX) :].rpartition(_SEPARATOR)
     return (parent, lite) if sep and parent and lite else None
 
 
@@ -130,8 +132,9 @@ def priority_scan_order(read_queue_nums: int) -> list[int]:
     return list(range(read_queue_nums - 1, -1, -1))
 
 
-def receive_plan(message_type: str, topic: str, queue_ids: list[int], *, group_fifo: bool,
-                 lite_topics: list[str]) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
+def receive_plan(
+    message_type: str, topic: str, queue_ids: list[int], *, group_fifo: bool, lite_topics: list[str]
+) -> tuple[list[int], dict[str, Any]]:
     """The queues and ``PopService.receive`` options of one POP receive on ``topic``.
 
     A PRIORITY topic (for a group that is not FIFO) reads its highest queue first and its
@@ -143,8 +146,11 @@ def receive_plan(message_type: str, topic: str, queue_ids: list[int], *, group_f
         order = [q for q in priority_scan_order(max(queue_ids, default=-1) + 1) if q in wanted]
         return order, {"retry": "last"}
     if message_type == "LITE":
-        return [], {"retry": "none", "fifo": True,
-                    "topics": [lmq_topic(topic, lite) for lite in lite_topics]}
+        return [], {
+            "retry": "none",
+            "fifo": True,
+            "topics": [lmq_topic(topic, lite) for lite in lite_topics],
+        }
     return queue_ids, {}
 
 
@@ -161,8 +167,14 @@ class LiteSubscriptions:
         self._lock = threading.Lock()
         self._subs: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
 
-    def sync(self, group: str, client_id: str, parent_config: TopicConfig, action: int,
-             lite_topics: Iterable[str]) -> frozenset[str]:  # fmt: skip
+    def sync(
+        self,
+        group: str,
+        client_id: str,
+        parent_config: TopicConfig,
+        action: int,
+        lite_topics: Iterable[str],
+    ) -> frozenset[str]:
         """Apply one SyncLiteSubscription; returns the client's set afterwards.
 
         Raises InvalidArgumentError when the parent is not a LITE topic or ``client_id`` is
@@ -171,8 +183,10 @@ class LiteSubscriptions:
         """
         parent = parent_config.name
         if parent_config.message_type != "LITE":
-            raise InvalidArgumentError(f"topic {parent} is a {parent_config.message_type} "
-                                       f"topic; lite consumers bind a LITE topic")  # fmt: skip
+            raise InvalidArgumentError(
+                f"topic {parent} is a {parent_config.message_type} "
+                f"topic; lite consumers bind a LITE topic"
+            )
         if not client_id:
             raise InvalidArgumentError("a lite subscription needs the client's id")
         names = frozenset(validate_lite_topic(n) for n in lite_topics)
@@ -194,7 +208,8 @@ class LiteSubscriptions:
             if len(new) > self._quota and len(new) > len(current):
                 raise LiteQuotaExceededError(
                     f"client {client_id} of {group} would subscribe {len(new)} lite topics, "
-                    f"over the quota of {self._quota}")
+                    f"over the quota of {self._quota}"
+                )
             if new:
                 self._subs[key] = (parent, new)
             else:

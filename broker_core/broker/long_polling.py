@@ -163,8 +163,13 @@ class LongPollingService:
 
     # ---- parking ------------------------------------------------------------------------
 
-    def park(self, request: PullRequest, deadline_ms: int, callback: PullCallback,
-             direct: threading.Event | None = None) -> ParkedPull | None:  # fmt: skip
+    def park(
+        self,
+        request: PullRequest,
+        deadline_ms: int,
+        callback: PullCallback,
+        direct: threading.Event | None = None,
+    ) -> ParkedPull | None:
         """Hold ``request`` until messages for it arrive or ``deadline_ms`` (service clock).
 
         Call it after a pull came back empty. Returns the handle (for :meth:`cancel`),
@@ -306,8 +311,11 @@ class LongPollingService:
         for key in woken:
             max_offset = self._store.max_offset(*key)
             with self._lock:
-                ready = [p for p in self._by_queue.get(key, {}).values()
-                         if p.request.offset < max_offset and p.direct is None]  # fmt: skip
+                ready = [
+                    p
+                    for p in self._by_queue.get(key, {}).values()
+                    if p.request.offset < max_offset and p.direct is None
+                ]
             for parked in ready:
                 answered += self._retry(parked)
         return answered

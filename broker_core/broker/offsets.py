@@ -48,8 +48,9 @@ class ConsumerOffsetManager:
         except (AttributeError, TypeError, ValueError) as exc:
             raise ConfigError(f"{self._path} holds malformed offsets: {exc}") from exc
 
-    def commit(self, group: str, topic: str, queue_id: int, offset: int,
-               *, durable: bool = False) -> None:  # fmt: skip
+    def commit(
+        self, group: str, topic: str, queue_id: int, offset: int, *, durable: bool = False
+    ) -> None:
         """Record that ``group`` has consumed everything below ``offset`` in the queue."""
         validate_group_name(group)
         if offset < 0 or queue_id < 0:
@@ -68,8 +69,11 @@ class ConsumerOffsetManager:
     def queues_of(self, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
         """{(topic, queue id): offset} of one group, optionally one topic."""
         with self._lock:
-            return {(t, q): o for (g, t, q), o in self._offsets.items()
-                    if g == group and (topic is None or t == topic)}  # fmt: skip
+            return {
+                (t, q): o
+                for (g, t, q), o in self._offsets.items()
+                if g == group and (topic is None or t == topic)
+            }
 
     def groups(self) -> list[str]:
         with self._lock:

@@ -99,8 +99,13 @@ class PopConfig:
     def __post_init__(self) -> None:
         if not self.broker_name or len(self.broker_name.encode()) > 255:
             raise ConfigError("broker_name must be 1..255 bytes")
-        for name in ("revive_interval_ms", "max_receive_count", "max_invisible_ms",
-                     "max_withheld_per_queue", "revive_batch"):  # fmt: skip
+        for name in (
+            "revive_interval_ms",
+            "max_receive_count",
+            "max_invisible_ms",
+            "max_withheld_per_queue",
+            "revive_batch",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be ≥ 1, got {getattr(self, name)}")
 
@@ -164,8 +169,9 @@ class PopService:
     def _reset(self) -> None:
         self._state = PopState()
         self._scanner = QueueScanner(self._store, self._state, self.config.max_withheld_per_queue)
-        self._reviver = Reviver(self._log, self._state, self._scanner, self._policy_for,
-                                self._is_fifo, self._group_of)  # fmt: skip
+        self._reviver = Reviver(
+            self._log, self._state, self._scanner, self._policy_for, self._is_fifo, self._group_of
+        )
         self._committed_start = 0
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -240,9 +246,11 @@ class PopService:
             self._check_open()
             rtopic = retry_topic(group)
             fifo = self._is_fifo(group) if fifo is None else fifo
-            retries: list[tuple[str, int, MessageFilter | None]] = [
-                (rtopic, q, None) for q in self._store.queue_ids(rtopic)
-            ] if retry != "none" else []
+            retries: list[tuple[str, int, MessageFilter | None]] = (
+                [(rtopic, q, None) for q in self._store.queue_ids(rtopic)]
+                if retry != "none"
+                else []
+            )
             sources = retries if retry == "first" else []
             sources += [(topic, q, filter) for q in qids]
             sources += [(extra, 0, filter) for extra in topics]
@@ -258,29 +266,52 @@ class PopService:
                 plans.append(plan)
             return self._deliver(plans, self._clock_ms(), invisible_ms)
 
-    def _deliver(self, plans: list[QueuePlan], now: int, invisible_ms: int
-                 ) -> list[PoppedMessage]:  # fmt: skip
+    def _deliver(self, plans: list[QueuePlan], now: int, invisible_ms: int) -> list[PoppedMessage]:
         """Record the plans' checkpoints, then apply them; returns what was picked."""
         records: list[PopRecord] = []
         for plan in plans:
             group, topic, qid = plan.qs.key
-            records += [PopRecord(
-                RecordKind.CHECKPOINT, group, topic, qid, p.message.queue_offset, anchor=p.anchor,
-                time_ms=now, invisible_ms=invisible_ms, attempt=p.attempt,
-                message_group=p.message_group,
-            ) for p in plan.picks]  # fmt: skip
+            records += [
+                PopRecord(
+                    RecordKind.CHECKPOINT,
+                    group,
+                    topic,
+                    qid,
+                    p.message.queue_offset,
+                    anchor=p.anchor,
+                    time_ms=now,
+                    invisible_ms=invisible_ms,
+                    attempt=p.attempt,
+                    message_group=p.message_group,
+                )
+                for p in plan.picks
+            ]
             records += [resolution(RecordKind.DROPPED, e, now) for e in plan.gone]
         versions = iter(self._log.append(records) if records else [])
         out: list[PoppedMessage] = []
         for plan in plans:
             self._scanner.apply(plan)
             for pick in plan.picks:
-                entry = InFlight(plan.qs.key, pick.message.queue_offset, next(versions),
-                                 pick.anchor, now, invisible_ms, pick.attempt,
-                                 pick.message_group)  # fmt: skip
+                entry = InFlight(
+                    plan.qs.key,
+                    pick.message.queue_offset,
+                    next(versions),
+                    pick.anchor,
+                    now,
+                    invisible_ms,
+                    pick.attempt,
+                    pick.message_group,
+                )
                 self._state.deliver(plan.qs, entry)
-                out.append(PoppedMessage(pick.message, pick.topic, self._handle(entry),
-                                         pick.attempt, entry.deadline_ms))  # fmt: skip
+                out.append(
+                    PoppedMessage(
+                        pick.message,
+                        pick.topic,
+                        self._handle(entry),
+                        pick.attempt,
+                        entry.deadline_ms,
+                    )
+                )
             for entry in plan.gone:
                 next(versions)
                 self._state.resolve(plan.qs, entry)
@@ -296,8 +327,9 @@ class PopService:
             self._state.resolve(qs, entry)
             self._commit([qs])
 
-    def change_invisible_duration(self, group: str, topic: str, receipt_handle: str,
-                                  invisible_ms: int) -> str:  # fmt: skip
+    def change_invisible_duration(
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int
+    ) -> str:
         """Make the message invisible for ``invisible_ms`` from now; returns the new handle."""
         _check_int("invisible_ms", invisible_ms, 0, self.config.max_invisible_ms)
         handle = decode_handle(receipt_handle)
@@ -305,8 +337,9 @@ class PopService:
             qs, entry = self._current(group, topic, handle)
             return self._handle(self._extend(qs, entry, invisible_ms))
 
-    def nack(self, group: str, topic: str, receipt_handle: str,
-             delay_ms: int | None = None) -> None:  # fmt: skip
+    def nack(
+        self, group: str, topic: str, receipt_handle: str, delay_ms: int | None = None
+    ) -> None:
         """Consumption failed: redeliver after ``delay_ms`` (default: the group's backoff).
 
         With the default, a delivery that has used up the group's retries goes to the
@@ -365,8 +398,9 @@ class PopService:
         _check_int("offset", offset, 0, 2**63 - 1)
         with self._lock:
             self._check_open()
-            record = PopRecord(RecordKind.RESET, group, topic, queue_id, offset,
-                               time_ms=self._clock_ms())  # fmt: skip
+            record = PopRecord(
+                RecordKind.RESET, group, topic, queue_id, offset, time_ms=self._clock_ms()
+            )
             self._log.append([record])
             qs = self._state.reset((group, topic, queue_id), offset)
             self._offsets.commit(group, topic, queue_id, offset)
@@ -393,8 +427,11 @@ class PopService:
         """(topic, queue id) → (consume offset, scan frontier, deliveries not yet acked) of
         every queue ``group`` has popped from (for metrics)."""
         with self._lock:
-            return {(topic, qid): (qs.consume_offset(), qs.popped_to, len(qs.inflight))
-                    for (g, topic, qid), qs in self._state.queues.items() if g == group}
+            return {
+                (topic, qid): (qs.consume_offset(), qs.popped_to, len(qs.inflight))
+                for (g, topic, qid), qs in self._state.queues.items()
+                if g == group
+            }
 
     # ---- helpers (called with the lock held) --------------------------------------------
 
@@ -425,18 +462,19 @@ class PopService:
             self._offsets.commit(*key, start, durable=start != self._store.min_offset(*key[1:]))
         return qs
 
-    def _current(self, group: str, topic: str, handle: ReceiptHandle
-                 ) -> tuple[QueueState, InFlight]:  # fmt: skip
+    def _current(
+        self, group: str, topic: str, handle: ReceiptHandle
+    ) -> tuple[QueueState, InFlight]:
         """The in-flight delivery ``handle`` names; StaleReceiptHandleError if not current."""
         self._check_open()
         validate_group_name(group)
-        check_scope(handle, broker_name=self.config.broker_name,
-                    topics=(topic, retry_topic(group)))  # fmt: skip
+        check_scope(handle, broker_name=self.config.broker_name, topics=(topic, retry_topic(group)))
         qs = self._state.queues.get((group, handle.topic, handle.queue_id))
         entry = qs.inflight.get(handle.queue_offset) if qs else None
         if qs is None or entry is None or entry.expired:
-            raise StaleReceiptHandleError(f"{handle.topic}:{handle.queue_id} offset "
-                                          f"{handle.queue_offset} is not in flight")  # fmt: skip
+            raise StaleReceiptHandleError(
+                f"{handle.topic}:{handle.queue_id} offset {handle.queue_offset} is not in flight"
+            )
         if entry.version != handle.checkpoint_offset:
             raise StaleReceiptHandleError("receipt handle was superseded by a newer one")
         return qs, entry
@@ -445,19 +483,43 @@ class PopService:
         """A new delivery version of ``entry``, invisible for ``invisible_ms`` from now."""
         now = self._clock_ms()
         group, topic, qid = qs.key
-        record = PopRecord(RecordKind.CHECKPOINT, group, topic, qid, entry.offset,
-                           anchor=entry.anchor, time_ms=now, invisible_ms=invisible_ms,
-                           attempt=entry.attempt, message_group=entry.message_group)  # fmt: skip
+        record = PopRecord(
+            RecordKind.CHECKPOINT,
+            group,
+            topic,
+            qid,
+            entry.offset,
+            anchor=entry.anchor,
+            time_ms=now,
+            invisible_ms=invisible_ms,
+            attempt=entry.attempt,
+            message_group=entry.message_group,
+        )
         (version,) = self._log.append([record])
-        new = InFlight(qs.key, entry.offset, version, entry.anchor, now, invisible_ms,
-                       entry.attempt, entry.message_group)  # fmt: skip
+        new = InFlight(
+            qs.key,
+            entry.offset,
+            version,
+            entry.anchor,
+            now,
+            invisible_ms,
+            entry.attempt,
+            entry.message_group,
+        )
         self._state.deliver(qs, new)
         return new
 
     def _handle(self, entry: InFlight) -> str:
         _group, topic, qid = entry.key
-        return ReceiptHandle(topic, qid, entry.offset, entry.version, entry.pop_time_ms,
-                             entry.invisible_ms, self.config.broker_name).encode()  # fmt: skip
+        return ReceiptHandle(
+            topic,
+            qid,
+            entry.offset,
+            entry.version,
+            entry.pop_time_ms,
+            entry.invisible_ms,
+            self.config.broker_name,
+        ).encode()
 
     def _commit(self, queues: Iterable[QueueState]) -> None:
         """Commit consume offsets that advanced, then the replay start (in that order)."""

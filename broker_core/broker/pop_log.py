@@ -99,12 +99,27 @@ class PopRecord:
 
     def encode(self) -> bytes:
         group, topic, mgroup = self.group.encode(), self.topic.encode(), self.message_group.encode()
-        return b"".join((
-            RECORD.pack(RECORD_FORMAT, self.kind, self.queue_id, self.queue_offset, self.anchor,
-                        self.resolves, self.time_ms, self.invisible_ms, self.attempt),
-            _U8.pack(len(group)), group, _U8.pack(len(topic)), topic,
-            _U16.pack(len(mgroup)), mgroup,
-        ))  # fmt: skip
+        return b"".join(
+            (
+                RECORD.pack(
+                    RECORD_FORMAT,
+                    self.kind,
+                    self.queue_id,
+                    self.queue_offset,
+                    self.anchor,
+                    self.resolves,
+                    self.time_ms,
+                    self.invisible_ms,
+                    self.attempt,
+                ),
+                _U8.pack(len(group)),
+                group,
+                _U8.pack(len(topic)),
+                topic,
+                _U16.pack(len(mgroup)),
+                mgroup,
+            )
+        )
 
     @classmethod
     def decode(cls, raw: bytes, revive_offset: int = -1) -> PopRecord:
@@ -117,8 +132,19 @@ class PopRecord:
             mgroup, pos = _name(raw, pos, _U16)
             if fmt != RECORD_FORMAT or pos != len(raw):
                 raise ValueError(f"format {fmt}, {len(raw) - pos} trailing bytes")
-            return cls(RecordKind(kind), group, topic, qid, offset, anchor, resolves, time_ms,
-                       inv_ms, attempt, mgroup)  # fmt: skip
+            return cls(
+                RecordKind(kind),
+                group,
+                topic,
+                qid,
+                offset,
+                anchor,
+                resolves,
+                time_ms,
+                inv_ms,
+                attempt,
+                mgroup,
+            )
         except (struct.error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             raise CorruptionError(
                 f"revive record at revive offset {revive_offset} does not decode: {exc}"
@@ -145,8 +171,9 @@ class ReviveLog:
         self._store.wait_dispatched()
         self.next_offset = self._store.max_offset(REVIVE_TOPIC, REVIVE_QUEUE_ID)
 
-    def append(self, records: list[PopRecord], companions: list[Message] | None = None
-               ) -> list[int]:  # fmt: skip
+    def append(
+        self, records: list[PopRecord], companions: list[Message] | None = None
+    ) -> list[int]:
         """Append ``companions`` then ``records`` in one call; return the records' offsets."""
         head = list(companions or ())
         messages = head + [

@@ -98,8 +98,9 @@ def delivery_attempt(message: StoredMessage) -> int:
     return message.reconsume_times + 1
 
 
-def revive_copy(message: StoredMessage, topic: str, reconsume_times: int,
-                from_topic: str | None = None) -> Message:  # fmt: skip
+def revive_copy(
+    message: StoredMessage, topic: str, reconsume_times: int, from_topic: str | None = None
+) -> Message:
     """The copy of ``message`` to put into ``topic`` (a retry or DLQ topic).
 
     Keeps the client-visible id (UNIQ_KEY; the offset id becomes it when the producer
@@ -115,8 +116,13 @@ def revive_copy(message: StoredMessage, topic: str, reconsume_times: int,
     for key in (PROPERTY_DELAY_LEVEL, PROPERTY_DELIVER_TIME_MS, PROPERTY_TIMER_ID):
         props.pop(key, None)
     return Message(
-        topic, message.body, queue_id=COPY_QUEUE_ID, properties=props, flag=message.flag,
+        topic,
+        message.body,
+        queue_id=COPY_QUEUE_ID,
+        properties=props,
+        flag=message.flag,
         sys_flag=message.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
-        born_timestamp_ms=message.born_timestamp_ms, born_host=message.born_host,
+        born_timestamp_ms=message.born_timestamp_ms,
+        born_host=message.born_host,
         reconsume_times=reconsume_times,
-    )  # fmt: skip
+    )

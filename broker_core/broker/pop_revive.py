@@ -70,9 +70,14 @@ class Reviver:
         for qs, entry in due:
             group, topic, qid = qs.key
             policy = _GIVE_UP if force_dlq else self._policy_for(group)
-            decision = revive_decision(self._group_of(group), topic, entry.attempt, policy,
-                                       fifo=self._in_place(group, topic),
-                                       now_ms=now_ms)  # fmt: skip
+            decision = revive_decision(
+                self._group_of(group),
+                topic,
+                entry.attempt,
+                policy,
+                fifo=self._in_place(group, topic),
+                now_ms=now_ms,
+            )
             if decision.destination is Destination.IN_PLACE:
                 in_place.append((qs, entry))
                 continue
@@ -80,8 +85,14 @@ class Reviver:
             if message is None:
                 kind = RecordKind.DROPPED
             else:
-                copies.append(revive_copy(message, decision.topic, decision.reconsume_times,
-                                          delivered_topic(topic, message)))  # fmt: skip
+                copies.append(
+                    revive_copy(
+                        message,
+                        decision.topic,
+                        decision.reconsume_times,
+                        delivered_topic(topic, message),
+                    )
+                )
                 retry = decision.destination is Destination.RETRY
                 kind = RecordKind.REVIVED if retry else RecordKind.DEAD_LETTERED
             records.append(resolution(kind, entry, now_ms))

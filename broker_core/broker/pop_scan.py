@@ -71,8 +71,9 @@ class QueuePlan:
 
 def _order_key(message: StoredMessage) -> str:
     """What a FIFO receive keeps in order: the message group, or a lite topic as a whole."""
-    return (message.properties.get(PROPERTY_MESSAGE_GROUP)
-            or message.properties.get(PROPERTY_LITE_TOPIC, ""))
+    return message.properties.get(PROPERTY_MESSAGE_GROUP) or message.properties.get(
+        PROPERTY_LITE_TOPIC, ""
+    )
 
 
 class QueueScanner:
@@ -83,8 +84,9 @@ class QueueScanner:
         self._state = state
         self._max_withheld = max_withheld_per_queue
 
-    def plan(self, qs: QueueState, budget: int, flt: MessageFilter | None, anchor: int,
-             *, fifo: bool) -> QueuePlan:  # fmt: skip
+    def plan(
+        self, qs: QueueState, budget: int, flt: MessageFilter | None, anchor: int, *, fifo: bool
+    ) -> QueuePlan:
         """Up to ``budget`` picks from ``qs``; ``flt`` None or ``*`` accepts everything."""
         plan = QueuePlan(qs, anchor, qs.popped_to)
         if fifo:
@@ -151,15 +153,19 @@ class QueueScanner:
             want = budget - len(plan.picks)
             try:
                 got = self._store.get_messages(
-                    topic, qid, pos, max(want, _FIFO_BATCH) if fifo else want,
+                    topic,
+                    qid,
+                    pos,
+                    max(want, _FIFO_BATCH) if fifo else want,
                     tag_filter=flt.matches_hash if flt else None,
                     message_filter=(lambda m: flt.matches(m.tag, m.properties)) if flt else None,
-                )  # fmt: skip
+                )
             except CorruptionError as exc:
                 # The unit at pos does not verify: it can never be delivered. Step over it
                 # (loudly) rather than stop every consumer of the group at it for good.
-                log.error("POP %s:%d skips offset %d, which does not verify: %s",
-                          topic, qid, pos, exc)  # fmt: skip
+                log.error(
+                    "POP %s:%d skips offset %d, which does not verify: %s", topic, qid, pos, exc
+                )
                 pos, scanned = pos + 1, scanned + 1
                 continue
             scanned += got.scanned
@@ -184,8 +190,15 @@ class QueueScanner:
         if plan.blocked(message_group):
             plan.withhold[offset] = (message_group, anchor)
             return
-        plan.take(Pick(message, delivered_topic(qs.key[1], message), delivery_attempt(message),
-                       anchor, message_group))  # fmt: skip
+        plan.take(
+            Pick(
+                message,
+                delivered_topic(qs.key[1], message),
+                delivery_attempt(message),
+                anchor,
+                message_group,
+            )
+        )
 
     def _withheld_full(self, plan: QueuePlan) -> bool:
         return len(plan.qs.withheld) + len(plan.withhold) >= self._max_withheld

@@ -239,8 +239,10 @@ class PopState:
         if len(self._deadlines) > 2 * self._live + 1024:
             self._deadlines = [
                 (e.deadline_ms, e.version, e.key, e.offset)
-                for qs in self.queues.values() for e in qs.inflight.values() if not e.expired
-            ]  # fmt: skip
+                for qs in self.queues.values()
+                for e in qs.inflight.values()
+                if not e.expired
+            ]
             heapq.heapify(self._deadlines)
 
     def pop_due(self, now_ms: int, limit: int) -> list[tuple[QueueState, InFlight]]:
@@ -277,8 +279,7 @@ class PopState:
                 qs.rescan_end = max(taken) + 1
                 qs.rescan_anchor = min([*qs.skip.values(), log_end])
 
-    def apply(self, revive_offset: int, record: PopRecord, start_offset: Callable[[], int]
-              ) -> None:  # fmt: skip
+    def apply(self, revive_offset: int, record: PopRecord, start_offset: Callable[[], int]) -> None:
         """Replay one record; ``start_offset`` gives a new queue's committed offset."""
         if record.kind is RecordKind.RESET:  # what was committed since counts from here on
             self.reset(record.key, max(record.queue_offset, start_offset()))
@@ -287,10 +288,19 @@ class PopState:
         if record.queue_offset < qs.popped_to:
             return  # resolved before the committed offset: nothing to rebuild
         if record.kind is RecordKind.CHECKPOINT:
-            self.deliver(qs, InFlight(
-                record.key, record.queue_offset, revive_offset, record.anchor, record.time_ms,
-                record.invisible_ms, record.attempt, record.message_group,
-            ))  # fmt: skip
+            self.deliver(
+                qs,
+                InFlight(
+                    record.key,
+                    record.queue_offset,
+                    revive_offset,
+                    record.anchor,
+                    record.time_ms,
+                    record.invisible_ms,
+                    record.attempt,
+                    record.message_group,
+                ),
+            )
             return
         entry = qs.inflight.get(record.queue_offset)
         if entry is not None:

@@ -115,8 +115,9 @@ class PullRequest:
 
     def at(self, offset: int) -> PullRequest:
         """The same request from another offset."""
-        return PullRequest(self.topic, self.queue_id, offset, self.max_count, self.filter,
-                           self.max_bytes, self.raw)  # fmt: skip
+        return PullRequest(
+            self.topic, self.queue_id, offset, self.max_count, self.filter, self.max_bytes, self.raw
+        )
 
 
 @dataclass(slots=True)
@@ -198,8 +199,7 @@ class PullService:
         raw: bool = False,
     ) -> PullResult:
         """Pull up to ``max_count`` messages (and about ``max_bytes``) from ``offset``."""
-        return self.execute(PullRequest(topic, queue_id, offset, max_count, filter, max_bytes,
-                                        raw))  # fmt: skip
+        return self.execute(PullRequest(topic, queue_id, offset, max_count, filter, max_bytes, raw))
 
     def execute(self, request: PullRequest) -> PullResult:
         """Run one :class:`PullRequest` (the form long polling re-runs)."""
@@ -207,9 +207,14 @@ class PullService:
         read = self._store.get_raw if request.raw else self._store.get_messages
         try:
             got = read(
-                request.topic, request.queue_id, request.offset, request.max_count,
-                max_bytes=request.max_bytes, tag_filter=tag_filter, message_filter=message_filter,
-            )  # fmt: skip
+                request.topic,
+                request.queue_id,
+                request.offset,
+                request.max_count,
+                max_bytes=request.max_bytes,
+                tag_filter=tag_filter,
+                message_filter=message_filter,
+            )
         except OffsetOutOfRangeError as exc:
             return self._out_of_range(request, exc)
         return _result_of(got, request.offset)
@@ -238,5 +243,13 @@ def _result_of(got: GetResult, offset: int) -> PullResult:
         status = PullStatus.NO_NEW_MESSAGE
     else:
         status = status_of_read(got.found, got.scanned)
-    return PullResult(status, got.next_offset, got.min_offset, got.max_offset, got.messages,
-                      scanned=got.scanned, filtered=got.filtered, raw=got.raw)  # fmt: skip
+    return PullResult(
+        status,
+        got.next_offset,
+        got.min_offset,
+        got.max_offset,
+        got.messages,
+        scanned=got.scanned,
+        filtered=got.filtered,
+        raw=got.raw,
+    )

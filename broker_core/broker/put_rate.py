@@ -26,8 +26,13 @@ from collections.abc import Callable
 class PutRate:
     """The growth per second of a monotonic total, over a sliding window of samples."""
 
-    def __init__(self, total: Callable[[], int], *, clock: Callable[[], float] = time.monotonic,
-                 window_s: float = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        total: Callable[[], int],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        window_s: float = 10.0,
+    ) -> None:
         self._total = total
         self._clock = clock
         self._window_s = window_s

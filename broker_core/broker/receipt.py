@@ -86,11 +86,22 @@ class ReceiptHandle:
             raise InvalidReceiptHandleError(
                 f"topic {self.topic!r} or broker name {self.broker_name!r} too long for a handle"
             )
-        raw = b"".join((
-            HEADER.pack(FORMAT, self.queue_id, self.queue_offset, self.checkpoint_offset,
-                        self.pop_time_ms, self.invisible_ms),
-            LENGTH.pack(len(topic)), topic, LENGTH.pack(len(broker)), broker,
-        ))  # fmt: skip
+        raw = b"".join(
+            (
+                HEADER.pack(
+                    FORMAT,
+                    self.queue_id,
+                    self.queue_offset,
+                    self.checkpoint_offset,
+                    self.pop_time_ms,
+                    self.invisible_ms,
+                ),
+                LENGTH.pack(len(topic)),
+                topic,
+                LENGTH.pack(len(broker)),
+                broker,
+            )
+        )
         raw += CRC.pack(zlib.crc32(raw))
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
@@ -157,5 +168,6 @@ def decode_handle(text: str) -> ReceiptHandle:
         raise InvalidReceiptHandleError("receipt handle has trailing bytes")
     if not topic or min(queue_id, queue_offset, checkpoint, pop_time_ms, invisible_ms) < 0:
         raise InvalidReceiptHandleError("receipt handle holds an empty topic or negative field")
-    return ReceiptHandle(topic, queue_id, queue_offset, checkpoint, pop_time_ms, invisible_ms,
-                         broker)  # fmt: skip
+    return ReceiptHandle(
+        topic, queue_id, queue_offset, checkpoint, pop_time_ms, invisible_ms, broker
+    )

@@ -90,9 +90,12 @@ def to_schedule_message(msg: Message, level: int, now_ms: int) -> Message:
     props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
     props[PROPERTY_DELAY_LEVEL] = str(level)
     return dataclasses.replace(
-        msg, topic=SCHEDULE_TOPIC, queue_id=queue_id, properties=props,
+        msg,
+        topic=SCHEDULE_TOPIC,
+        queue_id=queue_id,
+        properties=props,
         born_timestamp_ms=msg.born_timestamp_ms or now_ms,
-    )  # fmt: skip
+    )
 
 
 def real_destination(properties: dict[str, str]) -> tuple[str, int]:
@@ -116,11 +119,17 @@ def restore_real_message(stored: StoredMessage, system_properties: Iterable[str]
     dropped = set(system_properties)
     props = {k: v for k, v in stored.properties.items() if k not in dropped}
     return Message(
-        topic, stored.body, queue_id=queue_id, properties=props, flag=stored.flag,
-        sys_flag=stored.sys_flag, born_timestamp_ms=stored.born_timestamp_ms,
-        born_host=stored.born_host, reconsume_times=stored.reconsume_times,
+        topic,
+        stored.body,
+        queue_id=queue_id,
+        properties=props,
+        flag=stored.flag,
+        sys_flag=stored.sys_flag,
+        born_timestamp_ms=stored.born_timestamp_ms,
+        born_host=stored.born_host,
+        reconsume_times=stored.reconsume_times,
         prepared_transaction_offset=stored.prepared_transaction_offset,
-    )  # fmt: skip
+    )
 
 
 def level_due_ms(store_timestamp_ms: int, level: int) -> int:
@@ -249,8 +258,13 @@ class ScheduleService:
             result = self._store.get_messages(SCHEDULE_TOPIC, queue_id, offset, self._batch_size)
         except OffsetOutOfRangeError as exc:
             moved = exc.min_offset if offset < exc.min_offset else exc.max_offset
-            log.warning("delay level %d: offset %d out of range, moving to %d (%s)",
-                        level, offset, moved, exc)  # fmt: skip
+            log.warning(
+                "delay level %d: offset %d out of range, moving to %d (%s)",
+                level,
+                offset,
+                moved,
+                exc,
+            )
             return _Scan([], moved, None)
         out: list[Message] = []
         for stored in result.messages:

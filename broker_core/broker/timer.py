@@ -189,10 +189,15 @@ class TimerService:
             self._save_checkpoint()
 
     def _save_checkpoint(self) -> None:
-        write_json_atomic(self._dir / CHECKPOINT_FILE, {
-            "ingest_offset": self._ingest_offset, "read_time_ms": self._read_time,
-            "precision_ms": self.precision_ms, "wheel_slots": self.wheel_slots,
-        })  # fmt: skip
+        write_json_atomic(
+            self._dir / CHECKPOINT_FILE,
+            {
+                "ingest_offset": self._ingest_offset,
+                "read_time_ms": self._read_time,
+                "precision_ms": self.precision_ms,
+                "wheel_slots": self.wheel_slots,
+            },
+        )
         self._saved_read_time = self._read_time
         self._dirty = False
 
@@ -246,13 +251,15 @@ class TimerService:
         with self._lock:
             if self._closed:
                 raise StoreClosedError("timer service is closed")
-            target = link_target_ms(deliver_ms, self._read_time, self._horizon_ms(),
-                                    self.precision_ms)  # fmt: skip
+            target = link_target_ms(
+                deliver_ms, self._read_time, self._horizon_ms(), self.precision_ms
+            )
             if target is None:
                 return False
             chain = self._wheel.walk(self._log, target)
-            if not any(r.flags == FLAG_CANCEL and r.phys_offset == cancel.phys_offset
-                       for _, r in chain):  # fmt: skip
+            if not any(
+                r.flags == FLAG_CANCEL and r.phys_offset == cancel.phys_offset for _, r in chain
+            ):
                 self._wheel.link(self._log, [(target, cancel)])
             self.stats.recalled += 1
             return True
@@ -270,12 +277,14 @@ class TimerService:
         delivered = 0
         while True:
             try:
-                got = self._store.get_messages(TIMER_TOPIC, 0, self._ingest_offset,
-                                               self._batch_size)  # fmt: skip
+                got = self._store.get_messages(
+                    TIMER_TOPIC, 0, self._ingest_offset, self._batch_size
+                )
             except OffsetOutOfRangeError as exc:
                 moved = exc.min_offset if self._ingest_offset < exc.min_offset else exc.max_offset
-                log.warning("timer ingest offset %d out of range, moving to %d",
-                            self._ingest_offset, moved)  # fmt: skip
+                log.warning(
+                    "timer ingest offset %d out of range, moving to %d", self._ingest_offset, moved
+                )
                 self._ingest_offset, self._dirty = moved, True
                 continue
             if not got.messages and got.next_offset == self._ingest_offset:
@@ -284,8 +293,9 @@ class TimerService:
             due_now: list[tuple[int, StoredMessage]] = []
             for stored in got.messages:
                 deliver_ms = self._deliver_ms_of(stored)
-                target = link_target_ms(deliver_ms, self._read_time, self._horizon_ms(),
-                                        self.precision_ms)  # fmt: skip
+                target = link_target_ms(
+                    deliver_ms, self._read_time, self._horizon_ms(), self.precision_ms
+                )
                 if target is None:
                     due_now.append((deliver_ms, stored))
                 else:
@@ -316,8 +326,9 @@ class TimerService:
         plan = plan_firing(chain, slot_time, self.precision_ms)
         rolls = []
         for rec in plan.roll:
-            target = link_target_ms(rec.deliver_ms, slot_time, self._horizon_ms(),
-                                    self.precision_ms)  # fmt: skip
+            target = link_target_ms(
+                rec.deliver_ms, slot_time, self._horizon_ms(), self.precision_ms
+            )
             assert target is not None and target > slot_time
             rolls.append((target, rec))
         self._wheel.link(self._log, rolls)

@@ -145,8 +145,9 @@ class TimerLog:
         if position < 0 or position % RECORD_BYTES or position + RECORD_BYTES > self._end:
             raise CorruptionError(
                 f"timer record position {position} is outside the log (end {self._end})",
-                path=str(self.path), position=position,
-            )  # fmt: skip
+                path=str(self.path),
+                position=position,
+            )
         raw = os.pread(self._fd, RECORD_BYTES, position)
         return decode_record(raw, path=str(self.path), position=position)
 

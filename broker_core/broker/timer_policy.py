@@ -31,8 +31,12 @@ from broker_core.message import (
 )
 from broker_core.protocol.properties import PROPERTY_TIMER_DELIVER_MS
 
-TIMER_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TIMER_ID,
-                    PROPERTY_TIMER_DELIVER_MS)  # fmt: skip
+TIMER_PROPERTIES = (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_TIMER_ID,
+    PROPERTY_TIMER_DELIVER_MS,
+)
 
 
 def parse_deliver_ms(text: str) -> int:
@@ -75,8 +79,9 @@ def slot_time_ms(deliver_ms: int, precision_ms: int) -> int:
     return -(-deliver_ms // precision_ms) * precision_ms
 
 
-def link_target_ms(deliver_ms: int, read_time_ms: int, horizon_ms: int,
-                   precision_ms: int) -> int | None:  # fmt: skip
+def link_target_ms(
+    deliver_ms: int, read_time_ms: int, horizon_ms: int, precision_ms: int
+) -> int | None:
     """Slot time to chain a timer into; None when it is due now (its slot has fired).
 
     ``read_time_ms`` is the next slot time to fire and ``horizon_ms`` the farthest slot
@@ -99,8 +104,9 @@ class FiringPlan:
     duplicates: int = 0
 
 
-def plan_firing(chain: Sequence[tuple[int, TimerRecord]], slot_time: int,
-                precision_ms: int) -> FiringPlan:  # fmt: skip
+def plan_firing(
+    chain: Sequence[tuple[int, TimerRecord]], slot_time: int, precision_ms: int
+) -> FiringPlan:
     """Decide what firing ``slot_time`` does with its chain of ``(position, record)``.
 
     Cancelled timers (a cancel record with the same commitlog offset) are dropped; a

@@ -103,8 +103,9 @@ class TimingWheel:
             return None
         slot_time, first, last, count, crc = SLOT.unpack(raw)
         if crc != zlib.crc32(raw[:_BODY_BYTES]):
-            raise CorruptionError("timer wheel slot fails its checksum",
-                                  path=str(self.path), position=pos)  # fmt: skip
+            raise CorruptionError(
+                "timer wheel slot fails its checksum", path=str(self.path), position=pos
+            )
         if slot_time != slot_time_ms:
             return None
         return Slot(slot_time, first, last, count)
@@ -129,8 +130,12 @@ class TimingWheel:
         for slot_time, rec in entries:
             slot = pending.get(slot_time) or self.get(slot_time)
             chained.append(replace(rec, prev_pos=slot.last_pos if slot else NO_PREV))
-            pending[slot_time] = Slot(slot_time, slot.first_pos if slot else next_pos, next_pos,
-                                      (slot.count if slot else 0) + 1)  # fmt: skip
+            pending[slot_time] = Slot(
+                slot_time,
+                slot.first_pos if slot else next_pos,
+                next_pos,
+                (slot.count if slot else 0) + 1,
+            )
             next_pos += RECORD_BYTES
         indexes = {self._index(t) for t in pending}
         assert len(indexes) == len(pending), "two live slot times share one wheel slot"
@@ -156,8 +161,9 @@ class TimingWheel:
             if pos == NO_PREV:
                 raise CorruptionError(
                     f"timer wheel chain of {slot_time_ms} ends after {len(out)} of "
-                    f"{slot.count} records", path=str(self.path),
-                )  # fmt: skip
+                    f"{slot.count} records",
+                    path=str(self.path),
+                )
             rec = log.read(pos)
             out.append((pos, rec))
             pos = rec.prev_pos

@@ -48,11 +48,15 @@ def check_user_may_change(name: str, exists: bool) -> None:
     if is_system_topic(name):
         raise InvalidTopicError(f"{name!r} is a system topic and cannot be created or changed")
     if is_retry_topic(name):
-        raise InvalidTopicError(f"{name!r} is a retry topic; the broker creates and sizes it "
-                                f"for its group, it cannot be created or changed")  # fmt: skip
+        raise InvalidTopicError(
+            f"{name!r} is a retry topic; the broker creates and sizes it "
+            f"for its group, it cannot be created or changed"
+        )
     if is_dlq_topic(name) and not exists:
-        raise InvalidTopicError(f"{name!r} is a dead-letter topic; the broker creates it "
-                                f"on its group's first dead letter (it can be changed after)")
+        raise InvalidTopicError(
+            f"{name!r} is a dead-letter topic; the broker creates it "
+            f"on its group's first dead letter (it can be changed after)"
+        )
 
 
 def _differences(old: TopicConfig, new: TopicConfig) -> list[str]:
@@ -60,8 +64,14 @@ def _differences(old: TopicConfig, new: TopicConfig) -> list[str]:
     return [f"{key} {before[key]} -> {after[key]}" for key in before if before[key] != after[key]]
 
 
-def plan_change(old: TopicConfig | None, new: TopicConfig, *, update: bool, force: bool,
-                messages_in_queue: Callable[[int], int]) -> TopicChange:  # fmt: skip
+def plan_change(
+    old: TopicConfig | None,
+    new: TopicConfig,
+    *,
+    update: bool,
+    force: bool,
+    messages_in_queue: Callable[[int], int],
+) -> TopicChange:
     """Decide whether ``new`` may replace ``old`` (None: the topic does not exist).
 
     Raises InvalidTopicError for names users may not touch, and ConflictError for an
@@ -75,18 +85,29 @@ def plan_change(old: TopicConfig | None, new: TopicConfig, *, update: bool, forc
     if not differences:
         return TopicChange(old, created=False, changed=False)
     if not update:
-        raise ConflictError(f"topic {new.name!r} exists with other settings "
-                            f"({', '.join(differences)}); pass update (rmq topic create "
-                            f"--update) to change it")  # fmt: skip
+        raise ConflictError(
+            f"topic {new.name!r} exists with other settings "
+            f"({', '.join(differences)}); pass update (rmq topic create "
+            f"--update) to change it"
+        )
     if new.read_queue_nums >= old.read_queue_nums:
         return TopicChange(new, created=False, changed=True)
     hidden_ids = range(new.read_queue_nums, old.read_queue_nums)
     hidden = sum(messages_in_queue(q) for q in hidden_ids)
-    what = (f"read queues {old.read_queue_nums} -> {new.read_queue_nums} hides queues "
-            f"{hidden_ids[0]}..{hidden_ids[-1]} holding {hidden} message(s) from consumers "
-            f"(they stay in the store and reappear if the count grows again)")  # fmt: skip
+    what = (
+        f"read queues {old.read_queue_nums} -> {new.read_queue_nums} hides queues "
+        f"{hidden_ids[0]}..{hidden_ids[-1]} holding {hidden} message(s) from consumers "
+        f"(they stay in the store and reappear if the count grows again)"
+    )
     if not force:
-        raise ConflictError(f"topic {new.name!r}: {what}; pass force (rmq topic create "
-                            f"--update --force) to shrink it anyway")  # fmt: skip
-    return TopicChange(new, created=False, changed=True, hidden_messages=hidden,
-                       warnings=[f"topic {new.name!r}: {what}"])  # fmt: skip
+        raise ConflictError(
+            f"topic {new.name!r}: {what}; pass force (rmq topic create "
+            f"--update --force) to shrink it anyway"
+        )
+    return TopicChange(
+        new,
+        created=False,
+        changed=True,
+        hidden_messages=hidden,
+        warnings=[f"topic {new.name!r}: {what}"],
+    )

@@ -171,14 +171,27 @@ def half_message(msg: Message, producer_group: str, transaction_id: str, now_ms:
     props = dict(msg.properties)
     props.pop(PROPERTY_CHECK_TIMES, None)
     props[PROPERTY_UNIQ_KEY] = props.get(PROPERTY_UNIQ_KEY) or new_message_id()
-    props.update({
-        PROPERTY_REAL_TOPIC: msg.topic, PROPERTY_REAL_QUEUE_ID: str(msg.queue_id),
-        PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: producer_group,
-        PROPERTY_TRANSACTION_ID: transaction_id, PROPERTY_CHECK_BASE_MS: str(now_ms),
-    })  # fmt: skip
-    return Message(TRANS_HALF_TOPIC, msg.body, HALF_QUEUE_ID, props, msg.flag,
-                   msg.sys_flag & ~SYSFLAG_TRANSACTION_MASK, msg.born_timestamp_ms,
-                   msg.born_host, msg.reconsume_times)  # fmt: skip
+    props.update(
+        {
+            PROPERTY_REAL_TOPIC: msg.topic,
+            PROPERTY_REAL_QUEUE_ID: str(msg.queue_id),
+            PROPERTY_TRANSACTION_PREPARED: "true",
+            PROPERTY_PRODUCER_GROUP: producer_group,
+            PROPERTY_TRANSACTION_ID: transaction_id,
+            PROPERTY_CHECK_BASE_MS: str(now_ms),
+        }
+    )
+    return Message(
+        TRANS_HALF_TOPIC,
+        msg.body,
+        HALF_QUEUE_ID,
+        props,
+        msg.flag,
+        msg.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
+        msg.born_timestamp_ms,
+        msg.born_host,
+        msg.reconsume_times,
+    )
 
 
 def real_message(half: StoredMessage) -> Message:
@@ -191,9 +204,18 @@ def real_message(half: StoredMessage) -> Message:
     for key in (PROPERTY_TRANSACTION_PREPARED, PROPERTY_CHECK_TIMES, PROPERTY_CHECK_BASE_MS):
         props.pop(key, None)
     sys_flag = (half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_COMMIT
-    return Message(topic, half.body, int(queue_id), props, half.flag, sys_flag,
-                   half.born_timestamp_ms, half.born_host, half.reconsume_times,
-                   prepared_transaction_offset=half.physical_offset)  # fmt: skip
+    return Message(
+        topic,
+        half.body,
+        int(queue_id),
+        props,
+        half.flag,
+        sys_flag,
+        half.born_timestamp_ms,
+        half.born_host,
+        half.reconsume_times,
+        prepared_transaction_offset=half.physical_offset,
+    )
 
 
 # --------------------------------------------------------------------------- the service
@@ -242,8 +264,12 @@ class TransactionService:
             self._ledger_or_none = ledger
             self._retire(retire)
             self._commit_progress()
-        log.info("transactions recovered: %d unresolved, %d retired, half progress %d",
-                 ledger.live_count, len(retire), ledger.half_progress)  # fmt: skip
+        log.info(
+            "transactions recovered: %d unresolved, %d retired, half progress %d",
+            ledger.live_count,
+            len(retire),
+            ledger.half_progress,
+        )
 
     @property
     def _ledger(self) -> HalfLedger:
@@ -268,19 +294,26 @@ class TransactionService:
             existing = self._ledger.live_by_id(message_id)
             if existing is None:
                 put = self._store.put_message(half_msg)
-                existing = live_half_from(half_msg.properties, put.queue_offset,
-                                          put.physical_offset, self._check_timeout_ms)  # fmt: skip
+                existing = live_half_from(
+                    half_msg.properties,
+                    put.queue_offset,
+                    put.physical_offset,
+                    self._check_timeout_ms,
+                )
                 self._ledger.add_live(existing)
                 self._recent.pop(message_id, None)
             elif existing.transaction_id != transaction_id:
                 raise InvalidArgumentError(
                     f"message {message_id} is already prepared in transaction "
-                    f"{existing.transaction_id}, not {transaction_id}")  # fmt: skip
-        return PrepareResult(message_id, transaction_id, existing.queue_offset,
-                             existing.physical_offset)  # fmt: skip
+                    f"{existing.transaction_id}, not {transaction_id}"
+                )
+        return PrepareResult(
+            message_id, transaction_id, existing.queue_offset, existing.physical_offset
+        )
 
-    def end(self, message_id: str, transaction_id: str, resolution: Resolution,
-            *, from_check: bool) -> EndResult:  # fmt: skip
+    def end(
+        self, message_id: str, transaction_id: str, resolution: Resolution, *, from_check: bool
+    ) -> EndResult:
         """Commit or roll back the unresolved half ``message_id``.
 
         Raises MessageNotFoundError when no unresolved half has that id (unknown, or
@@ -300,7 +333,8 @@ class TransactionService:
             if half.transaction_id != transaction_id:
                 raise InvalidTransactionIdError(
                     f"message {message_id} belongs to transaction {half.transaction_id}, "
-                    f"not {transaction_id}")  # fmt: skip
+                    f"not {transaction_id}"
+                )
             batch = [op_message(half.queue_offset, self._clock_ms())]
             if resolution is Resolution.COMMIT:
                 batch.insert(0, real_message(self._store.read_message(half.physical_offset)))
@@ -308,8 +342,13 @@ class TransactionService:
             self._ledger.finish(half.queue_offset, puts[-1].queue_offset)
             self._remember(message_id, resolution)
             self._commit_progress()
-        log.info("transaction %s of %s: %s (%s)", transaction_id, message_id, resolution,
-                 "answer to check" if from_check else "producer")  # fmt: skip
+        log.info(
+            "transaction %s of %s: %s (%s)",
+            transaction_id,
+            message_id,
+            resolution,
+            "answer to check" if from_check else "producer",
+        )
         delivered = puts[0] if resolution is Resolution.COMMIT else None
         return EndResult(message_id, resolution, from_check, delivered)
 
@@ -363,8 +402,11 @@ class TransactionService:
                 log.error("transaction ledger: half record %d: %s", offset, exc)
                 found = []
             if found:
-                log.warning("transaction ledger: half record %d was not registered; "
-                            "read it back from the store", offset)  # fmt: skip
+                log.warning(
+                    "transaction ledger: half record %d was not registered; "
+                    "read it back from the store",
+                    offset,
+                )
                 retired = admit_half(ledger, found[0], self._check_timeout_ms)
                 self._retire([] if retired is None else [retired])
             else:
@@ -421,26 +463,33 @@ class TransactionService:
         copy = recheck_message(stored, now_ms)
         copy_put, op_put = self._store.put_messages([copy, op_message(half.queue_offset, now_ms)])
         self._ledger.finish(half.queue_offset, op_put.queue_offset)
-        live = live_half_from(copy.properties, copy_put.queue_offset, copy_put.physical_offset,
-                              self._check_timeout_ms)  # fmt: skip
+        live = live_half_from(
+            copy.properties, copy_put.queue_offset, copy_put.physical_offset, self._check_timeout_ms
+        )
         self._ledger.add_live(live)
         now_stored = self._store.read_message(copy_put.physical_offset)
-        return CheckRequest(live.producer_group, live.transaction_id, live.message_id,
-                            live.check_times, now_stored)  # fmt: skip
+        return CheckRequest(
+            live.producer_group, live.transaction_id, live.message_id, live.check_times, now_stored
+        )
 
     def _give_up(self, half: LiveHalf, now_ms: int) -> None:
         op = self._store.put_message(op_message(half.queue_offset, now_ms))
         self._ledger.finish(half.queue_offset, op.queue_offset)
         self._remember(half.message_id, Resolution.ROLLBACK)
-        log.warning("transaction %s of %s (producer group %s) unresolved after %d checks; "
-                    "rolled back", half.transaction_id, half.message_id, half.producer_group,
-                    half.check_times)  # fmt: skip
+        log.warning(
+            "transaction %s of %s (producer group %s) unresolved after %d checks; rolled back",
+            half.transaction_id,
+            half.message_id,
+            half.producer_group,
+            half.check_times,
+        )
 
     def stats(self) -> TransactionStats:
         with self._lock:
             ledger = self._ledger
-            return TransactionStats(ledger.live_count, ledger.finished_held,
-                                    ledger.half_progress, ledger.op_progress)  # fmt: skip
+            return TransactionStats(
+                ledger.live_count, ledger.finished_held, ledger.half_progress, ledger.op_progress
+            )
 
     # ---- the check thread ---------------------------------------------------------------
 

@@ -72,8 +72,13 @@ def op_message(half_offset: int, now_ms: int) -> Message:
     """The op record finishing the half record at queue offset ``half_offset``."""
     if half_offset < 0:
         raise InvalidArgumentError(f"half offset must be >= 0, got {half_offset}")
-    return Message(TRANS_OP_HALF_TOPIC, str(half_offset).encode(), OP_QUEUE_ID,
-                   {"TAGS": OP_TAG}, born_timestamp_ms=now_ms)  # fmt: skip
+    return Message(
+        TRANS_OP_HALF_TOPIC,
+        str(half_offset).encode(),
+        OP_QUEUE_ID,
+        {"TAGS": OP_TAG},
+        born_timestamp_ms=now_ms,
+    )
 
 
 def parse_op_body(body: bytes) -> list[int]:
@@ -143,9 +148,15 @@ def live_half_from(
     check_times = _int_property(props, PROPERTY_CHECK_TIMES, 0)
     if check_times < 0:
         raise InvalidArgumentError(f"half message at offset {queue_offset}: negative check times")
-    return LiveHalf(queue_offset, physical_offset, props[PROPERTY_UNIQ_KEY],
-                    props[PROPERTY_TRANSACTION_ID], props[PROPERTY_PRODUCER_GROUP],
-                    check_times, check_due_ms(props, check_timeout_ms))  # fmt: skip
+    return LiveHalf(
+        queue_offset,
+        physical_offset,
+        props[PROPERTY_UNIQ_KEY],
+        props[PROPERTY_TRANSACTION_ID],
+        props[PROPERTY_PRODUCER_GROUP],
+        check_times,
+        check_due_ms(props, check_timeout_ms),
+    )
 
 
 class CheckAction(Enum):
@@ -192,8 +203,17 @@ def recheck_message(half: StoredMessage, now_ms: int) -> Message:
     props = dict(half.properties)
     props[PROPERTY_CHECK_TIMES] = str(int(props.get(PROPERTY_CHECK_TIMES) or 0) + 1)
     props[PROPERTY_CHECK_BASE_MS] = str(now_ms)
-    return Message(half.topic, half.body, half.queue_id, props, half.flag, half.sys_flag,
-                   half.born_timestamp_ms, half.born_host, half.reconsume_times)  # fmt: skip
+    return Message(
+        half.topic,
+        half.body,
+        half.queue_id,
+        props,
+        half.flag,
+        half.sys_flag,
+        half.born_timestamp_ms,
+        half.born_host,
+        half.reconsume_times,
+    )
 
 
 # --------------------------------------------------------------------------- the ledger
@@ -289,15 +309,17 @@ class HalfLedger:
 
     def due(self, now_ms: int) -> list[LiveHalf]:
         """Live records due for a check at ``now_ms``, oldest first."""
-        return sorted((h for h in self._live.values() if h.due_ms <= now_ms),
-                      key=lambda h: h.queue_offset)  # fmt: skip
+        return sorted(
+            (h for h in self._live.values() if h.due_ms <= now_ms), key=lambda h: h.queue_offset
+        )
 
 
 # --------------------------------------------------------------------------- recovery
 
 
-def read_queue(store: MessageStore, topic: str, queue_id: int, start: int,
-               end: int) -> Iterator[StoredMessage]:  # fmt: skip
+def read_queue(
+    store: MessageStore, topic: str, queue_id: int, start: int, end: int
+) -> Iterator[StoredMessage]:
     """Messages of one queue with offsets in ``[start, end)``, in order."""
     offset = start
     while offset < end:
@@ -319,9 +341,11 @@ def _clamp(value: int | None, low: int, high: int, what: str) -> int:
 
 
 def recover_ledger(
-    store: MessageStore, half_progress: int | None, op_progress: int | None,
+    store: MessageStore,
+    half_progress: int | None,
+    op_progress: int | None,
     check_timeout_ms: int,
-) -> tuple[HalfLedger, list[int]]:  # fmt: skip
+) -> tuple[HalfLedger, list[int]]:
     """Rebuild the ledger from the half and op topics (the store must be open).
 
     Returns the ledger and the half offsets the caller must retire with op records:
@@ -332,10 +356,14 @@ def recover_ledger(
         raise StoreClosedError("transaction state is recovered from an open store only")
     if not store.wait_dispatched():
         raise BusyError("dispatch is behind; transaction state cannot be recovered yet")
-    h_lo, h_hi = store.min_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID), store.max_offset(
-        TRANS_HALF_TOPIC, HALF_QUEUE_ID)  # fmt: skip
-    o_lo, o_hi = store.min_offset(TRANS_OP_HALF_TOPIC, OP_QUEUE_ID), store.max_offset(
-        TRANS_OP_HALF_TOPIC, OP_QUEUE_ID)  # fmt: skip
+    h_lo, h_hi = (
+        store.min_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID),
+        store.max_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID),
+    )
+    o_lo, o_hi = (
+        store.min_offset(TRANS_OP_HALF_TOPIC, OP_QUEUE_ID),
+        store.max_offset(TRANS_OP_HALF_TOPIC, OP_QUEUE_ID),
+    )
     first_op = _clamp(op_progress, o_lo, o_hi, "op progress")
     ledger = HalfLedger(_clamp(half_progress, h_lo, h_hi, "half progress"), first_op)
     for op in read_queue(store, TRANS_OP_HALF_TOPIC, OP_QUEUE_ID, first_op, o_hi):
@@ -365,11 +393,11 @@ def admit_half(ledger: HalfLedger, msg: StoredMessage, check_timeout_ms: int) ->
     if ledger.is_finished(msg.queue_offset) or ledger.live_at(msg.queue_offset):
         return None
     try:
-        half = live_half_from(msg.properties, msg.queue_offset, msg.physical_offset,
-                              check_timeout_ms)  # fmt: skip
+        half = live_half_from(
+            msg.properties, msg.queue_offset, msg.physical_offset, check_timeout_ms
+        )
     except InvalidArgumentError as exc:
-        log.error("half record %d cannot be checked, rolling it back: %s",
-                  msg.queue_offset, exc)  # fmt: skip
+        log.error("half record %d cannot be checked, rolling it back: %s", msg.queue_offset, exc)
         ledger.half_end = max(ledger.half_end, msg.queue_offset + 1)
         return msg.queue_offset
     older = ledger.add_live(half)

@@ -58,10 +58,16 @@ def backoff_spec(spec: str | Mapping[str, Any] | None) -> str | dict[str, Any] |
         initial, multiplier, cap = parts
         factor = float(multiplier)
     except ValueError:
-        raise InvalidArgumentError(f"exponential backoff is exponential:INITIAL,MULTIPLIER,MAX "
-                                   f"(e.g. exponential:1s,2,1m), got {spec!r}") from None
-    return {"type": "exponential", "initial_ms": parse_duration_ms(initial),
-            "multiplier": factor, "max_ms": parse_duration_ms(cap)}  # fmt: skip
+        raise InvalidArgumentError(
+            f"exponential backoff is exponential:INITIAL,MULTIPLIER,MAX "
+            f"(e.g. exponential:1s,2,1m), got {spec!r}"
+        ) from None
+    return {
+        "type": "exponential",
+        "initial_ms": parse_duration_ms(initial),
+        "multiplier": factor,
+        "max_ms": parse_duration_ms(cap),
+    }
 
 
 def reset_target(to: str | int) -> str | int:
@@ -75,7 +81,8 @@ def reset_target(to: str | int) -> str | int:
     except ValueError:
         raise InvalidArgumentError(
             f"reset to earliest, latest, epoch ms or an ISO-8601 time "
-            f"(2024-05-01T12:00:00Z), got {to!r}") from None  # fmt: skip
+            f"(2024-05-01T12:00:00Z), got {to!r}"
+        ) from None
     return int(moment.timestamp() * 1000)
 
 
@@ -95,28 +102,45 @@ class AdminCalls(ABC):
         result: dict[str, Any] = self._admin("Health", {})
         return result
 
-    def create_topic(self, name: str, *, queues: int | None = None,
-                     read_queues: int | None = None, write_queues: int | None = None,
-                     perm: int | None = None, message_type: str | None = None,
-                     attributes: Mapping[str, str] | None = None, update: bool = False,
-                     force: bool = False) -> dict[str, Any]:  # fmt: skip
+    def create_topic(
+        self,
+        name: str,
+        *,
+        queues: int | None = None,
+        read_queues: int | None = None,
+        write_queues: int | None = None,
+        perm: int | None = None,
+        message_type: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+        update: bool = False,
+        force: bool = False,
+    ) -> dict[str, Any]:
         """Create ``name`` (or find it with the same settings); returns the topic's config
         with ``created``, ``changed``, ``hidden_messages`` and ``warnings``.
 
         An existing topic with other settings raises ConflictError unless ``update``;
         fewer read queues also need ``force`` (the answer's warnings say what it hid).
         """
-        result: dict[str, Any] = self._admin("CreateTopic", _drop_none({
-            "name": name, "queues": queues, "read_queues": read_queues,
-            "write_queues": write_queues, "perm": perm, "message_type": message_type,
-            "attributes": dict(attributes) if attributes is not None else None,
-            "update": update or None, "force": force or None,
-        }))  # fmt: skip
+        result: dict[str, Any] = self._admin(
+            "CreateTopic",
+            _drop_none(
+                {
+                    "name": name,
+                    "queues": queues,
+                    "read_queues": read_queues,
+                    "write_queues": write_queues,
+                    "perm": perm,
+                    "message_type": message_type,
+                    "attributes": dict(attributes) if attributes is not None else None,
+                    "update": update or None,
+                    "force": force or None,
+                }
+            ),
+        )
         return result
 
     def list_topics(self, *, include_system: bool = False) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._admin("ListTopics",
-                                                   {"include_system": include_system})
+        result: list[dict[str, Any]] = self._admin("ListTopics", {"include_system": include_system})
         return result
 
     def topic_status(self, name: str) -> list[dict[str, Any]]:
@@ -127,13 +151,20 @@ class AdminCalls(ABC):
     def delete_topic(self, name: str) -> None:
         self._admin("DeleteTopic", {"name": name})
 
-    def create_group(self, name: str, *, max_retries: int | None = None,
-                     retry_backoff: str | Mapping[str, Any] | None = None,
-                     fifo: bool | None = None, consume_from_where: str | None = None,
-                     consume_timestamp_ms: int | None = None, broadcast: bool | None = None,
-                     consume_enable: bool | None = None,
-                     rebalance_strategy: str | None = None,
-                     update: bool = False) -> dict[str, Any]:  # fmt: skip
+    def create_group(
+        self,
+        name: str,
+        *,
+        max_retries: int | None = None,
+        retry_backoff: str | Mapping[str, Any] | None = None,
+        fifo: bool | None = None,
+        consume_from_where: str | None = None,
+        consume_timestamp_ms: int | None = None,
+        broadcast: bool | None = None,
+        consume_enable: bool | None = None,
+        rebalance_strategy: str | None = None,
+        update: bool = False,
+    ) -> dict[str, Any]:
         """Create ``name`` (or find it with the same settings); with ``update``, change the
         settings given of an existing group (without it, other settings raise ConflictError).
 
@@ -142,13 +173,23 @@ class AdminCalls(ABC):
         object such as ``{"type": "exponential", "initial_ms": 1000, ...}``.
         """
         backoff = backoff_spec(retry_backoff)
-        result: dict[str, Any] = self._admin("CreateGroup", _drop_none({
-            "name": name, "max_retries": max_retries, "retry_backoff": backoff, "fifo": fifo,
-            "consume_from_where": consume_from_where,
-            "consume_timestamp_ms": consume_timestamp_ms, "broadcast": broadcast,
-            "consume_enable": consume_enable, "rebalance_strategy": rebalance_strategy,
-            "update": update or None,
-        }))  # fmt: skip
+        result: dict[str, Any] = self._admin(
+            "CreateGroup",
+            _drop_none(
+                {
+                    "name": name,
+                    "max_retries": max_retries,
+                    "retry_backoff": backoff,
+                    "fifo": fifo,
+                    "consume_from_where": consume_from_where,
+                    "consume_timestamp_ms": consume_timestamp_ms,
+                    "broadcast": broadcast,
+                    "consume_enable": consume_enable,
+                    "rebalance_strategy": rebalance_strategy,
+                    "update": update or None,
+                }
+            ),
+        )
         return result
 
     def list_groups(self) -> list[dict[str, Any]]:
@@ -158,13 +199,20 @@ class AdminCalls(ABC):
     def group_progress(self, name: str, topic: str | None = None) -> dict[str, Any]:
         """``{"group", "queues": [{topic, queue_id, broker_offset, consumer_offset, lag}],
         "total_lag"}``; GroupNotFoundError for an unknown group."""
-        result: dict[str, Any] = self._admin("GroupProgress",
-                                             _drop_none({"name": name, "topic": topic}))
+        result: dict[str, Any] = self._admin(
+            "GroupProgress", _drop_none({"name": name, "topic": topic})
+        )
         return result
 
-    def query_message(self, *, message_id: str | None = None, key: str | None = None,
-                      topic: str | None = None, max_results: int | None = None,
-                      text_bodies: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+    def query_message(
+        self,
+        *,
+        message_id: str | None = None,
+        key: str | None = None,
+        topic: str | None = None,
+        max_results: int | None = None,
+        text_bodies: bool = False,
+    ) -> list[dict[str, Any]]:
         """Messages by id (MessageNotFoundError if none) or by key within ``topic``.
 
         Bodies are base64 (``body_encoding == "base64"``), or text when ``text_bodies``
@@ -172,31 +220,44 @@ class AdminCalls(ABC):
         """
         if (message_id is None) == (key is None):
             raise InvalidArgumentError("query_message needs exactly one of message_id and key")
-        result: list[dict[str, Any]] = self._admin("QueryMessage", _drop_none({
-            "id": message_id, "key": key, "topic": topic, "max_results": max_results,
-            "text_bodies": text_bodies or None,
-        }))  # fmt: skip
+        result: list[dict[str, Any]] = self._admin(
+            "QueryMessage",
+            _drop_none(
+                {
+                    "id": message_id,
+                    "key": key,
+                    "topic": topic,
+                    "max_results": max_results,
+                    "text_bodies": text_bodies or None,
+                }
+            ),
+        )
         return result
 
-    def lock_queues(self, group: str, topic: str, queue_ids: Iterable[int], *,
-                    client_id: str) -> set[int]:  # fmt: skip
+    def lock_queues(
+        self, group: str, topic: str, queue_ids: Iterable[int], *, client_id: str
+    ) -> set[int]:
         """Lock queues of ``topic`` for ``client_id`` in ``group`` (orderly consumption);
         returns the ids it holds now: another client's live lock leaves a queue out."""
-        result = self._admin("LockQueues", {"group": group, "client_id": client_id,
-                                            "topic": topic, "queue_ids": list(queue_ids)})
+        result = self._admin(
+            "LockQueues",
+            {"group": group, "client_id": client_id, "topic": topic, "queue_ids": list(queue_ids)},
+        )
         return {int(q) for q in result["locked"]}
 
-    def unlock_queues(self, group: str, topic: str, queue_ids: Iterable[int], *,
-                      client_id: str) -> set[int]:  # fmt: skip
+    def unlock_queues(
+        self, group: str, topic: str, queue_ids: Iterable[int], *, client_id: str
+    ) -> set[int]:
         """Release the queues ``client_id`` holds among ``queue_ids``; returns them."""
-        result = self._admin("UnlockQueues", {"group": group, "client_id": client_id,
-                                              "topic": topic, "queue_ids": list(queue_ids)})
+        result = self._admin(
+            "UnlockQueues",
+            {"group": group, "client_id": client_id, "topic": topic, "queue_ids": list(queue_ids)},
+        )
         return {int(q) for q in result["unlocked"]}
 
     def reset_offset(self, group: str, topic: str, to: str | int) -> dict[int, int]:
         """Move ``group`` in every queue of ``topic`` to ``"earliest"``, ``"latest"`` or the
         first message stored at or after ``to`` (epoch ms or ISO-8601, see
         :func:`reset_target`); returns {queue id: offset}."""
-        rows = self._admin("ResetOffset", {"group": group, "topic": topic,
-                                           "to": reset_target(to)})
+        rows = self._admin("ResetOffset", {"group": group, "topic": topic, "to": reset_target(to)})
         return {int(row["queue_id"]): int(row["offset"]) for row in rows}

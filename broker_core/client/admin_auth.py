@@ -12,11 +12,14 @@ from broker_core.client.admin import AdminCalls
 class AuthAdminCalls(AdminCalls):
     """``rmq user …`` and ``rmq acl …`` over the admin service."""
 
-    def create_user(self, user: str, secret_key: str, *, superuser: bool = False,
-                    update: bool = False) -> dict[str, Any]:  # fmt: skip
+    def create_user(
+        self, user: str, secret_key: str, *, superuser: bool = False, update: bool = False
+    ) -> dict[str, Any]:
         """Add a user (``update``: or replace it); ``{"user", "superuser", "created"}``."""
-        result: dict[str, Any] = self._admin("CreateUser", {
-            "user": user, "secret_key": secret_key, "superuser": superuser, "update": update})
+        result: dict[str, Any] = self._admin(
+            "CreateUser",
+            {"user": user, "secret_key": secret_key, "superuser": superuser, "update": update},
+        )
         return result
 
     def delete_user(self, user: str) -> None:
@@ -26,13 +29,26 @@ class AuthAdminCalls(AdminCalls):
         result: list[dict[str, Any]] = self._admin("ListUsers", {})
         return result
 
-    def create_acl(self, user: str, resource: str, actions: Sequence[str], *,
-                   decision: str = "Allow",
-                   source_ips: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+    def create_acl(
+        self,
+        user: str,
+        resource: str,
+        actions: Sequence[str],
+        *,
+        decision: str = "Allow",
+        source_ips: Sequence[str] = (),
+    ) -> dict[str, Any]:
         """Give ``user`` a rule on ``resource`` (``Topic:orders``, ``Group:g*``, …)."""
-        result: dict[str, Any] = self._admin("CreateAcl", {
-            "user": user, "resource": resource, "actions": list(actions),
-            "decision": decision, "source_ips": list(source_ips)})  # fmt: skip
+        result: dict[str, Any] = self._admin(
+            "CreateAcl",
+            {
+                "user": user,
+                "resource": resource,
+                "actions": list(actions),
+                "decision": decision,
+                "source_ips": list(source_ips),
+            },
+        )
         return result
 
     def delete_acl(self, user: str, resource: str | None = None) -> int:
@@ -41,6 +57,7 @@ class AuthAdminCalls(AdminCalls):
         return int(self._admin("DeleteAcl", payload)["deleted"])
 
     def list_acls(self, user: str | None = None) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._admin("ListAcls", {} if user is None
-                                                   else {"user": user})  # fmt: skip
+        result: list[dict[str, Any]] = self._admin(
+            "ListAcls", {} if user is None else {"user": user}
+        )
         return result

@@ -36,8 +36,9 @@ from broker_core.protocol.bulk_send import (
 SEND_PATH: Final = f"/{SERVICE_NAME}/{SEND_METHOD}"
 
 
-def _properties(message_id: str, tag: str | None, keys: Sequence[str] | None,
-                user: Mapping[str, str] | None) -> bytes:  # fmt: skip
+def _properties(
+    message_id: str, tag: str | None, keys: Sequence[str] | None, user: Mapping[str, str] | None
+) -> bytes:
     text = f"UNIQ_KEY\x01{message_id}\x02"
     if tag is not None:
         text += f"TAGS\x01{tag}\x02"
@@ -49,11 +50,13 @@ def _properties(message_id: str, tag: str | None, keys: Sequence[str] | None,
 
 
 def encode_bulk(
-    topic: str, bodies: Sequence[bytes], *,
+    topic: str,
+    bodies: Sequence[bytes],
+    *,
     tags: Sequence[str | None] | None = None,
     keys: Sequence[Sequence[str] | None] | None = None,
     properties: Sequence[Mapping[str, str] | None] | None = None,
-) -> tuple[bytes, list[str]]:  # fmt: skip
+) -> tuple[bytes, list[str]]:
     """(the SendBulk request, the message ids given) for plain messages as columns."""
     count = len(bodies)
     if not count:
@@ -68,10 +71,17 @@ def encode_bulk(
         encoded = [f"UNIQ_KEY\x01{message_id}\x02".encode() for message_id in ids]
     else:
         none = [None] * count
-        encoded = [_properties(*row) for row in zip(ids, tags or none, keys or none,
-                                                    properties or none, strict=True)]  # fmt: skip
-    frame = encode_request(topic, bodies, encoded, born_timestamp_ms=time.time_ns() // 1_000_000,
-                           born_host=local_host())  # fmt: skip
+        encoded = [
+            _properties(*row)
+            for row in zip(ids, tags or none, keys or none, properties or none, strict=True)
+        ]
+    frame = encode_request(
+        topic,
+        bodies,
+        encoded,
+        born_timestamp_ms=time.time_ns() // 1_000_000,
+        born_host=local_host(),
+    )
     return frame, ids
 
 
@@ -80,7 +90,10 @@ def bulk_receipts(response: bytes, ids: list[str]) -> list[SendReceipt]:
     status, offsets = decode_response(response)
     check(pb.Status(code=int(status.get("code", 0)), message=str(status.get("message", ""))))
     if len(offsets) != len(ids):
-        raise InvalidArgumentError(f"broker answered {len(offsets)} offsets for {len(ids)} "
-                                   "messages")  # fmt: skip
-    return [SendReceipt(message_id, offset, "", "") for message_id, offset in zip(
-        ids, offsets, strict=True)]  # fmt: skip
+        raise InvalidArgumentError(
+            f"broker answered {len(offsets)} offsets for {len(ids)} messages"
+        )
+    return [
+        SendReceipt(message_id, offset, "", "")
+        for message_id, offset in zip(ids, offsets, strict=True)
+    ]

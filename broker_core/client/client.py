@@ -78,9 +78,11 @@ T = TypeVar("T")
 CLIENT_VERSION: Final = "broker_core-0.1.0"
 MAX_MESSAGE_BYTES: Final = 256 << 20
 MAX_BACKOFF_S: Final = 2.0
-QUERY_POLICIES: Final = {"BEGINNING": pb.QueryOffsetPolicy.BEGINNING,
-                         "END": pb.QueryOffsetPolicy.END,
-                         "TIMESTAMP": pb.QueryOffsetPolicy.TIMESTAMP}  # fmt: skip
+QUERY_POLICIES: Final = {
+    "BEGINNING": pb.QueryOffsetPolicy.BEGINNING,
+    "END": pb.QueryOffsetPolicy.END,
+    "TIMESTAMP": pb.QueryOffsetPolicy.TIMESTAMP,
+}
 FILTER_TYPES: Final = {"TAG": pb.FilterType.TAG, "SQL": pb.FilterType.SQL}
 _SERVICE: Final = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,13 +95,11 @@ def routed(topic_index: int) -> Callable[[F], F]:
 
     def wrap(method: F) -> F:
         @functools.wraps(method)
-        def call(self: RocketMQClient, *args: Any, broker: str | None = None,
-                 **kwargs: Any) -> Any:  # fmt: skip
+        def call(self: RocketMQClient, *args: Any, broker: str | None = None, **kwargs: Any) -> Any:
             if self.cluster is None:
                 return method(self, *args, **kwargs)
             topic = args[topic_index] if len(args) > topic_index else kwargs["topic"]
-            return getattr(self.cluster.for_queue(topic, broker), method.__name__)(
-                *args, **kwargs)
+            return getattr(self.cluster.for_queue(topic, broker), method.__name__)(*args, **kwargs)
 
         return call  # type: ignore[return-value]
 
@@ -127,17 +127,29 @@ def _picker(indexes: list[int]) -> Callable[[Sequence[T] | None], list[T] | None
 class RocketMQClient(AsyncSends, AuthAdminCalls):
     """One broker endpoint, or a cluster; see the module docstring for the contract."""
 
-    def __init__(self, endpoints: str | None = None, *, namesrv: str | None = None,
-                 timeout_s: float = 10.0, client_id: str | None = None,
-                 max_attempts: int = 3, retry_backoff_s: float = 0.1,
-                 namespace: str = "", access_key: str | None = None,
-                 secret_key: str | None = None, tls: bool = False,
-                 ca_file: str | None = None, cert_file: str | None = None,
-                 key_file: str | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 bulk: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        endpoints: str | None = None,
+        *,
+        namesrv: str | None = None,
+        timeout_s: float = 10.0,
+        client_id: str | None = None,
+        max_attempts: int = 3,
+        retry_backoff_s: float = 0.1,
+        namespace: str = "",
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        tls: bool = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        bulk: bool = True,
+    ) -> None:
         if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0 or max_in_flight < 1:
-            raise InvalidArgumentError("timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0, "
-                                       "max_in_flight >= 1")  # fmt: skip
+            raise InvalidArgumentError(
+                "timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0, max_in_flight >= 1"
+            )
         if endpoints is None and namesrv is None:
             raise InvalidArgumentError("give endpoints (one broker) or namesrv (a cluster)")
         if bool(access_key) != bool(secret_key):
@@ -148,12 +160,30 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         self.ca_file = ca_file
         self.cert_file, self.key_file = cert_file, key_file  # a client certificate (mTLS)
         self.endpoint = parse_endpoint(endpoints) if endpoints is not None else ""
-        self.cluster = None if namesrv is None else ClusterRouting(namesrv, functools.partial(
-            RocketMQClient, timeout_s=timeout_s, client_id=client_id, max_attempts=max_attempts,
-            retry_backoff_s=retry_backoff_s, namespace=namespace, access_key=access_key,
-            secret_key=secret_key, tls=tls, ca_file=ca_file, cert_file=cert_file,
-            key_file=key_file, max_in_flight=max_in_flight, bulk=bulk),
-            tls_files=(ca_file, cert_file, key_file) if self.tls else None)  # fmt: skip
+        self.cluster = (
+            None
+            if namesrv is None
+            else ClusterRouting(
+                namesrv,
+                functools.partial(
+                    RocketMQClient,
+                    timeout_s=timeout_s,
+                    client_id=client_id,
+                    max_attempts=max_attempts,
+                    retry_backoff_s=retry_backoff_s,
+                    namespace=namespace,
+                    access_key=access_key,
+                    secret_key=secret_key,
+                    tls=tls,
+                    ca_file=ca_file,
+                    cert_file=cert_file,
+                    key_file=key_file,
+                    max_in_flight=max_in_flight,
+                    bulk=bulk,
+                ),
+                tls_files=(ca_file, cert_file, key_file) if self.tls else None,
+            )
+        )
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s
@@ -188,12 +218,19 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         with self._lock:
             if self._channel is None or self._owner_pid != os.getpid():
                 # A channel made by another process (fork) is never used nor closed here.
-                options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+                options = [
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ]
                 self._channel = (
-                    grpc.secure_channel(self.endpoint, channel_credentials(
-                        self.ca_file, self.cert_file, self.key_file), options)
-                    if self.tls else grpc.insecure_channel(self.endpoint, options))  # fmt: skip
+                    grpc.secure_channel(
+                        self.endpoint,
+                        channel_credentials(self.ca_file, self.cert_file, self.key_file),
+                        options,
+                    )
+                    if self.tls
+                    else grpc.insecure_channel(self.endpoint, options)
+                )
                 self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
                 self._raw_methods = {}
                 self._owner_pid = os.getpid()
@@ -252,9 +289,14 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
 
     def _metadata(self) -> list[tuple[str, str]]:
         """Every request's headers; signed (``MQv2-HMAC-SHA1``, UTC stamp) given keys."""
-        headers = [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"),
-                   ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", CLIENT_VERSION),
-                   ("x-mq-request-id", uuid.uuid4().hex), ("x-mq-namespace", self.namespace)]
+        headers = [
+            ("x-mq-client-id", self.client_id),
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "GRPC_V2"),
+            ("x-mq-client-version", CLIENT_VERSION),
+            ("x-mq-request-id", uuid.uuid4().hex),
+            ("x-mq-namespace", self.namespace),
+        ]
         if self.access_key and self._secret_key:
             headers += signed_metadata(self.access_key, self._secret_key)
         return headers
@@ -283,10 +325,12 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         """
 
         def attempt() -> Any:
-            send = self._raw_method(method) if isinstance(request, bytes) else \
-                getattr(self.stub, method)  # fmt: skip
-            response = send(request, timeout=timeout_s or self.timeout_s,
-                            metadata=self._metadata())  # fmt: skip
+            send = (
+                self._raw_method(method)
+                if isinstance(request, bytes)
+                else getattr(self.stub, method)
+            )
+            response = send(request, timeout=timeout_s or self.timeout_s, metadata=self._metadata())
             check(response.status)
             return response
 
@@ -311,8 +355,12 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         # a bare gRPC INTERNAL instead of the broker's status.
         call = self._channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/{method}")
         request = encode_request(payload)
-        return self._retrying(method, lambda: decode_response(
-            call(request, timeout=self.timeout_s, metadata=self._metadata())))  # fmt: skip
+        return self._retrying(
+            method,
+            lambda: decode_response(
+                call(request, timeout=self.timeout_s, metadata=self._metadata())
+            ),
+        )
 
     def _resource(self, name: str) -> Any:
         return pb.Resource(name=name, resource_namespace=self.namespace)
@@ -330,40 +378,66 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         """
         if self.cluster is not None:
             items = list(messages)
-            groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group
-                      for m in items]  # fmt: skip
+            groups = [
+                None if type(m) is bytes else OutgoingMessage.of(m).message_group for m in items
+            ]
             if any(groups):  # FIFO messages: each message group pinned to one broker group
-                return self.cluster.send_split(topic, groups, lambda c, idx: c.send_batch(
-                    topic, [items[i] for i in idx]))  # fmt: skip
+                return self.cluster.send_split(
+                    topic, groups, lambda c, idx: c.send_batch(topic, [items[i] for i in idx])
+                )
             return self.cluster.send(topic, lambda c: c.send_batch(topic, items))
         return self.send_batch_async(topic, messages).result()
 
     def send_columns(
-        self, topic: str, bodies: Sequence[bytes], *,
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
         tags: Sequence[str | None] | None = None,
         keys: Sequence[Sequence[str] | None] | None = None,
         properties: Sequence[Mapping[str, str] | None] | None = None,
         message_groups: Sequence[str | None] | None = None,
         delivery_ms: Sequence[int | None] | None = None,
-    ) -> list[SendReceipt]:  # fmt: skip
+    ) -> list[SendReceipt]:
         """:meth:`send_batch` for messages given column by column, with no object per
         message: columns as :func:`wire.encode_send_request` takes them (None: absent)."""
         if self.cluster is not None:
             if message_groups is not None and any(message_groups):
+
                 def part(c: RocketMQClient, idx: list[int]) -> list[SendReceipt]:
                     pick = _picker(idx)
                     return c.send_columns(
-                        topic, pick(bodies) or [], tags=pick(tags), keys=pick(keys),
-                        properties=pick(properties), message_groups=pick(message_groups),
-                        delivery_ms=pick(delivery_ms))  # fmt: skip
+                        topic,
+                        pick(bodies) or [],
+                        tags=pick(tags),
+                        keys=pick(keys),
+                        properties=pick(properties),
+                        message_groups=pick(message_groups),
+                        delivery_ms=pick(delivery_ms),
+                    )
 
                 return self.cluster.send_split(topic, message_groups, part)
-            return self.cluster.send(topic, lambda c: c.send_columns(
-                topic, bodies, tags=tags, keys=keys, properties=properties,
-                message_groups=message_groups, delivery_ms=delivery_ms))  # fmt: skip
+            return self.cluster.send(
+                topic,
+                lambda c: c.send_columns(
+                    topic,
+                    bodies,
+                    tags=tags,
+                    keys=keys,
+                    properties=properties,
+                    message_groups=message_groups,
+                    delivery_ms=delivery_ms,
+                ),
+            )
         return self.send_columns_async(
-            topic, bodies, tags=tags, keys=keys, properties=properties,
-            message_groups=message_groups, delivery_ms=delivery_ms).result()  # fmt: skip
+            topic,
+            bodies,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            message_groups=message_groups,
+            delivery_ms=delivery_ms,
+        ).result()
 
     def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
         """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""
@@ -379,8 +453,9 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         if self.cluster is None:
             queues = self.query_route(topic)
             return {queues[0].broker_name: self} if queues else {}
-        return {g.broker_name: self.cluster.client_at(g.grpc_addr)
-                for g in self.cluster.brokers(topic)}  # fmt: skip
+        return {
+            g.broker_name: self.cluster.client_at(g.grpc_addr) for g in self.cluster.brokers(topic)
+        }
 
     def query_route(self, topic: str) -> list[QueueInfo]:
         """The topic's message queues (TopicNotFoundError when it does not exist); a
@@ -394,30 +469,43 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         request.endpoints.scheme = pb.AddressScheme.IPv4
         request.endpoints.addresses.add(host=host, port=int(port))
         response = self.call("QueryRoute", request)
-        return sorted((convert.queue_from_protobuf(q) for q in response.message_queues),
-                      key=lambda q: q.queue_id)  # fmt: skip
+        return sorted(
+            (convert.queue_from_protobuf(q) for q in response.message_queues),
+            key=lambda q: q.queue_id,
+        )
 
     @routed(1)
-    def get_offset(self, group: str, topic: str, queue_id: int, *,
-                   broker: str | None = None) -> int:  # fmt: skip
+    def get_offset(
+        self, group: str, topic: str, queue_id: int, *, broker: str | None = None
+    ) -> int:
         """The offset ``group`` committed in the queue."""
         request = service_pb2.GetOffsetRequest(
-            group=self._resource(group), message_queue=convert.message_queue(topic, queue_id))
+            group=self._resource(group), message_queue=convert.message_queue(topic, queue_id)
+        )
         return int(self.call("GetOffset", request).offset)
 
     @routed(1)
-    def update_offset(self, group: str, topic: str, queue_id: int, offset: int, *,
-                      broker: str | None = None) -> None:  # fmt: skip
+    def update_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, broker: str | None = None
+    ) -> None:
         """Commit ``offset`` (the next message to consume) for ``group`` in the queue."""
         request = service_pb2.UpdateOffsetRequest(
-            group=self._resource(group), message_queue=convert.message_queue(topic, queue_id),
-            offset=offset)  # fmt: skip
+            group=self._resource(group),
+            message_queue=convert.message_queue(topic, queue_id),
+            offset=offset,
+        )
         self.call("UpdateOffset", request)
 
     @routed(0)
-    def query_offset(self, topic: str, queue_id: int, policy: str = "END", *,
-                     timestamp_ms: int | None = None,
-                     broker: str | None = None) -> int:  # fmt: skip
+    def query_offset(
+        self,
+        topic: str,
+        queue_id: int,
+        policy: str = "END",
+        *,
+        timestamp_ms: int | None = None,
+        broker: str | None = None,
+    ) -> int:
         """The queue's first offset (BEGINNING), next offset (END), or the first offset
         stored at or after ``timestamp_ms`` (TIMESTAMP)."""
         if policy not in QUERY_POLICIES:
@@ -426,7 +514,8 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
             raise InvalidArgumentError("timestamp_ms goes with policy TIMESTAMP, and only it")
         request = service_pb2.QueryOffsetRequest(
             message_queue=convert.message_queue(topic, queue_id),
-            query_offset_policy=QUERY_POLICIES[policy])  # fmt: skip
+            query_offset_policy=QUERY_POLICIES[policy],
+        )
         if timestamp_ms is not None:
             request.timestamp.FromMilliseconds(timestamp_ms)
         return int(self.call("QueryOffset", request).offset)
@@ -434,10 +523,20 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
     # ---- pulling ---------------------------------------------------------------------------
 
     @routed(1)
-    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, *,
-             filter_expression: str | None = None, filter_type: str = "TAG",
-             long_polling_timeout_ms: int = 0, with_bounds: bool = True,
-             broker: str | None = None) -> PullBatch:  # fmt: skip
+    def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        filter_expression: str | None = None,
+        filter_type: str = "TAG",
+        long_polling_timeout_ms: int = 0,
+        with_bounds: bool = True,
+        broker: str | None = None,
+    ) -> PullBatch:
         """Up to ``max_count`` messages of one queue from ``offset``, in offset order.
 
         To read exactly ``[start, end)``, pull from ``start`` with ``max_count = end -
@@ -453,27 +552,45 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         if max_count < 1 or offset < 0:
             raise InvalidArgumentError("pull needs max_count >= 1 and offset >= 0")
         request = service_pb2.PullMessageRequest(
-            group=self._resource(group), message_queue=convert.message_queue(topic, queue_id),
-            offset=offset, batch_size=max_count)  # fmt: skip
+            group=self._resource(group),
+            message_queue=convert.message_queue(topic, queue_id),
+            offset=offset,
+            batch_size=max_count,
+        )
         if filter_expression:
             request.filter_expression.type = FILTER_TYPES[filter_type]
             request.filter_expression.expression = filter_expression
         request.long_polling_timeout.FromMilliseconds(max(0, long_polling_timeout_ms))
         deadline_s = self.timeout_s + max(0, long_polling_timeout_ms) / 1000
         messages, next_offset = self._retrying(
-            "PullMessage", lambda: self._pull_once(request, deadline_s))
+            "PullMessage", lambda: self._pull_once(request, deadline_s)
+        )
         # The PullMessage stream does not carry the queue's bounds: two cheap calls do.
-        low, high = (self.query_offset(topic, queue_id, "BEGINNING"),
-                     self.query_offset(topic, queue_id, "END")) if with_bounds else (-1, -1)
+        low, high = (
+            (
+                self.query_offset(topic, queue_id, "BEGINNING"),
+                self.query_offset(topic, queue_id, "END"),
+            )
+            if with_bounds
+            else (-1, -1)
+        )
         return PullBatch(messages, next_offset, low, high)
 
     @routed(1)
     def pull_raw(
-        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, *,
-        max_bytes: int | None = None, filter_expression: str | None = None,
-        filter_type: str = "TAG", long_polling_timeout_ms: int = 0,
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int | None = None,
+        filter_expression: str | None = None,
+        filter_type: str = "TAG",
+        long_polling_timeout_ms: int = 0,
         broker: str | None = None,
-    ) -> RawPullBatch:  # fmt: skip
+    ) -> RawPullBatch:
         """Like :meth:`pull`, but the units come back as stored, for decoding in bulk.
 
         One call can return up to the broker's ``max_raw_pull_batch`` units (and about
@@ -484,8 +601,13 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
             raise InvalidArgumentError(f"filter_type must be TAG or SQL, got {filter_type!r}")
         if max_count < 1 or offset < 0:
             raise InvalidArgumentError("pull needs max_count >= 1 and offset >= 0")
-        payload: dict[str, Any] = {"group": group, "topic": topic, "queue_id": queue_id,
-                                   "offset": offset, "max_count": max_count}  # fmt: skip
+        payload: dict[str, Any] = {
+            "group": group,
+            "topic": topic,
+            "queue_id": queue_id,
+            "offset": offset,
+            "max_count": max_count,
+        }
         if max_bytes is not None:
             payload["max_bytes"] = max_bytes
         if filter_expression:
@@ -495,8 +617,12 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         request = encode_request(payload)
         call = self._channel_for_process().unary_unary(RAW_PULL_METHOD)
         timeout_s = self.timeout_s + max(0, long_polling_timeout_ms) / 1000
-        return self._retrying("PullRaw", lambda: decode_raw_pull(
-            call(request, timeout=timeout_s, metadata=self._metadata()), offset))  # fmt: skip
+        return self._retrying(
+            "PullRaw",
+            lambda: decode_raw_pull(
+                call(request, timeout=timeout_s, metadata=self._metadata()), offset
+            ),
+        )
 
     def _pull_once(self, request: Any, deadline_s: float) -> tuple[list[Any], int]:
         """One PullMessage stream: status, messages, next_offset (read to its end)."""

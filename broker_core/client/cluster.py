@@ -43,10 +43,14 @@ DEFAULT_ROUTE_TTL_MS: Final = 3_000
 class ClusterRouting:
     """Routes and per-broker clients of one cluster client; see the module docstring."""
 
-    def __init__(self, namesrv: str, make_client: Callable[[str], Any], *,
-                 route_ttl_ms: int = DEFAULT_ROUTE_TTL_MS,
-                 tls_files: tuple[str | None, str | None, str | None] | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self,
+        namesrv: str,
+        make_client: Callable[[str], Any],
+        *,
+        route_ttl_ms: int = DEFAULT_ROUTE_TTL_MS,
+        tls_files: tuple[str | None, str | None, str | None] | None = None,
+    ) -> None:
         """``tls_files`` (CA, client certificate, client key; None each = none): talk
         TLS to the NameServers too; None: plain, unless ``RMQ_CA_FILE``/``RMQ_TLS`` say TLS."""
         self.tls_files = tls_files
@@ -65,8 +69,12 @@ class ClusterRouting:
         self._turn = itertools.count()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"namesrv": self.namesrv, "route_ttl_ms": self.route_ttl_ms,
-                "_make_client": self._make_client, "tls_files": self.tls_files}  # fmt: skip
+        return {
+            "namesrv": self.namesrv,
+            "route_ttl_ms": self.route_ttl_ms,
+            "_make_client": self._make_client,
+            "tls_files": self.tls_files,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -85,8 +93,9 @@ class ClusterRouting:
                     self._clients = {}  # a forked copy never uses its parent's channels
                 self._pid = os.getpid()
                 context = client_context(*self.tls_files) if self.tls_files else None
-                self._routes = ClusterRoutes(NameServerClient(self.namesrv, ssl_context=context),
-                                             ttl_ms=self.route_ttl_ms)  # fmt: skip
+                self._routes = ClusterRoutes(
+                    NameServerClient(self.namesrv, ssl_context=context), ttl_ms=self.route_ttl_ms
+                )
             return self._routes
 
     def client_at(self, addr: str) -> Any:
@@ -120,13 +129,16 @@ class ClusterRouting:
             if len(groups) != 1:
                 raise InvalidArgumentError(
                     f"topic {topic!r} lives on {len(groups)} broker groups "
-                    f"({', '.join(g.broker_name for g in groups)}): say which with broker=")
+                    f"({', '.join(g.broker_name for g in groups)}): say which with broker="
+                )
             return self.client_at(groups[0].grpc_addr)
         for group in groups:
             if group.broker_name == broker:
                 return self.client_at(group.grpc_addr)
-        raise TopicNotFoundError(f"topic {topic!r} has no queues on broker {broker!r} "
-                                 f"(it has: {', '.join(g.broker_name for g in groups)})")
+        raise TopicNotFoundError(
+            f"topic {topic!r} has no queues on broker {broker!r} "
+            f"(it has: {', '.join(g.broker_name for g in groups)})"
+        )
 
     def send(self, topic: str, attempt: Callable[[Any], T]) -> T:
         """Run ``attempt(client)`` on the next writable broker group of ``topic``,
@@ -151,14 +163,19 @@ class ClusterRouting:
         assert last is not None
         raise last
 
-    def send_split(self, topic: str, message_groups: Sequence[str | None],
-                   attempt: Callable[[Any, list[int]], list[T]]) -> list[T]:  # fmt: skip
+    def send_split(
+        self,
+        topic: str,
+        message_groups: Sequence[str | None],
+        attempt: Callable[[Any, list[int]], list[T]],
+    ) -> list[T]:
         """``attempt(client, indexes)`` per broker group for the messages at ``indexes``:
         those with a message group on the group its hash pins, the others together on the
         next group in turn (with :meth:`send`'s fail-over); results in message order."""
         try:
-            groups = sorted((g for g in self.brokers(topic) if g.perm & PERM_WRITE),
-                            key=lambda g: g.broker_name)  # fmt: skip
+            groups = sorted(
+                (g for g in self.brokers(topic) if g.perm & PERM_WRITE), key=lambda g: g.broker_name
+            )
         except TopicNotFoundError:
             everything = list(range(len(message_groups)))
             return attempt(self.client_at(self.first_broker_addr()), everything)
@@ -177,8 +194,7 @@ class ClusterRouting:
             for i, result in zip(indexes, attempt(self.client_at(addr), indexes), strict=True):
                 results[i] = result
         if free:
-            for i, result in zip(free, self.send(topic, lambda c: attempt(c, free)),
-                                 strict=True):  # fmt: skip
+            for i, result in zip(free, self.send(topic, lambda c: attempt(c, free)), strict=True):
                 results[i] = result
         return results  # type: ignore[return-value]  # every index was filled above
 

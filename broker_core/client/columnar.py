@@ -98,11 +98,13 @@ def _cut(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.n
     return offsets.astype(np.int32), gather_spans(buf, starts, lengths)
 
 
-def _binary(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-            kind: pa.DataType) -> pa.Array:  # fmt: skip
+def _binary(
+    buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, kind: pa.DataType
+) -> pa.Array:
     offsets, data = _cut(buf, starts, lengths)
-    array = pa.Array.from_buffers(pa.binary(), len(starts),
-                                  [None, pa.py_buffer(offsets), pa.py_buffer(data)])  # fmt: skip
+    array = pa.Array.from_buffers(
+        pa.binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
     if kind == pa.binary():
         return array
     try:
@@ -113,9 +115,18 @@ def _binary(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
 
 def _empty_columns() -> UnitColumns:
     none = np.zeros(0, np.int64)
-    return UnitColumns(0, pa.array([], pa.string()), none.astype(np.int32), none, none, none,
-                       none, pa.array([], pa.binary()), pa.array([], pa.string()),
-                       np.zeros((0, 8), np.uint8))  # fmt: skip
+    return UnitColumns(
+        0,
+        pa.array([], pa.string()),
+        none.astype(np.int32),
+        none,
+        none,
+        none,
+        none,
+        pa.array([], pa.binary()),
+        pa.array([], pa.string()),
+        np.zeros((0, 8), np.uint8),
+    )
 
 
 def decode_units(data: bytes, sizes: np.ndarray, *, verify_crc: bool = True) -> UnitColumns:
@@ -129,15 +140,17 @@ def decode_units(data: bytes, sizes: np.ndarray, *, verify_crc: bool = True) -> 
     body_len, topic_at, topic_len = at.body_length, at.topic_at, at.topic_length
     props_at, props_len = at.properties_at, at.properties_length
     return UnitColumns(
-        count=len(sizes), topic=_binary(buf, topic_at + 1, topic_len, pa.string()),
-        queue_id=head["queue_id"].astype(np.int32), queue_offset=queue_offset,
+        count=len(sizes),
+        topic=_binary(buf, topic_at + 1, topic_len, pa.string()),
+        queue_id=head["queue_id"].astype(np.int32),
+        queue_offset=queue_offset,
         physical_offset=head["physical_offset"].astype(np.int64),
         born_timestamp_ms=head["born_timestamp_ms"].astype(np.int64),
         store_timestamp_ms=head["store_timestamp_ms"].astype(np.int64),
         body=_binary(buf, starts + HEADER_BYTES, body_len, pa.binary()),
         properties=_binary(buf, props_at + 2, props_len, pa.string()),
         store_host=_store_hosts(head),
-    )  # fmt: skip
+    )
 
 
 def _store_hosts(head: np.ndarray) -> np.ndarray:
@@ -193,13 +206,15 @@ def _row_offsets(rows: np.ndarray, count: int) -> pa.Array:
 
 def offset_message_ids(cols: UnitColumns) -> pa.Array:
     """RocketMQ's offset message id of every unit: store IPv4, port, commitlog offset in hex."""
-    raw = np.concatenate([cols.store_host, cols.physical_offset.astype(">i8").view(np.uint8)
-                          .reshape(-1, 8)], axis=1)  # fmt: skip
+    raw = np.concatenate(
+        [cols.store_host, cols.physical_offset.astype(">i8").view(np.uint8).reshape(-1, 8)], axis=1
+    )
     text = np.empty((cols.count, 32), np.uint8)
     text[:, 0::2], text[:, 1::2] = _HEX[raw >> 4], _HEX[raw & 0x0F]
     offsets = np.arange(0, 32 * cols.count + 1, 32, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), cols.count,
-                                 [None, pa.py_buffer(offsets), pa.py_buffer(text.tobytes())])
+    return pa.Array.from_buffers(
+        pa.string(), cols.count, [None, pa.py_buffer(offsets), pa.py_buffer(text.tobytes())]
+    )
 
 
 def split_properties(cols: UnitColumns, system_keys: Iterable[str] = ()) -> PropertyColumns:
@@ -211,15 +226,17 @@ def split_properties(cols: UnitColumns, system_keys: Iterable[str] = ()) -> Prop
     n = cols.count
     names, values, rows = _entries(cols.properties)
     uniq = _pick(names, values, rows, n, PROPERTY_UNIQ_KEY)
-    message_id = uniq if uniq.null_count == 0 else pc.if_else(
-        pc.is_valid(uniq), uniq, offset_message_ids(cols))  # fmt: skip
+    message_id = (
+        uniq
+        if uniq.null_count == 0
+        else pc.if_else(pc.is_valid(uniq), uniq, offset_message_ids(cols))
+    )
     raw_keys = _pick(names, values, rows, n, PROPERTY_KEYS).fill_null("")
     key_lists = pc.split_pattern(raw_keys, KEY_SEPARATOR)
     key_flat = key_lists.flatten()
     keep = pc.not_equal(key_flat, "")
     key_rows = pc.list_parent_indices(key_lists).to_numpy()[keep.to_numpy(zero_copy_only=False)]
-    hidden = {PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_MESSAGE_GROUP,
-              *system_keys}  # fmt: skip
+    hidden = {PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_MESSAGE_GROUP, *system_keys}
     user = pc.invert(pc.is_in(names, value_set=pa.array(sorted(hidden), pa.string())))
     user_mask = user.to_numpy(zero_copy_only=False)
     return PropertyColumns(
@@ -227,6 +244,7 @@ def split_properties(cols: UnitColumns, system_keys: Iterable[str] = ()) -> Prop
         message_id=message_id,
         keys=pa.ListArray.from_arrays(_row_offsets(key_rows, n), key_flat.filter(keep)),
         message_group=_pick(names, values, rows, n, PROPERTY_MESSAGE_GROUP),
-        user=pa.MapArray.from_arrays(_row_offsets(rows[user_mask], n), names.filter(user),
-                                     values.filter(user)),
-    )  # fmt: skip
+        user=pa.MapArray.from_arrays(
+            _row_offsets(rows[user_mask], n), names.filter(user), values.filter(user)
+        ),
+    )

@@ -62,8 +62,9 @@ def _body(msg: Any) -> bytes:
         try:
             return gzip.decompress(msg.body)
         except (OSError, EOFError, zlib.error) as exc:
-            raise CorruptionError(f"message {msg.system_properties.message_id}: bad gzip body "
-                                  f"({exc})") from exc  # fmt: skip
+            raise CorruptionError(
+                f"message {msg.system_properties.message_id}: bad gzip body ({exc})"
+            ) from exc
     return bytes(msg.body)
 
 
@@ -76,19 +77,25 @@ def from_protobuf(msg: Any) -> ReceivedMessage:
     _verify_digest(msg)
     props = msg.system_properties
     return ReceivedMessage(
-        message_id=props.message_id, topic=msg.topic.name, queue_id=props.queue_id,
-        queue_offset=props.queue_offset, body=_body(msg),
-        tag=props.tag if props.HasField("tag") else None, keys=tuple(props.keys),
+        message_id=props.message_id,
+        topic=msg.topic.name,
+        queue_id=props.queue_id,
+        queue_offset=props.queue_offset,
+        body=_body(msg),
+        tag=props.tag if props.HasField("tag") else None,
+        keys=tuple(props.keys),
         properties=dict(msg.user_properties),
         message_group=props.message_group if props.HasField("message_group") else None,
         born_timestamp_ms=_ms(props, "born_timestamp"),
         store_timestamp_ms=_ms(props, "store_timestamp"),
-        delivery_timestamp_ms=(_ms(props, "delivery_timestamp")
-                               if props.HasField("delivery_timestamp") else None),
-        born_host=props.born_host, store_host=props.store_host,
+        delivery_timestamp_ms=(
+            _ms(props, "delivery_timestamp") if props.HasField("delivery_timestamp") else None
+        ),
+        born_host=props.born_host,
+        store_host=props.store_host,
         delivery_attempt=props.delivery_attempt,
         message_type=pb.MessageType.Name(props.message_type),
-    )  # fmt: skip
+    )
 
 
 def queue_from_protobuf(queue: Any) -> QueueInfo:
@@ -96,10 +103,13 @@ def queue_from_protobuf(queue: Any) -> QueueInfo:
     addresses = queue.broker.endpoints.addresses
     endpoint = f"{addresses[0].host}:{addresses[0].port}" if addresses else ""
     return QueueInfo(
-        topic=queue.topic.name, queue_id=queue.id, broker_name=queue.broker.name,
-        endpoint=endpoint, permission=pb.Permission.Name(queue.permission),
+        topic=queue.topic.name,
+        queue_id=queue.id,
+        broker_name=queue.broker.name,
+        endpoint=endpoint,
+        permission=pb.Permission.Name(queue.permission),
         accept_message_types=tuple(pb.MessageType.Name(t) for t in queue.accept_message_types),
-    )  # fmt: skip
+    )
 
 
 def message_queue(topic: str, queue_id: int, broker_name: str = "") -> Any:

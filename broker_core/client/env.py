@@ -24,7 +24,11 @@ def client_settings(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     tls = env.get("RMQ_TLS", "").strip().lower()
     if tls not in ("", "0", "1", "true", "false", "yes", "no"):
         raise InvalidArgumentError(f"RMQ_TLS must be true or false, got {tls!r}")
-    return {"access_key": access_key or None, "secret_key": secret_key or None,
-            "tls": tls in ("1", "true", "yes"), "ca_file": env.get("RMQ_CA_FILE") or None,
-            "cert_file": env.get("RMQ_CLIENT_CERT") or None,
-            "key_file": env.get("RMQ_CLIENT_KEY") or None}
+    return {
+        "access_key": access_key or None,
+        "secret_key": secret_key or None,
+        "tls": tls in ("1", "true", "yes"),
+        "ca_file": env.get("RMQ_CA_FILE") or None,
+        "cert_file": env.get("RMQ_CLIENT_CERT") or None,
+        "key_file": env.get("RMQ_CLIENT_KEY") or None,
+    }

@@ -77,10 +77,14 @@ def check(status: pb.Status) -> None:
         raise error_for(status.code, status.message or "(no message)")
 
 
-_TRANSPORT_RETRIABLE: Final = frozenset({
-    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED,
-})  # fmt: skip
+_TRANSPORT_RETRIABLE: Final = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+    }
+)
 
 
 def transport_error(exc: grpc.RpcError, endpoint: str, what: str) -> e.RocketMQError:

@@ -45,9 +45,7 @@ def receipts_of(response: Any, count: int) -> list[SendReceipt]:
     if not {entry.status.code for entry in entries} <= _OK_CODES:
         for entry in entries:
             check(entry.status)
-    return [
-        SendReceipt(e.message_id, e.offset, e.transaction_id, e.recall_handle) for e in entries
-    ]
+    return [SendReceipt(e.message_id, e.offset, e.transaction_id, e.recall_handle) for e in entries]
 
 
 @dataclass
@@ -100,9 +98,14 @@ class SendWindow:
         self.endpoint = endpoint  # named in transport errors
         self.open: deque[PendingSend] = deque()
 
-    def submit(self, start: Callable[[], Any], decode: Callable[[Any], list[SendReceipt]],
-               resend: Callable[[], list[SendReceipt]], count: int,
-               groups: frozenset[str]) -> PendingSend:  # fmt: skip
+    def submit(
+        self,
+        start: Callable[[], Any],
+        decode: Callable[[Any], list[SendReceipt]],
+        resend: Callable[[], list[SendReceipt]],
+        count: int,
+        groups: frozenset[str],
+    ) -> PendingSend:
         """Start a request (``start()`` returns its grpc future) within the window's rules."""
         if groups:
             clashing = [p for p in self.open if p.groups & groups]
@@ -116,8 +119,9 @@ class SendWindow:
 
     def finished(self, receipts: list[SendReceipt]) -> PendingSend:
         """A request already answered (a cluster client's, sent synchronously)."""
-        return PendingSend(len(receipts), frozenset(), None, lambda _: receipts,
-                           lambda: receipts, self, receipts)  # fmt: skip
+        return PendingSend(
+            len(receipts), frozenset(), None, lambda _: receipts, lambda: receipts, self, receipts
+        )
 
     def finish_through(self, pending: PendingSend) -> None:
         """Finish every outstanding request up to and including ``pending``."""

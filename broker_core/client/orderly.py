@@ -44,9 +44,16 @@ DEFAULT_EXPIRY_S = 60.0  # the broker's default queue_lock_expiry_ms
 class OrderlyPuller:
     """Pull queues of ``topic`` for ``group`` in order, under the broker's queue locks."""
 
-    def __init__(self, client: RocketMQClient, group: str, topic: str, *,
-                 refresh_s: float = DEFAULT_REFRESH_S, expiry_s: float = DEFAULT_EXPIRY_S,
-                 clock_s: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: RocketMQClient,
+        group: str,
+        topic: str,
+        *,
+        refresh_s: float = DEFAULT_REFRESH_S,
+        expiry_s: float = DEFAULT_EXPIRY_S,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``expiry_s`` must not exceed the broker's lock expiry: a lock older than that
         is treated as lost (the position is re-read from the committed offset)."""
         if not 0 < refresh_s < expiry_s:
@@ -68,8 +75,9 @@ class OrderlyPuller:
         asked = list(dict.fromkeys(queue_ids))
         fresh = set(asked) - self.held
         now = self._clock_s()
-        got = self.client.lock_queues(self.group, self.topic, asked,
-                                      client_id=self.client.client_id)  # fmt: skip
+        got = self.client.lock_queues(
+            self.group, self.topic, asked, client_id=self.client.client_id
+        )
         for qid in asked:
             if qid in got:
                 self._locked_at[qid] = now
@@ -79,16 +87,21 @@ class OrderlyPuller:
             self._position.pop(qid, None)
         return got
 
-    def pull(self, queue_id: int, max_count: int, *,
-             long_polling_timeout_ms: int = 0) -> PullBatch:  # fmt: skip
+    def pull(self, queue_id: int, max_count: int, *, long_polling_timeout_ms: int = 0) -> PullBatch:
         """The next messages of the queue in offset order; QueueLockedError if another
         client holds the queue. The position advances past what is returned."""
         self._ensure_lock(queue_id)
         offset = self._position.get(queue_id)
         if offset is None:
             offset = self.client.get_offset(self.group, self.topic, queue_id)
-        batch = self.client.pull(self.group, self.topic, queue_id, offset, max_count,
-                                 long_polling_timeout_ms=long_polling_timeout_ms)  # fmt: skip
+        batch = self.client.pull(
+            self.group,
+            self.topic,
+            queue_id,
+            offset,
+            max_count,
+            long_polling_timeout_ms=long_polling_timeout_ms,
+        )
         self._position[queue_id] = batch.next_offset
         return batch
 
@@ -104,8 +117,9 @@ class OrderlyPuller:
         self._position.clear()
         if not mine:
             return set()
-        return self.client.unlock_queues(self.group, self.topic, mine,
-                                         client_id=self.client.client_id)  # fmt: skip
+        return self.client.unlock_queues(
+            self.group, self.topic, mine, client_id=self.client.client_id
+        )
 
     def _ensure_lock(self, queue_id: int) -> None:
         at = self._locked_at.get(queue_id)

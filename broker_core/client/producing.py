@@ -59,8 +59,7 @@ class AsyncSends(ABC):
         :mod:`broker_core.client.in_flight`). ``result()`` gives the receipts or raises;
         :meth:`flush` waits for every request in flight."""
         items = list(messages)
-        groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group
-                  for m in items]  # fmt: skip
+        groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group for m in items]
         if self.cluster is not None:
             return self._window.finished(self.send_batch(topic, items))
         if items and not any(groups) and all(type(m) is bytes for m in items):
@@ -68,16 +67,21 @@ class AsyncSends(ABC):
         request, count = wire.encode_messages(topic, items, namespace=self.namespace)
         return self._submit(request, count, groups)
 
-    def send_columns_async(self, topic: str, bodies: Sequence[bytes], **columns: Any
-                           ) -> PendingSend:  # fmt: skip
+    def send_columns_async(
+        self, topic: str, bodies: Sequence[bytes], **columns: Any
+    ) -> PendingSend:
         """:meth:`send_columns` without waiting (see :meth:`send_batch_async`)."""
         if self.cluster is not None:
             return self._window.finished(self.send_columns(topic, bodies, **columns))
-        plain = not any(columns.get("message_groups") or ()) and \
-            not any(columns.get("delivery_ms") or ())  # fmt: skip
+        plain = not any(columns.get("message_groups") or ()) and not any(
+            columns.get("delivery_ms") or ()
+        )
         if plain and self.bulk and not self.namespace and self._bulk_offered is not False:
-            pending = self._submit_bulk(topic, bodies, **{
-                name: columns.get(name) for name in ("tags", "keys", "properties")})  # fmt: skip
+            pending = self._submit_bulk(
+                topic,
+                bodies,
+                **{name: columns.get(name) for name in ("tags", "keys", "properties")},
+            )
             if pending is not None:
                 return pending
         request = wire.encode_send_request(topic, bodies, namespace=self.namespace, **columns)
@@ -87,8 +91,9 @@ class AsyncSends(ABC):
         """Wait for every send request in flight; raise the first error among them."""
         self._window.flush()
 
-    def _submit(self, request: bytes, count: int, groups: Iterable[str | None] | None
-                ) -> PendingSend:  # fmt: skip
+    def _submit(
+        self, request: bytes, count: int, groups: Iterable[str | None] | None
+    ) -> PendingSend:
         if not count:
             raise InvalidArgumentError("send_batch needs at least one message")
         send = self._raw_method("SendMessage")
@@ -98,11 +103,15 @@ class AsyncSends(ABC):
 
         return self._window.submit(
             lambda: send.future(request, timeout=self.timeout_s, metadata=self._metadata()),
-            decode, lambda: decode(self.call("SendMessage", request)), count,
-            frozenset(g for g in groups or () if g))  # fmt: skip
+            decode,
+            lambda: decode(self.call("SendMessage", request)),
+            count,
+            frozenset(g for g in groups or () if g),
+        )
 
-    def _submit_bulk(self, topic: str, bodies: Sequence[bytes], **columns: Any
-                     ) -> PendingSend | None:  # fmt: skip
+    def _submit_bulk(
+        self, topic: str, bodies: Sequence[bytes], **columns: Any
+    ) -> PendingSend | None:
         """Send plain messages with SendBulk; None when the broker does not offer it (it
         is asked once per client: the first bulk send waits for its answer)."""
         request, ids = bulk.encode_bulk(topic, bodies, **columns)
@@ -112,8 +121,9 @@ class AsyncSends(ABC):
             self._raw_methods[bulk.SEND_PATH] = call
 
         def once() -> list[SendReceipt]:
-            return bulk.bulk_receipts(call(request, timeout=self.timeout_s,
-                                           metadata=self._metadata()), ids)  # fmt: skip
+            return bulk.bulk_receipts(
+                call(request, timeout=self.timeout_s, metadata=self._metadata()), ids
+            )
 
         if self._bulk_offered is None:
             try:
@@ -126,4 +136,7 @@ class AsyncSends(ABC):
         return self._window.submit(
             lambda: call.future(request, timeout=self.timeout_s, metadata=self._metadata()),
             lambda response: bulk.bulk_receipts(response, ids),
-            lambda: self._retrying("SendBulk", once), len(bodies), frozenset())  # fmt: skip
+            lambda: self._retrying("SendBulk", once),
+            len(bodies),
+            frozenset(),
+        )

@@ -33,8 +33,9 @@ def decode_raw_pull(response: bytes, offset: int) -> RawPullBatch:
         raise RocketMQError(f"malformed PullRaw response: {exc}") from exc
     body_at = 4 + length + 4 * count
     if len(response) < body_at:
-        raise RocketMQError(f"malformed PullRaw response: {count} units announced, "
-                            f"{len(response)} bytes received")  # fmt: skip
+        raise RocketMQError(
+            f"malformed PullRaw response: {count} units announced, {len(response)} bytes received"
+        )
     next_offset = int(header.get("next_offset", offset))
     if code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
         error = error_for(code, message)
@@ -42,5 +43,10 @@ def decode_raw_pull(response: bytes, offset: int) -> RawPullBatch:
             error.next_offset = next_offset  # type: ignore[attr-defined]
         raise error
     sizes = np.frombuffer(response, ">i4", count, 4 + length).astype(np.int32)
-    return RawPullBatch(response[body_at:], sizes, next_offset,
-                        int(header.get("min_offset", -1)), int(header.get("max_offset", -1)))
+    return RawPullBatch(
+        response[body_at:],
+        sizes,
+        next_offset,
+        int(header.get("min_offset", -1)),
+        int(header.get("max_offset", -1)),
+    )

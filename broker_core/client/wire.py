@@ -321,8 +321,9 @@ class _Columns(NamedTuple):
         """The errors ``batch_to_protobuf`` raises, for the first message with one."""
         for name, column in zip(_COLUMN_NAMES, self[:5], strict=True):
             if column is not None and len(column) != len(bodies):
-                raise InvalidArgumentError(f"column {name!r} has {len(column)} entries for "
-                                           f"{len(bodies)} bodies")  # fmt: skip
+                raise InvalidArgumentError(
+                    f"column {name!r} has {len(column)} entries for {len(bodies)} bodies"
+                )
         times = self.delivery_ms
         if self.transactional and times is not None and any(d is not None for d in times):
             raise InvalidArgumentError("a transactional message cannot have a delivery time")
@@ -330,8 +331,11 @@ class _Columns(NamedTuple):
         if not all(bodies):
             empty = next(i for i, body in enumerate(bodies) if not body)
         if self.groups is not None and times is not None and not self.transactional:
-            both = (i for i, (g, d) in enumerate(zip(self.groups, times, strict=True))
-                    if g and d is not None)  # fmt: skip
+            both = (
+                i
+                for i, (g, d) in enumerate(zip(self.groups, times, strict=True))
+                if g and d is not None
+            )
             clash = next(both, clash)
         if empty < len(bodies) and empty <= clash:
             raise InvalidArgumentError("message body is empty")
@@ -349,21 +353,34 @@ class _Columns(NamedTuple):
             return (MessageType.NORMAL,)
         fifo, delay, normal = MessageType.FIFO, MessageType.DELAY, MessageType.NORMAL
         groups, times = _or_none(self.groups), _or_none(self.delivery_ms)
-        return [fifo if g else delay if d is not None else normal
-                for g, d in zip(groups, times, strict=False)]  # fmt: skip
+        return [
+            fifo if g else delay if d is not None else normal
+            for g, d in zip(groups, times, strict=False)
+        ]
 
     def encoded(self) -> tuple[Iterable[bytes], Iterable[bytes], Iterable[bytes]]:
         """Per message: system fields 1-2 (tag, keys), 11-17 (delivery, group), props."""
         try:
             tags = _strings(SYS_TAG, self.tags)
             keys = None if self.keys is None else [_keys(ks) if ks else b"" for ks in self.keys]
-            times = None if self.delivery_ms is None else [
-                b"" if d is None else _field(SYS_DELIVERY_TIME, _timestamp(d))
-                for d in self.delivery_ms]  # fmt: skip
-            props = None if self.properties is None else [
-                _properties(p) if p else b"" for p in self.properties]  # fmt: skip
-            return _joined(tags, keys), _joined(times, _strings(SYS_GROUP, self.groups)), \
-                repeat(b"") if props is None else props  # fmt: skip
+            times = (
+                None
+                if self.delivery_ms is None
+                else [
+                    b"" if d is None else _field(SYS_DELIVERY_TIME, _timestamp(d))
+                    for d in self.delivery_ms
+                ]
+            )
+            props = (
+                None
+                if self.properties is None
+                else [_properties(p) if p else b"" for p in self.properties]
+            )
+            return (
+                _joined(tags, keys),
+                _joined(times, _strings(SYS_GROUP, self.groups)),
+                repeat(b"") if props is None else props,
+            )
         except AttributeError as exc:  # no .encode(): not a str
             raise TypeError(f"tags, keys, groups and properties must be str ({exc})") from None
 
@@ -408,12 +425,17 @@ def _joined(first: list[bytes] | None, second: list[bytes] | None) -> Iterable[b
 
 
 def encode_send_request(
-    topic: str, bodies: Sequence[bytes], *, namespace: str = "",
-    tags: Sequence[str | None] | None = None, keys: Sequence[Sequence[str] | None] | None = None,
+    topic: str,
+    bodies: Sequence[bytes],
+    *,
+    namespace: str = "",
+    tags: Sequence[str | None] | None = None,
+    keys: Sequence[Sequence[str] | None] | None = None,
     properties: Sequence[Mapping[str, str] | None] | None = None,
     message_groups: Sequence[str | None] | None = None,
-    delivery_ms: Sequence[int | None] | None = None, transaction_recovery_ms: int | None = None,
-) -> bytes:  # fmt: skip
+    delivery_ms: Sequence[int | None] | None = None,
+    transaction_recovery_ms: int | None = None,
+) -> bytes:
     """A serialized ``SendMessageRequest`` with one message per body, to ``topic``.
 
     The optional columns line up with ``bodies`` (None: the column is absent; a falsy
@@ -428,17 +450,22 @@ def encode_send_request(
     An empty ``bodies`` gives an empty request (b"").
     """
     if transaction_recovery_ms is not None and transaction_recovery_ms < 0:
-        raise InvalidArgumentError(f"transaction_recovery_ms must be >= 0, got "
-                                   f"{transaction_recovery_ms}")  # fmt: skip
-    columns = _Columns(tags, keys, properties, message_groups, delivery_ms,
-                       transaction_recovery_ms is not None)  # fmt: skip
+        raise InvalidArgumentError(
+            f"transaction_recovery_ms must be >= 0, got {transaction_recovery_ms}"
+        )
+    columns = _Columns(
+        tags, keys, properties, message_groups, delivery_ms, transaction_recovery_ms is not None
+    )
     validate_topic_name(topic)
     columns.check(bodies)
     if not bodies:
         return b""
     batch = _Batch(topic, namespace, len(bodies))
-    suffix = b"" if transaction_recovery_ms is None else \
-        _field(SYS_RECOVERY, _seconds_nanos(transaction_recovery_ms))  # fmt: skip
+    suffix = (
+        b""
+        if transaction_recovery_ms is None
+        else _field(SYS_RECOVERY, _seconds_nanos(transaction_recovery_ms))
+    )
     if all(column is None for column in columns[:5]):
         kind = MessageType.TRANSACTION if columns.transactional else MessageType.NORMAL
         plain = _plain(batch, bodies, kind, suffix)
@@ -447,8 +474,13 @@ def encode_send_request(
     return _general(batch, bodies, columns, suffix)
 
 
-def encode_messages(topic: str, messages: Iterable[Any], *, namespace: str = "",
-                    transaction_recovery_ms: int | None = None) -> tuple[bytes, int]:  # fmt: skip
+def encode_messages(
+    topic: str,
+    messages: Iterable[Any],
+    *,
+    namespace: str = "",
+    transaction_recovery_ms: int | None = None,
+) -> tuple[bytes, int]:
     """:func:`encode_send_request` for messages as ``send_batch`` takes them.
 
     Each item is an OutgoingMessage, a tuple in its field order, or a bare body (bytes
@@ -465,7 +497,14 @@ def encode_messages(topic: str, messages: Iterable[Any], *, namespace: str = "",
         columns.append(fields[5] if any(d is not None for d in fields[5]) else None)
     tags, keys, properties, groups, delivery = columns
     raw = encode_send_request(
-        topic, bodies, namespace=namespace, tags=tags, keys=keys, properties=properties,
-        message_groups=groups, delivery_ms=delivery,
-        transaction_recovery_ms=transaction_recovery_ms)  # fmt: skip
+        topic,
+        bodies,
+        namespace=namespace,
+        tags=tags,
+        keys=keys,
+        properties=properties,
+        message_groups=groups,
+        delivery_ms=delivery,
+        transaction_recovery_ms=transaction_recovery_ms,
+    )
     return raw, len(bodies)

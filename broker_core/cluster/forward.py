@@ -50,29 +50,38 @@ class Forwarder:
                 entry = self._stubs[addr] = (channel, stub)
             return entry[1]
 
-    def call(self, broker_name: str, method: str, request: Any,
-             metadata: Sequence[tuple[str, Any]]) -> Any:  # fmt: skip
+    def call(
+        self, broker_name: str, method: str, request: Any, metadata: Sequence[tuple[str, Any]]
+    ) -> Any:
         """Call ``method`` on broker group ``broker_name``; ForwardError when impossible."""
         if was_forwarded(metadata):
-            raise ForwardError(f"the receipt handle is from broker {broker_name!r}, and this "
-                               f"broker ({self.own_name}) was reached by a forwarded call; "
-                               f"send it to {broker_name!r}")  # fmt: skip
+            raise ForwardError(
+                f"the receipt handle is from broker {broker_name!r}, and this "
+                f"broker ({self.own_name}) was reached by a forwarded call; "
+                f"send it to {broker_name!r}"
+            )
         try:
             addr = self.routes.grpc_addr(broker_name)
         except RocketMQError as exc:
-            raise ForwardError(f"the receipt handle is from broker {broker_name!r}, which "
-                               f"cannot be looked up: {exc}") from exc  # fmt: skip
+            raise ForwardError(
+                f"the receipt handle is from broker {broker_name!r}, which "
+                f"cannot be looked up: {exc}"
+            ) from exc
         if addr is None:
-            raise ForwardError(f"the receipt handle is from broker {broker_name!r}, which is "
-                               "not a live broker of the cluster")  # fmt: skip
+            raise ForwardError(
+                f"the receipt handle is from broker {broker_name!r}, which is "
+                "not a live broker of the cluster"
+            )
         forwarded = [(k, v) for k, v in metadata if not k.startswith(":")]
         forwarded.append((FORWARDED_BY, self.own_name))
         try:
-            return getattr(self._stub(addr), method)(request, timeout=FORWARD_TIMEOUT_S,
-                                                     metadata=forwarded)  # fmt: skip
+            return getattr(self._stub(addr), method)(
+                request, timeout=FORWARD_TIMEOUT_S, metadata=forwarded
+            )
         except grpc.RpcError as exc:
-            raise ForwardError(f"forwarding {method} to broker {broker_name!r} at {addr} "
-                               f"failed: {exc.code().name}") from None  # fmt: skip
+            raise ForwardError(
+                f"forwarding {method} to broker {broker_name!r} at {addr} failed: {exc.code().name}"
+            ) from None
 
     def close(self) -> None:
         with self._lock:

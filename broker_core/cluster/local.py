@@ -54,17 +54,20 @@ def wait_accepting(addr: str, timeout_s: float, proc: subprocess.Popen[Any] | No
     raise RuntimeError(f"{addr} did not accept connections within {timeout_s:.0f} s")
 
 
-def start_namesrv(addr: str, log_path: Path, extra_args: list[str] | None = None
-                  ) -> subprocess.Popen[bytes]:  # fmt: skip
+def start_namesrv(
+    addr: str, log_path: Path, extra_args: list[str] | None = None
+) -> subprocess.Popen[bytes]:
     """``python -m broker_core.namesrv --listen addr`` (what ``rmq namesrv start`` runs) as
     a child, output to ``log_path``; returns once it accepts connections."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "broker_core.namesrv", "--listen", addr, *(extra_args or [])],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        )
     try:
         wait_accepting(addr, NAMESRV_START_TIMEOUT_S, proc)
     except RuntimeError:
@@ -84,11 +87,26 @@ def start_etcd(data_dir: Path) -> tuple[str, subprocess.Popen[bytes]]:
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(data_dir.with_suffix(".log"), "ab") as log:
         proc = subprocess.Popen(
-            [etcd, "--name", "n0", "--data-dir", str(data_dir),
-             "--listen-client-urls", f"http://{client}", "--advertise-client-urls",
-             f"http://{client}", "--listen-peer-urls", peer, "--initial-advertise-peer-urls",
-             peer, "--initial-cluster", f"n0={peer}"],
-            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            [
+                etcd,
+                "--name",
+                "n0",
+                "--data-dir",
+                str(data_dir),
+                "--listen-client-urls",
+                f"http://{client}",
+                "--advertise-client-urls",
+                f"http://{client}",
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"n0={peer}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     wait_accepting(client, NAMESRV_START_TIMEOUT_S, proc)
     return f"http://{client}", proc
 
@@ -99,8 +117,9 @@ def broker_names(count: int) -> list[str]:
     return [f"broker-{letters[i]}" if i < 26 else f"broker-{i + 1}" for i in range(count)]
 
 
-def wait_registered(namesrv: str, names: list[str], timeout_s: float = REGISTER_TIMEOUT_S,
-                    *, present: bool = True) -> None:  # fmt: skip
+def wait_registered(
+    namesrv: str, names: list[str], timeout_s: float = REGISTER_TIMEOUT_S, *, present: bool = True
+) -> None:
     """Wait until the NameServer lists every broker of ``names`` (or none when
     ``present`` is False); RuntimeError on timeout."""
     client = NameServerClient(namesrv)
@@ -115,8 +134,10 @@ def wait_registered(namesrv: str, names: list[str], timeout_s: float = REGISTER_
             if (set(names) <= listed) if present else not (set(names) & listed):
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"brokers {names} {'not' if present else 'still'} registered "
-                           f"within {timeout_s:.0f} s (listed: {sorted(listed)})")  # fmt: skip
+        raise RuntimeError(
+            f"brokers {names} {'not' if present else 'still'} registered "
+            f"within {timeout_s:.0f} s (listed: {sorted(listed)})"
+        )
     finally:
         client.close()
 
@@ -146,16 +167,21 @@ class LocalCluster:
     @property
     def metrics_urls(self) -> dict[str, str]:
         """Broker key -> the ``/metrics`` URL it printed (``METRICS URL``) before READY."""
-        return {key: line.split()[1] for key, proc in self.brokers.items()
-                for line in list(proc.output) if line.startswith("METRICS ")}  # fmt: skip
+        return {
+            key: line.split()[1]
+            for key, proc in self.brokers.items()
+            for line in list(proc.output)
+            if line.startswith("METRICS ")
+        }
 
     def start(self, broker_count: int, *, namesrv_args: list[str] | None = None) -> LocalCluster:
         """Start the NameServer and ``broker_count`` brokers; returns self once all are
         registered (stops what it started on failure)."""
         try:
             self.namesrv = f"127.0.0.1:{free_port()}"
-            self.namesrv_process = start_namesrv(self.namesrv, self.directory / "namesrv.log",
-                                                 namesrv_args)  # fmt: skip
+            self.namesrv_process = start_namesrv(
+                self.namesrv, self.directory / "namesrv.log", namesrv_args
+            )
             if self.controller:
                 self.etcd_url, self.etcd_process = start_etcd(self.directory / "etcd")
             for name in broker_names(broker_count):
@@ -171,10 +197,20 @@ class LocalCluster:
 
     def add_broker(self, name: str, *, wait: bool = True) -> BrokerProcess:
         """Start broker group ``name`` (store under ``directory/name``)."""
-        proc = launch_broker(self.directory / name, config=self.broker_config, extra_args=[
-            "--namesrv", self.namesrv, "--broker-name", name,
-            "--register-interval-ms", str(self.register_interval_ms),
-            *self._own_args(name), *self.broker_args])  # fmt: skip
+        proc = launch_broker(
+            self.directory / name,
+            config=self.broker_config,
+            extra_args=[
+                "--namesrv",
+                self.namesrv,
+                "--broker-name",
+                name,
+                "--register-interval-ms",
+                str(self.register_interval_ms),
+                *self._own_args(name),
+                *self.broker_args,
+            ],
+        )
         self.brokers[name] = proc
         if wait:
             wait_registered(self.namesrv, [name])
@@ -186,18 +222,28 @@ class LocalCluster:
         master_ha = ""
         for i in range(self.replicas):
             key = name if i == 0 else f"{name}/{i}"
-            args = ["--namesrv", self.namesrv, "--broker-name", name, "--replication",
-                    self.replication, "--register-interval-ms", str(self.register_interval_ms)]
+            args = [
+                "--namesrv",
+                self.namesrv,
+                "--broker-name",
+                name,
+                "--replication",
+                self.replication,
+                "--register-interval-ms",
+                str(self.register_interval_ms),
+            ]
             if self.controller:
                 args += ["--controller", self.etcd_url, "--ha-listen", "127.0.0.1:0"]
             elif i == 0:
                 args += ["--broker-id", "0", "--ha-listen", "127.0.0.1:0"]
             else:
                 args += ["--broker-id", str(i), "--ha-master", master_ha]
-            proc = launch_broker(self.directory / key.replace("/", "-"), config=self.broker_config,
-                                 listen=f"127.0.0.1:{free_port()}",
-                                 extra_args=[*args, *self._own_args(key),
-                                             *self.broker_args])  # fmt: skip
+            proc = launch_broker(
+                self.directory / key.replace("/", "-"),
+                config=self.broker_config,
+                listen=f"127.0.0.1:{free_port()}",
+                extra_args=[*args, *self._own_args(key), *self.broker_args],
+            )
             master_ha = master_ha or proc.ha_endpoint
             self.brokers[key] = proc
 

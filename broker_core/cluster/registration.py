@@ -74,10 +74,15 @@ class BrokerIdentity:
 class RegistrationService:
     """Keeps one broker registered with every NameServer; see the module docstring."""
 
-    def __init__(self, broker: Broker, identity: BrokerIdentity, namesrv: str, *,
-                 interval_ms: int = DEFAULT_REGISTER_INTERVAL_MS,
-                 client_factory: Callable[[str], NameServerClient] = NameServerClient
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self,
+        broker: Broker,
+        identity: BrokerIdentity,
+        namesrv: str,
+        *,
+        interval_ms: int = DEFAULT_REGISTER_INTERVAL_MS,
+        client_factory: Callable[[str], NameServerClient] = NameServerClient,
+    ) -> None:
         if interval_ms < 10:
             raise ConfigError(f"register interval must be ≥ 10 ms, got {interval_ms}")
         self.broker = broker
@@ -111,9 +116,16 @@ class RegistrationService:
         with self._counter_lock:
             version = DataVersion(0, self._started_ms, self._counter)
         ident = self.identity
-        return BrokerRegistration(ident.cluster, ident.broker_name, ident.broker_id,
-                                  ident.broker_addr, ident.grpc_addr, "", topics,
-                                  version)  # fmt: skip
+        return BrokerRegistration(
+            ident.cluster,
+            ident.broker_name,
+            ident.broker_id,
+            ident.broker_addr,
+            ident.grpc_addr,
+            "",
+            topics,
+            version,
+        )
 
     def check_name_free(self) -> None:
         """ConfigError if a live broker elsewhere already uses this broker's name."""
@@ -124,8 +136,11 @@ class RegistrationService:
             return
         ident = self.identity
         for live in info.live:
-            if live.broker_name == ident.broker_name and live.broker_id == ident.broker_id \
-                    and live.broker_addr != ident.broker_addr:  # fmt: skip
+            if (
+                live.broker_name == ident.broker_name
+                and live.broker_id == ident.broker_id
+                and live.broker_addr != ident.broker_addr
+            ):
                 raise ConfigError(
                     f"broker name {ident.broker_name!r} is already used by the live broker at "
                     f"{live.broker_addr} (cluster {live.cluster}); give this broker another "
@@ -159,8 +174,9 @@ class RegistrationService:
         self.thread.stop()
         ident = self.identity
         try:
-            self._client.unregister_broker(ident.cluster, ident.broker_name, ident.broker_id,
-                                           ident.broker_addr)  # fmt: skip
+            self._client.unregister_broker(
+                ident.cluster, ident.broker_name, ident.broker_id, ident.broker_addr
+            )
         except RocketMQError as exc:
             log.warning("unregistering from the NameServers failed: %s", exc)
         finally:

@@ -55,17 +55,23 @@ def brokers_of(route: TopicRoute) -> list[BrokerQueues]:
     for q in route.queue_datas:
         addr = addrs.get(q.broker_name)
         if addr:
-            out.append(BrokerQueues(q.broker_name, addr, q.read_queue_nums, q.write_queue_nums,
-                                    q.perm))  # fmt: skip
+            out.append(
+                BrokerQueues(q.broker_name, addr, q.read_queue_nums, q.write_queue_nums, q.perm)
+            )
     return sorted(out, key=lambda b: b.broker_name)
 
 
 class ClusterRoutes:
     """Cached routes and broker addresses; see the module docstring."""
 
-    def __init__(self, client: NameServerClient, *, ttl_ms: int = DEFAULT_ROUTE_TTL_MS,
-                 miss_ttl_ms: int = DEFAULT_MISS_TTL_MS,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: NameServerClient,
+        *,
+        ttl_ms: int = DEFAULT_ROUTE_TTL_MS,
+        miss_ttl_ms: int = DEFAULT_MISS_TTL_MS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.ttl_s = ttl_ms / 1000
         self.miss_ttl_s = miss_ttl_ms / 1000
@@ -84,7 +90,8 @@ class ClusterRoutes:
             found: list[BrokerQueues] | RocketMQError
             try:
                 found = brokers_of(self.client.get_route(topic)) or TopicNotFoundError(
-                    f"topic {topic!r} does not exist on any live broker of the cluster")
+                    f"topic {topic!r} does not exist on any live broker of the cluster"
+                )
             except TopicNotFoundError as exc:
                 found = exc
             except RocketMQError as exc:  # no NameServer answered: do not ask at every call

@@ -34,5 +34,6 @@ def enable_tls(directory: Path) -> ClusterTls:
     pki = make_pki(directory / "tls")
     os.environ["RMQ_CA_FILE"] = str(pki.ca)
     cert, key = str(pki.server_cert), str(pki.server_key)
-    return ClusterTls(pki.ca, ["--tls-cert", cert, "--tls-key", key],
-                      {"cert_file": cert, "key_file": key})  # fmt: skip
+    return ClusterTls(
+        pki.ca, ["--tls-cert", cert, "--tls-key", key], {"cert_file": cert, "key_file": key}
+    )

@@ -99,7 +99,7 @@ class ControllerAgent:
         self._valid_until = sent + LEASE_TTL_S - FENCE_MARGIN_S
 
     def fence(self) -> str:
-        """"" while this broker may acknowledge writes, else why not."""
+        """ "" while this broker may acknowledge writes, else why not."""
         if self.restart.is_set():
             return f"broker is leaving its role: {self.restart_reason}"
         if time.monotonic() >= self._valid_until:
@@ -111,8 +111,13 @@ class ControllerAgent:
     def join(self, timeout_s: float = 120.0) -> Role:
         """Block until this broker's role is known (see the module docstring)."""
         deadline = time.monotonic() + timeout_s
-        self._record = {"epoch": epoch_log.last_epoch(self.store_dir), "offset": -1,
-                        "endpoint": "", "ha": "", "ha_link": ""}  # fmt: skip
+        self._record = {
+            "epoch": epoch_log.last_epoch(self.store_dir),
+            "offset": -1,
+            "endpoint": "",
+            "ha": "",
+            "ha_link": "",
+        }
         while True:
             try:
                 self._renew()
@@ -120,16 +125,22 @@ class ControllerAgent:
                 role = self._decide()
                 if role is not None:
                     self.role = role
-                    log.info("controller: %s joins group %s as %s (epoch %d)", self.node,
-                             self.etcd.group, "master" if role.broker_id == 0 else
-                             f"slave of {role.ha_master}", role.epoch)  # fmt: skip
+                    log.info(
+                        "controller: %s joins group %s as %s (epoch %d)",
+                        self.node,
+                        self.etcd.group,
+                        "master" if role.broker_id == 0 else f"slave of {role.ha_master}",
+                        role.epoch,
+                    )
                     return role
             except ControllerError as exc:
                 log.warning("controller: %s", exc)
             if time.monotonic() > deadline:
-                raise ControllerError(f"no role for {self.node} in group {self.etcd.group} "
-                                      f"within {timeout_s:.0f} s (no live master, not "
-                                      "eligible to become one)")  # fmt: skip
+                raise ControllerError(
+                    f"no role for {self.node} in group {self.etcd.group} "
+                    f"within {timeout_s:.0f} s (no live master, not "
+                    "eligible to become one)"
+                )
             time.sleep(LOOP_S)
 
     def _decide(self) -> Role | None:
@@ -138,8 +149,9 @@ class ControllerAgent:
         seen = members.get(state.master, {}) if state is not None else {}
         self.master_endpoint = str(seen.get("endpoint", ""))
         if state is None:
-            new = GroupState(self.node, 1, [self.node], 1,
-                             [[1, epoch_log.commitlog_end(self.store_dir)]])  # fmt: skip
+            new = GroupState(
+                self.node, 1, [self.node], 1, [[1, epoch_log.commitlog_end(self.store_dir)]]
+            )
             return self._become_master(raw, new)
         if state.master == self.node:
             self._save_epochs(state)
@@ -151,20 +163,27 @@ class ControllerAgent:
             return Role(1 + others.index(self.node), master["ha"], state.epoch)
         live_in_sync = [n for n in state.in_sync if n in members]
         if master is None and live_in_sync == [self.node]:
-            return self._become_master(raw, self._next_term(state,
-                                                            epoch_log.commitlog_end(self.store_dir)))
+            return self._become_master(
+                raw, self._next_term(state, epoch_log.commitlog_end(self.store_dir))
+            )
         return None
 
     def _next_term(self, state: GroupState, start: int) -> GroupState:
         epoch = state.epoch + 1
-        return GroupState(self.node, epoch, [self.node], state.set_epoch + 1,
-                          [*state.epochs, [epoch, start]])  # fmt: skip
+        return GroupState(
+            self.node, epoch, [self.node], state.set_epoch + 1, [*state.epochs, [epoch, start]]
+        )
 
     def _become_master(self, raw: str, new: GroupState) -> Role | None:
         if not self.etcd.cas(raw, new):
             return None  # someone else decided first: look again
-        log.warning("controller: %s elected master of %s, epoch %d from offset %d", self.node,
-                    self.etcd.group, new.epoch, new.epochs[-1][1])  # fmt: skip
+        log.warning(
+            "controller: %s elected master of %s, epoch %d from offset %d",
+            self.node,
+            self.etcd.group,
+            new.epoch,
+            new.epochs[-1][1],
+        )
         self._save_epochs(new)
         return Role(0, "", new.epoch)
 
@@ -180,9 +199,14 @@ class ControllerAgent:
         if cut is not None:
             dropped = epoch_log.truncate_commitlog(self.store_dir, cut)
             if dropped:
-                log.warning("controller: %s cut its log at %d (epoch %d starts there): %d "
-                            "unacknowledged bytes dropped", self.node, cut, state.epoch,
-                            dropped)  # fmt: skip
+                log.warning(
+                    "controller: %s cut its log at %d (epoch %d starts there): %d "
+                    "unacknowledged bytes dropped",
+                    self.node,
+                    cut,
+                    state.epoch,
+                    dropped,
+                )
         self._save_epochs(state)
 
     # ---- running ----------------------------------------------------------------------------
@@ -222,8 +246,10 @@ class ControllerAgent:
         self._renew()
         replication = self._broker.replication
         slave = replication.slave
-        self._record.update(offset=self._broker.store.commitlog.max_offset,
-                            ha_link=slave.local_address if slave is not None else "")  # fmt: skip
+        self._record.update(
+            offset=self._broker.store.commitlog.max_offset,
+            ha_link=slave.local_address if slave is not None else "",
+        )
         self.etcd.put_member(self.node, self._record, self._lease)
         state, raw = self.etcd.state()
         members = self.etcd.members()
@@ -236,8 +262,9 @@ class ControllerAgent:
         else:
             self._slave_round(state, raw, members)
 
-    def _master_round(self, state: GroupState, raw: str,
-                      members: dict[str, dict[str, Any]]) -> None:  # fmt: skip
+    def _master_round(
+        self, state: GroupState, raw: str, members: dict[str, dict[str, Any]]
+    ) -> None:
         assert self._broker is not None and self.role is not None
         if state.master != self.node or state.epoch != self.role.epoch:
             self._leave(f"master is now {state.master} (epoch {state.epoch})")
@@ -251,21 +278,25 @@ class ControllerAgent:
         if wanted != sorted(state.in_sync):
             new = replace(state, in_sync=wanted, set_epoch=state.set_epoch + 1)
             if self.etcd.cas(raw, new):
-                log.warning("controller: in-sync set of %s is now %s (set epoch %d)",
-                            self.etcd.group, wanted, new.set_epoch)  # fmt: skip
+                log.warning(
+                    "controller: in-sync set of %s is now %s (set epoch %d)",
+                    self.etcd.group,
+                    wanted,
+                    new.set_epoch,
+                )
                 in_sync.required = {links.get(n, n) for n in wanted if n != self.node}
 
-    def _slave_round(self, state: GroupState, raw: str,
-                     members: dict[str, dict[str, Any]]) -> None:  # fmt: skip
+    def _slave_round(self, state: GroupState, raw: str, members: dict[str, dict[str, Any]]) -> None:
         assert self._broker is not None and self.role is not None
         if state.epoch != self.role.epoch or state.master == self.node:
             self._leave(f"group {self.etcd.group} moved to epoch {state.epoch}")
             return
         if state.master in members or self.node not in state.in_sync:
             return
-        ranked = sorted((n for n in state.in_sync if n in members),
-                        key=lambda n: (-int(members[n].get("epoch", 0)),
-                                       -int(members[n].get("offset", -1)), n))  # fmt: skip
+        ranked = sorted(
+            (n for n in state.in_sync if n in members),
+            key=lambda n: (-int(members[n].get("epoch", 0)), -int(members[n].get("offset", -1)), n),
+        )
         if not ranked or ranked[0] != self.node:
             return
         replication = self._broker.replication

@@ -38,8 +38,9 @@ def load_entries(store_dir: Path) -> list[list[int]]:
         return []
     entries = doc.get("entries", [])
     if doc.get("crc") != _crc(entries):
-        raise CorruptionError("epoch file does not match its CRC", path=str(store_dir / EPOCH_FILE),
-                              position=0)  # fmt: skip
+        raise CorruptionError(
+            "epoch file does not match its CRC", path=str(store_dir / EPOCH_FILE), position=0
+        )
     return [list(map(int, e)) for e in entries]
 
 

@@ -45,8 +45,13 @@ class GroupState:
     @classmethod
     def from_json(cls, text: str) -> GroupState:
         doc = json.loads(text)
-        return cls(doc["master"], int(doc["epoch"]), list(doc["in_sync"]), int(doc["set_epoch"]),
-                   [list(map(int, e)) for e in doc.get("epochs", [])])  # fmt: skip
+        return cls(
+            doc["master"],
+            int(doc["epoch"]),
+            list(doc["in_sync"]),
+            int(doc["set_epoch"]),
+            [list(map(int, e)) for e in doc.get("epochs", [])],
+        )
 
 
 def parse_endpoints(urls: str) -> list[tuple[str, int]]:
@@ -66,8 +71,10 @@ class EtcdGroup:
     """One broker group's keys in etcd (see the module docstring)."""
 
     def __init__(self, urls: str, group: str) -> None:
-        self._clients = [etcd3gw.Etcd3Client(host=h, port=p, timeout=_TIMEOUT_S)
-                         for h, p in parse_endpoints(urls)]  # fmt: skip
+        self._clients = [
+            etcd3gw.Etcd3Client(host=h, port=p, timeout=_TIMEOUT_S)
+            for h, p in parse_endpoints(urls)
+        ]
         self._current = 0
         self.group = group
         self._state_key = f"{_PREFIX}{group}/state"
@@ -98,8 +105,9 @@ class EtcdGroup:
 
     def put_member(self, node: str, record: dict[str, Any], lease_id: int) -> None:
         value = json.dumps(record, sort_keys=True)
-        self._call("put member", lambda c: c.put(self._members + node, value,
-                                                  lease=Lease(lease_id, c)))  # fmt: skip
+        self._call(
+            "put member", lambda c: c.put(self._members + node, value, lease=Lease(lease_id, c))
+        )
 
     def members(self) -> dict[str, dict[str, Any]]:
         """Live members' records by node name."""

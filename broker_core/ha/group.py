@@ -36,8 +36,9 @@ class Replication:
         self.slave: HASlave | None = None
         # Controller mode: "" while this master may acknowledge writes, else why not.
         self.fence: Callable[[], str] | None = None
-        self.in_sync = InSyncSet(window_ms=cfg.ha_catch_up_window_ms,
-                                 min_replicas=cfg.min_in_sync_replicas)  # fmt: skip
+        self.in_sync = InSyncSet(
+            window_ms=cfg.ha_catch_up_window_ms, min_replicas=cfg.min_in_sync_replicas
+        )
 
     @property
     def ha_endpoint(self) -> str:
@@ -49,24 +50,35 @@ class Replication:
         broker, cfg = self._broker, self._broker.config
         store = broker.store
         if self.is_slave:
-            store.slave_of = (f"broker {cfg.broker_name} is a slave (broker id {cfg.broker_id}); "
-                              "send to its master")  # fmt: skip
+            store.slave_of = (
+                f"broker {cfg.broker_name} is a slave (broker id {cfg.broker_id}); "
+                "send to its master"
+            )
             self.slave = HASlave(
-                store, cfg.ha_master, heartbeat_ms=cfg.ha_heartbeat_interval_ms,
+                store,
+                cfg.ha_master,
+                heartbeat_ms=cfg.ha_heartbeat_interval_ms,
                 metadata_interval_ms=cfg.ha_metadata_interval_ms,
                 apply_metadata=lambda body: metadata.apply(broker, body),
-            )  # fmt: skip
+            )
             self.slave.start()
         elif cfg.ha_listen:
             self.master = HAMaster(
-                store.commitlog, cfg.ha_listen, in_sync=self.in_sync,
-                sync=cfg.replication == "sync", timeout_ms=cfg.sync_replication_timeout_ms,
+                store.commitlog,
+                cfg.ha_listen,
+                in_sync=self.in_sync,
+                sync=cfg.replication == "sync",
+                timeout_ms=cfg.sync_replication_timeout_ms,
                 heartbeat_ms=cfg.ha_heartbeat_interval_ms,
                 metadata=lambda: metadata.snapshot(broker),
-            )  # fmt: skip
+            )
             store.after_append = self.master.after_append
-            log.info("broker %s master: HA port %s, %s replication", cfg.broker_name,
-                     self.master.endpoint, cfg.replication)  # fmt: skip
+            log.info(
+                "broker %s master: HA port %s, %s replication",
+                cfg.broker_name,
+                self.master.endpoint,
+                cfg.replication,
+            )
 
     def promote(self) -> None:
         """Controller mode: this slave becomes its group's master in place (its HA link
@@ -79,14 +91,21 @@ class Replication:
         self.is_slave = False
         broker.store.slave_of = ""
         self.master = HAMaster(
-            broker.store.commitlog, cfg.ha_listen or "127.0.0.1:0", in_sync=self.in_sync,
-            sync=cfg.replication == "sync", timeout_ms=cfg.sync_replication_timeout_ms,
+            broker.store.commitlog,
+            cfg.ha_listen or "127.0.0.1:0",
+            in_sync=self.in_sync,
+            sync=cfg.replication == "sync",
+            timeout_ms=cfg.sync_replication_timeout_ms,
             heartbeat_ms=cfg.ha_heartbeat_interval_ms,
             metadata=lambda: metadata.snapshot(broker),
-        )  # fmt: skip
+        )
         broker.store.after_append = self.master.after_append
-        log.warning("broker %s promoted to master: HA port %s, %s replication",
-                    cfg.broker_name, self.master.endpoint, cfg.replication)  # fmt: skip
+        log.warning(
+            "broker %s promoted to master: HA port %s, %s replication",
+            cfg.broker_name,
+            self.master.endpoint,
+            cfg.replication,
+        )
 
     def wait_replicated(self, end_offset: int) -> None:
         """Called by the broker after a client's write ended at ``end_offset``: with sync
@@ -113,12 +132,21 @@ class Replication:
         """Role, HA addresses and, on a master, the connected and in-sync slaves with
         their acked offsets (the admin service's Health shows it)."""
         cfg = self._broker.config
-        status: dict[str, Any] = {"role": "slave" if self.is_slave else "master",
-                                  "broker_id": cfg.broker_id, "replication": cfg.replication}
+        status: dict[str, Any] = {
+            "role": "slave" if self.is_slave else "master",
+            "broker_id": cfg.broker_id,
+            "replication": cfg.replication,
+        }
         if self.slave is not None:
-            status.update(master=self.slave.master, connected=self.slave.connected.is_set(),
-                          last_error=self.slave.last_error)
+            status.update(
+                master=self.slave.master,
+                connected=self.slave.connected.is_set(),
+                last_error=self.slave.last_error,
+            )
         if self.master is not None:
-            status.update(ha_endpoint=self.master.endpoint, slaves=self.in_sync.connected(),
-                          in_sync=self.in_sync.members())  # fmt: skip
+            status.update(
+                ha_endpoint=self.master.endpoint,
+                slaves=self.in_sync.connected(),
+                in_sync=self.in_sync.members(),
+            )
         return status

@@ -48,8 +48,9 @@ class _Slave:
 class InSyncSet:
     """Slaves' acked offsets and which of them are in sync (see the module docstring)."""
 
-    def __init__(self, *, window_ms: int, min_replicas: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, *, window_ms: int, min_replicas: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._window_s = window_ms / 1000
         self.min_replicas = min_replicas
         self._clock = clock
@@ -90,8 +91,12 @@ class InSyncSet:
             fresh = now - slave.caught_up_at <= self._window_s
             if fresh != slave.in_sync:
                 slave.in_sync = fresh
-                log.warning("slave %s %s the in-sync set (acked %d)", slave.name,
-                            "joined" if fresh else "left", slave.acked)  # fmt: skip
+                log.warning(
+                    "slave %s %s the in-sync set (acked %d)",
+                    slave.name,
+                    "joined" if fresh else "left",
+                    slave.acked,
+                )
             if fresh:
                 members.append(slave)
         return members
@@ -116,7 +121,8 @@ class InSyncSet:
                 if len(members) + 1 < self.min_replicas:
                     raise InSyncReplicasNotEnoughError(
                         f"sync replication needs {self.min_replicas} in-sync replicas, the "
-                        f"group has {len(members) + 1} (master included); retry later")
+                        f"group has {len(members) + 1} (master included); retry later"
+                    )
                 behind = [s.name for s in members if s.acked < offset]
                 acked = {s.name for s in self._slaves.values() if s.acked >= offset}
                 behind += sorted(self.required - acked - set(behind))
@@ -126,5 +132,6 @@ class InSyncSet:
                     raise ReplicationTimeoutError(
                         f"FLUSH_SLAVE_TIMEOUT: in-sync slave(s) {', '.join(behind)} did not "
                         f"ack offset {offset} within {timeout_ms} ms; the message is stored "
-                        "on the master and may still be replicated")  # fmt: skip
+                        "on the master and may still be replicated"
+                    )
                 self._cond.wait(min(deadline - now, _RECHECK_S))

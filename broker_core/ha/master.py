@@ -43,9 +43,17 @@ _SILENT_LINK_S = 30.0  # a link whose slave neither reports nor drains this long
 class HAMaster:
     """Accepts slaves on ``listen`` and replicates ``commitlog`` to them."""
 
-    def __init__(self, commitlog: CommitLog, listen: str, *, in_sync: InSyncSet, sync: bool,
-                 timeout_ms: int, heartbeat_ms: int,
-                 metadata: Callable[[], bytes]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        listen: str,
+        *,
+        in_sync: InSyncSet,
+        sync: bool,
+        timeout_ms: int,
+        heartbeat_ms: int,
+        metadata: Callable[[], bytes],
+    ) -> None:
         self._log = commitlog
         self.in_sync = in_sync
         self.sync = sync
@@ -93,8 +101,12 @@ class HAMaster:
                 return  # closed by stop()
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             link_id = next(self._ids)
-            threading.Thread(target=self._serve, args=(link_id, sock, f"{peer[0]}:{peer[1]}"),
-                             name=f"ha-link-{link_id}", daemon=True).start()  # fmt: skip
+            threading.Thread(
+                target=self._serve,
+                args=(link_id, sock, f"{peer[0]}:{peer[1]}"),
+                name=f"ha-link-{link_id}",
+                daemon=True,
+            ).start()
 
     def _serve(self, link_id: int, sock: socket.socket, name: str) -> None:
         """One slave's life: first report, then reader and sender until either fails."""
@@ -111,8 +123,12 @@ class HAMaster:
             self.in_sync.join(link_id, name, self._log.max_offset)
             self.in_sync.report(link_id, first, self._log.max_offset)
             sock.settimeout(max(_SILENT_LINK_S, 10 * self._heartbeat_s))  # a dead peer ends
-            reader = threading.Thread(target=self._read_reports, args=(link_id, sock, first),
-                                      name=f"ha-reports-{link_id}", daemon=True)  # fmt: skip
+            reader = threading.Thread(
+                target=self._read_reports,
+                args=(link_id, sock, first),
+                name=f"ha-reports-{link_id}",
+                daemon=True,
+            )
             reader.start()
             self._send(sock, start)
         except (OSError, ConnectionError, ReplicationProtocolError, OffsetOutOfRangeError) as exc:
@@ -128,11 +144,13 @@ class HAMaster:
         if report == 0:
             return low
         if report < 0 or report > high:
-            raise ReplicationProtocolError(f"slave reports offset {report}, this master's log "
-                                           f"spans [{low}, {high})")  # fmt: skip
+            raise ReplicationProtocolError(
+                f"slave reports offset {report}, this master's log spans [{low}, {high})"
+            )
         if report < low:
             raise ReplicationProtocolError(
-                f"slave offset {report} is below this master's retained log (starts at {low})")
+                f"slave offset {report} is below this master's retained log (starts at {low})"
+            )
         return report
 
     def _read_reports(self, link_id: int, sock: socket.socket, acked: int) -> None:
@@ -143,7 +161,8 @@ class HAMaster:
                 if report < acked or report > self._log.max_offset:
                     raise ReplicationProtocolError(
                         f"slave report {report} goes backwards from {acked} or past this "
-                        f"master's end {self._log.max_offset}")  # fmt: skip
+                        f"master's end {self._log.max_offset}"
+                    )
                 acked = report
                 self.in_sync.report(link_id, report, self._log.max_offset)
         except (OSError, ConnectionError, ReplicationProtocolError) as exc:
@@ -161,8 +180,9 @@ class HAMaster:
             if offset < end:
                 seg = log_.segment_at(offset)
                 local = offset - seg.base_offset
-                body = seg.read(local, min(wire.MAX_BATCH_BYTES, seg.wrote_position - local,
-                                           end - offset))  # fmt: skip
+                body = seg.read(
+                    local, min(wire.MAX_BATCH_BYTES, seg.wrote_position - local, end - offset)
+                )
                 sock.sendall(wire.FRAME_HEADER.pack(offset, len(body)) + body)
                 offset += len(body)
                 continue

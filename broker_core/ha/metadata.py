@@ -27,8 +27,12 @@ from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 if TYPE_CHECKING:
     from broker_core.broker.broker import Broker
 
-TOPICS, GROUPS, OFFSETS, DELAY = ("topics.json", "subscriptionGroup.json",
-                                  "consumerOffset.json", "delayOffset.json")  # fmt: skip
+TOPICS, GROUPS, OFFSETS, DELAY = (
+    "topics.json",
+    "subscriptionGroup.json",
+    "consumerOffset.json",
+    "delayOffset.json",
+)
 
 
 def snapshot(broker: Broker) -> bytes:

@@ -35,9 +35,15 @@ _DEAD_AFTER_HEARTBEATS = 5
 class HASlave:
     """Replicates the master at ``master`` into ``store``."""
 
-    def __init__(self, store: MessageStore, master: str, *, heartbeat_ms: int,
-                 metadata_interval_ms: int,
-                 apply_metadata: Callable[[bytes], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: MessageStore,
+        master: str,
+        *,
+        heartbeat_ms: int,
+        metadata_interval_ms: int,
+        apply_metadata: Callable[[bytes], None],
+    ) -> None:
         self._store = store
         self.master = master
         self._heartbeat_s = heartbeat_ms / 1000
@@ -131,8 +137,7 @@ class HASlave:
                 self._apply_metadata(self.fetch_metadata())
             except (OSError, ConnectionError, RocketMQError, ValueError) as exc:
                 if not self._stop.is_set():
-                    log.warning("copying config tables from master %s failed: %s", self.master,
-                                exc)  # fmt: skip
+                    log.warning("copying config tables from master %s failed: %s", self.master, exc)
             self._stop.wait(self._metadata_s)
 
     def fetch_metadata(self) -> bytes:
@@ -159,8 +164,9 @@ class _Pending:
         if not body:
             return  # a heartbeat
         if self._bytes and offset != self._at + len(self._bytes):
-            raise ReplicationProtocolError(f"frame at {offset} does not follow the stream at "
-                                           f"{self._at + len(self._bytes)}")  # fmt: skip
+            raise ReplicationProtocolError(
+                f"frame at {offset} does not follow the stream at {self._at + len(self._bytes)}"
+            )
         if not self._bytes:
             self._at = offset
         self._bytes += body

@@ -82,39 +82,53 @@ class BrokerCollector(Collector):
             log.exception("metrics: reading broker state failed")
 
     def _traffic(self) -> Iterator[Metric]:
-        msgs_in = CounterMetricFamily("rocketmq_messages_in_total",
-                                      "Messages stored, by topic", labels=TOPIC)  # fmt: skip
-        bytes_in = CounterMetricFamily("rocketmq_throughput_in_total",
-                                       "Message body bytes stored, by topic", labels=TOPIC)
+        msgs_in = CounterMetricFamily(
+            "rocketmq_messages_in_total", "Messages stored, by topic", labels=TOPIC
+        )
+        bytes_in = CounterMetricFamily(
+            "rocketmq_throughput_in_total", "Message body bytes stored, by topic", labels=TOPIC
+        )
         for topic, (count, size) in sorted(self.recorder.snapshot_in().items()):
             msgs_in.add_metric([topic, *self.node], count)
             bytes_in.add_metric([topic, *self.node], size)
-        msgs_out = CounterMetricFamily("rocketmq_messages_out_total",
-                                       "Messages delivered, by topic and consumer group",
-                                       labels=GROUP)  # fmt: skip
-        bytes_out = CounterMetricFamily("rocketmq_throughput_out_total",
-                                        "Message body bytes delivered", labels=GROUP)
+        msgs_out = CounterMetricFamily(
+            "rocketmq_messages_out_total",
+            "Messages delivered, by topic and consumer group",
+            labels=GROUP,
+        )
+        bytes_out = CounterMetricFamily(
+            "rocketmq_throughput_out_total", "Message body bytes delivered", labels=GROUP
+        )
         for (topic, group), (count, size) in sorted(self.recorder.snapshot_out().items()):
             msgs_out.add_metric([topic, group, *self.node], count)
             bytes_out.add_metric([topic, group, *self.node], size)
         yield from (msgs_in, bytes_in, msgs_out, bytes_out)
 
     def _latency(self) -> Metric:
-        family = HistogramMetricFamily("rocketmq_rpc_latency", "gRPC call latency in ms",
-                                       labels=["method", *NODE])  # fmt: skip
+        family = HistogramMetricFamily(
+            "rocketmq_rpc_latency", "gRPC call latency in ms", labels=["method", *NODE]
+        )
         bounds = [str(b) for b in LATENCY_BUCKETS_MS] + ["+Inf"]
         for method, (cumulative, total_ms) in sorted(self.recorder.snapshot_latency().items()):
-            family.add_metric([method, *self.node], list(zip(bounds, cumulative, strict=True)),
-                              sum_value=total_ms)  # fmt: skip
+            family.add_metric(
+                [method, *self.node], list(zip(bounds, cumulative, strict=True)), sum_value=total_ms
+            )
         return family
 
     def _consumers(self) -> Iterator[Metric]:
-        lag = GaugeMetricFamily("rocketmq_consumer_lag_messages",
-                                "Messages not yet committed by the group", labels=GROUP)
-        ready = GaugeMetricFamily("rocketmq_consumer_ready_messages",
-                                  "Messages not yet delivered to the group", labels=GROUP)
-        inflight = GaugeMetricFamily("rocketmq_consumer_inflight_messages",
-                                     "Messages delivered, not yet acked", labels=GROUP)
+        lag = GaugeMetricFamily(
+            "rocketmq_consumer_lag_messages",
+            "Messages not yet committed by the group",
+            labels=GROUP,
+        )
+        ready = GaugeMetricFamily(
+            "rocketmq_consumer_ready_messages",
+            "Messages not yet delivered to the group",
+            labels=GROUP,
+        )
+        inflight = GaugeMetricFamily(
+            "rocketmq_consumer_inflight_messages", "Messages delivered, not yet acked", labels=GROUP
+        )
         groups = self.broker.groups.list()
         for config in groups:
             totals: dict[str, list[int]] = {}
@@ -128,12 +142,14 @@ class BrokerCollector(Collector):
                 ready.add_metric(labels, queue_ready)
                 inflight.add_metric(labels, held)
         yield from (lag, ready, inflight)
-        groups_n = GaugeMetricFamily("rocketmq_consumer_group_number", "Consumer groups",
-                                     labels=NODE)  # fmt: skip
+        groups_n = GaugeMetricFamily(
+            "rocketmq_consumer_group_number", "Consumer groups", labels=NODE
+        )
         groups_n.add_metric(self.node, len(groups))
         topics_n = GaugeMetricFamily("rocketmq_topic_number", "User topics", labels=NODE)
-        topics_n.add_metric(self.node, sum(1 for t in self.broker.topics.list()
-                                           if not is_system_topic(t.name)))  # fmt: skip
+        topics_n.add_metric(
+            self.node, sum(1 for t in self.broker.topics.list() if not is_system_topic(t.name))
+        )
         yield from (groups_n, topics_n)
 
     def _queues(self, group: str) -> Iterator[tuple[str, int, int, int]]:
@@ -149,18 +165,23 @@ class BrokerCollector(Collector):
             else:
                 yield topic, queue_lag, min(queue_lag, max(0, high - state[1])), state[2]
         for (topic, qid), (consume_offset, frontier, held) in sorted(popped.items()):
-            if topic.startswith(("%RETRY%", "%DLQ%")) or is_system_topic(topic) \
-                    or self.broker.topics.get(topic) is None:  # fmt: skip
+            if (
+                topic.startswith(("%RETRY%", "%DLQ%"))
+                or is_system_topic(topic)
+                or self.broker.topics.get(topic) is None
+            ):
                 continue
             high = self.broker.store.max_offset(topic, qid)
             yield topic, max(0, high - consume_offset), max(0, high - frontier), held
 
     def _storage(self) -> Iterator[Metric]:
-        size = GaugeMetricFamily("rocketmq_storage_size", "Bytes of the store's files",
-                                 labels=NODE)  # fmt: skip
+        size = GaugeMetricFamily("rocketmq_storage_size", "Bytes of the store's files", labels=NODE)
         size.add_metric(self.node, store_size_bytes(self.broker.store.config.store_dir))
-        flush = GaugeMetricFamily("rocketmq_storage_flush_latency",
-                                  "Duration of the last commitlog flush in ms", labels=NODE)
+        flush = GaugeMetricFamily(
+            "rocketmq_storage_flush_latency",
+            "Duration of the last commitlog flush in ms",
+            labels=NODE,
+        )
         flush.add_metric(self.node, self.broker.store.flusher.last_flush_ms)
         yield from (size, flush)
 

@@ -18,8 +18,9 @@ from broker_core.metrics.recorder import Recorder
 Behaviour = Callable[[Any, grpc.ServicerContext], Any]
 
 
-def timing_wrapper(recorder: Recorder) -> Callable[[str, grpc.RpcMethodHandler],
-                                                    grpc.RpcMethodHandler]:  # fmt: skip
+def timing_wrapper(
+    recorder: Recorder,
+) -> Callable[[str, grpc.RpcMethodHandler], grpc.RpcMethodHandler]:
     """A ``Gate`` wrapper recording ``rocketmq_rpc_latency`` by method name."""
     cache: dict[tuple[str, int], grpc.RpcMethodHandler] = {}
 
@@ -35,10 +36,11 @@ def timing_wrapper(recorder: Recorder) -> Callable[[str, grpc.RpcMethodHandler],
     return wrap
 
 
-def _timed(name: str, handler: grpc.RpcMethodHandler,
-           recorder: Recorder) -> grpc.RpcMethodHandler:  # fmt: skip
-    kwargs = {"request_deserializer": handler.request_deserializer,
-              "response_serializer": handler.response_serializer}  # fmt: skip
+def _timed(name: str, handler: grpc.RpcMethodHandler, recorder: Recorder) -> grpc.RpcMethodHandler:
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
     if handler.response_streaming:
         inner_stream: Behaviour = handler.unary_stream
 

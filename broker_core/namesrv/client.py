@@ -77,14 +77,20 @@ def parse_addrs(addrs: str | Sequence[str]) -> list[str]:
 class NameServerClient:
     """Talks to one or more independent NameServers (see the module docstring)."""
 
-    def __init__(self, addrs: str | Sequence[str], timeout_s: float = 3.0, *,
-                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        addrs: str | Sequence[str],
+        timeout_s: float = 3.0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         """``ssl_context``: TLS to the NameServers; None takes the one the environment asks
         for (``RMQ_CA_FILE``/``RMQ_TLS``, see ``remoting/tls.py``), else plain TCP."""
         self.addrs = parse_addrs(addrs)
         context = ssl_context if ssl_context is not None else client_context_from_env()
-        self._clients = [RemotingClient(addr, timeout_s, ssl_context=context)
-                         for addr in self.addrs]  # fmt: skip
+        self._clients = [
+            RemotingClient(addr, timeout_s, ssl_context=context) for addr in self.addrs
+        ]
         self._pool = ThreadPoolExecutor(len(self._clients), thread_name_prefix="namesrv-client")
 
     # ---- broker side ----------------------------------------------------------------------

@@ -132,8 +132,12 @@ def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
         return None
     if args.tls_cert is None or args.tls_key is None:
         raise ConfigError("give both --tls-cert and --tls-key")
-    tls = TlsConfig(args.tls_cert, args.tls_key, client_ca_file=args.tls_ca,
-                    require_client_cert=args.tls_ca is not None)  # fmt: skip
+    tls = TlsConfig(
+        args.tls_cert,
+        args.tls_key,
+        client_ca_file=args.tls_ca,
+        require_client_cert=args.tls_ca is not None,
+    )
     return server_context(tls)
 
 

@@ -77,17 +77,32 @@ def _lengths(items: Sequence[bytes]) -> np.ndarray:
     return np.fromiter(map(len, items), np.int64, len(items))
 
 
-def encode_request(topic: str, bodies: Sequence[bytes], properties: Sequence[bytes], *,
-                   born_timestamp_ms: int, born_host: str) -> bytes:  # fmt: skip
+def encode_request(
+    topic: str,
+    bodies: Sequence[bytes],
+    properties: Sequence[bytes],
+    *,
+    born_timestamp_ms: int,
+    born_host: str,
+) -> bytes:
     """The request frame (``properties`` already encoded as stored, one per body)."""
     if len(bodies) != len(properties):
         raise InvalidArgumentError(f"{len(bodies)} bodies but {len(properties)} properties")
     crcs = np.fromiter(map(zlib.crc32, bodies), np.uint32, len(bodies))
-    header = {"topic": topic, "count": len(bodies), "born_timestamp_ms": born_timestamp_ms,
-              "born_host": born_host}  # fmt: skip
-    return _frame(header, _lengths(bodies).astype(">i4").tobytes(), crcs.astype(">u4").tobytes(),
-                  _lengths(properties).astype(">i4").tobytes(), b"".join(bodies),
-                  b"".join(properties))  # fmt: skip
+    header = {
+        "topic": topic,
+        "count": len(bodies),
+        "born_timestamp_ms": born_timestamp_ms,
+        "born_host": born_host,
+    }
+    return _frame(
+        header,
+        _lengths(bodies).astype(">i4").tobytes(),
+        crcs.astype(">u4").tobytes(),
+        _lengths(properties).astype(">i4").tobytes(),
+        b"".join(bodies),
+        b"".join(properties),
+    )
 
 
 def _header(frame: bytes) -> tuple[dict[str, Any], int]:
@@ -125,8 +140,11 @@ def decode_request(frame: bytes) -> BulkRequest:
     count = _field(header, "count", int)
     if count < 1:
         raise InvalidArgumentError(f"SendBulk carries no message (count {count})")
-    columns = np.frombuffer(frame, ">u4", 3 * count, pos) if pos + 12 * count <= len(frame) \
-        else np.zeros(0, ">u4")  # fmt: skip
+    columns = (
+        np.frombuffer(frame, ">u4", 3 * count, pos)
+        if pos + 12 * count <= len(frame)
+        else np.zeros(0, ">u4")
+    )
     if len(columns) != 3 * count:
         raise MessageCorruptedError(f"bulk frame too short for {count} messages")
     body_lens = columns[:count].astype(np.int64)
@@ -136,9 +154,14 @@ def decode_request(frame: bytes) -> BulkRequest:
         raise MessageCorruptedError("bulk frame lengths do not add up to its size")
     bodies, at = _split(frame, pos + 12 * count, body_lens)
     properties, _ = _split(frame, at, prop_lens)
-    return BulkRequest(_field(header, "topic", str), _field(header, "born_timestamp_ms", int),
-                       _field(header, "born_host", str), bodies,
-                       columns[count : 2 * count].astype(np.uint32), properties)  # fmt: skip
+    return BulkRequest(
+        _field(header, "topic", str),
+        _field(header, "born_timestamp_ms", int),
+        _field(header, "born_host", str),
+        bodies,
+        columns[count : 2 * count].astype(np.uint32),
+        properties,
+    )
 
 
 def encode_response(status: dict[str, Any], offsets: Sequence[int] | np.ndarray) -> bytes:

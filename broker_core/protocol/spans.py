@@ -25,8 +25,11 @@ def gather_spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> by
     if n == 0:
         return b""
     width = int(lengths.max())
-    if width > 0 and width * n <= 2 * int(lengths.sum()) + 64 and \
-            int(starts.max()) <= len(buf) - width:  # fmt: skip
+    if (
+        width > 0
+        and width * n <= 2 * int(lengths.sum()) + 64
+        and int(starts.max()) <= len(buf) - width
+    ):
         rows = sliding_window_view(buf, width)[starts]
         if bool((lengths == width).all()):
             return rows.tobytes()

@@ -34,13 +34,21 @@ Predicate = Callable[[Mapping[str, str]], Tri]
 Check = Callable[[str], Tri]  # a test on a present property value
 
 _STRING_OPS: dict[str, Callable[[str, str], bool]] = {
-    "CONTAINS": operator.contains, "STARTSWITH": str.startswith, "ENDSWITH": str.endswith,
+    "CONTAINS": operator.contains,
+    "STARTSWITH": str.startswith,
+    "ENDSWITH": str.endswith,
 }
-KEYWORDS = frozenset(["AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE",
-                      *_STRING_OPS])
+KEYWORDS = frozenset(
+    ["AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE", *_STRING_OPS]
+)
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "=": operator.eq, "<>": operator.ne, "!=": operator.ne, "<": operator.lt,
-    "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "=": operator.eq,
+    "<>": operator.ne,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 _FLIPPED = {"=": "=", "<>": "<>", "!=": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _BOOLS = {"true": True, "false": False}
@@ -93,7 +101,7 @@ def tokenize(expr: str) -> list[Token]:
             raise _error(expr, pos, problem)
         kind, text, end = match.lastgroup or "", match.group(), match.end()
         if kind == "number" and (run := _IDENT_RUN_RE.match(expr, end)):
-            raise _error(expr, pos, f"malformed number '{expr[pos:run.end()]}'")
+            raise _error(expr, pos, f"malformed number '{expr[pos : run.end()]}'")
         if kind != "space":
             tokens.append(_make_token(kind, text, pos))
         pos = end
@@ -243,8 +251,9 @@ class _Parser:
             return self.parse_test(left)
         if isinstance(left, Lit) and isinstance(left.value, bool):
             return left
-        raise self.error(nxt, f"expected a comparison after {_describe(first)}, "
-                              f"found {_describe(nxt)}")
+        raise self.error(
+            nxt, f"expected a comparison after {_describe(first)}, found {_describe(nxt)}"
+        )
 
     def parse_operand(self) -> Operand:
         tok = self.advance()
@@ -257,8 +266,9 @@ class _Parser:
             return Lit(tok.value == "TRUE")
         if tok.value == "NULL":
             raise self.error(tok, "NULL can only be used as IS NULL or IS NOT NULL")
-        raise self.error(tok, f"missing operand: expected a property or value, "
-                              f"found {_describe(tok)}")
+        raise self.error(
+            tok, f"missing operand: expected a property or value, found {_describe(tok)}"
+        )
 
     def parse_comparison(self, left: Operand) -> Node:
         op = self.advance()
@@ -276,8 +286,11 @@ class _Parser:
         if negated:
             tok = self.advance()
             if tok.value not in ("BETWEEN", "IN", *_STRING_OPS):
-                raise self.error(tok, "expected BETWEEN, IN, CONTAINS, STARTSWITH or "
-                                      f"ENDSWITH after NOT, found {_describe(tok)}")
+                raise self.error(
+                    tok,
+                    "expected BETWEEN, IN, CONTAINS, STARTSWITH or "
+                    f"ENDSWITH after NOT, found {_describe(tok)}",
+                )
         if not isinstance(left, Prop):
             raise self.error(tok, f"{tok.value} needs a property name on its left")
         if tok.value == "IS":
@@ -304,8 +317,9 @@ class _Parser:
         while True:
             tok = self.advance()
             if tok.kind not in ("string", "number"):
-                raise self.error(tok, "IN list takes string or number literals, "
-                                      f"found {_describe(tok)}")
+                raise self.error(
+                    tok, f"IN list takes string or number literals, found {_describe(tok)}"
+                )
             values.append(tok.value if isinstance(tok.value, str) else _num(tok.value))
             sep = self.advance()
             if sep.kind == ")":
@@ -377,8 +391,10 @@ def _compile_compare(node: Compare) -> Predicate:
     convert: Callable[[str], Value | None] = (
         (lambda text: _BOOLS.get(text.lower())) if isinstance(lit, bool) else to_number
     )
-    return _on_value(left.name, lambda value: None if (converted := convert(value)) is None
-                     else fn(converted, lit))
+    return _on_value(
+        left.name,
+        lambda value: None if (converted := convert(value)) is None else fn(converted, lit),
+    )
 
 
 def _compare_properties(left: str, right: str, op: str) -> Predicate:
@@ -405,8 +421,11 @@ def _compile_test(node: Condition) -> Predicate:
         return _on_value(name, _in_check(args), negated)
     if node.op == "BETWEEN":
         low, high = _num(args[0]), _num(args[1])
-        return _on_value(name, lambda value: None if (n := to_number(value)) is None
-                         else low <= n <= high, negated)
+        return _on_value(
+            name,
+            lambda value: None if (n := to_number(value)) is None else low <= n <= high,
+            negated,
+        )
     text, test = str(args[0]), _STRING_OPS[node.op]
     return _on_value(name, lambda value: test(value, text), negated)
 
@@ -447,8 +466,10 @@ class SqlFilter:
 def parse_sql(expr: str) -> tuple[Node, frozenset[str]]:
     """The AST of ``expr`` and the property names it uses; raises FilterSyntaxError."""
     if len(expr) > MAX_EXPRESSION_LENGTH:
-        raise FilterSyntaxError(f"SQL filter: expression is {len(expr)} characters long, "
-                                f"the limit is {MAX_EXPRESSION_LENGTH}")
+        raise FilterSyntaxError(
+            f"SQL filter: expression is {len(expr)} characters long, "
+            f"the limit is {MAX_EXPRESSION_LENGTH}"
+        )
     if not expr.strip():
         raise FilterSyntaxError("SQL filter: expression is empty")
     parser = _Parser(expr)

@@ -91,8 +91,9 @@ def verify_units(data: bytes, sizes: np.ndarray, *, verify_crc: bool = True) -> 
         raise fail("unit lengths do not add up", queue_offset, bad)
     if verify_crc:
         _check_crcs(data, starts, ends, head, queue_offset)
-    return UnitSpans(starts, ends, head, queue_offset, body_len, topic_at, topic_len,
-                     props_at, props_len)  # fmt: skip
+    return UnitSpans(
+        starts, ends, head, queue_offset, body_len, topic_at, topic_len, props_at, props_len
+    )
 
 
 def _u16_at(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -101,15 +102,25 @@ def _u16_at(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return sliding_window_view(buf, 2)[positions].view(">u2").ravel().astype(np.int64)
 
 
-def _check_crcs(data: bytes, starts: np.ndarray, ends: np.ndarray, head: np.ndarray,
-                queue_offsets: np.ndarray) -> None:  # fmt: skip
+def _check_crcs(
+    data: bytes, starts: np.ndarray, ends: np.ndarray, head: np.ndarray, queue_offsets: np.ndarray
+) -> None:
     body_ends = (starts + HEADER_SIZE + head["body_length"]).tolist()
     crc32 = zlib.crc32
-    for i, (start, body_end, end, unit_crc, body_crc) in enumerate(zip(
-            starts.tolist(), body_ends, ends.tolist(), head["unit_crc"].tolist(),
-            head["body_crc"].tolist(), strict=True)):  # fmt: skip
-        if crc32(data[start + CRC_START : start + HEADER_SIZE], crc32(data[body_end:end])) \
-                != unit_crc:  # fmt: skip
+    for i, (start, body_end, end, unit_crc, body_crc) in enumerate(
+        zip(
+            starts.tolist(),
+            body_ends,
+            ends.tolist(),
+            head["unit_crc"].tolist(),
+            head["body_crc"].tolist(),
+            strict=True,
+        )
+    ):
+        if (
+            crc32(data[start + CRC_START : start + HEADER_SIZE], crc32(data[body_end:end]))
+            != unit_crc
+        ):
             raise CorruptionError(f"unit CRC mismatch at queue offset {queue_offsets[i]}")
         if crc32(data[start + HEADER_SIZE : body_end]) != body_crc:
             raise CorruptionError(f"body CRC mismatch at queue offset {queue_offsets[i]}")

@@ -40,7 +40,11 @@ class RemotingClient:
     """One persistent connection to ``addr`` ("host:port"), reconnected on demand."""
 
     def __init__(
-        self, addr: str, timeout_s: float = 3.0, *, on_request: RequestHandler | None = None,
+        self,
+        addr: str,
+        timeout_s: float = 3.0,
+        *,
+        on_request: RequestHandler | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """``ssl_context`` (see ``remoting/tls.py``): connect with TLS, else plain TCP."""

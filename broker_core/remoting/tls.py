@@ -28,16 +28,19 @@ def server_context(tls: TlsConfig) -> ssl.SSLContext:
         context.load_cert_chain(tls.cert_file, tls.key_file)
         if tls.client_ca_file:
             context.load_verify_locations(tls.client_ca_file)
-            context.verify_mode = (ssl.CERT_REQUIRED if tls.require_client_cert
-                                   else ssl.CERT_OPTIONAL)  # fmt: skip
+            context.verify_mode = (
+                ssl.CERT_REQUIRED if tls.require_client_cert else ssl.CERT_OPTIONAL
+            )
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"[tls] cannot load {tls.cert_file}/{tls.key_file}"
-                          f"/{tls.client_ca_file}: {exc}") from None  # fmt: skip
+        raise ConfigError(
+            f"[tls] cannot load {tls.cert_file}/{tls.key_file}/{tls.client_ca_file}: {exc}"
+        ) from None
     return context
 
 
-def client_context(ca_file: str | None = None, cert_file: str | None = None,
-                   key_file: str | None = None) -> ssl.SSLContext:  # fmt: skip
+def client_context(
+    ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext:
     """A client context trusting ``ca_file`` (else the system roots), checking the host
     name, presenting ``cert_file``/``key_file`` when given; ConfigError on a bad file."""
     try:
@@ -56,5 +59,6 @@ def client_context_from_env(env: Mapping[str, str] | None = None) -> ssl.SSLCont
     ca_file = env.get("RMQ_CA_FILE") or None
     if ca_file is None and env.get("RMQ_TLS", "").strip().lower() not in ("1", "true", "yes"):
         return None
-    return client_context(ca_file, env.get("RMQ_CLIENT_CERT") or None,
-                          env.get("RMQ_CLIENT_KEY") or None)  # fmt: skip
+    return client_context(
+        ca_file, env.get("RMQ_CLIENT_CERT") or None, env.get("RMQ_CLIENT_KEY") or None
+    )

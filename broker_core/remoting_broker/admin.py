@@ -24,43 +24,67 @@ from broker_core.remoting_broker.msgcodec import encode_message
 _STARTED_MS = int(time.time() * 1000)
 
 
-def handle_create_topic(ctx: RemotingContext, channel: Channel,
-                        req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_create_topic(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     fields = req.ext_fields
     name = field_str(fields, "topic")
     write = field_int(fields, "writeQueueNums", 8)
     kind = "FIFO" if field_bool(fields, "order") else "MIXED"
-    config = TopicConfig(name, field_int(fields, "readQueueNums", write), write,
-                         field_int(fields, "perm", 6), message_type=kind)  # fmt: skip
+    config = TopicConfig(
+        name,
+        field_int(fields, "readQueueNums", write),
+        write,
+        field_int(fields, "perm", 6),
+        message_type=kind,
+    )
     ctx.broker.update_topic(config)
     return req.response(ResponseCode.SUCCESS)
 
 
-def handle_all_topics(ctx: RemotingContext, channel: Channel,
-                      req: RemotingCommand) -> RemotingCommand:  # fmt: skip
-    table = {t.name: {"topicName": t.name, "readQueueNums": t.read_queue_nums,
-                      "writeQueueNums": t.write_queue_nums, "perm": t.perm,
-                      "order": t.message_type == "FIFO", "topicFilterType": "SINGLE_TAG",
-                      "topicSysFlag": 0} for t in ctx.broker.topics.list()}  # fmt: skip
-    body = {"topicConfigTable": table,
-            "dataVersion": {"timestamp": _STARTED_MS, "counter": len(table)}}  # fmt: skip
+def handle_all_topics(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
+    table = {
+        t.name: {
+            "topicName": t.name,
+            "readQueueNums": t.read_queue_nums,
+            "writeQueueNums": t.write_queue_nums,
+            "perm": t.perm,
+            "order": t.message_type == "FIFO",
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+        }
+        for t in ctx.broker.topics.list()
+    }
+    body = {
+        "topicConfigTable": table,
+        "dataVersion": {"timestamp": _STARTED_MS, "counter": len(table)},
+    }
     return req.response(body=json.dumps(body).encode())
 
 
-def handle_runtime_info(ctx: RemotingContext, channel: Channel,
-                        req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_runtime_info(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     broker = ctx.broker
-    table = {"brokerVersionDesc": "V4_9_4 (rocketmq-style python broker)",
-             "brokerVersion": "401", "bootTimestamp": str(_STARTED_MS),
-             "brokerName": ctx.broker_name, "remotingAddr": ctx.address,
-             "topicCount": str(len(broker.topics.list())),
-             "parkedPulls": str(broker.long_polling.parked_count),
-             "msgPutTotalTodayNow": "0", "msgGetTotalTodayNow": "0"}  # fmt: skip
+    table = {
+        "brokerVersionDesc": "V4_9_4 (rocketmq-style python broker)",
+        "brokerVersion": "401",
+        "bootTimestamp": str(_STARTED_MS),
+        "brokerName": ctx.broker_name,
+        "remotingAddr": ctx.address,
+        "topicCount": str(len(broker.topics.list())),
+        "parkedPulls": str(broker.long_polling.parked_count),
+        "msgPutTotalTodayNow": "0",
+        "msgGetTotalTodayNow": "0",
+    }
     table.update({f"service.{k}": v for k, v in broker.service_health().items()})
     return req.response(body=json.dumps({"table": table}).encode())
 
 
-def handle_view_message(ctx: RemotingContext, channel: Channel,
-                        req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_view_message(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     msg = ctx.broker.message_at(field_int(req.ext_fields, "offset"))
     return req.response(body=encode_message(msg, ctx.host_port))

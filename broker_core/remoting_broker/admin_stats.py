@@ -36,13 +36,16 @@ def _dumps(value: object) -> str:
 
 def fastjson_mq_map(broker_name: str, rows: dict[tuple[str, int], dict[str, object]]) -> str:
     """``{mq-object: value}`` as fastjson writes a map keyed by MessageQueue."""
-    items = (f"{_dumps({'brokerName': broker_name, 'queueId': qid, 'topic': topic})}:"
-             f"{_dumps(value)}" for (topic, qid), value in sorted(rows.items()))  # fmt: skip
+    items = (
+        f"{_dumps({'brokerName': broker_name, 'queueId': qid, 'topic': topic})}:{_dumps(value)}"
+        for (topic, qid), value in sorted(rows.items())
+    )
     return "{" + ",".join(items) + "}"
 
 
-def handle_topic_stats(ctx: RemotingContext, channel: Channel,
-                       req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_topic_stats(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     topic = field_str(req.ext_fields, "topic")
     rows: dict[tuple[str, int], dict[str, object]] = {
         (topic, qid): {"minOffset": low, "maxOffset": high, "lastUpdateTimestamp": 0}
@@ -52,8 +55,9 @@ def handle_topic_stats(ctx: RemotingContext, channel: Channel,
     return req.response(body=body.encode())
 
 
-def handle_consume_stats(ctx: RemotingContext, channel: Channel,
-                         req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_consume_stats(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     group = field_str(req.ext_fields, "consumerGroup")
     only = req.ext_fields.get("topic") or None
     rows: dict[tuple[str, int], dict[str, object]] = {
@@ -65,22 +69,44 @@ def handle_consume_stats(ctx: RemotingContext, channel: Channel,
     return req.response(body=body.encode())
 
 
-def handle_consumer_connections(ctx: RemotingContext, channel: Channel,
-                                req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_consumer_connections(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     group = field_str(req.ext_fields, "consumerGroup")
     sessions = ctx.sessions.consumers_of(group)
     if not sessions:
-        return req.response(ResponseCode.CONSUMER_NOT_ONLINE,
-                            remark=f"no remoting consumer of group {group} is online")
-    connections = [{"clientId": s.client_id, "clientAddr": s.channel.peer,
-                    "language": _language_name(s.language), "version": s.version}
-                   for s in sessions]  # fmt: skip
-    table = {topic: {"topic": topic, "subString": expr, "expressionType": kind, "tagsSet": [],
-                     "codeSet": [], "subVersion": 0, "classFilterMode": False}
-             for topic, (kind, expr) in ctx.sessions.subscriptions_of(group).items()}  # fmt: skip
-    body = {"connectionSet": connections, "subscriptionTable": table,
-            "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET"}  # fmt: skip
+        return req.response(
+            ResponseCode.CONSUMER_NOT_ONLINE,
+            remark=f"no remoting consumer of group {group} is online",
+        )
+    connections = [
+        {
+            "clientId": s.client_id,
+            "clientAddr": s.channel.peer,
+            "language": _language_name(s.language),
+            "version": s.version,
+        }
+        for s in sessions
+    ]
+    table = {
+        topic: {
+            "topic": topic,
+            "subString": expr,
+            "expressionType": kind,
+            "tagsSet": [],
+            "codeSet": [],
+            "subVersion": 0,
+            "classFilterMode": False,
+        }
+        for topic, (kind, expr) in ctx.sessions.subscriptions_of(group).items()
+    }
+    body = {
+        "connectionSet": connections,
+        "subscriptionTable": table,
+        "consumeType": "CONSUME_PASSIVELY",
+        "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+    }
     return req.response(body=_dumps(body).encode())
 
 
@@ -91,16 +117,21 @@ def _language_name(code: int) -> str:
         return "OTHER"
 
 
-def handle_query_message(ctx: RemotingContext, channel: Channel,
-                         req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_query_message(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     fields = req.ext_fields
     found = ctx.broker.query_by_key(
-        field_str(fields, "topic"), field_str(fields, "key"),
+        field_str(fields, "topic"),
+        field_str(fields, "key"),
         max_results=max(1, min(field_int(fields, "maxNum", 32), 1000)),
         begin_ms=field_int(fields, "beginTimestamp", 0),
-        end_ms=field_int(fields, "endTimestamp", 2**62))  # fmt: skip
+        end_ms=field_int(fields, "endTimestamp", 2**62),
+    )
     if not found:
         return req.response(ResponseCode.QUERY_NOT_FOUND, remark="no message with that key")
-    ext = {"indexLastUpdateTimestamp": str(max(m.store_timestamp_ms for m in found)),
-           "indexLastUpdatePhyoffset": str(max(m.physical_offset for m in found))}  # fmt: skip
+    ext = {
+        "indexLastUpdateTimestamp": str(max(m.store_timestamp_ms for m in found)),
+        "indexLastUpdatePhyoffset": str(max(m.physical_offset for m in found)),
+    }
     return req.response(ext_fields=ext, body=encode_messages(found, ctx.host_port))

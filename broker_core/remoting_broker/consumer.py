@@ -45,8 +45,9 @@ def _list(obj: dict[str, Any], key: str) -> list[Any]:
     return [v for v in value if isinstance(v, dict)]
 
 
-def handle_heartbeat(ctx: RemotingContext, channel: Channel,
-                     req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_heartbeat(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     data = loads(req.body, "heartbeat")
     if not isinstance(data, dict) or not isinstance(data.get("clientID"), str):
         raise InvalidArgumentError("heartbeat: body needs a clientID")
@@ -68,8 +69,12 @@ def handle_heartbeat(ctx: RemotingContext, channel: Channel,
             topic = str(sub.get("topic") or "")
             if topic:
                 topics.append(topic)
-                ctx.sessions.subscribe(group, topic, str(sub.get("expressionType") or "TAG"),
-                                       str(sub.get("subString") or "*"))  # fmt: skip
+                ctx.sessions.subscribe(
+                    group,
+                    topic,
+                    str(sub.get("expressionType") or "TAG"),
+                    str(sub.get("subString") or "*"),
+                )
         if consumer.get("messageModel", "CLUSTERING") == "CLUSTERING":
             broker.topics.ensure_retry_topic(group)
         session.consumer_groups.add(group)
@@ -77,13 +82,16 @@ def handle_heartbeat(ctx: RemotingContext, channel: Channel,
     return req.response(ResponseCode.SUCCESS)
 
 
-def handle_unregister(ctx: RemotingContext, channel: Channel,
-                      req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_unregister(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     fields = req.ext_fields
     client_id = field_str(fields, "clientID")
     session = ctx.sessions.touch(client_id, channel)
-    for key, groups in (("producerGroup", session.producer_groups),
-                        ("consumerGroup", session.consumer_groups)):  # fmt: skip
+    for key, groups in (
+        ("producerGroup", session.producer_groups),
+        ("consumerGroup", session.consumer_groups),
+    ):
         group = fields.get(key)
         if group:
             groups.discard(group)
@@ -91,8 +99,9 @@ def handle_unregister(ctx: RemotingContext, channel: Channel,
     return req.response(ResponseCode.SUCCESS)
 
 
-def handle_consumer_list(ctx: RemotingContext, channel: Channel,
-                         req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_consumer_list(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     group = field_str(req.ext_fields, "consumerGroup")
     ids = ctx.broker.clients.consumers(group)
     if not ids:
@@ -104,8 +113,9 @@ def _queue(fields: dict[str, str]) -> tuple[str, int]:
     return field_str(fields, "topic"), field_int(fields, "queueId")
 
 
-def handle_query_offset(ctx: RemotingContext, channel: Channel,
-                        req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_query_offset(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     group = field_str(req.ext_fields, "consumerGroup")
     topic, queue_id = _queue(req.ext_fields)
     offset = ctx.broker.committed_offset(group, topic, queue_id)
@@ -119,29 +129,34 @@ def handle_query_offset(ctx: RemotingContext, channel: Channel,
     return req.response(ext_fields={"offset": str(offset)})
 
 
-def handle_update_offset(ctx: RemotingContext, channel: Channel,
-                         req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_update_offset(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     fields = req.ext_fields
     topic, queue_id = _queue(fields)
-    ctx.broker.commit_offset(field_str(fields, "consumerGroup"), topic, queue_id,
-                             field_int(fields, "commitOffset"))  # fmt: skip
+    ctx.broker.commit_offset(
+        field_str(fields, "consumerGroup"), topic, queue_id, field_int(fields, "commitOffset")
+    )
     return req.response(ResponseCode.SUCCESS)
 
 
-def handle_max_offset(ctx: RemotingContext, channel: Channel,
-                      req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_max_offset(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     topic, queue_id = _queue(req.ext_fields)
     return req.response(ext_fields={"offset": str(ctx.broker.queue_bounds(topic, queue_id)[1])})
 
 
-def handle_min_offset(ctx: RemotingContext, channel: Channel,
-                      req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_min_offset(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     topic, queue_id = _queue(req.ext_fields)
     return req.response(ext_fields={"offset": str(ctx.broker.queue_bounds(topic, queue_id)[0])})
 
 
-def handle_search_offset(ctx: RemotingContext, channel: Channel,
-                         req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_search_offset(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     topic, queue_id = _queue(req.ext_fields)
     offset = ctx.broker.offset_at(topic, queue_id, field_int(req.ext_fields, "timestamp"))
     return req.response(ext_fields={"offset": str(offset)})
@@ -152,8 +167,10 @@ def _lock_body(req: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:
     if not isinstance(data, dict):
         raise InvalidArgumentError("lock batch: body is not an object")
     try:
-        queues = [MessageQueue(str(q["topic"]), str(q.get("brokerName")), int(q["queueId"]))
-                  for q in _list(data, "mqSet")]  # fmt: skip
+        queues = [
+            MessageQueue(str(q["topic"]), str(q.get("brokerName")), int(q["queueId"]))
+            for q in _list(data, "mqSet")
+        ]
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgumentError(f"lock batch: bad mqSet entry: {exc!r}") from None
     return str(data.get("consumerGroup") or ""), str(data.get("clientId") or ""), queues

@@ -87,13 +87,20 @@ def _bound(ctx: RemotingContext, handler: Handler) -> RequestHandler:
 class RemotingFrontEnd:
     """A remoting listener over ``broker``; ``start()`` binds, ``stop()`` closes."""
 
-    def __init__(self, broker: Broker, listen: str, *, broker_name: str | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        broker: Broker,
+        listen: str,
+        *,
+        broker_name: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         """``ssl_context`` (``remoting/tls.py``'s ``server_context``): serve TLS only."""
         self.ctx = RemotingContext(broker, broker_name or broker.config.broker_name)
         handlers = {code: _bound(self.ctx, h) for code, h in HANDLERS.items()}
-        self._server = RemotingServer(listen, handlers, on_close=self._on_close,
-                                      ssl_context=ssl_context)  # fmt: skip
+        self._server = RemotingServer(
+            listen, handlers, on_close=self._on_close, ssl_context=ssl_context
+        )
         broker.add_rebalance_listener(self._notify_group)
         broker.set_transaction_checker(chained_checker(self.ctx, broker.transaction_checker))
 
@@ -117,8 +124,9 @@ class RemotingFrontEnd:
     def _notify_group(self, group: str) -> None:
         """Push NOTIFY_CONSUMER_IDS_CHANGED to the group's remoting consumers (oneway)."""
         for session in self.ctx.sessions.consumers_of(group):
-            notice = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                             {"consumerGroup": group}, oneway=True)  # fmt: skip
+            notice = RemotingCommand.request(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+            )
             try:
                 session.channel.send(notice)
             except RemotingError as exc:

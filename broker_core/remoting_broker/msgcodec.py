@@ -87,18 +87,37 @@ def encode_message(msg: StoredMessage, store_host: tuple[str, int] | None = None
         raise InvalidArgumentError(f"message of {msg.topic} does not fit a 4.x record")
     total = _HEAD.size + len(msg.body) + 1 + len(topic) + 2 + len(prop_bytes)
     head = _HEAD.pack(
-        total, MESSAGE_MAGIC_CODE, zlib.crc32(msg.body) & 0x7FFFFFFF, msg.queue_id, msg.flag,
-        msg.queue_offset, msg.physical_offset, msg.sys_flag & ~SYSFLAG_COMPRESSED,
-        msg.born_timestamp_ms, _host_bytes(msg.born_host), msg.store_timestamp_ms,
-        _host_bytes(store_host or msg.store_host), msg.reconsume_times,
-        msg.prepared_transaction_offset, len(msg.body),
-    )  # fmt: skip
-    return b"".join((head, msg.body, bytes((len(topic),)), topic,
-                     struct.pack(">H", len(prop_bytes)), prop_bytes))  # fmt: skip
+        total,
+        MESSAGE_MAGIC_CODE,
+        zlib.crc32(msg.body) & 0x7FFFFFFF,
+        msg.queue_id,
+        msg.flag,
+        msg.queue_offset,
+        msg.physical_offset,
+        msg.sys_flag & ~SYSFLAG_COMPRESSED,
+        msg.born_timestamp_ms,
+        _host_bytes(msg.born_host),
+        msg.store_timestamp_ms,
+        _host_bytes(store_host or msg.store_host),
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        len(msg.body),
+    )
+    return b"".join(
+        (
+            head,
+            msg.body,
+            bytes((len(topic),)),
+            topic,
+            struct.pack(">H", len(prop_bytes)),
+            prop_bytes,
+        )
+    )
 
 
-def encode_messages(msgs: Iterable[StoredMessage],
-                    store_host: tuple[str, int] | None = None) -> bytes:  # fmt: skip
+def encode_messages(
+    msgs: Iterable[StoredMessage], store_host: tuple[str, int] | None = None
+) -> bytes:
     return b"".join(encode_message(m, store_host) for m in msgs)
 
 
@@ -117,10 +136,20 @@ def decode_stored(data: bytes) -> list[dict[str, object]]:
         at += 1 + topic_len
         (props_len,) = struct.unpack_from(">H", data, at)
         props = decode_properties(data[at + 2 : at + 2 + props_len].decode())
-        out.append({"magic": fields[1], "body_crc": fields[2], "queue_id": fields[3],
-                    "queue_offset": fields[5], "physical_offset": fields[6],
-                    "reconsume_times": fields[12], "body": body, "topic": topic,
-                    "properties": props, "total": total})  # fmt: skip
+        out.append(
+            {
+                "magic": fields[1],
+                "body_crc": fields[2],
+                "queue_id": fields[3],
+                "queue_offset": fields[5],
+                "physical_offset": fields[6],
+                "reconsume_times": fields[12],
+                "body": body,
+                "topic": topic,
+                "properties": props,
+                "total": total,
+            }
+        )
         pos += total
     return out
 
@@ -157,8 +186,12 @@ def encode_batch(items: Iterable[tuple[int, bytes, dict[str, str]]]) -> bytes:
     for flag, body, props in items:
         prop_bytes = encode_properties(props).encode()
         total = _BATCH_HEAD.size + len(body) + 2 + len(prop_bytes)
-        parts.append(_BATCH_HEAD.pack(total, 0, 0, flag, len(body)) + body
-                     + struct.pack(">H", len(prop_bytes)) + prop_bytes)  # fmt: skip
+        parts.append(
+            _BATCH_HEAD.pack(total, 0, 0, flag, len(body))
+            + body
+            + struct.pack(">H", len(prop_bytes))
+            + prop_bytes
+        )
     return b"".join(parts)
 
 

@@ -49,19 +49,25 @@ _CODES = {
 }
 
 
-def pull_response(req: RemotingCommand, result: PullResult,
-                  store_host: tuple[str, int] | None = None) -> RemotingCommand:  # fmt: skip
+def pull_response(
+    req: RemotingCommand, result: PullResult, store_host: tuple[str, int] | None = None
+) -> RemotingCommand:
     """The 4.x answer to a pull (see the module docstring)."""
     code = _CODES[result.status]
     found = result.status is PullStatus.FOUND
     body = encode_messages(result.messages, store_host) if found else b""
-    ext = {"nextBeginOffset": str(result.next_offset), "minOffset": str(result.min_offset),
-           "maxOffset": str(result.max_offset), "suggestWhichBrokerId": "0"}  # fmt: skip
+    ext = {
+        "nextBeginOffset": str(result.next_offset),
+        "minOffset": str(result.min_offset),
+        "maxOffset": str(result.max_offset),
+        "suggestWhichBrokerId": "0",
+    }
     return req.response(code, ext_fields=ext, body=body, remark=result.problem)
 
 
-def _filter(ctx: RemotingContext, fields: dict[str, str], group: str, topic: str,
-            sys_flag: int) -> MessageFilter:  # fmt: skip
+def _filter(
+    ctx: RemotingContext, fields: dict[str, str], group: str, topic: str, sys_flag: int
+) -> MessageFilter:
     if sys_flag & FLAG_SUBSCRIPTION and fields.get("subscription"):
         kind, expression = fields.get("expressionType") or "TAG", fields["subscription"]
     else:
@@ -69,8 +75,9 @@ def _filter(ctx: RemotingContext, fields: dict[str, str], group: str, topic: str
     return MessageFilter(kind, expression)
 
 
-def handle_pull(ctx: RemotingContext, channel: Channel,
-                req: RemotingCommand) -> RemotingCommand | None:  # fmt: skip
+def handle_pull(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand | None:
     """Answer now, or return None and answer from the long-polling thread later."""
     fields = req.ext_fields
     group, topic = field_str(fields, "consumerGroup"), field_str(fields, "topic")
@@ -96,8 +103,16 @@ def handle_pull(ctx: RemotingContext, channel: Channel,
         except RemotingError as exc:
             log.info("pull answer to %r not sent: %s", channel, exc)
 
-    ctx.broker.pull_async(group, topic, queue_id, offset, max_count, deliver,
-                          filter=message_filter, timeout_ms=timeout_ms)  # fmt: skip
+    ctx.broker.pull_async(
+        group,
+        topic,
+        queue_id,
+        offset,
+        max_count,
+        deliver,
+        filter=message_filter,
+        timeout_ms=timeout_ms,
+    )
     return state.detach()
 
 

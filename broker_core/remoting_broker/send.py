@@ -37,10 +37,22 @@ from broker_core.remoting_broker.msgcodec import (
 from broker_core.remoting_broker.send_columns import plain_columns
 from broker_core.store.message_store import now_ms
 
-V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
-           "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
-           "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch",
-           "n": "brokerName"}  # fmt: skip
+V2_KEYS = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
 TRANSACTION_COMMIT = 8
 TRANSACTION_ROLLBACK = 12
 
@@ -57,25 +69,35 @@ def _peer_host(channel: Channel) -> tuple[str, int]:
     return host, int(port) if port.isdigit() else 0
 
 
-def _message(fields: dict[str, str], channel: Channel, body: bytes, flag: int,
-             props: dict[str, str]) -> Message:  # fmt: skip
+def _message(
+    fields: dict[str, str], channel: Channel, body: bytes, flag: int, props: dict[str, str]
+) -> Message:
     sys_flag = field_int(fields, "sysFlag", 0)
     body, sys_flag = uncompress_body(body, sys_flag)
     if sys_flag & SYSFLAG_TRANSACTION_PREPARED:
         props[PROPERTY_TRANSACTION_PREPARED] = "true"
     if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
         props.setdefault(PROPERTY_PRODUCER_GROUP, field_str(fields, "producerGroup", ""))
-    return Message(topic=field_str(fields, "topic"), body=body,
-                   queue_id=field_int(fields, "queueId", -1), properties=props, flag=flag,
-                   sys_flag=sys_flag, born_timestamp_ms=field_int(fields, "bornTimestamp", 0),
-                   born_host=_peer_host(channel),
-                   reconsume_times=field_int(fields, "reconsumeTimes", 0))  # fmt: skip
+    return Message(
+        topic=field_str(fields, "topic"),
+        body=body,
+        queue_id=field_int(fields, "queueId", -1),
+        properties=props,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp_ms=field_int(fields, "bornTimestamp", 0),
+        born_host=_peer_host(channel),
+        reconsume_times=field_int(fields, "reconsumeTimes", 0),
+    )
 
 
 def _answer(req: RemotingCommand, results: list[SendResult]) -> RemotingCommand:
     first = results[0]
-    ext = {"msgId": ",".join(r.message_id for r in results), "queueId": str(first.queue_id),
-           "queueOffset": str(first.queue_offset)}  # fmt: skip
+    ext = {
+        "msgId": ",".join(r.message_id for r in results),
+        "queueId": str(first.queue_id),
+        "queueOffset": str(first.queue_offset),
+    }
     if first.transaction_id:
         ext["transactionId"] = first.transaction_id
     return req.response(ResponseCode.SUCCESS, ext_fields=ext)
@@ -108,26 +130,39 @@ def handle_send(ctx: RemotingContext, channel: Channel, req: RemotingCommand) ->
 Records = list[tuple[int, bytes, dict[str, str]]]
 
 
-def _send_plain_batch(ctx: RemotingContext, channel: Channel, req: RemotingCommand,
-                      fields: dict[str, str], records: Records) -> RemotingCommand | None:
+def _send_plain_batch(
+    ctx: RemotingContext,
+    channel: Channel,
+    req: RemotingCommand,
+    fields: dict[str, str],
+    records: Records,
+) -> RemotingCommand | None:
     """The fast lane (:mod:`.send_columns`); None when the batch needs the general path."""
     limits = ctx.broker.store.config
-    batch = plain_columns(field_str(fields, "topic"), records,
-                          sys_flag=field_int(fields, "sysFlag", 0),
-                          born_ms=field_int(fields, "bornTimestamp", 0) or now_ms(),
-                          born_host=_peer_host(channel), max_body_bytes=limits.max_body_bytes,
-                          max_properties_bytes=limits.max_properties_bytes)  # fmt: skip
+    batch = plain_columns(
+        field_str(fields, "topic"),
+        records,
+        sys_flag=field_int(fields, "sysFlag", 0),
+        born_ms=field_int(fields, "bornTimestamp", 0) or now_ms(),
+        born_host=_peer_host(channel),
+        max_body_bytes=limits.max_body_bytes,
+        max_properties_bytes=limits.max_properties_bytes,
+    )
     if batch is None:
         return None
     queue_id = max(field_int(fields, "queueId", 0), 0)
     offsets = ctx.broker.send_columns(batch, queue_id=queue_id)
-    ext = {"msgId": ",".join(p[PROPERTY_UNIQ_KEY] for _, _, p in records),
-           "queueId": str(queue_id), "queueOffset": str(int(offsets[0]))}  # fmt: skip
+    ext = {
+        "msgId": ",".join(p[PROPERTY_UNIQ_KEY] for _, _, p in records),
+        "queueId": str(queue_id),
+        "queueOffset": str(int(offsets[0])),
+    }
     return req.response(ResponseCode.SUCCESS, ext_fields=ext)
 
 
-def handle_end_transaction(ctx: RemotingContext, channel: Channel,
-                           req: RemotingCommand) -> RemotingCommand | None:  # fmt: skip
+def handle_end_transaction(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand | None:
     """END_TRANSACTION (37): commit (8) or roll back (12) a half message; 0 = unknown yet."""
     fields = req.ext_fields
     kind = field_int(fields, "commitOrRollback")
@@ -135,6 +170,10 @@ def handle_end_transaction(ctx: RemotingContext, channel: Channel,
         return req.response(ResponseCode.SUCCESS)  # still unknown: the broker checks back later
     msg_id = field_str(fields, "msgId", "")
     tx_id = fields.get("transactionId") or msg_id
-    ctx.broker.end_transaction(msg_id, tx_id, kind == TRANSACTION_COMMIT,
-                               from_check=field_bool(fields, "fromTransactionCheck"))  # fmt: skip
+    ctx.broker.end_transaction(
+        msg_id,
+        tx_id,
+        kind == TRANSACTION_COMMIT,
+        from_check=field_bool(fields, "fromTransactionCheck"),
+    )
     return req.response(ResponseCode.SUCCESS)

@@ -26,13 +26,31 @@ from broker_core.store.columns import ColumnBatch, encode_columns
 
 # Properties that route a message elsewhere than its queue (delay, timer, transaction,
 # FIFO group, retry bookkeeping): such a batch takes the general path.
-_ROUTED = frozenset({"DELAY", "__STARTDELIVERTIME", "TRAN_MSG", "__SHARDINGKEY", "TIMER_ID",
-                     "REAL_TOPIC", "RETRY_TOPIC", "__transactionId__", "PGROUP"})  # fmt: skip
+_ROUTED = frozenset(
+    {
+        "DELAY",
+        "__STARTDELIVERTIME",
+        "TRAN_MSG",
+        "__SHARDINGKEY",
+        "TIMER_ID",
+        "REAL_TOPIC",
+        "RETRY_TOPIC",
+        "__transactionId__",
+        "PGROUP",
+    }
+)
 
 
-def plain_columns(topic: str, records: list[tuple[int, bytes, dict[str, str]]], *,
-                  sys_flag: int, born_ms: int, born_host: tuple[str, int], max_body_bytes: int,
-                  max_properties_bytes: int) -> ColumnBatch | None:
+def plain_columns(
+    topic: str,
+    records: list[tuple[int, bytes, dict[str, str]]],
+    *,
+    sys_flag: int,
+    born_ms: int,
+    born_host: tuple[str, int],
+    max_body_bytes: int,
+    max_properties_bytes: int,
+) -> ColumnBatch | None:
     """The batch as columns, or None when any message needs the general path."""
     if sys_flag or not records:
         return None
@@ -53,9 +71,17 @@ def plain_columns(topic: str, records: list[tuple[int, bytes, dict[str, str]]], 
         tags_codes.append(tag_hash(props.get(PROPERTY_TAGS) or None))
         index_keys.append(keys)
     try:
-        return encode_columns(topic, bodies, properties, body_crcs=crcs, tags_codes=tags_codes,
-                              born_ms=[born_ms] * len(bodies), born_host=born_host,
-                              index_keys=index_keys, max_body_bytes=max_body_bytes,
-                              max_properties_bytes=max_properties_bytes)  # fmt: skip
+        return encode_columns(
+            topic,
+            bodies,
+            properties,
+            body_crcs=crcs,
+            tags_codes=tags_codes,
+            born_ms=[born_ms] * len(bodies),
+            born_host=born_host,
+            index_keys=index_keys,
+            max_body_bytes=max_body_bytes,
+            max_properties_bytes=max_properties_bytes,
+        )
     except RocketMQError:
         return None  # the general path names the problem

@@ -37,8 +37,9 @@ from broker_core.store.message_store import now_ms
 log = logging.getLogger(__name__)
 
 
-def handle_send_back(ctx: RemotingContext, channel: Channel,
-                     req: RemotingCommand) -> RemotingCommand:  # fmt: skip
+def handle_send_back(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
     fields = req.ext_fields
     group = field_str(fields, "group")
     delay_level = field_int(fields, "delayLevel", 0)
@@ -48,8 +49,11 @@ def handle_send_back(ctx: RemotingContext, channel: Channel,
     policy = broker.group(group).retry_policy
     client_max = field_int(fields, "maxReconsumeTimes", -1)
     max_times = policy.max_retries if client_max < 0 else min(client_max, policy.max_retries)
-    props = {k: v for k, v in old.properties.items()
-             if k not in (PROPERTY_DELAY_LEVEL, PROPERTY_DELIVER_TIME_MS)}  # fmt: skip
+    props = {
+        k: v
+        for k, v in old.properties.items()
+        if k not in (PROPERTY_DELAY_LEVEL, PROPERTY_DELIVER_TIME_MS)
+    }
     props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
     props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, fields.get("originMsgId") or old.message_id)
     retries = old.reconsume_times + 1
@@ -66,10 +70,23 @@ def handle_send_back(ctx: RemotingContext, channel: Channel,
         else:
             props[PROPERTY_DELIVER_TIME_MS] = str(now_ms() + wait_ms)
     assert topic in (retry_topic(group), dlq_topic(group))
-    msg = Message(topic=topic, body=old.body, queue_id=-1, properties=props, flag=old.flag,
-                  sys_flag=old.sys_flag, born_timestamp_ms=old.born_timestamp_ms,
-                  born_host=old.born_host, reconsume_times=retries)  # fmt: skip
+    msg = Message(
+        topic=topic,
+        body=old.body,
+        queue_id=-1,
+        properties=props,
+        flag=old.flag,
+        sys_flag=old.sys_flag,
+        born_timestamp_ms=old.born_timestamp_ms,
+        born_host=old.born_host,
+        reconsume_times=retries,
+    )
     broker.send([msg])
-    log.debug("sent back %s of %s (reconsumed %d times) to %s", msg.properties.get("UNIQ_KEY"),
-              old.topic, old.reconsume_times, topic)  # fmt: skip
+    log.debug(
+        "sent back %s of %s (reconsumed %d times) to %s",
+        msg.properties.get("UNIQ_KEY"),
+        old.topic,
+        old.reconsume_times,
+        topic,
+    )
     return req.response(ResponseCode.SUCCESS)

@@ -47,7 +47,9 @@ class RemotingSessions:
                 session = ClientSession(client_id, channel)
                 if old is not None:
                     session.producer_groups, session.consumer_groups = (
-                        old.producer_groups, old.consumer_groups)  # fmt: skip
+                        old.producer_groups,
+                        old.consumer_groups,
+                    )
                 self._clients[client_id] = session
             return session
 

@@ -34,14 +34,22 @@ def check_request(ctx: RemotingContext, request: CheckRequest) -> RemotingComman
     half = request.half
     real_topic = half.properties.get(PROPERTY_REAL_TOPIC, half.topic)
     real_queue = half.properties.get(PROPERTY_REAL_QUEUE_ID, "")
-    shown = dataclasses.replace(half, topic=real_topic,
-                                queue_id=int(real_queue) if real_queue.isdigit() else 0)
-    fields = {"msgId": request.message_id, "transactionId": request.transaction_id,
-              "commitLogOffset": str(half.physical_offset),
-              "tranStateTableOffset": str(half.queue_offset),
-              "offsetMsgId": offset_message_id(ctx.host_port, half.physical_offset)}  # fmt: skip
-    return RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, fields,
-                                   encode_message(shown, ctx.host_port), oneway=True)
+    shown = dataclasses.replace(
+        half, topic=real_topic, queue_id=int(real_queue) if real_queue.isdigit() else 0
+    )
+    fields = {
+        "msgId": request.message_id,
+        "transactionId": request.transaction_id,
+        "commitLogOffset": str(half.physical_offset),
+        "tranStateTableOffset": str(half.queue_offset),
+        "offsetMsgId": offset_message_id(ctx.host_port, half.physical_offset),
+    }
+    return RemotingCommand.request(
+        RequestCode.CHECK_TRANSACTION_STATE,
+        fields,
+        encode_message(shown, ctx.host_port),
+        oneway=True,
+    )
 
 
 def chained_checker(ctx: RemotingContext, fallback: Checker | None) -> Checker:

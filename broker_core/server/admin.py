@@ -148,36 +148,57 @@ def create_topic(ctx: ServerContext, args: Args) -> Json:
     name = args.text("name", required=True)
     queues = args.integer("queues", minimum=1)
     old = ctx.broker.topics.get(name)
-    base = old.to_dict() if old else {"read_queue_nums": ctx.broker.topics.default_queue_nums,
-                                      "write_queue_nums": ctx.broker.topics.default_queue_nums}
+    base = (
+        old.to_dict()
+        if old
+        else {
+            "read_queue_nums": ctx.broker.topics.default_queue_nums,
+            "write_queue_nums": ctx.broker.topics.default_queue_nums,
+        }
+    )
     values: Json = {**base, "name": name}
     if queues is not None:
         values["read_queue_nums"] = values["write_queue_nums"] = queues
-    for field, key in (("read_queues", "read_queue_nums"), ("write_queues", "write_queue_nums"),
-                       ("perm", "perm")):  # fmt: skip
+    for field, key in (
+        ("read_queues", "read_queue_nums"),
+        ("write_queues", "write_queue_nums"),
+        ("perm", "perm"),
+    ):
         if args.has(field):
             values[key] = args.integer(field)
     if args.has("message_type"):
         values["message_type"] = args.text("message_type").upper()
     if args.has("attributes"):
         values["attributes"] = args.obj("attributes")
-    change = ctx.broker.administer_topic(TopicConfig.from_dict(values),
-                                         update=bool(args.flag("update")),
-                                         force=bool(args.flag("force")))  # fmt: skip
-    return {**_topic_json(change.config), "created": change.created, "changed": change.changed,
-            "hidden_messages": change.hidden_messages, "warnings": change.warnings}
+    change = ctx.broker.administer_topic(
+        TopicConfig.from_dict(values),
+        update=bool(args.flag("update")),
+        force=bool(args.flag("force")),
+    )
+    return {
+        **_topic_json(change.config),
+        "created": change.created,
+        "changed": change.changed,
+        "hidden_messages": change.hidden_messages,
+        "warnings": change.warnings,
+    }
 
 
 def list_topics(ctx: ServerContext, args: Args) -> list[Json]:
     include_system = bool(args.flag("include_system"))
-    return [_topic_json(c) for c in ctx.broker.topics.list()
-            if include_system or not is_system_topic(c.name)]  # fmt: skip
+    return [
+        _topic_json(c)
+        for c in ctx.broker.topics.list()
+        if include_system or not is_system_topic(c.name)
+    ]
 
 
 def topic_status(ctx: ServerContext, args: Args) -> list[Json]:
     name = args.text("name", required=True)
-    return [{"queue_id": q, "min_offset": low, "max_offset": high}
-            for q, low, high in ctx.broker.topic_status(name)]  # fmt: skip
+    return [
+        {"queue_id": q, "min_offset": low, "max_offset": high}
+        for q, low, high in ctx.broker.topic_status(name)
+    ]
 
 
 def delete_topic(ctx: ServerContext, args: Args) -> Json:
@@ -250,9 +271,11 @@ def group_progress(ctx: ServerContext, args: Args) -> Json:
         raise GroupNotFoundError(f"consumer group {name!r} does not exist")
     if topic is not None:
         ctx.broker.topics.require(topic)
-    rows = [{"topic": t, "queue_id": q, "broker_offset": high, "consumer_offset": offset,
-             "lag": lag} for t, q, high, offset, lag in ctx.broker.group_progress(name)
-            if topic is None or t == topic]  # fmt: skip
+    rows = [
+        {"topic": t, "queue_id": q, "broker_offset": high, "consumer_offset": offset, "lag": lag}
+        for t, q, high, offset, lag in ctx.broker.group_progress(name)
+        if topic is None or t == topic
+    ]
     return {"group": name, "queues": rows, "total_lag": sum(r["lag"] for r in rows)}
 
 
@@ -274,14 +297,23 @@ def _message_json(msg: StoredMessage, text_bodies: bool) -> Json:
     if body is None:
         body = base64.b64encode(msg.body).decode("ascii")
     return {
-        "message_id": msg.message_id, "topic": msg.topic, "queue_id": msg.queue_id,
-        "queue_offset": msg.queue_offset, "physical_offset": msg.physical_offset,
-        "tag": msg.tag, "keys": msg.keys, "properties": dict(msg.properties),
-        "born_timestamp_ms": msg.born_timestamp_ms, "store_timestamp_ms": msg.store_timestamp_ms,
-        "born_host": _host(msg.born_host), "store_host": _host(msg.store_host),
-        "reconsume_times": msg.reconsume_times, "body_bytes": len(msg.body),
-        "body": body, "body_encoding": encoding,
-    }  # fmt: skip
+        "message_id": msg.message_id,
+        "topic": msg.topic,
+        "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset,
+        "physical_offset": msg.physical_offset,
+        "tag": msg.tag,
+        "keys": msg.keys,
+        "properties": dict(msg.properties),
+        "born_timestamp_ms": msg.born_timestamp_ms,
+        "store_timestamp_ms": msg.store_timestamp_ms,
+        "born_host": _host(msg.born_host),
+        "store_host": _host(msg.store_host),
+        "reconsume_times": msg.reconsume_times,
+        "body_bytes": len(msg.body),
+        "body": body,
+        "body_encoding": encoding,
+    }
 
 
 def query_message(ctx: ServerContext, args: Args) -> list[Json]:
@@ -297,8 +329,7 @@ def query_message(ctx: ServerContext, args: Args) -> list[Json]:
         if topic is None:
             raise InvalidArgumentError("QueryMessage: a query by 'key' needs 'topic'")
         ctx.broker.topics.require(topic)
-        found = ctx.broker.query_by_key(topic, key,
-                                        max_results=min(max_results, MAX_QUERY_RESULTS))
+        found = ctx.broker.query_by_key(topic, key, max_results=min(max_results, MAX_QUERY_RESULTS))
     return [_message_json(m, text_bodies) for m in found]
 
 
@@ -333,24 +364,52 @@ def health(ctx: ServerContext, args: Args) -> Json:
 
 METHODS: Final[dict[str, tuple[Method, frozenset[str]]]] = {
     "Health": (health, frozenset()),
-    "CreateTopic": (create_topic, frozenset({"name", "queues", "read_queues", "write_queues",
-                                             "perm", "message_type", "attributes", "update",
-                                             "force"})),
+    "CreateTopic": (
+        create_topic,
+        frozenset(
+            {
+                "name",
+                "queues",
+                "read_queues",
+                "write_queues",
+                "perm",
+                "message_type",
+                "attributes",
+                "update",
+                "force",
+            }
+        ),
+    ),
     "ListTopics": (list_topics, frozenset({"include_system"})),
     "TopicStatus": (topic_status, frozenset({"name"})),
     "DeleteTopic": (delete_topic, frozenset({"name"})),
-    "CreateGroup": (create_group, frozenset({
-        "name", "max_retries", "retry_backoff", "fifo", "consume_from_where",
-        "consume_timestamp_ms", "broadcast", "consume_enable", "rebalance_strategy",
-        "update"})),
+    "CreateGroup": (
+        create_group,
+        frozenset(
+            {
+                "name",
+                "max_retries",
+                "retry_backoff",
+                "fifo",
+                "consume_from_where",
+                "consume_timestamp_ms",
+                "broadcast",
+                "consume_enable",
+                "rebalance_strategy",
+                "update",
+            }
+        ),
+    ),
     "ListGroups": (list_groups, frozenset()),
     "GroupProgress": (group_progress, frozenset({"name", "topic"})),
-    "QueryMessage": (query_message, frozenset({"id", "key", "topic", "max_results",
-                                               "text_bodies"})),
+    "QueryMessage": (
+        query_message,
+        frozenset({"id", "key", "topic", "max_results", "text_bodies"}),
+    ),
     "ResetOffset": (reset_offset, frozenset({"group", "topic", "to"})),
     "LockQueues": (admin_locks.lock_queues, admin_locks.FIELDS),
     "UnlockQueues": (admin_locks.unlock_queues, admin_locks.FIELDS),
-}  # fmt: skip
+}
 
 
 # Methods that change the broker's state: each call leaves an audit line.
@@ -392,8 +451,7 @@ def call(ctx: ServerContext, method: str, raw: bytes, peer: str = "") -> Json:
             log.exception("admin %s failed", method)
         status = status_of(exc)
         if method in CHANGES:
-            audit.record(method, data, f"refused {int(status.code)}: {status.message}",
-                         peer=peer)
+            audit.record(method, data, f"refused {int(status.code)}: {status.message}", peer=peer)
         return {"status": {"code": int(status.code), "message": status.message}, "result": None}
     if method in CHANGES:
         audit.record(method, data, "ok", peer=peer)
@@ -423,4 +481,3 @@ def admin_handler(ctx: ServerContext) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME, {name: _unary(ctx, name) for name in METHODS}
     )
-

@@ -30,8 +30,11 @@ def _store(ctx: ServerContext) -> AuthStore:
 
 def create_user(ctx: ServerContext, args: Args) -> Json:
     user, created = _store(ctx).create_user(
-        args.text("user", required=True), args.text("secret_key", required=True),
-        superuser=bool(args.flag("superuser")), update=bool(args.flag("update")))
+        args.text("user", required=True),
+        args.text("secret_key", required=True),
+        superuser=bool(args.flag("superuser")),
+        update=bool(args.flag("update")),
+    )
     return {"user": user.access_key, "superuser": user.superuser, "created": created}
 
 
@@ -43,8 +46,10 @@ def delete_user(ctx: ServerContext, args: Args) -> Json:
 
 def list_users(ctx: ServerContext, args: Args) -> list[Json]:
     store = _store(ctx)
-    return [{"user": u.access_key, "superuser": u.superuser,
-             "rules": len(store.rules_of(u.access_key))} for u in store.users()]  # fmt: skip
+    return [
+        {"user": u.access_key, "superuser": u.superuser, "rules": len(store.rules_of(u.access_key))}
+        for u in store.users()
+    ]
 
 
 def _actions(raw: Any) -> list[str]:
@@ -62,8 +67,12 @@ def create_acl(ctx: ServerContext, args: Args) -> Json:
         ips = [s for s in ips.split(",") if s.strip()]
     if not isinstance(ips, list) or not all(isinstance(s, str) for s in ips):
         raise InvalidArgumentError("CreateAcl: 'source_ips' must be a list of addresses/CIDRs")
-    rule = Rule.build(args.text("resource", required=True), _actions(args.data.get("actions")),
-                      args.text("decision") or "Allow", ips)  # fmt: skip
+    rule = Rule.build(
+        args.text("resource", required=True),
+        _actions(args.data.get("actions")),
+        args.text("decision") or "Allow",
+        ips,
+    )
     _store(ctx).create_acl(name, rule)
     return {"user": name, **rule.to_dict()}
 
@@ -74,18 +83,28 @@ def delete_acl(ctx: ServerContext, args: Args) -> Json:
 
 
 def list_acls(ctx: ServerContext, args: Args) -> list[Json]:
-    return [{"user": name, **rule.to_dict()}
-            for name, rules in _store(ctx).acls(args.text("user")).items()
-            for rule in rules]  # fmt: skip
+    return [
+        {"user": name, **rule.to_dict()}
+        for name, rules in _store(ctx).acls(args.text("user")).items()
+        for rule in rules
+    ]
 
 
 def register_auth_methods() -> None:
     """Add the user and ACL verbs to the admin service (idempotent)."""
-    register("CreateUser", create_user, frozenset({"user", "secret_key", "superuser", "update"}),
-             change=True)  # fmt: skip
+    register(
+        "CreateUser",
+        create_user,
+        frozenset({"user", "secret_key", "superuser", "update"}),
+        change=True,
+    )
     register("DeleteUser", delete_user, frozenset({"user"}), change=True)
     register("ListUsers", list_users, frozenset(), change=False)
-    register("CreateAcl", create_acl, frozenset({"user", "resource", "actions", "decision",
-                                                 "source_ips"}), change=True)  # fmt: skip
+    register(
+        "CreateAcl",
+        create_acl,
+        frozenset({"user", "resource", "actions", "decision", "source_ips"}),
+        change=True,
+    )
     register("DeleteAcl", delete_acl, frozenset({"user", "resource"}), change=True)
     register("ListAcls", list_acls, frozenset({"user"}), change=False)

@@ -38,15 +38,13 @@ def _queues(ctx: ServerContext, args: Args) -> tuple[str, str, list[MessageQueue
         raise InvalidArgumentError(f"{args.method}: 'client_id' must not be empty")
     topic = args.text("topic", required=True)
     ids: Any = args.data.get("queue_ids")
-    if not isinstance(ids, list) or any(isinstance(q, bool) or not isinstance(q, int)
-                                        for q in ids):  # fmt: skip
+    if not isinstance(ids, list) or any(isinstance(q, bool) or not isinstance(q, int) for q in ids):
         raise InvalidArgumentError(f"{args.method}: 'queue_ids' must be a list of integers")
     readable = {mq.queue_id: mq for mq in ctx.broker.read_queues(topic)}
     unknown = sorted(set(ids) - set(readable))
     if unknown:
         raise InvalidArgumentError(
-            f"{args.method}: topic {topic} has no read queue(s) {unknown} "
-            f"(it has {len(readable)})"
+            f"{args.method}: topic {topic} has no read queue(s) {unknown} (it has {len(readable)})"
         )
     return group, client_id, [readable[q] for q in dict.fromkeys(ids)]
 

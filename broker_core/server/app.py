@@ -58,23 +58,35 @@ MAX_MESSAGE_BYTES = 256 << 20  # a batch of large messages; the store enforces b
 class BrokerServer:
     """gRPC front end plus the broker it serves."""
 
-    def __init__(self, broker: Broker, listen: str, *, advertise: str | None = None,
-                 max_workers: int = 128,
-                 credentials: grpc.ServerCredentials | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        broker: Broker,
+        listen: str,
+        *,
+        advertise: str | None = None,
+        max_workers: int = 128,
+        credentials: grpc.ServerCredentials | None = None,
+    ) -> None:
         self.broker = broker
         self.gate = Gate()  # refuses calls until the broker is up; auth and metrics hook here
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.so_reuseport", 0)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
             interceptors=[self.gate],
-        )  # fmt: skip
-        host, _ = parse_host_port(listen, what="listen address", allow_any_port=True,
-                                  allow_empty_host=True)  # fmt: skip
+        )
+        host, _ = parse_host_port(
+            listen, what="listen address", allow_any_port=True, allow_empty_host=True
+        )
         try:
-            self.port = (self._server.add_secure_port(listen, credentials) if credentials
-                         else self._server.add_insecure_port(listen))  # fmt: skip
+            self.port = (
+                self._server.add_secure_port(listen, credentials)
+                if credentials
+                else self._server.add_insecure_port(listen)
+            )
         except RuntimeError:  # gRPC: "Failed to bind to address" (unresolvable host)
             self.port = 0
         if self.port == 0:
@@ -95,8 +107,9 @@ class BrokerServer:
         self.on_stop: list[Callable[[], None]] = []  # e.g. the metrics HTTP server's shutdown
         self.metrics_endpoint: str | None = None
 
-    def add_remoting(self, listen: str, *, any_port_if_taken: bool = False,
-                     tls: TlsConfig | None = None) -> None:  # fmt: skip
+    def add_remoting(
+        self, listen: str, *, any_port_if_taken: bool = False, tls: TlsConfig | None = None
+    ) -> None:
         """Serve 4.x remoting clients on ``listen`` too (before ``join_cluster``/``start``);
         binds now, so the registered ``brokerAddr`` is the real port. With
         ``any_port_if_taken`` (the default port, not one the operator asked for) a taken
@@ -106,8 +119,9 @@ class BrokerServer:
         from broker_core.remoting_broker.frontend import RemotingFrontEnd
 
         context = server_context(tls) if tls is not None else None
-        self.remoting = RemotingFrontEnd(self.broker, listen, broker_name=self.ctx.broker_name,
-                                         ssl_context=context)  # fmt: skip
+        self.remoting = RemotingFrontEnd(
+            self.broker, listen, broker_name=self.ctx.broker_name, ssl_context=context
+        )
         try:
             self.remoting.start()
         except OSError as exc:
@@ -115,8 +129,9 @@ class BrokerServer:
                 raise ConfigError(f"--remoting-listen {listen}: {exc}") from None
             host = listen.rpartition(":")[0]
             log.warning("remoting port %s taken (%s); using a free port", listen, exc)
-            self.remoting = RemotingFrontEnd(self.broker, f"{host}:0", ssl_context=context,
-                                             broker_name=self.ctx.broker_name)  # fmt: skip
+            self.remoting = RemotingFrontEnd(
+                self.broker, f"{host}:0", ssl_context=context, broker_name=self.ctx.broker_name
+            )
             self.remoting.start()
 
     def join_cluster(self, options: ClusterOptions) -> None:
@@ -162,8 +177,9 @@ class BrokerServer:
         done = self._server.stop(grace_s)
         sessions.close_all(self.ctx)
         if not done.wait(grace_s + 5):  # the store must close even if a call never ends
-            log.warning("gRPC server did not stop within %.0f s; closing the store anyway",
-                        grace_s + 5)  # fmt: skip
+            log.warning(
+                "gRPC server did not stop within %.0f s; closing the store anyway", grace_s + 5
+            )
         self.broker.stop()
         for hook in self.on_stop:
             hook()
@@ -185,23 +201,44 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--listen", default="127.0.0.1:8081", help="HOST:PORT (port 0 = any)")
     p.add_argument("--advertise", default=None, help="endpoint given to clients in routes")
     p.add_argument("--store-dir", default=".rocketmq/store", help="the store's directory")
-    p.add_argument("--flush", choices=("sync", "async"), default=None,
-                   help="sync: acknowledge after fsync; default: the config's flush_mode (async)")
+    p.add_argument(
+        "--flush",
+        choices=("sync", "async"),
+        default=None,
+        help="sync: acknowledge after fsync; default: the config's flush_mode (async)",
+    )
     p.add_argument("--config", default=None, help="TOML file with [broker] and [store]")
     p.add_argument("--namesrv", default=None, help="NameServers HOST:PORT[;HOST:PORT]")
-    p.add_argument("--broker-name", default=None,
-                   help="broker group name (default with --namesrv: host + store digest)")
+    p.add_argument(
+        "--broker-name",
+        default=None,
+        help="broker group name (default with --namesrv: host + store digest)",
+    )
     p.add_argument("--cluster", default=None, help="cluster name (default DefaultCluster)")
-    p.add_argument("--register-interval-ms", type=int, default=None,
-                   help="re-registration period (default 30000)")
-    p.add_argument("--route-ttl-ms", type=int, default=None,
-                   help="how long cluster routes are cached (default 3000)")
-    p.add_argument("--remoting-listen", default=None,
-                   help="HOST:PORT for RocketMQ 4.x remoting clients (default with --namesrv: "
-                        "the --listen host, port 10911; 'off' disables)")
+    p.add_argument(
+        "--register-interval-ms",
+        type=int,
+        default=None,
+        help="re-registration period (default 30000)",
+    )
+    p.add_argument(
+        "--route-ttl-ms",
+        type=int,
+        default=None,
+        help="how long cluster routes are cached (default 3000)",
+    )
+    p.add_argument(
+        "--remoting-listen",
+        default=None,
+        help="HOST:PORT for RocketMQ 4.x remoting clients (default with --namesrv: "
+        "the --listen host, port 10911; 'off' disables)",
+    )
     _add_group_args(p)
-    p.add_argument("--metrics-listen", default=None,
-                   help="serve Prometheus metrics on HOST:PORT/metrics (off by default)")
+    p.add_argument(
+        "--metrics-listen",
+        default=None,
+        help="serve Prometheus metrics on HOST:PORT/metrics (off by default)",
+    )
     p.add_argument("--log-level", default="INFO", choices=logs.LEVELS, type=str.upper)
     p.add_argument("--log-format", default="text", choices=logs.FORMATS)
     return p.parse_args(argv)
@@ -224,8 +261,11 @@ def _remoting_listen(args: argparse.Namespace) -> str | None:
 def _cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
     """The cluster settings, or None for a lone broker (ConfigError for cluster flags
     without --namesrv)."""
-    given = {"--cluster": args.cluster, "--register-interval-ms": args.register_interval_ms,
-             "--route-ttl-ms": args.route_ttl_ms}  # fmt: skip
+    given = {
+        "--cluster": args.cluster,
+        "--register-interval-ms": args.register_interval_ms,
+        "--route-ttl-ms": args.route_ttl_ms,
+    }
     if not args.namesrv:
         stray = [flag for flag, value in given.items() if value is not None]
         if stray:
@@ -250,11 +290,18 @@ def _add_group_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker-id", type=int, default=None, help="0 = master, > 0 = slave")
     p.add_argument("--ha-listen", default=None, help="master: HOST:PORT for its slaves")
     p.add_argument("--ha-master", default=None, help="slave: the master's HA HOST:PORT")
-    p.add_argument("--replication", choices=("sync", "async"), default=None,
-                   help="sync: a send is acked once the in-sync slaves have it")  # fmt: skip
-    p.add_argument("--controller", default=None,
-                   help="etcd http://HOST:PORT[,…]: the group elects its master (roles "
-                        "from --broker-id/--ha-master are then ignored)")
+    p.add_argument(
+        "--replication",
+        choices=("sync", "async"),
+        default=None,
+        help="sync: a send is acked once the in-sync slaves have it",
+    )
+    p.add_argument(
+        "--controller",
+        default=None,
+        help="etcd http://HOST:PORT[,…]: the group elects its master (roles "
+        "from --broker-id/--ha-master are then ignored)",
+    )
 
 
 def _group_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -266,8 +313,9 @@ def build(args: argparse.Namespace) -> BrokerServer:
     overrides: dict[str, Any] = {"store_dir": args.store_dir}
     if args.flush:
         overrides["flush_mode"] = args.flush
-    host, port = parse_host_port(args.listen, what="--listen", allow_any_port=True,
-                                 allow_empty_host=True)  # fmt: skip
+    host, port = parse_host_port(
+        args.listen, what="--listen", allow_any_port=True, allow_empty_host=True
+    )
     if args.advertise is not None:
         host, port = parse_host_port(args.advertise, what="--advertise")
     if port > 0:  # stored messages record where they were stored
@@ -293,8 +341,12 @@ def build(args: argparse.Namespace) -> BrokerServer:
     except OSError as exc:
         raise StoreError(f"cannot open the store at {store_dir}: {exc}") from exc
     auth_config, tls = load_security(args.config)
-    server = BrokerServer(broker, args.listen, advertise=args.advertise,
-                          credentials=server_credentials(tls) if tls else None)  # fmt: skip
+    server = BrokerServer(
+        broker,
+        args.listen,
+        advertise=args.advertise,
+        credentials=server_credentials(tls) if tls else None,
+    )
     install_auth(server, auth_config)  # before the admin handler: adds the user/ACL verbs
     server.controller = agent
     remoting = _remoting_listen(args)
@@ -317,8 +369,11 @@ def _join_controller(
     agent = ControllerAgent(urls, broker_config.broker_name, str(store_config.store_dir))
     role = agent.join()
     broker_config = dataclasses.replace(
-        broker_config, broker_id=role.broker_id, ha_master=role.ha_master,
-        ha_listen=broker_config.ha_listen or "127.0.0.1:0")  # fmt: skip
+        broker_config,
+        broker_id=role.broker_id,
+        ha_master=role.ha_master,
+        ha_listen=broker_config.ha_listen or "127.0.0.1:0",
+    )
     return broker_config, agent
 
 
@@ -371,8 +426,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         server.start()
     except OSError as exc:
-        raise StoreError(f"cannot open the store at {server.broker.store.config.store_dir}: "
-                         f"{exc}") from exc  # fmt: skip
+        raise StoreError(
+            f"cannot open the store at {server.broker.store.config.store_dir}: {exc}"
+        ) from exc
     _raise_open_files_limit()
     _tune_garbage_collector()
     recovery = server.broker.recovery

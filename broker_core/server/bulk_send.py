@@ -33,8 +33,12 @@ def send_bulk(ctx: ServerContext, request: bytes, context: grpc.ServicerContext)
     try:
         store_config = ctx.broker.store.config
         limits = Limits(store_config.max_body_bytes, store_config.max_properties_bytes)
-        batch = to_column_batch(decode_request(request), limits=limits,
-                                peer=peer_address(context.peer()), now_ms=now_ms())  # fmt: skip
+        batch = to_column_batch(
+            decode_request(request),
+            limits=limits,
+            peer=peer_address(context.peer()),
+            now_ms=now_ms(),
+        )
         return encode_response(_status(ok()), ctx.broker.send_columns(batch))
     except Exception as exc:
         if isinstance(exc, RocketMQError):

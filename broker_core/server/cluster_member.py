@@ -40,8 +40,14 @@ class ClusterOptions:
 class ClusterMember:
     """Registration plus routes plus forwarder of one broker; see the module docstring."""
 
-    def __init__(self, broker: Broker, ctx: ServerContext, options: ClusterOptions, *,
-                 remoting_addr: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        broker: Broker,
+        ctx: ServerContext,
+        options: ClusterOptions,
+        *,
+        remoting_addr: str = "",
+    ) -> None:
         """ConfigError when the broker would register an address nobody can dial.
 
         ``remoting_addr`` (the 4.x listener, "" without one) is registered as
@@ -50,17 +56,22 @@ class ClusterMember:
         if ctx.host.strip("[]") in WILDCARD_HOSTS:
             raise ConfigError(
                 f"a cluster member must register an address other brokers and clients can "
-                f"reach, not {ctx.endpoint}: give --advertise HOST:PORT with --namesrv")
+                f"reach, not {ctx.endpoint}: give --advertise HOST:PORT with --namesrv"
+            )
         host, _, port = remoting_addr.rpartition(":")
         if remoting_addr and host.strip("[]") in WILDCARD_HOSTS:
             remoting_addr = f"{ctx.host}:{port}"
-        identity = BrokerIdentity(options.cluster, ctx.broker_name, ctx.endpoint,
-                                  broker_id=broker.config.broker_id,  # 0 = master
-                                  remoting_addr=remoting_addr)
-        self.registration = RegistrationService(broker, identity, options.namesrv,
-                                                interval_ms=options.register_interval_ms)
-        self.routes = ClusterRoutes(NameServerClient(options.namesrv),
-                                    ttl_ms=options.route_ttl_ms)  # fmt: skip
+        identity = BrokerIdentity(
+            options.cluster,
+            ctx.broker_name,
+            ctx.endpoint,
+            broker_id=broker.config.broker_id,  # 0 = master
+            remoting_addr=remoting_addr,
+        )
+        self.registration = RegistrationService(
+            broker, identity, options.namesrv, interval_ms=options.register_interval_ms
+        )
+        self.routes = ClusterRoutes(NameServerClient(options.namesrv), ttl_ms=options.route_ttl_ms)
         self.forwarder = Forwarder(self.routes, ctx.broker_name)
         ctx.routes, ctx.forwarder = self.routes, self.forwarder
         broker.topics.add_listener(self.routes.invalidate)

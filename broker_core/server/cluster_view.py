@@ -56,15 +56,17 @@ def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, Any]]:
         if b.broker_name == ctx.broker_name:
             continue
         config = TopicConfig(topic, b.read_queue_nums, b.write_queue_nums, b.perm, message_type)
-        groups.append((config, pb.Broker(name=b.broker_name, id=0,
-                                         endpoints=_endpoints(b.grpc_addr))))  # fmt: skip
+        groups.append(
+            (config, pb.Broker(name=b.broker_name, id=0, endpoints=_endpoints(b.grpc_addr)))
+        )
     if not groups:
         raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker of the cluster")
     return groups
 
 
-def route_queues(ctx: ServerContext, topic: str, namespace: str,
-                 access_point: Any | None) -> list[Any]:  # fmt: skip
+def route_queues(
+    ctx: ServerContext, topic: str, namespace: str, access_point: Any | None
+) -> list[Any]:
     """Every readable or writable queue of ``topic`` in the cluster, as ``MessageQueue``s.
 
     Queues are interleaved across broker groups (queue 0 of each group, then queue 1,
@@ -74,15 +76,23 @@ def route_queues(ctx: ServerContext, topic: str, namespace: str,
     per_group = []
     for config, broker in _groups(ctx, topic):
         broker = broker if broker is not None else broker_proto(ctx, access_point)
-        queues = [message_queue_proto(config, q, broker, namespace)
-                  for q in range(max(config.read_queue_nums, config.write_queue_nums))]
+        queues = [
+            message_queue_proto(config, q, broker, namespace)
+            for q in range(max(config.read_queue_nums, config.write_queue_nums))
+        ]
         per_group.append([q for q in queues if q.permission != pb.Permission.NONE])
     depth = max((len(g) for g in per_group), default=0)
     return [g[i] for i in range(depth) for g in per_group if i < len(g)]
 
 
-def assignment_queues(ctx: ServerContext, group: str, topic: str, client_id: str,
-                      namespace: str, access_point: Any | None) -> list[Any]:  # fmt: skip
+def assignment_queues(
+    ctx: ServerContext,
+    group: str,
+    topic: str,
+    client_id: str,
+    namespace: str,
+    access_point: Any | None,
+) -> list[Any]:
     """``client_id``'s share of the readable queues of every broker group of ``topic``."""
     groups = _groups(ctx, topic)
     by_name = {}
@@ -93,9 +103,9 @@ def assignment_queues(ctx: ServerContext, group: str, topic: str, client_id: str
         if Perm.readable(config.perm):
             queues += config.read_queues(broker.name)
     settings = ctx.broker.group(group)
-    mine = ctx.broker.clients.assignment(group, topic, client_id, queues,
-                                         settings.rebalance_strategy,
-                                         broadcast=settings.broadcast)  # fmt: skip
+    mine = ctx.broker.clients.assignment(
+        group, topic, client_id, queues, settings.rebalance_strategy, broadcast=settings.broadcast
+    )
     out = []
     for mq in mine:
         config, broker = by_name[mq.broker_name]

@@ -75,14 +75,21 @@ def _ids_only(req: BulkRequest) -> list[str] | None:
     starts = ends - lengths
     head = len(_ID_ONLY_HEAD)
     id_lengths = lengths - head - 1
-    if int(id_lengths.min()) < 1 or int(id_lengths.max()) > MAX_MESSAGE_ID_CHARS or \
-            int(data.max()) >= 0x80 or int(data.min()) == 0:  # fmt: skip
+    if (
+        int(id_lengths.min()) < 1
+        or int(id_lengths.max()) > MAX_MESSAGE_ID_CHARS
+        or int(data.max()) >= 0x80
+        or int(data.min()) == 0
+    ):
         return None
     seps = np.flatnonzero(data < 3)  # \x01 and \x02: exactly one of each per message
     expected = np.empty(2 * len(starts), np.int64)
     expected[0::2], expected[1::2] = starts + head - 1, ends - 1
-    if len(seps) != len(expected) or not np.array_equal(seps, expected) or \
-            not (data[expected[0::2]] == 1).all():  # fmt: skip
+    if (
+        len(seps) != len(expected)
+        or not np.array_equal(seps, expected)
+        or not (data[expected[0::2]] == 1).all()
+    ):
         return None
     heads = sliding_window_view(data, head)[starts]
     if not (heads == np.frombuffer(_ID_ONLY_HEAD, np.uint8)).all():
@@ -92,8 +99,7 @@ def _ids_only(req: BulkRequest) -> list[str] | None:
     if (visible[ends - 1] - visible[starts + head] < 1).any():
         return None
     text = block.decode("ascii")
-    return [text[a:b] for a, b in zip((starts + head).tolist(), (ends - 1).tolist(),
-                                      strict=True)]  # fmt: skip
+    return [text[a:b] for a, b in zip((starts + head).tolist(), (ends - 1).tolist(), strict=True)]
 
 
 def _keys_of(index: int, raw: bytes) -> tuple[str | None, list[str]]:
@@ -101,8 +107,9 @@ def _keys_of(index: int, raw: bytes) -> tuple[str | None, list[str]]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise MessageCorruptedError(f"SendBulk: properties of message {index} are not UTF-8") \
-            from None  # fmt: skip
+        raise MessageCorruptedError(
+            f"SendBulk: properties of message {index} are not UTF-8"
+        ) from None
     pairs = text[:-1].split("\x02")
     if not text.endswith("\x02") or "\x00" in text:
         raise InvalidPropertyError(f"SendBulk: properties of message {index} are malformed")
@@ -111,12 +118,14 @@ def _keys_of(index: int, raw: bytes) -> tuple[str | None, list[str]]:
     for position, pair in enumerate(pairs):
         name, sep, value = pair.partition("\x01")
         if not sep or "\x01" in value:
-            raise InvalidPropertyError(f"SendBulk: property {pair!r} of message {index} "
-                                       "is not name\\x01value")  # fmt: skip
+            raise InvalidPropertyError(
+                f"SendBulk: property {pair!r} of message {index} is not name\\x01value"
+            )
         if position == 0:
             if name != PROPERTY_UNIQ_KEY or not _plain(value, MAX_MESSAGE_ID_CHARS):
-                raise InvalidMessageIdError(f"SendBulk: message {index} needs a message id "
-                                            "(UNIQ_KEY, first)")  # fmt: skip
+                raise InvalidMessageIdError(
+                    f"SendBulk: message {index} needs a message id (UNIQ_KEY, first)"
+                )
             keys.insert(0, value)
         elif name == PROPERTY_TAGS and tag is None:
             if not _plain(value, MAX_TAG_CHARS) or "|" in value:
@@ -128,13 +137,13 @@ def _keys_of(index: int, raw: bytes) -> tuple[str | None, list[str]]:
                 raise InvalidKeyError(f"SendBulk: bad keys {value!r} of message {index}")
             keys.extend(extra)
         elif not _plain(name, _MAX_PROPERTY_KEY_CHARS) or name in SYSTEM_PROPERTY_KEYS:
-            raise InvalidPropertyError(f"SendBulk: message {index} may not set property "
-                                       f"{name!r}")  # fmt: skip
+            raise InvalidPropertyError(f"SendBulk: message {index} may not set property {name!r}")
     return tag, keys
 
 
-def to_column_batch(req: BulkRequest, *, limits: Limits, peer: tuple[str, int],
-                    now_ms: int) -> ColumnBatch:  # fmt: skip
+def to_column_batch(
+    req: BulkRequest, *, limits: Limits, peer: tuple[str, int], now_ms: int
+) -> ColumnBatch:
     """The column batch of a decoded frame; raises the first problem found (see above)."""
     validate_topic_name(req.topic)
     if req.born_timestamp_ms < 0:
@@ -152,8 +161,14 @@ def to_column_batch(req: BulkRequest, *, limits: Limits, peer: tuple[str, int],
             index_keys.append(keys)
     born = req.born_timestamp_ms or now_ms
     return encode_columns(
-        req.topic, req.bodies, req.properties, body_crcs=req.body_crcs.tolist(),
-        tags_codes=tags_codes, born_ms=[born] * len(req.bodies),
-        born_host=(_born_host(req.born_host, peer[0]), peer[1]), index_keys=index_keys,
-        max_body_bytes=limits.max_body_bytes, max_properties_bytes=limits.max_properties_bytes,
-    )  # fmt: skip
+        req.topic,
+        req.bodies,
+        req.properties,
+        body_crcs=req.body_crcs.tolist(),
+        tags_codes=tags_codes,
+        born_ms=[born] * len(req.bodies),
+        born_host=(_born_host(req.born_host, peer[0]), peer[1]),
+        index_keys=index_keys,
+        max_body_bytes=limits.max_body_bytes,
+        max_properties_bytes=limits.max_properties_bytes,
+    )

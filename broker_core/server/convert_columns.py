@@ -54,8 +54,9 @@ def _plain(text: str, max_chars: int) -> bool:
     return 0 < len(text) <= max_chars and not text.isspace()
 
 
-def to_columns(protos: Sequence[Any], *, limits: Limits, peer: tuple[str, int],
-               now_ms: int) -> ColumnBatch | None:  # fmt: skip
+def to_columns(
+    protos: Sequence[Any], *, limits: Limits, peer: tuple[str, int], now_ms: int
+) -> ColumnBatch | None:
     """The request's messages as one column batch, or None to take the general path."""
     if not protos:
         return None
@@ -69,10 +70,15 @@ def to_columns(protos: Sequence[Any], *, limits: Limits, peer: tuple[str, int],
         sp = proto.system_properties
         # HasField costs as much as five attribute reads: it is asked only where a
         # field's value cannot tell (an empty string or zero may still be "set").
-        if (proto.topic.name != topic or sp.message_type not in _PLAIN_TYPES
-                or sp.body_encoding not in _PLAIN_BODY or sp.born_host != claimed_host
-                or sp.message_group or sp.HasField("message_group")
-                or sp.HasField("delivery_timestamp")):  # fmt: skip
+        if (
+            proto.topic.name != topic
+            or sp.message_type not in _PLAIN_TYPES
+            or sp.body_encoding not in _PLAIN_BODY
+            or sp.born_host != claimed_host
+            or sp.message_group
+            or sp.HasField("message_group")
+            or sp.HasField("delivery_timestamp")
+        ):
             return None
         body = proto.body
         crc = zlib.crc32(body)
@@ -132,9 +138,16 @@ def to_columns(protos: Sequence[Any], *, limits: Limits, peer: tuple[str, int],
     try:
         validate_topic_name(topic)
         return encode_columns(
-            topic, bodies, properties, body_crcs=crcs, tags_codes=tags_codes, born_ms=born,
-            born_host=(_born_host(claimed_host, peer[0]), peer[1]), index_keys=index_keys,
-            max_body_bytes=max_body, max_properties_bytes=limits.max_properties_bytes,
-        )  # fmt: skip
+            topic,
+            bodies,
+            properties,
+            body_crcs=crcs,
+            tags_codes=tags_codes,
+            born_ms=born,
+            born_host=(_born_host(claimed_host, peer[0]), peer[1]),
+            index_keys=index_keys,
+            max_body_bytes=max_body,
+            max_properties_bytes=limits.max_properties_bytes,
+        )
     except RocketMQError:
         return None  # the general path names the problem

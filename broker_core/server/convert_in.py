@@ -105,10 +105,12 @@ _RESERVED_CHARS = re.compile("[\x00\x01\x02]")  # the store's property separator
 Type = MessageType
 # the fields each type needs: (message group, delivery timestamp, priority, lite topic)
 _WANTS: Final = {
-    Type.NORMAL: (False, False, False, False), Type.FIFO: (True, False, False, False),
-    Type.DELAY: (False, True, False, False), Type.PRIORITY: (False, False, True, False),
+    Type.NORMAL: (False, False, False, False),
+    Type.FIFO: (True, False, False, False),
+    Type.DELAY: (False, True, False, False),
+    Type.PRIORITY: (False, False, True, False),
     Type.LITE: (False, False, False, True),
-}  # fmt: skip
+}
 _FIELD_NAMES: Final = ("message group", "delivery timestamp", "priority", "lite topic")
 
 
@@ -220,8 +222,9 @@ def decode_body(body: bytes, encoding: int, max_body_bytes: int) -> bytes:
 # ---- properties --------------------------------------------------------------------------
 
 
-def _check_text(what: str, value: str, max_chars: int,
-                error: type[InvalidArgumentError] = InvalidPropertyError) -> str:  # fmt: skip
+def _check_text(
+    what: str, value: str, max_chars: int, error: type[InvalidArgumentError] = InvalidPropertyError
+) -> str:
     """Return ``value`` if it is non-blank, short enough and free of reserved characters."""
     if not value.strip():
         raise error(f"{what} is blank")
@@ -251,8 +254,9 @@ def _system_properties(sp: Any) -> dict[str, str]:
     message_id = sp.message_id
     if not message_id:
         raise InvalidMessageIdError("message id is empty: every message needs the client's id")
-    props[PROPERTY_UNIQ_KEY] = _check_text("message id", message_id, MAX_MESSAGE_ID_CHARS,
-                                           InvalidMessageIdError)  # fmt: skip
+    props[PROPERTY_UNIQ_KEY] = _check_text(
+        "message id", message_id, MAX_MESSAGE_ID_CHARS, InvalidMessageIdError
+    )
     if sp.HasField("tag"):
         tag = _check_text("tag", sp.tag, MAX_TAG_CHARS, InvalidTagError)
         if "|" in tag:
@@ -289,8 +293,9 @@ def _check_type(declared: int, fields: tuple[bool, bool, bool, bool]) -> bool:
         raise UnsupportedError(f"message type {name} is not supported by this broker")
     present = [n for n, has in zip(_FIELD_NAMES, fields, strict=True) if has]
     if len(present) > 1:
-        raise MessageTypeConflictError(f"a message cannot have both a {present[0]} and a "
-                                       f"{present[1]}")  # fmt: skip
+        raise MessageTypeConflictError(
+            f"a message cannot have both a {present[0]} and a {present[1]}"
+        )
     if declared == Type.NORMAL and fields == _WANTS[Type.PRIORITY]:
         # the official Node.js client 1.0.8 declares priority 0 as NORMAL (``!priority``);
         # RocketMQ takes the type from the properties, and so do we: a PRIORITY message
@@ -323,8 +328,9 @@ _FIXED_PROPERTIES_BYTES: Final = 2048
 _PLAIN_BODY: Final = (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED)
 
 
-def to_messages(protos: Iterable[Any], *, limits: Limits, peer: tuple[str, int],
-                now_ms: int) -> list[Message]:  # fmt: skip
+def to_messages(
+    protos: Iterable[Any], *, limits: Limits, peer: tuple[str, int], now_ms: int
+) -> list[Message]:
     """Convert and validate every protobuf message of a request, in order.
 
     See the module docstring for the mapping. ``peer`` is the client's address (born host
@@ -354,8 +360,15 @@ def to_messages(protos: Iterable[Any], *, limits: Limits, peer: tuple[str, int],
         if not body:
             raise EmptyBodyError(f"message {props[PROPERTY_UNIQ_KEY]} has an empty body")
         has_delivery = sp.HasField("delivery_timestamp")
-        kind = (sp.message_type, (PROPERTY_MESSAGE_GROUP in props, has_delivery,
-                                  PROPERTY_PRIORITY in props, PROPERTY_LITE_TOPIC in props))
+        kind = (
+            sp.message_type,
+            (
+                PROPERTY_MESSAGE_GROUP in props,
+                has_delivery,
+                PROPERTY_PRIORITY in props,
+                PROPERTY_LITE_TOPIC in props,
+            ),
+        )
         transactional = kinds.get(kind)
         if transactional is None:
             transactional = kinds[kind] = _check_type(*kind)
@@ -376,8 +389,16 @@ def to_messages(protos: Iterable[Any], *, limits: Limits, peer: tuple[str, int],
             ts = sp.born_timestamp
             at = (ts.seconds, ts.nanos)
             born_ms = borns.get(at) or borns.setdefault(at, timestamp_ms(ts)) or now_ms
-        out.append(Message(topic, body, queue_id=-1, properties=props, born_timestamp_ms=born_ms,
-                           born_host=(_born_host(sp.born_host, peer[0]), peer[1])))  # fmt: skip
+        out.append(
+            Message(
+                topic,
+                body,
+                queue_id=-1,
+                properties=props,
+                born_timestamp_ms=born_ms,
+                born_host=(_born_host(sp.born_host, peer[0]), peer[1]),
+            )
+        )
     return out
 
 

@@ -155,10 +155,12 @@ def system_properties(msg: StoredMessage) -> pb.SystemProperties:
     if trace := props.get(PROPERTY_TRACE_CONTEXT):
         sp.trace_context = trace
     if is_dlq_topic(msg.topic) and props.get(PROPERTY_RETRY_TOPIC):
-        sp.dead_letter_queue.CopyFrom(pb.DeadLetterQueue(
-            topic=props[PROPERTY_RETRY_TOPIC],
-            message_id=props.get(PROPERTY_ORIGIN_MESSAGE_ID, msg.message_id),
-        ))  # fmt: skip
+        sp.dead_letter_queue.CopyFrom(
+            pb.DeadLetterQueue(
+                topic=props[PROPERTY_RETRY_TOPIC],
+                message_id=props.get(PROPERTY_ORIGIN_MESSAGE_ID, msg.message_id),
+            )
+        )
     return sp
 
 

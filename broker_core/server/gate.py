@@ -29,12 +29,15 @@ def _refuse(code: grpc.StatusCode, message: str) -> Callable[..., Any]:
     return behaviour
 
 
-def refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode,
-                     message: str) -> grpc.RpcMethodHandler:  # fmt: skip
+def refusing_handler(
+    handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str
+) -> grpc.RpcMethodHandler:
     """A handler of the same kind as ``handler`` that aborts every call with ``code``."""
     behaviour = _refuse(code, message)
-    kwargs = {"request_deserializer": handler.request_deserializer,
-              "response_serializer": handler.response_serializer}  # fmt: skip
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(behaviour, **kwargs)
     if handler.request_streaming:
@@ -57,8 +60,9 @@ class Gate(grpc.ServerInterceptor):
     def close(self) -> None:
         self.ready = False
 
-    def intercept_service(self, continuation: Callable[[Any], Any],
-                          details: grpc.HandlerCallDetails) -> Any:  # fmt: skip
+    def intercept_service(
+        self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails
+    ) -> Any:
         handler = continuation(details)
         if handler is None:
             return None
@@ -66,8 +70,11 @@ class Gate(grpc.ServerInterceptor):
         if method.startswith(_ALWAYS_OPEN):
             return handler
         if not self.ready:
-            return refusing_handler(handler, grpc.StatusCode.UNAVAILABLE,
-                                    "broker is starting (recovering its store); retry")
+            return refusing_handler(
+                handler,
+                grpc.StatusCode.UNAVAILABLE,
+                "broker is starting (recovering its store); retry",
+            )
         for wrap in self.wrappers:
             handler = wrap(method, handler)
         return handler

@@ -67,8 +67,11 @@ def _json_status(exc: RocketMQError) -> dict[str, Any]:
 
 
 def _abort(exc: RocketMQError, context: grpc.ServicerContext) -> Any:
-    code = (grpc.StatusCode.UNAUTHENTICATED if isinstance(exc, UnauthorizedError)
-            else grpc.StatusCode.PERMISSION_DENIED)  # fmt: skip
+    code = (
+        grpc.StatusCode.UNAUTHENTICATED
+        if isinstance(exc, UnauthorizedError)
+        else grpc.StatusCode.PERMISSION_DENIED
+    )
     context.abort(code, str(exc))
 
 
@@ -86,8 +89,7 @@ class Guard:
             wrapped = self._cache[key] = self._wrap(method, handler)
         return wrapped
 
-    def check(self, service: str, method: str, request: Any,
-              context: grpc.ServicerContext) -> User:  # fmt: skip
+    def check(self, service: str, method: str, request: Any, context: grpc.ServicerContext) -> User:
         """The caller, allowed to make this call; UnauthorizedError/AccessDeniedError."""
         peer = context.peer()
         try:
@@ -97,8 +99,9 @@ class Guard:
             raise
         except Exception as exc:  # a bug here must refuse the call, not let it through
             log.exception("%s: checking the caller failed", method)
-            raise UnauthorizedError(f"{method}: the request could not be authenticated "
-                                    f"({type(exc).__name__})") from exc
+            raise UnauthorizedError(
+                f"{method}: the request could not be authenticated ({type(exc).__name__})"
+            ) from exc
         audit.set_caller(user.access_key, peer)
         return user
 
@@ -108,22 +111,29 @@ class Guard:
     def _wrap(self, full: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         service, _, method = full.strip("/").rpartition("/")
         refuse = _refusal(service, method)
-        kwargs = {"request_deserializer": handler.request_deserializer,
-                  "response_serializer": handler.response_serializer}  # fmt: skip
+        kwargs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
         if handler.request_streaming and handler.response_streaming:
             return grpc.stream_stream_rpc_method_handler(
-                self._session(service, method, handler.stream_stream, refuse), **kwargs)
+                self._session(service, method, handler.stream_stream, refuse), **kwargs
+            )
         if handler.request_streaming:
             return grpc.stream_unary_rpc_method_handler(
-                self._unary(service, method, handler.stream_unary, refuse, False), **kwargs)
+                self._unary(service, method, handler.stream_unary, refuse, False), **kwargs
+            )
         if handler.response_streaming:
             return grpc.unary_stream_rpc_method_handler(
-                self._stream(service, method, handler.unary_stream, refuse), **kwargs)
+                self._stream(service, method, handler.unary_stream, refuse), **kwargs
+            )
         return grpc.unary_unary_rpc_method_handler(
-            self._unary(service, method, handler.unary_unary, refuse, True), **kwargs)
+            self._unary(service, method, handler.unary_unary, refuse, True), **kwargs
+        )
 
-    def _unary(self, service: str, method: str, inner: Callable[..., Any], refuse: Refuse,
-               inspect: bool) -> Callable[..., Any]:  # fmt: skip
+    def _unary(
+        self, service: str, method: str, inner: Callable[..., Any], refuse: Refuse, inspect: bool
+    ) -> Callable[..., Any]:
         def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
             try:
                 self.check(service, method, request if inspect else None, context)
@@ -134,8 +144,9 @@ class Guard:
 
         return behaviour
 
-    def _stream(self, service: str, method: str, inner: Callable[..., Iterator[Any]],
-                refuse: Refuse) -> Callable[..., Iterator[Any]]:  # fmt: skip
+    def _stream(
+        self, service: str, method: str, inner: Callable[..., Iterator[Any]], refuse: Refuse
+    ) -> Callable[..., Iterator[Any]]:
         def behaviour(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             try:
                 self.check(service, method, request, context)
@@ -147,8 +158,9 @@ class Guard:
 
         return behaviour
 
-    def _session(self, service: str, method: str, inner: Callable[..., Iterator[Any]],
-                 refuse: Refuse) -> Callable[..., Iterator[Any]]:  # fmt: skip
+    def _session(
+        self, service: str, method: str, inner: Callable[..., Iterator[Any]], refuse: Refuse
+    ) -> Callable[..., Iterator[Any]]:
         """Telemetry: the signature of the stream's opening call decides for its life."""
 
         def behaviour(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:

@@ -59,8 +59,11 @@ class HealthReporter:
         """The broker's background services whose thread died ("failed: …"), with their
         state. A round that failed and is retried ("error: …") and a service a slave does
         not run ("stopped") leave the broker serving; admin Health shows them all."""
-        return {name: state for name, state in self.broker.service_health().items()
-                if state.startswith("failed")}  # fmt: skip
+        return {
+            name: state
+            for name, state in self.broker.service_health().items()
+            if state.startswith("failed")
+        }
 
     def refresh(self) -> None:
         """SERVING unless a background service failed (then NOT_SERVING, logged once)."""

@@ -51,11 +51,15 @@ def to_toml(config: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def launch_broker(workdir: Path, *, flush: str = "async",
-                  config: dict[str, dict[str, Any]] | None = None,
-                  listen: str = "127.0.0.1:0",
-                  extra_args: Sequence[str] = (),
-                  env: dict[str, str] | None = None) -> BrokerProcess:  # fmt: skip
+def launch_broker(
+    workdir: Path,
+    *,
+    flush: str = "async",
+    config: dict[str, dict[str, Any]] | None = None,
+    listen: str = "127.0.0.1:0",
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> BrokerProcess:
     """Start a broker whose store is ``workdir/store``; returns once it accepts calls.
 
     ``extra_args`` go to ``python -m broker_core.server`` as they are (e.g. ``--namesrv``).
@@ -65,12 +69,26 @@ def launch_broker(workdir: Path, *, flush: str = "async",
     config_path.write_text(to_toml(config or {}))
     store_dir = workdir / "store"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker_core.server", "--listen", listen,
-         "--store-dir", str(store_dir), "--flush", flush, "--config", str(config_path),
-         *extra_args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "broker_core.server",
+            "--listen",
+            listen,
+            "--store-dir",
+            str(store_dir),
+            "--flush",
+            flush,
+            "--config",
+            str(config_path),
+            *extra_args,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     output: list[str] = []
     assert proc.stdout is not None
     endpoint = ha_endpoint = ""

@@ -34,8 +34,7 @@ def _stub(addr: str) -> Any:
     with _lock:
         stub = _stubs.get(addr)
         if stub is None:
-            stub = _stubs[addr] = service_pb2_grpc.MessagingServiceStub(
-                grpc.insecure_channel(addr))
+            stub = _stubs[addr] = service_pb2_grpc.MessagingServiceStub(grpc.insecure_channel(addr))
         return stub
 
 
@@ -50,14 +49,19 @@ def forward_send(ctx: ServerContext, request: Any, context: grpc.ServicerContext
     metadata = list(context.invocation_metadata())
     master = ctx.master_endpoint()
     if was_forwarded(metadata) or not master or master == ctx.endpoint:
-        raise NotMasterError(f"broker {ctx.broker_name} at {ctx.endpoint} is a slave and "
-                             "knows no live master to forward the send to; retry")
+        raise NotMasterError(
+            f"broker {ctx.broker_name} at {ctx.endpoint} is a slave and "
+            "knows no live master to forward the send to; retry"
+        )
     forwarded = [(k, v) for k, v in metadata if not k.startswith(":")]
     forwarded.append((FORWARDED_BY, ctx.endpoint))
     try:
-        return _stub(master).SendMessage(request, timeout=FORWARD_SEND_TIMEOUT_S,
-                                         metadata=forwarded)  # fmt: skip
+        return _stub(master).SendMessage(
+            request, timeout=FORWARD_SEND_TIMEOUT_S, metadata=forwarded
+        )
     except grpc.RpcError as exc:
-        raise BrokerNotReachableError(f"forwarding SendMessage to the master of "
-                                      f"{ctx.broker_name} at {master} failed: "
-                                      f"{exc.code().name}; retry") from None  # fmt: skip
+        raise BrokerNotReachableError(
+            f"forwarding SendMessage to the master of "
+            f"{ctx.broker_name} at {master} failed: "
+            f"{exc.code().name}; retry"
+        ) from None

@@ -61,10 +61,19 @@ METHOD: Final = "PullRaw"
 DEFAULT_MAX_BYTES: Final = 8 << 20
 MAX_BYTES_LIMIT: Final = 32 << 20
 HEADER_LENGTH: Final = struct.Struct(">I")
-FIELDS: Final = frozenset({
-    "group", "topic", "queue_id", "offset", "max_count", "max_bytes", "filter_type",
-    "filter_expression", "long_polling_timeout_ms",
-})  # fmt: skip
+FIELDS: Final = frozenset(
+    {
+        "group",
+        "topic",
+        "queue_id",
+        "offset",
+        "max_count",
+        "max_bytes",
+        "filter_type",
+        "filter_expression",
+        "long_polling_timeout_ms",
+    }
+)
 
 
 def _filter(args: Args) -> MessageFilter | None:
@@ -88,9 +97,17 @@ def _pull(ctx: ServerContext, args: Args, context: grpc.ServicerContext) -> Pull
     max_count = args.integer("max_count", required=True, minimum=1)
     max_bytes = args.integer("max_bytes", minimum=1) or DEFAULT_MAX_BYTES
     requested_ms = args.integer("long_polling_timeout_ms", minimum=0) or 0
-    return ctx.broker.pull(group, topic, queue_id, offset, max_count, filter=_filter(args),
-                           timeout_ms=polling_budget_ms(context, requested_ms), raw=True,
-                           max_bytes=min(max_bytes, MAX_BYTES_LIMIT))  # fmt: skip
+    return ctx.broker.pull(
+        group,
+        topic,
+        queue_id,
+        offset,
+        max_count,
+        filter=_filter(args),
+        timeout_ms=polling_budget_ms(context, requested_ms),
+        raw=True,
+        max_bytes=min(max_bytes, MAX_BYTES_LIMIT),
+    )
 
 
 def _frame(header: dict[str, Any], sizes: bytes = b"", units: bytes = b"") -> bytes:
@@ -104,18 +121,25 @@ def _status(code_and_message: Any) -> dict[str, Any]:
 
 def answer(result: PullResult) -> bytes:
     """The response bytes for one pull's result (see the module docstring)."""
-    bounds = {"next_offset": result.next_offset, "min_offset": result.min_offset,
-              "max_offset": result.max_offset}  # fmt: skip
+    bounds = {
+        "next_offset": result.next_offset,
+        "min_offset": result.min_offset,
+        "max_offset": result.max_offset,
+    }
     raw = result.raw
     if result.status is PullStatus.FOUND and raw is not None and raw.count:
         header = {"status": _status(ok()), "count": raw.count, **bounds}
         return _frame(header, raw.sizes.astype(">i4").tobytes(), raw.data)
     if result.error is not None:
         return _frame({"status": _status(status_of(result.error)), "count": 0, **bounds})
-    reason = "no message matched the filter" if result.status is PullStatus.NO_MATCHED_MESSAGE \
-        else "no new message"  # fmt: skip
-    return _frame({"status": _status(status_of(MessageNotFoundError(reason))), "count": 0,
-                   **bounds})  # fmt: skip
+    reason = (
+        "no message matched the filter"
+        if result.status is PullStatus.NO_MATCHED_MESSAGE
+        else "no new message"
+    )
+    return _frame(
+        {"status": _status(status_of(MessageNotFoundError(reason))), "count": 0, **bounds}
+    )
 
 
 def pull_raw(ctx: ServerContext, request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -124,8 +148,9 @@ def pull_raw(ctx: ServerContext, request: bytes, context: grpc.ServicerContext) 
         args = Args(METHOD, parse_request(METHOD, request), FIELDS)
         result = _pull(ctx, args, context)
         if ctx.metrics is not None and result.raw is not None and result.raw.count:
-            ctx.metrics.messages_out(args.text("topic"), args.text("group"), result.raw.count,
-                                     len(result.raw.data))  # bulk pulls count stored bytes
+            ctx.metrics.messages_out(
+                args.text("topic"), args.text("group"), result.raw.count, len(result.raw.data)
+            )  # bulk pulls count stored bytes
         return answer(result)
     except Exception as exc:
         if isinstance(exc, RocketMQError):
@@ -143,11 +168,12 @@ def bulk_handler(ctx: ServerContext) -> grpc.GenericRpcHandler:
     """The bulk service (PullRaw and SendBulk) for ``BrokerServer.add_generic_handlers``."""
     method = grpc.unary_unary_rpc_method_handler(
         lambda request, context: pull_raw(ctx, request, context),
-        request_deserializer=_identity, response_serializer=_identity,
-    )  # fmt: skip
+        request_deserializer=_identity,
+        response_serializer=_identity,
+    )
     send = grpc.unary_unary_rpc_method_handler(
         lambda request, context: send_bulk(ctx, request, context),
-        request_deserializer=_identity, response_serializer=_identity,
-    )  # fmt: skip
-    return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: method,
-                                                               SEND_METHOD: send})  # fmt: skip
+        request_deserializer=_identity,
+        response_serializer=_identity,
+    )
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD: method, SEND_METHOD: send})

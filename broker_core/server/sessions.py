@@ -53,9 +53,15 @@ TERMINATION_LINGER_S: Final = 5.0  # after NotifyClientTermination the client cl
 POLL_S: Final = 0.5  # how often a stream waiting for commands checks it is still wanted
 
 Kind = Literal["producer", "consumer"]
-_CONSUMER_TYPES: Final = frozenset({pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER,
-                                    pb.ClientType.PULL_CONSUMER, pb.ClientType.LITE_PUSH_CONSUMER,
-                                    pb.ClientType.LITE_SIMPLE_CONSUMER})  # fmt: skip
+_CONSUMER_TYPES: Final = frozenset(
+    {
+        pb.ClientType.PUSH_CONSUMER,
+        pb.ClientType.SIMPLE_CONSUMER,
+        pb.ClientType.PULL_CONSUMER,
+        pb.ClientType.LITE_PUSH_CONSUMER,
+        pb.ClientType.LITE_SIMPLE_CONSUMER,
+    }
+)
 
 
 def client_id_of(context: grpc.ServicerContext, *, required: bool = True) -> str:
@@ -229,8 +235,9 @@ def close_all(ctx: ServerContext) -> None:
 def heartbeat(ctx: ServerContext, client_id: str, profile: Profile) -> None:
     """Tell the broker's client registry the client is alive, under every group it has."""
     if profile.kind == "consumer":
-        ctx.broker.heartbeat(profile.group, client_id, topics=sorted(profile.topics),
-                             kind="consumer")  # fmt: skip
+        ctx.broker.heartbeat(
+            profile.group, client_id, topics=sorted(profile.topics), kind="consumer"
+        )
         return
     for topic in sorted(profile.topics):
         ctx.broker.heartbeat(topic, client_id, topics=[topic], kind="producer")
@@ -239,9 +246,14 @@ def heartbeat(ctx: ServerContext, client_id: str, profile: Profile) -> None:
 def producers_of(ctx: ServerContext, topic: str) -> list[Session]:
     """Open sessions of producers that publish to ``topic``."""
     with ctx.lock:
-        return [s for s in _sessions(ctx).values()
-                if s.open and s.profile is not None and s.profile.kind == "producer"
-                and topic in s.profile.topics]  # fmt: skip
+        return [
+            s
+            for s in _sessions(ctx).values()
+            if s.open
+            and s.profile is not None
+            and s.profile.kind == "producer"
+            and topic in s.profile.topics
+        ]
 
 
 # ---- transaction check-back -----------------------------------------------------------------
@@ -278,9 +290,13 @@ def check_transaction(ctx: ServerContext, request: CheckRequest) -> None:
     random.shuffle(candidates)
     for session in candidates:
         if session.send(command):
-            log.info("asked producer %s about transaction %s of %s (check %d)",
-                     session.client_id, request.transaction_id, request.message_id,
-                     request.check_times)  # fmt: skip
+            log.info(
+                "asked producer %s about transaction %s of %s (check %d)",
+                session.client_id,
+                request.transaction_id,
+                request.message_id,
+                request.check_times,
+            )
             return
     raise NotFoundError(
         f"no producer of topic {request.producer_group} is connected to resolve transaction "

@@ -41,8 +41,13 @@ class Appended:
     index_phys: list[int]
 
 
-def appended_rows(before: int, after: int, now_ms: int, batch: list[codec.EncodedMessage],
-                   results: list[AppendResult]) -> Appended:  # fmt: skip
+def appended_rows(
+    before: int,
+    after: int,
+    now_ms: int,
+    batch: list[codec.EncodedMessage],
+    results: list[AppendResult],
+) -> Appended:
     queues: dict[tuple[str, int], list[int]] = {}
     keys: list[list[str]] = []
     key_phys: list[int] = []
@@ -53,16 +58,27 @@ def appended_rows(before: int, after: int, now_ms: int, batch: list[codec.Encode
             keys.append(enc.index_keys)
             key_phys.append(res.physical_offset)
     return Appended(
-        before, after, now_ms, queues,
+        before,
+        after,
+        now_ms,
+        queues,
         np.array([r.physical_offset for r in results], np.int64),
         np.array([r.size for r in results], np.int32),
         np.array([e.tags_code for e in batch], np.int64),
-        np.array([r.queue_offset for r in results], np.int64), keys, key_phys,
-    )  # fmt: skip
+        np.array([r.queue_offset for r in results], np.int64),
+        keys,
+        key_phys,
+    )
 
 
-def appended_columns(before: int, after: int, now_ms: int, batch: ColumnBatch,
-                      offsets: np.ndarray, starts: np.ndarray) -> Appended:  # fmt: skip
+def appended_columns(
+    before: int,
+    after: int,
+    now_ms: int,
+    batch: ColumnBatch,
+    offsets: np.ndarray,
+    starts: np.ndarray,
+) -> Appended:
     queues: dict[tuple[str, int], list[int]] = {}
     order = np.argsort(batch.queue_ids, kind="stable")
     ids = batch.queue_ids[order]
@@ -71,6 +87,15 @@ def appended_columns(before: int, after: int, now_ms: int, batch: ColumnBatch,
         if len(rows):
             queues[(batch.topic, int(batch.queue_ids[rows[0]]))] = rows.tolist()
     with_keys = [i for i, keys in enumerate(batch.index_keys) if keys]
-    return Appended(before, after, now_ms, queues, starts, batch.sizes.astype(np.int32),
-                    batch.tags_codes, offsets, [batch.index_keys[i] for i in with_keys],
-                    starts[with_keys].tolist())  # fmt: skip
+    return Appended(
+        before,
+        after,
+        now_ms,
+        queues,
+        starts,
+        batch.sizes.astype(np.int32),
+        batch.tags_codes,
+        offsets,
+        [batch.index_keys[i] for i in with_keys],
+        starts[with_keys].tolist(),
+    )

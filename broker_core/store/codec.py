@@ -154,12 +154,23 @@ def encode(msg: Message, *, max_body_bytes: int, max_properties_bytes: int) -> E
     host, port = msg.born_host
     _check_ranges(msg, port)
     return EncodedMessage(
-        msg.topic, msg.queue_id, msg.flag, msg.sys_flag, msg.born_timestamp_ms,
-        _LOOPBACK_IP if host == "127.0.0.1" else _ip4(host), port, msg.reconsume_times,
-        msg.prepared_transaction_offset, tag_hash(msg.properties.get(PROPERTY_TAGS)), body,
-        zlib.crc32(body), tail, zlib.crc32(tail), HEADER_SIZE + len(body) + len(tail),
+        msg.topic,
+        msg.queue_id,
+        msg.flag,
+        msg.sys_flag,
+        msg.born_timestamp_ms,
+        _LOOPBACK_IP if host == "127.0.0.1" else _ip4(host),
+        port,
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        tag_hash(msg.properties.get(PROPERTY_TAGS)),
+        body,
+        zlib.crc32(body),
+        tail,
+        zlib.crc32(tail),
+        HEADER_SIZE + len(body) + len(tail),
         _index_keys(msg.properties),
-    )  # fmt: skip
+    )
 
 
 _I32 = range(-(2**31), 2**31)
@@ -172,18 +183,27 @@ _RANGES = struct.Struct(">iiiiiqq")  # the header's fixed-width integers a messa
 def _check_ranges(msg: Message, born_port: int) -> None:
     """Refuse integers the header cannot hold, before the commitlog assigns offsets."""
     try:  # one pack checks them all (ints, in range); the loop below names the culprit
-        _RANGES.pack(msg.queue_id, msg.flag, msg.sys_flag, born_port, msg.reconsume_times,
-                     msg.born_timestamp_ms, msg.prepared_transaction_offset)  # fmt: skip
+        _RANGES.pack(
+            msg.queue_id,
+            msg.flag,
+            msg.sys_flag,
+            born_port,
+            msg.reconsume_times,
+            msg.born_timestamp_ms,
+            msg.prepared_transaction_offset,
+        )
         return
     except struct.error:
         pass
     for name, value, allowed in (
-        ("queue_id", msg.queue_id, _I32), ("flag", msg.flag, _I32),
-        ("sys_flag", msg.sys_flag, _I32), ("born port", born_port, _I32),
+        ("queue_id", msg.queue_id, _I32),
+        ("flag", msg.flag, _I32),
+        ("sys_flag", msg.sys_flag, _I32),
+        ("born port", born_port, _I32),
         ("reconsume_times", msg.reconsume_times, _I32),
         ("born_timestamp_ms", msg.born_timestamp_ms, _I64),
         ("prepared_transaction_offset", msg.prepared_transaction_offset, _I64),
-    ):  # fmt: skip
+    ):
         if value not in allowed:
             raise InvalidArgumentError(f"message {name} {value} does not fit the unit header")
     raise InvalidArgumentError("message header fields must be integers")
@@ -221,16 +241,34 @@ def pack_unit_into(
 ) -> None:
     """Write the finished unit for ``enc`` at ``buf[pos:]``; ``view`` is a view of ``buf``."""
     HEADER.pack_into(
-        buf, pos, enc.size, MESSAGE_MAGIC, 0, enc.body_crc, enc.queue_id, enc.flag,
-        queue_offset, physical_offset, enc.sys_flag, enc.born_timestamp_ms, enc.born_ip,
-        enc.born_port, store_timestamp_ms, store_host[0], store_host[1], enc.reconsume_times,
-        enc.prepared_transaction_offset, enc.tags_code, len(enc.body),
-    )  # fmt: skip
+        buf,
+        pos,
+        enc.size,
+        MESSAGE_MAGIC,
+        0,
+        enc.body_crc,
+        enc.queue_id,
+        enc.flag,
+        queue_offset,
+        physical_offset,
+        enc.sys_flag,
+        enc.born_timestamp_ms,
+        enc.born_ip,
+        enc.born_port,
+        store_timestamp_ms,
+        store_host[0],
+        store_host[1],
+        enc.reconsume_times,
+        enc.prepared_transaction_offset,
+        enc.tags_code,
+        len(enc.body),
+    )
     body_end = pos + HEADER_SIZE + len(enc.body)
     buf[pos + HEADER_SIZE : body_end] = enc.body
     buf[body_end : pos + enc.size] = enc.tail
-    CRC.pack_into(buf, pos + UNIT_CRC_POS, zlib.crc32(view[pos + CRC_START : pos + HEADER_SIZE],
-                                                      enc.tail_crc))  # fmt: skip
+    CRC.pack_into(
+        buf, pos + UNIT_CRC_POS, zlib.crc32(view[pos + CRC_START : pos + HEADER_SIZE], enc.tail_crc)
+    )
 
 
 def seal(
@@ -243,8 +281,9 @@ def seal(
     """One finished unit on its own (the commitlog packs whole batches instead)."""
     buf = bytearray(enc.size)
     with memoryview(buf) as view:
-        pack_unit_into(buf, view, 0, enc, queue_offset, physical_offset, store_timestamp_ms,
-                       store_host)  # fmt: skip
+        pack_unit_into(
+            buf, view, 0, enc, queue_offset, physical_offset, store_timestamp_ms, store_host
+        )
     return buf
 
 
@@ -261,8 +300,9 @@ def check_unit(buf: Buffer, pos: int, expected_phys: int, path: str = "") -> int
     """
     limit = len(buf) - pos
     if limit < SIZE_MAGIC.size:
-        raise CorruptionError(f"truncated unit: {max(0, limit)} bytes", path=path,
-                              position=expected_phys)  # fmt: skip
+        raise CorruptionError(
+            f"truncated unit: {max(0, limit)} bytes", path=path, position=expected_phys
+        )
     total, magic = SIZE_MAGIC.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC:
         raise CorruptionError(f"bad magic {magic:#x}", path=path, position=expected_phys)
@@ -272,9 +312,10 @@ def check_unit(buf: Buffer, pos: int, expected_phys: int, path: str = "") -> int
     unit_crc, body_crc, phys, body_len = fields[2], fields[3], fields[7], fields[18]
     if phys != expected_phys:
         raise CorruptionError(
-            f"unit records offset {phys}, expected {expected_phys}", path=path,
+            f"unit records offset {phys}, expected {expected_phys}",
+            path=path,
             position=expected_phys,
-        )  # fmt: skip
+        )
     if body_len < 0 or HEADER_SIZE + body_len + 3 > total:
         raise CorruptionError(f"bad body length {body_len}", path=path, position=expected_phys)
     view = memoryview(buf)[pos : pos + total]
@@ -318,8 +359,9 @@ def decode(buf: Buffer, pos: int = 0) -> StoredMessage:
 
 
 def _not_utf8(buf: Buffer, pos: int, exc: UnicodeDecodeError) -> CorruptionError:
-    return CorruptionError(f"unit text is not UTF-8: {exc}",
-                           position=HEADER.unpack_from(buf, pos)[7])  # fmt: skip
+    return CorruptionError(
+        f"unit text is not UTF-8: {exc}", position=HEADER.unpack_from(buf, pos)[7]
+    )
 
 
 def _decode(buf: Buffer, pos: int) -> StoredMessage:
@@ -334,12 +376,23 @@ def _decode(buf: Buffer, pos: int) -> StoredMessage:
     props_len = PROPS_LEN.unpack_from(buf, p)[0]
     props = decode_properties(bytes(buf[p + 2 : p + 2 + props_len]))
     return StoredMessage(
-        topic=topic, queue_id=f[4], queue_offset=f[6], physical_offset=f[7], body=body,
-        properties=props, flag=f[5], sys_flag=f[8], born_timestamp_ms=f[9],
-        born_host=(socket.inet_ntoa(f[10]), f[11]), store_timestamp_ms=f[12],
-        store_host=(socket.inet_ntoa(f[13]), f[14]), reconsume_times=f[15],
-        prepared_transaction_offset=f[16], body_crc=f[3], stored_size=total,
-    )  # fmt: skip
+        topic=topic,
+        queue_id=f[4],
+        queue_offset=f[6],
+        physical_offset=f[7],
+        body=body,
+        properties=props,
+        flag=f[5],
+        sys_flag=f[8],
+        born_timestamp_ms=f[9],
+        born_host=(socket.inet_ntoa(f[10]), f[11]),
+        store_timestamp_ms=f[12],
+        store_host=(socket.inet_ntoa(f[13]), f[14]),
+        reconsume_times=f[15],
+        prepared_transaction_offset=f[16],
+        body_crc=f[3],
+        stored_size=total,
+    )
 
 
 @dataclass(slots=True)

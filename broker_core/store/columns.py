@@ -69,20 +69,30 @@ def encode_columns(
     prop_lens = np.fromiter(map(len, properties), np.int64, len(properties))
     if len(body_lens) and int(body_lens.max()) > max_body_bytes:
         size = int(body_lens.max())
-        raise MessageTooLargeError(f"message body is {size} bytes, over the limit of "
-                                   f"{max_body_bytes}")  # fmt: skip
+        raise MessageTooLargeError(
+            f"message body is {size} bytes, over the limit of {max_body_bytes}"
+        )
     limit = min(max_properties_bytes, 0xFFFF)
     if len(prop_lens) and int(prop_lens.max()) > limit:
-        raise PropertiesTooLargeError(f"properties are {int(prop_lens.max())} bytes encoded, "
-                                      f"over the limit of {limit}")  # fmt: skip
+        raise PropertiesTooLargeError(
+            f"properties are {int(prop_lens.max())} bytes encoded, over the limit of {limit}"
+        )
     tails = [head + len(p).to_bytes(2, "big") + p for p in properties]
     host, port = born_host
     return ColumnBatch(
-        topic, np.full(len(bodies), -1, np.int32), bodies, np.array(body_crcs, np.uint32),
-        tails, [zlib.crc32(t) for t in tails], np.array(tags_codes, np.int64),
-        np.array(born_ms, np.int64), codec._ip4(host), port, index_keys,
+        topic,
+        np.full(len(bodies), -1, np.int32),
+        bodies,
+        np.array(body_crcs, np.uint32),
+        tails,
+        [zlib.crc32(t) for t in tails],
+        np.array(tags_codes, np.int64),
+        np.array(born_ms, np.int64),
+        codec._ip4(host),
+        port,
+        index_keys,
         layout.HEADER_SIZE + body_lens + len(head) + 2 + prop_lens,
-    )  # fmt: skip
+    )
 
 
 def assign_queue_offsets(batch: ColumnBatch, take_many: Callable[[int, int], int]) -> np.ndarray:
@@ -97,14 +107,19 @@ def assign_queue_offsets(batch: ColumnBatch, take_many: Callable[[int, int], int
     order = np.argsort(queue_ids, kind="stable")  # each queue's messages, in batch order
     firsts = np.cumsum(counts) - counts  # where each queue's run starts in ``order``
     offsets = np.empty(len(queue_ids), np.int64)
-    offsets[order] = bases[queue_ids[order]] + np.arange(len(queue_ids)) - firsts[
-        queue_ids[order]]
+    offsets[order] = bases[queue_ids[order]] + np.arange(len(queue_ids)) - firsts[queue_ids[order]]
     return offsets
 
 
-def pack_columns(batch: ColumnBatch, lo: int, hi: int, physical_offset: int,
-                 queue_offsets: np.ndarray, store_timestamp_ms: int,
-                 store_host: tuple[bytes, int]) -> bytes:  # fmt: skip
+def pack_columns(
+    batch: ColumnBatch,
+    lo: int,
+    hi: int,
+    physical_offset: int,
+    queue_offsets: np.ndarray,
+    store_timestamp_ms: int,
+    store_host: tuple[bytes, int],
+) -> bytes:
     """The finished units of messages ``[lo, hi)``, placed from ``physical_offset``."""
     count = hi - lo
     sizes = batch.sizes[lo:hi]
@@ -125,11 +140,12 @@ def pack_columns(batch: ColumnBatch, lo: int, hi: int, physical_offset: int,
     head["body_length"] = [len(b) for b in batch.bodies[lo:hi]]
     crc, size = zlib.crc32, layout.HEADER_SIZE
     with memoryview(head.tobytes()) as raw:  # the unit CRC covers header bytes 12..100
-        head["unit_crc"] = [crc(raw[i * size + layout.CRC_START : (i + 1) * size], tail_crc)
-                            for i, tail_crc in enumerate(batch.tail_crcs[lo:hi])]  # fmt: skip
+        head["unit_crc"] = [
+            crc(raw[i * size + layout.CRC_START : (i + 1) * size], tail_crc)
+            for i, tail_crc in enumerate(batch.tail_crcs[lo:hi])
+        ]
     with memoryview(head.tobytes()) as raw:
         pieces: list[bytes | memoryview] = []
-        for i, (body, tail) in enumerate(zip(batch.bodies[lo:hi], batch.tails[lo:hi],
-                                             strict=True)):  # fmt: skip
+        for i, (body, tail) in enumerate(zip(batch.bodies[lo:hi], batch.tails[lo:hi], strict=True)):
             pieces += (raw[i * size : (i + 1) * size], body, tail)
         return b"".join(pieces)

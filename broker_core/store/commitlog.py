@@ -140,14 +140,18 @@ class CommitLog:
                 raise CorruptionError(
                     f"commitlog segment {name} does not follow {segment_name(prev)} "
                     "(a segment is missing or has the wrong size)",
-                    path=str(path), position=0,
-                )  # fmt: skip
+                    path=str(path),
+                    position=0,
+                )
             if path.stat().st_size < self.segment_size:
                 # A segment cut short (a crash while it was created, a damaged disk): its
                 # missing end reads as zeros, which recovery treats as it treats a zeroed
                 # page — the log is cut there, as for a torn tail.
-                log.warning("commitlog segment %s is %d bytes short; reading the rest as "
-                            "empty", name, self.segment_size - path.stat().st_size)  # fmt: skip
+                log.warning(
+                    "commitlog segment %s is %d bytes short; reading the rest as empty",
+                    name,
+                    self.segment_size - path.stat().st_size,
+                )
                 os.truncate(path, self.segment_size)
             seg = MappedFile(path, self.segment_size, create=False, pread_reads=True)
             seg.wrote_position = seg.flushed_position = self.segment_size
@@ -235,7 +239,8 @@ class CommitLog:
         def pack(lo: int, hi: int, phys: int) -> bytes:
             if lo == 0:  # taken only once the segments exist: a refused batch leaves no gap
                 offsets[:] = assign_queue_offsets(
-                    batch, lambda queue_id, n: self.queue_offsets.take_many(topic, queue_id, n))
+                    batch, lambda queue_id, n: self.queue_offsets.take_many(topic, queue_id, n)
+                )
             sizes = batch.sizes[lo:hi]
             starts[lo:hi] = phys + np.cumsum(sizes) - sizes
             return pack_columns(batch, lo, hi, phys, offsets, now_ms, self._store_host)
@@ -284,7 +289,8 @@ class CommitLog:
             local = offset % self.segment_size
             if (offset != end and self._segments) or (not self._segments and local):
                 raise ReplicationProtocolError(
-                    f"replicated bytes at offset {offset} do not continue the log (ends at {end})")
+                    f"replicated bytes at offset {offset} do not continue the log (ends at {end})"
+                )
             if local + len(data) > self.segment_size:
                 raise ReplicationProtocolError(f"{len(data)} bytes at {offset} cross a segment")
             last = self._segments[-1] if self._segments else None
@@ -294,8 +300,14 @@ class CommitLog:
             seg.append(data)
             return seg.end_offset
 
-    def _pack(self, chunk: bytearray, encs: list[codec.EncodedMessage], phys: int,
-              now_ms: int, results: list[AppendResult]) -> None:  # fmt: skip
+    def _pack(
+        self,
+        chunk: bytearray,
+        encs: list[codec.EncodedMessage],
+        phys: int,
+        now_ms: int,
+        results: list[AppendResult],
+    ) -> None:
         take = self.queue_offsets.take
         host = self._store_host
         pos = 0
@@ -323,8 +335,14 @@ class CommitLog:
         spare: list[MappedFile] = []
         try:
             for base in bases:
-                spare.append(MappedFile(self.directory / segment_name(base), self.segment_size,
-                                        create=True, pread_reads=True))  # fmt: skip
+                spare.append(
+                    MappedFile(
+                        self.directory / segment_name(base),
+                        self.segment_size,
+                        create=True,
+                        pread_reads=True,
+                    )
+                )
         except BaseException:
             for made in spare:
                 made.destroy()
@@ -340,8 +358,9 @@ class CommitLog:
         return last
 
     def _new_segment(self, base: int) -> MappedFile:
-        seg = MappedFile(self.directory / segment_name(base), self.segment_size, create=True,
-                         pread_reads=True)  # fmt: skip
+        seg = MappedFile(
+            self.directory / segment_name(base), self.segment_size, create=True, pread_reads=True
+        )
         self._segments = [*self._segments, seg]
         return seg
 
@@ -381,8 +400,9 @@ class CommitLog:
         if idx < 0 or idx >= len(segs):
             raise OffsetOutOfRangeError(
                 f"commitlog offset out of range (min is {self.min_offset}): {offset}",
-                min_offset=self.min_offset, max_offset=self.max_offset,
-            )  # fmt: skip
+                min_offset=self.min_offset,
+                max_offset=self.max_offset,
+            )
         return idx
 
     def segment_at(self, offset: int) -> MappedFile:
@@ -437,8 +457,11 @@ class CommitLog:
                     if pos > 0:
                         break  # the rest of this unit is in the next window
                     if total > stop - local:
-                        raise CorruptionError(f"unit of {total} bytes runs past the written end",
-                                              path=str(seg.path), position=offset)  # fmt: skip
+                        raise CorruptionError(
+                            f"unit of {total} bytes runs past the written end",
+                            path=str(seg.path),
+                            position=offset,
+                        )
                     buf = seg.read(local, total)  # one unit larger than the window
                     continue
                 if verify or magic != layout.MESSAGE_MAGIC or total < layout.HEADER_SIZE:
@@ -474,4 +497,3 @@ class CommitLog:
         self.flush()
         for seg in self._segments:
             seg.close()
-

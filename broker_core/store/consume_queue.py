@@ -62,14 +62,17 @@ class ConsumeQueue:
         for name in names:
             path = self.directory / name
             if int(name) % self.file_bytes:
-                raise CorruptionError("consume queue file name not on a file boundary",
-                                      path=str(path), position=0)  # fmt: skip
+                raise CorruptionError(
+                    "consume queue file name not on a file boundary", path=str(path), position=0
+                )
             if files and int(name) != files[-1].base_offset + self.file_bytes:
-                raise CorruptionError("consume queue file missing before this one",
-                                      path=str(path), position=0)  # fmt: skip
+                raise CorruptionError(
+                    "consume queue file missing before this one", path=str(path), position=0
+                )
             if path.stat().st_size != self.file_bytes:
-                raise CorruptionError(f"consume queue file is not {self.file_bytes} bytes",
-                                      path=str(path), position=0)  # fmt: skip
+                raise CorruptionError(
+                    f"consume queue file is not {self.file_bytes} bytes", path=str(path), position=0
+                )
             mf = MappedFile(path, self.file_bytes, create=False, random_access=True)
             mf.wrote_position = mf.flushed_position = self.file_bytes
             files.append(mf)
@@ -77,9 +80,9 @@ class ConsumeQueue:
         if not files:
             return
         last, first = files[-1], files[0]
-        last.wrote_position = last.flushed_position = self._first_unit_where(
-            last, lambda size: size == 0
-        ) * UNIT_SIZE
+        last.wrote_position = last.flushed_position = (
+            self._first_unit_where(last, lambda size: size == 0) * UNIT_SIZE
+        )
         self.max_offset = last.end_offset // UNIT_SIZE
         first_valid = self._first_unit_where(first, lambda size: size > 0)
         self.min_offset = min(first.base_offset // UNIT_SIZE + first_valid, self.max_offset)
@@ -106,8 +109,13 @@ class ConsumeQueue:
         if logical_offset < self.max_offset:
             return
         if self._files and logical_offset > self.max_offset:
-            log.warning("consume queue %s:%d: gap from %d to %d", self.topic, self.queue_id,
-                        self.max_offset, logical_offset)  # fmt: skip
+            log.warning(
+                "consume queue %s:%d: gap from %d to %d",
+                self.topic,
+                self.queue_id,
+                self.max_offset,
+                logical_offset,
+            )
         if not self._files:
             self.min_offset = logical_offset
         byte_pos = logical_offset * UNIT_SIZE
@@ -129,8 +137,13 @@ class ConsumeQueue:
         if not len(units):
             return
         if self._files and first_offset > self.max_offset:
-            log.warning("consume queue %s:%d: gap from %d to %d", self.topic, self.queue_id,
-                        self.max_offset, first_offset)  # fmt: skip
+            log.warning(
+                "consume queue %s:%d: gap from %d to %d",
+                self.topic,
+                self.queue_id,
+                self.max_offset,
+                first_offset,
+            )
         if not self._files:
             self.min_offset = first_offset
         raw = units.tobytes()
@@ -152,8 +165,9 @@ class ConsumeQueue:
             return files[-1]
         base = byte_pos - byte_pos % self.file_bytes
         self.directory.mkdir(parents=True, exist_ok=True)
-        mf = MappedFile(self.directory / segment_name(base), self.file_bytes, create=True,
-                        random_access=True)  # fmt: skip
+        mf = MappedFile(
+            self.directory / segment_name(base), self.file_bytes, create=True, random_access=True
+        )
         if files:
             files[-1].wrote_position = self.file_bytes
         self._files = [*files, mf]
@@ -171,8 +185,11 @@ class ConsumeQueue:
         cut = self._first_logical_at_or_after(physical_offset, self.min_offset, self.max_offset)
         if cut >= self.max_offset:
             return
-        keep = [mf for mf in self._files if mf.base_offset < cut * UNIT_SIZE or
-                mf.base_offset == self._files[0].base_offset]  # fmt: skip
+        keep = [
+            mf
+            for mf in self._files
+            if mf.base_offset < cut * UNIT_SIZE or mf.base_offset == self._files[0].base_offset
+        ]
         for mf in self._files[len(keep) :]:
             mf.destroy()
         self._files = keep
@@ -192,8 +209,9 @@ class ConsumeQueue:
             raise OffsetOutOfRangeError(
                 f"offset out of range (min is {self.min_offset}, max is {self.max_offset}): "
                 f"{self.topic}:{self.queue_id} offset {logical_offset}",
-                min_offset=self.min_offset, max_offset=self.max_offset,
-            )  # fmt: skip
+                min_offset=self.min_offset,
+                max_offset=self.max_offset,
+            )
         mf = files[idx]
         return mf, byte_pos - mf.base_offset
 
@@ -254,9 +272,10 @@ class ConsumeQueue:
             units = np.frombuffer(mf.read(lo, hi - lo), dtype=UNIT_DTYPE)
             phys, size = units["phys"].astype(np.int64), units["size"].astype(np.int64)
             bad = np.flatnonzero(
-                (size <= 0) | (phys < np.concatenate(([prev_end], (phys + size)[:-1])))
+                (size <= 0)
+                | (phys < np.concatenate(([prev_end], (phys + size)[:-1])))
                 | (phys + size > commitlog_end)
-            )  # fmt: skip
+            )
             if bad.size:
                 logical = (mf.base_offset + lo) // UNIT_SIZE + int(bad[0])
                 return f"unit {logical} in {mf.path.name} is not a valid commitlog reference"
@@ -282,8 +301,10 @@ class ConsumeQueue:
             self._files = files[deleted:]
             for mf in files[:deleted]:
                 mf.destroy()
-        first_logical = max(self.min_offset, self._files[0].base_offset // UNIT_SIZE
-                            if self._files else self.min_offset)  # fmt: skip
+        first_logical = max(
+            self.min_offset,
+            self._files[0].base_offset // UNIT_SIZE if self._files else self.min_offset,
+        )
         self.min_offset = self._first_logical_at_or_after(
             min_physical, first_logical, self.max_offset
         )
@@ -320,8 +341,9 @@ class ConsumeQueueSet:
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self._queues.get((topic, queue_id))
         if cq is None:
-            cq = ConsumeQueue(self.root / topic / str(queue_id), topic, queue_id,
-                              self.units_per_file)  # fmt: skip
+            cq = ConsumeQueue(
+                self.root / topic / str(queue_id), topic, queue_id, self.units_per_file
+            )
             self._queues = {**self._queues, (topic, queue_id): cq}
         return cq
 

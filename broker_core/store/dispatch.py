@@ -101,8 +101,9 @@ class Dispatcher:
         """
         grown: dict[tuple[str, int], int] = {}
         progress = [start]
-        for buf, pos, _phys in self._commitlog.iter_units(start, end, verify=verify,
-                                                          progress=progress):  # fmt: skip
+        for buf, pos, _phys in self._commitlog.iter_units(
+            start, end, verify=verify, progress=progress
+        ):
             req = codec.dispatch_request(buf, pos)
             key = (req.topic, req.queue_id)
             in_queue = (req.sys_flag & layout.SYSFLAG_TRANSACTION_MASK) not in layout.NOT_IN_QUEUE
@@ -146,8 +147,12 @@ class Dispatcher:
             if len(rows) < _BLOCK_MIN_UNITS:  # a block's numpy set-up costs more
                 cq = self._queues.find_or_create(*key)
                 for row in rows:
-                    cq.put(int(batch.queue_offset[row]), int(batch.physical_offset[row]),
-                           int(batch.size[row]), int(batch.tags_code[row]))  # fmt: skip
+                    cq.put(
+                        int(batch.queue_offset[row]),
+                        int(batch.physical_offset[row]),
+                        int(batch.size[row]),
+                        int(batch.tags_code[row]),
+                    )
                 grown[key] = cq.max_offset
                 continue
             units = np.empty(len(rows), UNIT_DTYPE)
@@ -190,8 +195,13 @@ class Dispatcher:
             else:
                 # Read the log up to the next handed batch; if reading already went into
                 # that batch (it was seen mid-append), read to its end instead.
-                stop = end if not handed else handed[0].before if handed[0].before > start \
+                stop = (
+                    end
+                    if not handed
+                    else handed[0].before
+                    if handed[0].before > start
                     else handed[0].after
+                )
                 grown, reached = self.dispatch_range(start, stop, max_bytes=_CHUNK_BYTES)
             self.dispatched_offset = reached
         finally:

@@ -201,10 +201,15 @@ class Checkpoint:
             return None, loaded.problem
         try:
             d = loaded.data
-            cp = cls(int(d["physical_flushed"]), int(d["dispatched"]),
-                     {t: {q: [int(o[0]), int(o[1])] for q, o in qs.items()}
-                      for t, qs in d["queue_offsets"].items()},
-                     int(d["written_ms"]))  # fmt: skip
+            cp = cls(
+                int(d["physical_flushed"]),
+                int(d["dispatched"]),
+                {
+                    t: {q: [int(o[0]), int(o[1])] for q, o in qs.items()}
+                    for t, qs in d["queue_offsets"].items()
+                },
+                int(d["written_ms"]),
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             return None, f"checkpoint has bad fields: {exc}"
         return cp, loaded.problem

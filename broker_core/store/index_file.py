@@ -112,9 +112,16 @@ class _Header:
         return cls(*HEADER.unpack_from(buf, 0))
 
     def pack_into(self, buf: mmap.mmap) -> None:
-        HEADER.pack_into(buf, 0, self.begin_timestamp_ms, self.end_timestamp_ms,
-                         self.begin_phys_offset, self.end_phys_offset,
-                         self.hash_slot_count_used, self.index_count)  # fmt: skip
+        HEADER.pack_into(
+            buf,
+            0,
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_phys_offset,
+            self.end_phys_offset,
+            self.hash_slot_count_used,
+            self.index_count,
+        )
 
 
 def _check_dimensions(slot_count: int, max_entries: int) -> None:
@@ -137,8 +144,9 @@ def _reserve(fd: int, size: int, path: Path) -> None:
             raise
 
 
-def _chain(slots: np.ndarray, numbers: np.ndarray,
-           heads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def _chain(
+    slots: np.ndarray, numbers: np.ndarray, heads: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Link entries ``numbers`` (ascending) into their hash ``slots``, vectorised.
 
     ``heads[s]`` is slot s's newest entry before these. Returns each entry's ``prev``
@@ -149,8 +157,9 @@ def _chain(slots: np.ndarray, numbers: np.ndarray,
     follows = np.zeros(len(order), np.bool_)
     follows[1:] = by_slot[1:] == by_slot[:-1]
     prev = np.empty(len(order), np.int64)
-    prev[order] = np.where(follows, np.concatenate(([0], by_number[:-1])),
-                           heads[by_slot].astype(np.int64))  # fmt: skip
+    prev[order] = np.where(
+        follows, np.concatenate(([0], by_number[:-1])), heads[by_slot].astype(np.int64)
+    )
     ends_run = np.ones(len(order), np.bool_)
     ends_run[:-1] = ~follows[1:]
     return prev, by_slot[ends_run], by_number[ends_run]
@@ -404,8 +413,14 @@ class IndexFile:
             raise self._corrupt("header end fields disagree with the newest entry", OFF_END_TS)
         return [int(head) for head in heads.tolist()]
 
-    def _raise_first_bad(self, first: int, entries: np.ndarray, expected: np.ndarray,
-                         bad_phys: np.ndarray, bad_diff: np.ndarray) -> None:  # fmt: skip
+    def _raise_first_bad(
+        self,
+        first: int,
+        entries: np.ndarray,
+        expected: np.ndarray,
+        bad_phys: np.ndarray,
+        bad_diff: np.ndarray,
+    ) -> None:
         """CorruptionError for the first entry of a chunk that fails a check, if any."""
         bad_prev = entries["prev"] != expected
         failing = np.flatnonzero(bad_prev | bad_phys | bad_diff)
@@ -414,13 +429,18 @@ class IndexFile:
         i = int(failing[0])
         number, pos = first + i, self._entry_pos(first + i)
         if bad_prev[i]:
-            raise self._corrupt(f"entry {number} links to {int(entries['prev'][i])}, "
-                                f"expected {int(expected[i])}", pos + ENTRY_OFF_PREV)  # fmt: skip
+            raise self._corrupt(
+                f"entry {number} links to {int(entries['prev'][i])}, expected {int(expected[i])}",
+                pos + ENTRY_OFF_PREV,
+            )
         if bad_phys[i]:
-            raise self._corrupt(f"entry {number} phys offset {int(entries['phys'][i])} out of "
-                                "order", pos + ENTRY_OFF_PHYS)  # fmt: skip
-        raise self._corrupt(f"entry {number} time diff {int(entries['diff'][i])} out of order",
-                            pos + ENTRY_OFF_DIFF)  # fmt: skip
+            raise self._corrupt(
+                f"entry {number} phys offset {int(entries['phys'][i])} out of order",
+                pos + ENTRY_OFF_PHYS,
+            )
+        raise self._corrupt(
+            f"entry {number} time diff {int(entries['diff'][i])} out of order", pos + ENTRY_OFF_DIFF
+        )
 
     def _check_slots(self, heads: list[int]) -> None:
         mm = self._map()
@@ -476,22 +496,34 @@ class IndexFile:
             h.begin_timestamp_ms, h.begin_phys_offset = begin, phys_offset
         else:
             begin = h.begin_timestamp_ms
-            stored = store_timestamp_ms if store_timestamp_ms > h.end_timestamp_ms \
+            stored = (
+                store_timestamp_ms
+                if store_timestamp_ms > h.end_timestamp_ms
                 else h.end_timestamp_ms
+            )
             if stored - begin > INT32_MAX:
                 return False
         number = count + 1
         khash = key_hash(key)
         slot_pos = _HEADER_SIZE + (khash % self._slot_count) * _SLOT_SIZE
         prev = SLOT.unpack_from(mm, slot_pos)[0]
-        ENTRY.pack_into(mm, self._entries_at + count * _ENTRY_SIZE, khash, phys_offset,
-                        stored - begin, prev)  # fmt: skip
+        ENTRY.pack_into(
+            mm, self._entries_at + count * _ENTRY_SIZE, khash, phys_offset, stored - begin, prev
+        )
         SLOT.pack_into(mm, slot_pos, number)
         h.end_timestamp_ms, h.end_phys_offset, h.index_count = stored, phys_offset, number
         if prev == 0:
             h.hash_slot_count_used += 1
-        HEADER.pack_into(mm, 0, h.begin_timestamp_ms, stored, h.begin_phys_offset, phys_offset,
-                         h.hash_slot_count_used, number)  # fmt: skip
+        HEADER.pack_into(
+            mm,
+            0,
+            h.begin_timestamp_ms,
+            stored,
+            h.begin_phys_offset,
+            phys_offset,
+            h.hash_slot_count_used,
+            number,
+        )
         self._dirty = True
         return True
 
@@ -508,10 +540,14 @@ class IndexFile:
         if not len(hashes):
             return 0
         first_phys = int(phys[0])
-        if first_phys < 0 or (count and first_phys < h.end_phys_offset) or \
-                bool(np.any(phys[1:] < phys[:-1])):  # fmt: skip
-            raise InvalidOffsetError(f"index batch put at phys {first_phys} after "
-                                     f"{h.end_phys_offset}, or out of order")  # fmt: skip
+        if (
+            first_phys < 0
+            or (count and first_phys < h.end_phys_offset)
+            or bool(np.any(phys[1:] < phys[:-1]))
+        ):
+            raise InvalidOffsetError(
+                f"index batch put at phys {first_phys} after {h.end_phys_offset}, or out of order"
+            )
         take = min(len(hashes), self._max_entries - count)
         if take <= 0:
             return 0

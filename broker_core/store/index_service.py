@@ -326,8 +326,9 @@ class IndexService:
             self._check_open()
             return self._put_keys_locked(keys, phys_offset, store_timestamp_ms)
 
-    def _put_keys_locked(self, keys: Iterable[str], phys_offset: int,
-                         store_timestamp_ms: int) -> int:  # fmt: skip
+    def _put_keys_locked(
+        self, keys: Iterable[str], phys_offset: int, store_timestamp_ms: int
+    ) -> int:
         files = self._files
         if not files or files[-1].is_empty:  # the newest file checks order itself
             newest = self._max_phys_locked()
@@ -342,14 +343,17 @@ class IndexService:
                 written += 1
         return written
 
-    def put_batch(self, keys: Sequence[Sequence[str]], phys_offsets: Sequence[int],
-                  store_timestamp_ms: int) -> int:  # fmt: skip
+    def put_batch(
+        self, keys: Sequence[Sequence[str]], phys_offsets: Sequence[int], store_timestamp_ms: int
+    ) -> int:
         """``put_keys`` for many messages stored at one time (phys ascending), vectorised."""
         if len(keys) < _BATCH_MIN_KEYS:  # numpy's fixed cost is more than a few puts
             with self._lock:
                 self._check_open()
-                return sum(self._put_keys_locked(message_keys, offset, store_timestamp_ms)
-                           for message_keys, offset in zip(keys, phys_offsets, strict=True))
+                return sum(
+                    self._put_keys_locked(message_keys, offset, store_timestamp_ms)
+                    for message_keys, offset in zip(keys, phys_offsets, strict=True)
+                )
         hashes: list[int] = []
         phys: list[int] = []
         for message_keys, offset in zip(keys, phys_offsets, strict=True):

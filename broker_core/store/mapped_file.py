@@ -26,8 +26,15 @@ _ZERO_CHUNK = bytes(1 << 20)
 class MappedFile:
     """A fixed-size file mapped into memory, appended to at ``wrote_position``."""
 
-    def __init__(self, path: Path, size: int, *, create: bool, random_access: bool = False,
-                 pread_reads: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: Path,
+        size: int,
+        *,
+        create: bool,
+        random_access: bool = False,
+        pread_reads: bool = False,
+    ) -> None:
         self.path = path
         self.size = size
         self.base_offset = int(path.name)

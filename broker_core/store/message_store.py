@@ -132,19 +132,26 @@ class MessageStore:
         self._store_host = host
         self.commitlog = CommitLog(config.commitlog_dir, config.segment_size_bytes, host)
         self.queues = ConsumeQueueSet(config.consume_queue_dir, config.consume_queue_units_per_file)
-        self.index = IndexService(config.index_dir, config.index_slot_count,
-                                  config.index_max_entries)  # fmt: skip
+        self.index = IndexService(
+            config.index_dir, config.index_slot_count, config.index_max_entries
+        )
         self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index)
-        self.flusher = CommitLogFlusher(self.commitlog, sync=config.flush_mode is FlushMode.SYNC,
-                                        interval_ms=config.flush_interval_ms)  # fmt: skip
+        self.flusher = CommitLogFlusher(
+            self.commitlog,
+            sync=config.flush_mode is FlushMode.SYNC,
+            interval_ms=config.flush_interval_ms,
+        )
         self._derived = DerivedFlusher(config.derived_flush_interval_ms, self.checkpoint)
         self.cleanup = CleanupService(
-            self.commitlog, self.queues, self.index,
+            self.commitlog,
+            self.queues,
+            self.index,
             file_reserved_hours=config.file_reserved_hours,
             disk_max_used_ratio=config.disk_max_used_ratio,
-            safe_offset=lambda: min(self.commitlog.flushed_offset,
-                                    self.dispatcher.dispatched_offset),
-        )  # fmt: skip
+            safe_offset=lambda: min(
+                self.commitlog.flushed_offset, self.dispatcher.dispatched_offset
+            ),
+        )
         self._open = False
         self.recovery: RecoveryReport | None = None
         self.disk_ratio: Callable[[], float] = lambda: disk_used_ratio(str(root))
@@ -178,9 +185,13 @@ class MessageStore:
     def _open_locked(self) -> RecoveryReport:
         abnormal = self._abort_path.exists()
         self.recovery = recover(
-            checkpoint_path=self._checkpoint_path, abnormal=abnormal, commitlog=self.commitlog,
-            queues=self.queues, index=self.index, dispatcher=self.dispatcher,
-        )  # fmt: skip
+            checkpoint_path=self._checkpoint_path,
+            abnormal=abnormal,
+            commitlog=self.commitlog,
+            queues=self.queues,
+            index=self.index,
+            dispatcher=self.dispatcher,
+        )
         if abnormal or self.recovery.dropped_bytes or self.recovery.rebuilt_queues:
             log.warning("store recovery: %s", self.recovery.summary())
         self.checkpoint()
@@ -263,10 +274,11 @@ class MessageStore:
         self._check_writable()
         cfg = self.config
         encoded = [
-            codec.encode(m, max_body_bytes=cfg.max_body_bytes,
-                         max_properties_bytes=cfg.max_properties_bytes)
+            codec.encode(
+                m, max_body_bytes=cfg.max_body_bytes, max_properties_bytes=cfg.max_properties_bytes
+            )
             for m in messages
-        ]  # fmt: skip
+        ]
         if not encoded:
             return []
         batch = self.commitlog.append_batch(encoded, self._clock_ms())
@@ -277,10 +289,18 @@ class MessageStore:
             self.after_append(batch.end_offset)
         ts, host = batch.store_timestamp_ms, self._store_host
         return [
-            PutResult(msg.topic, msg.queue_id, res.queue_offset, res.physical_offset, res.size,
-                      ts, msg.properties.get(PROPERTY_UNIQ_KEY), host)
+            PutResult(
+                msg.topic,
+                msg.queue_id,
+                res.queue_offset,
+                res.physical_offset,
+                res.size,
+                ts,
+                msg.properties.get(PROPERTY_UNIQ_KEY),
+                host,
+            )
             for msg, res in zip(messages, batch.results, strict=True)
-        ]  # fmt: skip
+        ]
 
     def put_columns(self, batch: ColumnBatch) -> np.ndarray:
         """Append a column batch of plain messages (``columns``); returns their queue offsets.
@@ -375,8 +395,9 @@ class MessageStore:
             if result.scanned >= _MAX_SCAN_UNITS or result.total_bytes >= max_bytes:
                 break
             raw = cq.read_units(result.next_offset, min(max_count * 4, 4096))
-            if not raw or self._read_units(raw, result, max_count, max_bytes, tag_filter,
-                                           message_filter):  # fmt: skip
+            if not raw or self._read_units(
+                raw, result, max_count, max_bytes, tag_filter, message_filter
+            ):
                 break
         return result
 
@@ -398,9 +419,14 @@ class MessageStore:
         """
         if tag_filter is not None or message_filter is not None:
             got = self.get_messages(
-                topic, queue_id, offset, max_count, max_bytes=max_bytes,
-                tag_filter=tag_filter, message_filter=message_filter,
-            )  # fmt: skip
+                topic,
+                queue_id,
+                offset,
+                max_count,
+                max_bytes=max_bytes,
+                tag_filter=tag_filter,
+                message_filter=message_filter,
+            )
             phys = np.array([m.physical_offset for m in got.messages], np.int64)
             sizes = np.array([m.stored_size for m in got.messages], np.int32)
             got.raw = RawUnits(read_spans(self.commitlog, phys, sizes), sizes)
@@ -419,8 +445,9 @@ class MessageStore:
         result.total_bytes = len(result.raw.data)
         return result
 
-    def _start_read(self, topic: str, queue_id: int, offset: int,
-                    max_count: int) -> tuple[ConsumeQueue | None, GetResult]:  # fmt: skip
+    def _start_read(
+        self, topic: str, queue_id: int, offset: int, max_count: int
+    ) -> tuple[ConsumeQueue | None, GetResult]:
         """The queue and an empty result for a read at ``offset``; raises if it is illegal."""
         if offset < 0 or max_count < 1:
             raise InvalidOffsetError(f"bad read: offset {offset}, max_count {max_count}")
@@ -430,8 +457,9 @@ class MessageStore:
             raise OffsetOutOfRangeError(
                 f"offset out of range (min is {lo}, max is {hi}): "
                 f"{topic}:{queue_id} offset {offset}",
-                min_offset=lo, max_offset=hi,
-            )  # fmt: skip
+                min_offset=lo,
+                max_offset=hi,
+            )
         return cq, GetResult([], offset, lo, hi)
 
     def _read_units(
@@ -490,9 +518,14 @@ class MessageStore:
     # ---- queries --------------------------------------------------------------------------
 
     def query_by_key(
-        self, key: str, *, topic: str | None = None, max_results: int = 64,
-        begin_ms: int = 0, end_ms: int = 2**62,
-    ) -> list[StoredMessage]:  # fmt: skip
+        self,
+        key: str,
+        *,
+        topic: str | None = None,
+        max_results: int = 64,
+        begin_ms: int = 0,
+        end_ms: int = 2**62,
+    ) -> list[StoredMessage]:
         """Messages whose keys (or message id) include ``key``, newest first."""
         found: list[StoredMessage] = []
         for phys in self.index.query(key, begin_ms, end_ms, max_results * 4):

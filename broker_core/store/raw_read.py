@@ -70,8 +70,9 @@ def queue_units(cq: ConsumeQueue, offset: int, max_count: int) -> np.ndarray:
     units = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
     if units.size and int(units["size"].min()) <= 0:
         bad = int(np.flatnonzero(units["size"] <= 0)[0])
-        raise CorruptionError(f"consume queue {cq.topic}:{cq.queue_id} unit {offset + bad} "
-                              "is empty")  # fmt: skip
+        raise CorruptionError(
+            f"consume queue {cq.topic}:{cq.queue_id} unit {offset + bad} is empty"
+        )
     return units
 
 
@@ -125,8 +126,9 @@ def read_spans(commitlog: CommitLog, phys: np.ndarray, sizes: np.ndarray) -> byt
     seg_bytes = commitlog.segment_size
     cuts = np.flatnonzero(phys[1:] // seg_bytes != phys[:-1] // seg_bytes) + 1
     bounds = [0, *cuts.tolist(), len(phys)]
-    parts = [_read_in_segment(commitlog, phys[a:b], sizes[a:b])
-             for a, b in itertools.pairwise(bounds)]  # fmt: skip
+    parts = [
+        _read_in_segment(commitlog, phys[a:b], sizes[a:b]) for a, b in itertools.pairwise(bounds)
+    ]
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -136,8 +138,11 @@ def _read_in_segment(commitlog: CommitLog, phys: np.ndarray, sizes: np.ndarray) 
     seg = commitlog.segment_at(first)
     local = first - seg.base_offset
     if local + (end - first) > seg.wrote_position:
-        raise CorruptionError(f"consume queue points past the written end of {seg.path}",
-                              path=str(seg.path), position=first)  # fmt: skip
+        raise CorruptionError(
+            f"consume queue points past the written end of {seg.path}",
+            path=str(seg.path),
+            position=first,
+        )
     wanted = int(sizes.sum())
     if end - first == wanted:  # one contiguous run
         return seg.read(local, wanted)

@@ -138,8 +138,9 @@ def _derive(
     index.delete_before(commitlog.min_offset)
 
 
-def _forget_derived(queues: ConsumeQueueSet, index: IndexService, report: RecoveryReport,
-                    why: str) -> None:  # fmt: skip
+def _forget_derived(
+    queues: ConsumeQueueSet, index: IndexService, report: RecoveryReport, why: str
+) -> None:
     """Delete every consume queue and index entry: they are rebuilt from the commitlog."""
     for cq in queues.all():
         queues.remove(cq.topic, cq.queue_id)
@@ -163,13 +164,18 @@ def _cut_at(exc: CorruptionError, commitlog: CommitLog, report: RecoveryReport) 
     if cut.end_offset > position:
         return False  # the unit verifies on a rescan: the error came from elsewhere
     first = report.commitlog
-    log.warning("commitlog unit at %d below the checkpoint fails verification: %s; "
-                "cutting the log there", position, exc)  # fmt: skip
+    log.warning(
+        "commitlog unit at %d below the checkpoint fails verification: %s; cutting the log there",
+        position,
+        exc,
+    )
     report.commitlog = CommitLogRecovery(
-        min(first.scanned_from, cut.scanned_from), cut.end_offset,
-        first.dropped_bytes + cut.dropped_bytes, first.dropped_segments + cut.dropped_segments,
+        min(first.scanned_from, cut.scanned_from),
+        cut.end_offset,
+        first.dropped_bytes + cut.dropped_bytes,
+        first.dropped_segments + cut.dropped_segments,
         cut.problem or str(exc),
-    )  # fmt: skip
+    )
     return True
 
 
@@ -180,8 +186,10 @@ def _check_against_snapshot(queues: ConsumeQueueSet, cp: Checkpoint) -> dict[tup
         for qid, (min_offset, max_offset) in table.items():
             cq = queues.get(topic, int(qid))
             have = (cq.min_offset, cq.max_offset) if cq else (0, 0)
-            if have[1] < max_offset or (have[0] > min_offset and have[1] > have[0]) or (
-                cq is None and max_offset > 0
+            if (
+                have[1] < max_offset
+                or (have[0] > min_offset and have[1] > have[0])
+                or (cq is None and max_offset > 0)
             ):
                 bad[(topic, int(qid))] = (
                     f"spans [{have[0]}, {have[1]}), checkpoint says [{min_offset}, {max_offset})"
@@ -236,5 +244,6 @@ def _rebuild(
         log.warning("rebuilding consume queue %s:%d: %s", key[0], key[1], why)
         queues.remove(*key)
         report.rebuilt_queues[f"{key[0]}:{key[1]}"] = why
-    dispatcher.dispatch_range(clog.min_offset, end, only_queues=set(damaged), index=False,
-                              verify=True)  # fmt: skip
+    dispatcher.dispatch_range(
+        clog.min_offset, end, only_queues=set(damaged), index=False, verify=True
+    )

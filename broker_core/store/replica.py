@@ -49,14 +49,15 @@ def _unit_at(buf: bytes, pos: int, here: int, seg_left: int) -> int:
     if magic == layout.BLANK_MAGIC:
         if total != seg_left:
             raise ReplicationProtocolError(
-                f"blank at offset {here} covers {total} bytes, its segment has {seg_left}")
+                f"blank at offset {here} covers {total} bytes, its segment has {seg_left}"
+            )
         return int(total)
     if magic != layout.MESSAGE_MAGIC or total < layout.HEADER_SIZE:
-        raise ReplicationProtocolError(f"no unit at offset {here} (size {total}, "
-                                       f"magic {magic:#x})")  # fmt: skip
+        raise ReplicationProtocolError(f"no unit at offset {here} (size {total}, magic {magic:#x})")
     if total + layout.MIN_BLANK_BYTES > seg_left:
-        raise ReplicationProtocolError(f"unit of {total} bytes at offset {here} would "
-                                       "cross its segment's end")  # fmt: skip
+        raise ReplicationProtocolError(
+            f"unit of {total} bytes at offset {here} would cross its segment's end"
+        )
     if pos + total <= len(buf):
         try:
             codec.check_unit(buf, pos, here)
@@ -91,15 +92,18 @@ def append_replica(commitlog: CommitLog, offset: int, data: bytes) -> int:
     if offset < end:
         if offset < commitlog.min_offset:
             raise ReplicationProtocolError(
-                f"replicated bytes at {offset} are below this log's start {commitlog.min_offset}")
+                f"replicated bytes at {offset} are below this log's start {commitlog.min_offset}"
+            )
         same = min(len(data), end - offset)
         if stored_bytes(commitlog, offset, same) != data[:same]:
             raise ReplicationProtocolError(
-                f"replicated bytes at {offset} differ from the {same} bytes stored there")
+                f"replicated bytes at {offset} differ from the {same} bytes stored there"
+            )
         return same + (append_replica(commitlog, end, data[same:]) if same < len(data) else 0)
     if offset > end and commitlog.segments():
-        raise ReplicationProtocolError(f"replicated bytes at {offset} leave a gap after this "
-                                       f"log's end {end}")  # fmt: skip
+        raise ReplicationProtocolError(
+            f"replicated bytes at {offset} leave a gap after this log's end {end}"
+        )
     done = 0
     while done < len(data):
         rest = data[done:]

@@ -18,8 +18,9 @@ def config(endpoint: str) -> ClientConfiguration:
     return ClientConfiguration(endpoint, Credentials())
 
 
-def message(topic: str, body: str, *, tag: str | None = None, keys: str | None = None,
-            **fields: Any) -> Message:  # fmt: skip
+def message(
+    topic: str, body: str, *, tag: str | None = None, keys: str | None = None, **fields: Any
+) -> Message:
     """A message with ``fields`` set through the client's own setters."""
     msg = Message()
     msg.topic = topic
@@ -45,9 +46,15 @@ def wait_until(done: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
 
 def view(msg: Any) -> dict[str, Any]:
     """The fields of a received message a test checks."""
-    return {"id": msg.message_id, "body": msg.body.decode(), "tag": msg.tag,
-            "group": msg.message_group, "lite_topic": msg.lite_topic,
-            "priority": msg.priority, "received_at_s": time.time()}  # fmt: skip
+    return {
+        "id": msg.message_id,
+        "body": msg.body.decode(),
+        "tag": msg.tag,
+        "group": msg.message_group,
+        "lite_topic": msg.lite_topic,
+        "priority": msg.priority,
+        "received_at_s": time.time(),
+    }
 
 
 def answer(result: dict[str, Any]) -> None:

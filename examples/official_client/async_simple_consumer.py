@@ -13,8 +13,9 @@ from examples.official_client._common import WAIT_S, answer, args, config, view,
 
 
 def main(endpoint: str, topic: str, group: str, count: int) -> dict[str, Any]:
-    consumer = SimpleConsumer(config(endpoint), group, {topic: FilterExpression()},
-                              await_duration=2)  # fmt: skip
+    consumer = SimpleConsumer(
+        config(endpoint), group, {topic: FilterExpression()}, await_duration=2
+    )
     consumer.startup()
     acked: list[dict[str, Any]] = []
     lock = threading.Lock()

@@ -28,8 +28,11 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     out = tmp_path_factory.mktemp("bench-docs")
     done = subprocess.run(
         [sys.executable, "-m", "bench", "all", "--size", "tiny", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     saved = out / "bench" / "results.json"
     assert saved.exists(), done.stdout[-4000:] + done.stderr[-4000:]
     results = {r["workload"]: r for r in json.loads(saved.read_text())}
@@ -52,8 +55,7 @@ def test_workload_runs_tiny_and_ends_with_a_json_result(
     assert result["ratio"] == pytest.approx(result["ours"] / result["baseline"], rel=0.01, abs=1e-3)
     assert {"unit", "goal", "goal_text", "details", "machine", "checks"} <= set(result)
     judged = result["ratio"] if result["goal_on"] == "ratio" else result["ours"]
-    main_goal = (judged >= result["goal"] if result["higher_is_better"]
-                 else judged <= result["goal"])  # fmt: skip
+    main_goal = judged >= result["goal"] if result["higher_is_better"] else judged <= result["goal"]
     assert result["meets_goal"] == (main_goal and all(result["checks"].values()))
     assert f"== {workload} ==" in output  # its readable table was echoed
 
@@ -63,8 +65,7 @@ def test_latency_and_backlog_report_percentiles(
 ) -> None:
     _, results, _ = tiny_run
     latency, backlog = results["latency"]["details"], results["backlog"]["details"]
-    for side in (latency["ours_ms"], latency["redis_ms"], backlog["small_ms"],
-                 backlog["large_ms"]):  # fmt: skip
+    for side in (latency["ours_ms"], latency["redis_ms"], backlog["small_ms"], backlog["large_ms"]):
         assert 0 < side["p50"] <= side["p99"] <= side["p999"]
     assert results["latency"]["ours"] == latency["ours_ms"]["p99"]
     assert backlog["rss_large_bytes"]["VmRSS"] > 0
@@ -97,10 +98,22 @@ def test_docs_can_be_redrawn_from_saved_results(
 ) -> None:
     out, results, _ = tiny_run
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "all", "--out", str(tmp_path),
-         "--from-json", str(out / "bench" / "results.json")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "all",
+            "--out",
+            str(tmp_path),
+            "--from-json",
+            str(out / "bench" / "results.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     text = (tmp_path / "BENCHMARKS.md").read_text()
     assert "smoke run" in text  # the saved results know they were tiny
     for workload, result in results.items():

@@ -42,8 +42,11 @@ def clock() -> Clock:
 
 @pytest.fixture
 def broker(tmp_path: Path, clock: Clock) -> Iterator[Broker]:
-    b = Broker(BrokerConfig(default_queue_nums=2, transaction_check_timeout_ms=1_000),
-               small_config(tmp_path / "store"), clock_ms=clock)  # fmt: skip
+    b = Broker(
+        BrokerConfig(default_queue_nums=2, transaction_check_timeout_ms=1_000),
+        small_config(tmp_path / "store"),
+        clock_ms=clock,
+    )
     b.start()
     yield b
     b.stop()
@@ -158,30 +161,36 @@ def test_pop_receive_ack_and_redelivery(broker: Broker, clock: Clock) -> None:
 
 
 def test_broadcasting_pop_keeps_progress_per_client(broker: Broker, clock: Clock) -> None:
-    broker.groups.create_or_update(GroupConfig("fanout", broadcast=True,
-                                               consume_from_where="first_offset"))
+    broker.groups.create_or_update(
+        GroupConfig("fanout", broadcast=True, consume_from_where="first_offset")
+    )
     broker.send([msg("news", b"n1"), msg("news", b"n2")])
     broker.store.wait_dispatched()
     with pytest.raises(InvalidArgumentError, match="broadcasting: a consumer must send"):
         broker.receive("fanout", "news", max_count=10, invisible_ms=10_000)
-    got = {cid: broker.receive("fanout", "news", max_count=10, invisible_ms=10_000,
-                               client_id=cid) for cid in ("c1", "c2")}  # fmt: skip
+    got = {
+        cid: broker.receive("fanout", "news", max_count=10, invisible_ms=10_000, client_id=cid)
+        for cid in ("c1", "c2")
+    }
     assert {cid: sorted(p.message.body for p in ps) for cid, ps in got.items()} == {
-        "c1": [b"n1", b"n2"], "c2": [b"n1", b"n2"]}
+        "c1": [b"n1", b"n2"],
+        "c2": [b"n1", b"n2"],
+    }
     for p in got["c1"]:
         broker.ack("fanout", "news", p.receipt_handle, client_id="c1")
     with pytest.raises(StaleReceiptHandleError):  # c2's deliveries are not c1's
         broker.ack("fanout", "news", got["c2"][0].receipt_handle, client_id="c1")
     clock.now += 11_000
     broker.pop.run_revive(clock.now)  # c2 never acked: its copies come back, to c2 only
-    assert broker.receive("fanout", "news", max_count=10, invisible_ms=10_000,
-                          client_id="c1") == []  # fmt: skip
+    assert broker.receive("fanout", "news", max_count=10, invisible_ms=10_000, client_id="c1") == []
     again = broker.receive("fanout", "news", max_count=10, invisible_ms=10_000, client_id="c2")
     assert sorted((p.message.body, p.delivery_attempt) for p in again) == [(b"n1", 2), (b"n2", 2)]
     assert broker.store.max_offset("%RETRY%fanout", 0) == 0  # redelivered in place
     assert set(broker.reset_offsets("fanout", "news", "earliest").values()) == {0}  # all move
-    assert len(broker.receive("fanout", "news", max_count=10, invisible_ms=10_000,
-                              client_id="c1")) == 2  # fmt: skip
+    assert (
+        len(broker.receive("fanout", "news", max_count=10, invisible_ms=10_000, client_id="c1"))
+        == 2
+    )
 
 
 def test_pop_receive_long_polls(broker: Broker) -> None:
@@ -189,8 +198,9 @@ def test_pop_receive_long_polls(broker: Broker) -> None:
     got: list = []
 
     def receive() -> None:
-        got.extend(broker.receive("workers", "late", max_count=1, invisible_ms=5_000,
-                                  timeout_ms=20_000))  # fmt: skip
+        got.extend(
+            broker.receive("workers", "late", max_count=1, invisible_ms=5_000, timeout_ms=20_000)
+        )
         answered.set()
 
     broker.topics.for_send("late")
@@ -251,11 +261,17 @@ def test_everything_survives_a_restart(tmp_path: Path, clock: Clock) -> None:
 
 
 def test_broker_chooses_queues_by_message_group(broker: Broker) -> None:
-    sent = broker.send([msg("fifo", f"{g}-{i}".encode(), queue_id=-1, __SHARDINGKEY=g)
-                        for i in range(3) for g in ("alice", "bob", "carol")])  # fmt: skip
+    sent = broker.send(
+        [
+            msg("fifo", f"{g}-{i}".encode(), queue_id=-1, __SHARDINGKEY=g)
+            for i in range(3)
+            for g in ("alice", "bob", "carol")
+        ]
+    )
     by_group: dict[str, set[int]] = {}
-    for result, body in zip(sent, [f"{g}-{i}" for i in range(3) for g in ("alice", "bob", "carol")],
-                            strict=True):  # fmt: skip
+    for result, body in zip(
+        sent, [f"{g}-{i}" for i in range(3) for g in ("alice", "bob", "carol")], strict=True
+    ):
         by_group.setdefault(body.split("-")[0], set()).add(result.queue_id)
     assert all(len(queues) == 1 for queues in by_group.values())
     spread = broker.send([msg("rr", b"x", queue_id=-1) for _ in range(4)])

@@ -50,18 +50,20 @@ def test_a_lite_name_too_long_for_its_parent_is_refused() -> None:
 
 
 @pytest.mark.parametrize(("priority", "queues", "queue"), [(0, 4, 0), (3, 4, 3), (9, 4, 3)])
-def test_priority_picks_the_queue_capped_at_the_last(priority: int, queues: int,
-                                                      queue: int) -> None:  # fmt: skip
+def test_priority_picks_the_queue_capped_at_the_last(
+    priority: int, queues: int, queue: int
+) -> None:
     assert priority_queue(priority, queues) == queue
 
 
 def test_receive_plans() -> None:
     assert receive_plan("PRIORITY", "t", [0, 1, 2, 3], group_fifo=False, lite_topics=[]) == (
-        [3, 2, 1, 0], {"retry": "last"})
+        [3, 2, 1, 0],
+        {"retry": "last"},
+    )
     assert receive_plan("PRIORITY", "t", [0, 1], group_fifo=True, lite_topics=[]) == ([0, 1], {})
     ids, how = receive_plan("LITE", "p", [0, 1], group_fifo=False, lite_topics=["a", "b"])
-    assert ids == [] and how == {"retry": "none", "fifo": True,
-                                 "topics": ["%LMQ%p|a", "%LMQ%p|b"]}  # fmt: skip
+    assert ids == [] and how == {"retry": "none", "fifo": True, "topics": ["%LMQ%p|a", "%LMQ%p|b"]}
     assert receive_plan("NORMAL", "t", [1, 0], group_fifo=False, lite_topics=[]) == ([1, 0], {})
 
 
@@ -75,7 +77,8 @@ def test_subscription_actions_per_client() -> None:
     assert subs.topics_of("g", "c1", "other-parent") == []
     assert subs.sync("g", "c1", LITE, COMPLETE_REMOVE, []) == frozenset()
     assert subs.topics_of("g", "c1", "parent") == [] and subs.topics_of("g", "c2", "parent") == [
-        "z"]
+        "z"
+    ]
     subs.forget_client("c2")
     assert subs.topics_of("g", "c2", "parent") == []
 
@@ -125,8 +128,10 @@ def test_lite_messages_live_in_their_own_topic_and_ack_with_or_without_the_name(
 
 
 def test_priority_messages_go_to_their_queue_and_come_out_highest_first(broker) -> None:
-    msgs = [Message("pp", b"p%d" % p, queue_id=-1, properties={PROPERTY_PRIORITY: str(p)})
-            for p in (0, 5, 1, 2)]  # fmt: skip
+    msgs = [
+        Message("pp", b"p%d" % p, queue_id=-1, properties={PROPERTY_PRIORITY: str(p)})
+        for p in (0, 5, 1, 2)
+    ]
     assert [r.queue_id for r in broker.send(msgs)] == [0, 3, 1, 2]
     got = broker.receive("g", "pp", max_count=8, invisible_ms=60_000)
     assert [p.message.body for p in got] == [b"p5", b"p2", b"p1", b"p0"]

@@ -53,16 +53,17 @@ def locks(clock: FakeClock) -> QueueLockManager:
         (LockEntry("a", 50), "b", 101, LockOutcome.DENIED),
     ],
 )
-def test_lock_outcome(entry: LockEntry | None, client: str, now_ms: int,
-                      outcome: LockOutcome) -> None:  # fmt: skip
+def test_lock_outcome(
+    entry: LockEntry | None, client: str, now_ms: int, outcome: LockOutcome
+) -> None:
     assert lock_outcome(entry, client, now_ms, expiry_ms=100) is outcome
     assert outcome.granted is (outcome is not LockOutcome.DENIED)
 
 
 @pytest.mark.parametrize(
-    ("last_ms", "now_ms", "expired"), [(0, 0, False), (0, 100, False), (0, 101, True),
-                                       (500, 400, False)],
-)  # fmt: skip
+    ("last_ms", "now_ms", "expired"),
+    [(0, 0, False), (0, 100, False), (0, 101, True), (500, 400, False)],
+)
 def test_is_expired(last_ms: int, now_ms: int, expired: bool) -> None:
     assert is_expired(LockEntry("a", last_ms), now_ms, expiry_ms=100) is expired
 
@@ -149,8 +150,9 @@ def test_duplicate_queues_in_one_request(locks: QueueLockManager) -> None:
         ("g", "", InvalidArgumentError),
     ],
 )
-def test_bad_names_are_rejected(locks: QueueLockManager, group: str, client: str,
-                                error: type[Exception]) -> None:  # fmt: skip
+def test_bad_names_are_rejected(
+    locks: QueueLockManager, group: str, client: str, error: type[Exception]
+) -> None:
     with pytest.raises(error):
         locks.lock(group, client, Q[:1])
     with pytest.raises(error):

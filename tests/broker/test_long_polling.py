@@ -39,8 +39,9 @@ class DispatchWatcher:
 
     def wait_for(self, topic: str, queue_id: int, max_offset: int) -> None:
         with self._cond:
-            assert self._cond.wait_for(lambda: self._max.get((topic, queue_id), 0) >= max_offset,
-                                       timeout=10)  # fmt: skip
+            assert self._cond.wait_for(
+                lambda: self._max.get((topic, queue_id), 0) >= max_offset, timeout=10
+            )
 
 
 class Answers:
@@ -117,8 +118,9 @@ def test_parked_pull_is_answered_when_a_message_arrives(
     store: MessageStore, polling: LongPollingService
 ) -> None:
     answers = Answers()
-    parked = polling.pull_or_park(PullRequest("t", 0, 0), time.monotonic_ns() // 10**6
-                                  + LONG_TIMEOUT_MS, answers.callback())  # fmt: skip
+    parked = polling.pull_or_park(
+        PullRequest("t", 0, 0), time.monotonic_ns() // 10**6 + LONG_TIMEOUT_MS, answers.callback()
+    )
     assert parked is not None and polling.parked_count == 1 and answers.results == []
     started = time.monotonic()
     store.put_messages([msg("A", body=b"hello")])
@@ -234,8 +236,9 @@ def test_many_parked_requests_on_many_queues_are_each_answered_once(
     for qid in range(queues):
         for n in range(per_queue):
             flt = MessageFilter("TAG", "even" if n % 2 == 0 else "odd")
-            polling.pull_or_park(PullRequest("t", qid, 0, filter=flt), deadline_ms,
-                                 answers.callback(f"{qid}/{n}"))  # fmt: skip
+            polling.pull_or_park(
+                PullRequest("t", qid, 0, filter=flt), deadline_ms, answers.callback(f"{qid}/{n}")
+            )
     assert polling.parked_count == queues * per_queue
     for qid in range(queues):
         store.put_messages([msg("even", queue_id=qid), msg("odd", queue_id=qid)])
@@ -294,8 +297,9 @@ def test_many_async_pulls_share_one_loop(store: MessageStore, polling: LongPolli
         tasks = [asyncio.create_task(p) for p in pulls]
         await asyncio.sleep(0)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, store.put_messages,
-                                   [msg("A", queue_id=qid) for qid in range(20)])  # fmt: skip
+        await loop.run_in_executor(
+            None, store.put_messages, [msg("A", queue_id=qid) for qid in range(20)]
+        )
         return await asyncio.wait_for(asyncio.gather(*tasks), LONG_TIMEOUT_MS / 1000)
 
     results = asyncio.run(scenario())
@@ -338,8 +342,11 @@ def test_filtered_pull_stays_parked_and_skips_rejected_units(
 ) -> None:
     watcher = DispatchWatcher(store)
     answers = Answers()
-    parked = manual.park(PullRequest("t", 0, 0, filter=MessageFilter("TAG", "TagA")),
-                         clock.now_ms + 1_000, answers.callback())  # fmt: skip
+    parked = manual.park(
+        PullRequest("t", 0, 0, filter=MessageFilter("TAG", "TagA")),
+        clock.now_ms + 1_000,
+        answers.callback(),
+    )
     assert parked is not None
     store.put_messages([msg("TagB"), msg("TagB")])
     watcher.wait_for("t", 0, 2)
@@ -357,8 +364,11 @@ def test_timeout_after_filtering_carries_the_offset_reached(
 ) -> None:
     watcher = DispatchWatcher(store)
     answers = Answers()
-    manual.park(PullRequest("t", 0, 0, filter=MessageFilter("TAG", "TagA")),
-                clock.now_ms + 100, answers.callback())  # fmt: skip
+    manual.park(
+        PullRequest("t", 0, 0, filter=MessageFilter("TAG", "TagA")),
+        clock.now_ms + 100,
+        answers.callback(),
+    )
     store.put_messages([msg("TagB")] * 3)
     watcher.wait_for("t", 0, 3)
     assert manual.run_once(clock.now_ms + 99) == 0
@@ -391,8 +401,10 @@ def test_message_that_arrived_before_park_answers_at_once(
 def test_overflow_is_answered_immediately(store: MessageStore, clock: FakeClock) -> None:
     service = LongPollingService(store, clock_ms=clock, max_parked=2)
     answers = Answers()
-    handles = [service.park(PullRequest("t", 0, 0), clock.now_ms + 1_000, answers.callback(str(i)))
-               for i in range(3)]  # fmt: skip
+    handles = [
+        service.park(PullRequest("t", 0, 0), clock.now_ms + 1_000, answers.callback(str(i)))
+        for i in range(3)
+    ]
     assert handles[0] is not None and handles[1] is not None and handles[2] is None
     assert [name for name, _ in answers.results] == ["2"]
     assert answers.results[0][1].status is PullStatus.NO_NEW_MESSAGE
@@ -414,9 +426,11 @@ def test_cancel_removes_without_answering(
 
 
 def test_a_failing_callback_is_logged_and_the_service_goes_on(
-    store: MessageStore, manual: LongPollingService, clock: FakeClock,
+    store: MessageStore,
+    manual: LongPollingService,
+    clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     watcher = DispatchWatcher(store)
     answers = Answers()
 
@@ -461,9 +475,11 @@ def test_restart_in_the_middle_loses_nothing(tmp_path: Path) -> None:
         again = polling.pull_blocking("t", 0, answers.only.next_offset, timeout_ms=LONG_TIMEOUT_MS)
         assert [m.body for m in again.messages] == [b"m3"]
         later = Answers()
-        polling.pull_or_park(PullRequest("t", 0, again.next_offset),
-                             time.monotonic_ns() // 10**6 + LONG_TIMEOUT_MS,
-                             later.callback())  # fmt: skip
+        polling.pull_or_park(
+            PullRequest("t", 0, again.next_offset),
+            time.monotonic_ns() // 10**6 + LONG_TIMEOUT_MS,
+            later.callback(),
+        )
         store.put_messages([msg("A", body=b"m4")])
         assert later.wait(1)
         assert [m.body for m in later.only.messages] == [b"m4"]

@@ -80,10 +80,13 @@ class Broker:
         self.store.open()
         self.offsets = ConsumerOffsetManager(self.offsets_path)
         self.pop = PopService(
-            self.store, self.offsets, self.config, clock_ms=self.clock,
+            self.store,
+            self.offsets,
+            self.config,
+            clock_ms=self.clock,
             retry_policy_for=lambda g: self.policies.get(g, RetryPolicy()),
             is_fifo=lambda g: g in self.fifo_groups,
-        )  # fmt: skip
+        )
         self.pop.open()
         self.store.wait_dispatched()
 
@@ -110,11 +113,18 @@ class Broker:
         self.store.put_messages(messages)
         assert self.store.wait_dispatched()
 
-    def receive(self, group: str = "g", topic: str = "orders", qids: tuple[int, ...] = (0,),
-                max_count: int = 32, invisible_ms: int = INVISIBLE_MS,
-                flt: MessageFilter | None = None) -> list[PoppedMessage]:  # fmt: skip
-        return self.pop.receive(group, topic, list(qids), max_count=max_count,
-                                invisible_ms=invisible_ms, filter=flt)  # fmt: skip
+    def receive(
+        self,
+        group: str = "g",
+        topic: str = "orders",
+        qids: tuple[int, ...] = (0,),
+        max_count: int = 32,
+        invisible_ms: int = INVISIBLE_MS,
+        flt: MessageFilter | None = None,
+    ) -> list[PoppedMessage]:
+        return self.pop.receive(
+            group, topic, list(qids), max_count=max_count, invisible_ms=invisible_ms, filter=flt
+        )
 
     def revive_at(self, ms_after_t0: int) -> int:
         assert self.store is not None
@@ -219,9 +229,15 @@ def test_handle_errors(broker: Broker) -> None:
     with pytest.raises(StaleReceiptHandleError):
         broker.pop.ack("other-group", "orders", first.receipt_handle)
     foreign = decode_handle(first.receipt_handle)
-    other_broker = ReceiptHandle(foreign.topic, foreign.queue_id, foreign.queue_offset,
-                                 foreign.checkpoint_offset, foreign.pop_time_ms,
-                                 foreign.invisible_ms, "broker-z")  # fmt: skip
+    other_broker = ReceiptHandle(
+        foreign.topic,
+        foreign.queue_id,
+        foreign.queue_offset,
+        foreign.checkpoint_offset,
+        foreign.pop_time_ms,
+        foreign.invisible_ms,
+        "broker-z",
+    )
     with pytest.raises(InvalidReceiptHandleError, match="broker"):
         broker.pop.ack("g", "orders", other_broker.encode())
     broker.pop.ack("g", "orders", first.receipt_handle)
@@ -236,9 +252,14 @@ def test_handle_errors(broker: Broker) -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_count": 0}, {"max_count": 10_000}, {"invisible_ms": 0},
-     {"invisible_ms": 13 * 3_600_000}, {"qids": (-1,)}],
-)  # fmt: skip
+    [
+        {"max_count": 0},
+        {"max_count": 10_000},
+        {"invisible_ms": 0},
+        {"invisible_ms": 13 * 3_600_000},
+        {"qids": (-1,)},
+    ],
+)
 def test_bad_receive_arguments(broker: Broker, kwargs: dict) -> None:
     with pytest.raises(InvalidArgumentError):
         broker.receive(**kwargs)
@@ -382,8 +403,17 @@ def test_revive_thread_runs_in_background(tmp_path: Path) -> None:
 
 def test_fifo_withholds_next_of_same_group_until_ack(broker: Broker) -> None:
     broker.fifo_groups.add("g")
-    broker.produce([grouped(0, "A"), grouped(1, "A"), grouped(2, "B"), grouped(3, "B"),
-                    grouped(4, "A"), make_message(5), make_message(6)])  # fmt: skip
+    broker.produce(
+        [
+            grouped(0, "A"),
+            grouped(1, "A"),
+            grouped(2, "B"),
+            grouped(3, "B"),
+            grouped(4, "A"),
+            make_message(5),
+            make_message(6),
+        ]
+    )
     got = broker.receive()
     assert ns(got) == [0, 2, 5, 6]  # no message group: never waits
     assert broker.receive() == []
@@ -613,11 +643,14 @@ def test_message_gone_from_store_is_dropped(broker: Broker) -> None:
     ],
 )
 def test_revive_decision_table(fifo, max_retries, attempt, destination, topic) -> None:
-    decision = revive_decision("g", "orders", attempt, RetryPolicy(max_retries=max_retries),
-                               fifo=fifo, now_ms=T0)  # fmt: skip
+    decision = revive_decision(
+        "g", "orders", attempt, RetryPolicy(max_retries=max_retries), fifo=fifo, now_ms=T0
+    )
     assert (decision.destination, decision.topic, decision.reconsume_times) == (
-        destination, topic, attempt,
-    )  # fmt: skip
+        destination,
+        topic,
+        attempt,
+    )
 
 
 def test_revive_decision_rejects_attempt_zero() -> None:
@@ -626,8 +659,24 @@ def test_revive_decision_rejects_attempt_zero() -> None:
 
 
 def _stored(topic: str, props: dict[str, str], sys_flag: int = 0) -> StoredMessage:
-    return StoredMessage(topic, 0, 7, 4096, b"body", props, 3, sys_flag, T0, ("10.0.0.1", 9),
-                         T0, ("127.0.0.1", 8081), 0, 0, 0, 100)  # fmt: skip
+    return StoredMessage(
+        topic,
+        0,
+        7,
+        4096,
+        b"body",
+        props,
+        3,
+        sys_flag,
+        T0,
+        ("10.0.0.1", 9),
+        T0,
+        ("127.0.0.1", 8081),
+        0,
+        0,
+        0,
+        100,
+    )
 
 
 @pytest.mark.parametrize(
@@ -658,8 +707,18 @@ def test_revive_copy_keeps_identity_and_drops_delay() -> None:
     assert again.properties[PROPERTY_RETRY_TOPIC] == "orders"
 
 
-CHECKPOINT = PopRecord(RecordKind.CHECKPOINT, "g", "orders", 3, 17, anchor=5, time_ms=T0,
-                       invisible_ms=30_000, attempt=2, message_group="A")  # fmt: skip
+CHECKPOINT = PopRecord(
+    RecordKind.CHECKPOINT,
+    "g",
+    "orders",
+    3,
+    17,
+    anchor=5,
+    time_ms=T0,
+    invisible_ms=30_000,
+    attempt=2,
+    message_group="A",
+)
 
 
 @pytest.mark.parametrize(
@@ -707,8 +766,9 @@ def _model_run(b: Broker, rng: random.Random, fifo: bool, steps: int) -> None:
                 batch.append(msg)
             b.produce(batch)
         elif roll < 0.45:
-            for p in b.receive(qids=(0, 1), max_count=rng.randint(1, 5),
-                               invisible_ms=rng.choice([5, 10, 20]) * S):  # fmt: skip
+            for p in b.receive(
+                qids=(0, 1), max_count=rng.randint(1, 5), invisible_ms=rng.choice([5, 10, 20]) * S
+            ):
                 assert p.message_id not in acked, f"step {step}: acked message redelivered"
                 assert p.message_id not in held, f"step {step}: message in flight twice"
                 if fifo:
@@ -793,8 +853,13 @@ def test_new_queue_starts_at_the_initial_offset_and_commits_it(tmp_path: Path) -
     broker = Broker(tmp_path)
     broker.produce([make_message(i) for i in range(3)])
     broker.pop.close()
-    broker.pop = PopService(broker.store, broker.offsets, broker.config, clock_ms=broker.clock,
-                            initial_offset=lambda g, t, q: broker.store.max_offset(t, q))
+    broker.pop = PopService(
+        broker.store,
+        broker.offsets,
+        broker.config,
+        clock_ms=broker.clock,
+        initial_offset=lambda g, t, q: broker.store.max_offset(t, q),
+    )
     broker.pop.open()
     try:
         assert broker.receive() == []  # starts after the old messages
@@ -825,8 +890,9 @@ def test_retry_topic_first_last_or_not_at_all(broker: Broker) -> None:
     broker.produce([make_message(1, queue_id=1), make_message(2, queue_id=1)])
 
     def take(retry: str, max_count: int = 1) -> list[int]:
-        popped = broker.pop.receive("g", "orders", [1, 0], max_count=max_count,
-                                    invisible_ms=INVISIBLE_MS, retry=retry)  # fmt: skip
+        popped = broker.pop.receive(
+            "g", "orders", [1, 0], max_count=max_count, invisible_ms=INVISIBLE_MS, retry=retry
+        )
         for p in popped:
             broker.pop.ack("g", "orders", p.receipt_handle)
         return ns(popped)

@@ -208,8 +208,9 @@ def test_sql92_filter(store: MessageStore) -> None:
     sql = MessageFilter("SQL92", "a > 5 AND b = 'x'")
     result = PullService(store).pull("t", 0, 0, 100, filter=sql)
     assert [(m.properties["a"], m.properties["b"]) for m in result.messages] == [
-        ("6", "x"), ("9", "x"),
-    ]  # fmt: skip
+        ("6", "x"),
+        ("9", "x"),
+    ]
     assert result.next_offset == len(cases) + 1
 
 

@@ -61,9 +61,16 @@ def test_deadline_and_layout() -> None:
 
 @pytest.mark.parametrize(
     "field, value",
-    [("topic", "payments"), ("queue_id", 4), ("queue_offset", 1_235), ("checkpoint_offset", 100),
-     ("pop_time_ms", 1), ("invisible_ms", 1), ("broker_name", "broker-b")],
-)  # fmt: skip
+    [
+        ("topic", "payments"),
+        ("queue_id", 4),
+        ("queue_offset", 1_235),
+        ("checkpoint_offset", 100),
+        ("pop_time_ms", 1),
+        ("invisible_ms", 1),
+        ("broker_name", "broker-b"),
+    ],
+)
 def test_every_field_changes_the_handle(field: str, value: object) -> None:
     fields = {f: getattr(BASE, f) for f in BASE.__dataclass_fields__}
     other = ReceiptHandle(**{**fields, field: value})  # type: ignore[arg-type]
@@ -131,8 +138,15 @@ non_negative = st.integers(0, I64)
 
 
 @settings(max_examples=300, deadline=None)
-@given(names, st.integers(0, 2**31 - 1), non_negative, non_negative, non_negative, non_negative,
-       st.text(st.characters(blacklist_categories=("Cs",)), max_size=40))  # fmt: skip
+@given(
+    names,
+    st.integers(0, 2**31 - 1),
+    non_negative,
+    non_negative,
+    non_negative,
+    non_negative,
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=40),
+)
 def test_round_trip_property(topic, qid, offset, version, pop_ms, inv_ms, broker) -> None:
     handle = ReceiptHandle(topic, qid, offset, version, pop_ms, inv_ms, broker)
     assert decode_handle(handle.encode()) == handle

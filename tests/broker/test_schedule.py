@@ -56,8 +56,12 @@ def test_to_schedule_message_rewrites_to_the_level_queue(level: int, queue_id: i
     before = dict(msg.properties)
     out = to_schedule_message(msg, level, T0)
     assert (out.topic, out.queue_id) == (SCHEDULE_TOPIC, queue_id)
-    assert out.properties == {**before, "REAL_TOPIC": "orders", "REAL_QID": "2",
-                              "DELAY": str(level)}  # fmt: skip
+    assert out.properties == {
+        **before,
+        "REAL_TOPIC": "orders",
+        "REAL_QID": "2",
+        "DELAY": str(level),
+    }
     assert (out.body, out.flag, out.reconsume_times) == (msg.body, 7, 0)
     assert out.born_timestamp_ms == T0 - 5  # the producer's time is kept
     assert msg.properties == before and msg.topic == "orders"  # input untouched
@@ -75,19 +79,36 @@ def test_to_schedule_message_rejects_bad_levels(level: Any) -> None:
 
 @pytest.mark.parametrize(
     ("stored_ms", "level", "due_ms"),
-    [(T0, 1, T0 + 1_000), (T0, 2, T0 + 5_000), (T0 + 7, 5, T0 + 7 + 60_000),
-     (0, 18, 2 * 3_600_000)],
-)  # fmt: skip
+    [
+        (T0, 1, T0 + 1_000),
+        (T0, 2, T0 + 5_000),
+        (T0 + 7, 5, T0 + 7 + 60_000),
+        (0, 18, 2 * 3_600_000),
+    ],
+)
 def test_level_due_ms(stored_ms: int, level: int, due_ms: int) -> None:
     assert level_due_ms(stored_ms, level) == due_ms
 
 
 def stored_of(msg: Message, store_ms: int = T0) -> StoredMessage:
     return StoredMessage(
-        msg.topic, msg.queue_id, 0, 0, msg.body, dict(msg.properties), msg.flag, msg.sys_flag,
-        msg.born_timestamp_ms, msg.born_host, store_ms, ("127.0.0.1", 1), msg.reconsume_times,
-        msg.prepared_transaction_offset, 0, 100,
-    )  # fmt: skip
+        msg.topic,
+        msg.queue_id,
+        0,
+        0,
+        msg.body,
+        dict(msg.properties),
+        msg.flag,
+        msg.sys_flag,
+        msg.born_timestamp_ms,
+        msg.born_host,
+        store_ms,
+        ("127.0.0.1", 1),
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        0,
+        100,
+    )
 
 
 def test_restore_is_the_inverse_of_the_rewrite() -> None:
@@ -98,9 +119,15 @@ def test_restore_is_the_inverse_of_the_rewrite() -> None:
 
 @pytest.mark.parametrize(
     "props",
-    [{}, {"REAL_TOPIC": "t"}, {"REAL_QID": "1"}, {"REAL_TOPIC": "t", "REAL_QID": "x"},
-     {"REAL_TOPIC": "", "REAL_QID": "1"}, {"REAL_TOPIC": "t", "REAL_QID": "-1"}],
-)  # fmt: skip
+    [
+        {},
+        {"REAL_TOPIC": "t"},
+        {"REAL_QID": "1"},
+        {"REAL_TOPIC": "t", "REAL_QID": "x"},
+        {"REAL_TOPIC": "", "REAL_QID": "1"},
+        {"REAL_TOPIC": "t", "REAL_QID": "-1"},
+    ],
+)
 def test_real_destination_requires_topic_and_queue(props: dict[str, str]) -> None:
     with pytest.raises(InvalidArgumentError):
         real_destination(props)
@@ -124,8 +151,9 @@ class Env:
     def open(self) -> None:
         self.store = MessageStore(small_config(self.root / "store"), clock_ms=self.clock)
         self.store.open()
-        self.service = ScheduleService(self.store, self.offsets_path, self.clock,
-                                       max_idle_wait_ms=20)  # fmt: skip
+        self.service = ScheduleService(
+            self.store, self.offsets_path, self.clock, max_idle_wait_ms=20
+        )
 
     def close(self) -> None:
         self.service.close()

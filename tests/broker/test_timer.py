@@ -55,9 +55,17 @@ class Clock:
 
 @pytest.mark.parametrize(
     ("deliver_ms", "precision_ms", "slot_ms"),
-    [(0, 1000, 0), (1, 1000, 1000), (999, 1000, 1000), (1000, 1000, 1000), (1001, 1000, 2000),
-     (T0 + 1, 1000, T0 + 1000), (12345, 1, 12345), (250, 100, 300)],
-)  # fmt: skip
+    [
+        (0, 1000, 0),
+        (1, 1000, 1000),
+        (999, 1000, 1000),
+        (1000, 1000, 1000),
+        (1001, 1000, 2000),
+        (T0 + 1, 1000, T0 + 1000),
+        (12345, 1, 12345),
+        (250, 100, 300),
+    ],
+)
 def test_slot_time_rounds_up_so_nothing_fires_early(
     deliver_ms: int, precision_ms: int, slot_ms: int
 ) -> None:
@@ -97,10 +105,15 @@ def rec(deliver_ms: int, phys: int, flags: int = FLAG_SCHEDULE) -> TimerRecord:
         # re-ingested after a crash: delivered once
         ([(72, rec(800, 2)), (36, rec(800, 2)), (0, rec(600, 1))], [1, 2], [], 0, 1),
         # not yet due (parked beyond the horizon): rolled, cancels too
-        ([(72, rec(5_000, 4)), (36, rec(5_000, 5, FLAG_CANCEL)), (0, rec(1_000, 1))],
-         [1], [5, 4], 0, 0),
+        (
+            [(72, rec(5_000, 4)), (36, rec(5_000, 5, FLAG_CANCEL)), (0, rec(1_000, 1))],
+            [1],
+            [5, 4],
+            0,
+            0,
+        ),
     ],
-)  # fmt: skip
+)
 def test_plan_firing(
     chain: list[tuple[int, TimerRecord]],
     deliver: list[int],
@@ -119,9 +132,13 @@ def test_to_timer_message_rewrites_and_keeps_the_original() -> None:
     before = dict(msg.properties)
     out = to_timer_message(msg, T0 + 5_000)
     assert (out.topic, out.queue_id, out.body) == (TIMER_TOPIC, 0, msg.body)
-    assert out.properties == {**before, "REAL_TOPIC": "orders", "REAL_QID": "3",
-                              "TIMER_ID": before["UNIQ_KEY"],
-                              PROPERTY_TIMER_DELIVER_MS: str(T0 + 5_000)}  # fmt: skip
+    assert out.properties == {
+        **before,
+        "REAL_TOPIC": "orders",
+        "REAL_QID": "3",
+        "TIMER_ID": before["UNIQ_KEY"],
+        PROPERTY_TIMER_DELIVER_MS: str(T0 + 5_000),
+    }
     assert msg.properties == before and msg.topic == "orders"
 
 
@@ -231,9 +248,14 @@ class Env:
     def open(self) -> None:
         self.store = MessageStore(small_config(self.root / "store"), clock_ms=self.clock)
         self.store.open()
-        self.timers = TimerService(self.store, self.root / "timer", precision_ms=S,
-                                   wheel_slots=self.wheel_slots, clock_ms=self.clock,
-                                   max_idle_wait_ms=20)  # fmt: skip
+        self.timers = TimerService(
+            self.store,
+            self.root / "timer",
+            precision_ms=S,
+            wheel_slots=self.wheel_slots,
+            clock_ms=self.clock,
+            max_idle_wait_ms=20,
+        )
 
     def close(self) -> None:
         self.timers.close()
@@ -296,7 +318,11 @@ def test_delivered_message_is_restored_exactly(env: Env) -> None:
     back = env.store.get_messages("payments", 2, 0, 10).messages[0]
     assert back.properties == msg.properties
     assert (back.body, back.reconsume_times, back.flag, back.born_timestamp_ms) == (
-        msg.body, 2, 9, T0 - 1)  # fmt: skip
+        msg.body,
+        2,
+        9,
+        T0 - 1,
+    )
     assert back.message_id == msg.properties["UNIQ_KEY"]
 
 

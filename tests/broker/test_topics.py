@@ -181,8 +181,15 @@ def test_accepts_message_type(topic_type: str, message_type: str, accepted: bool
 
 
 def test_message_types_are_rocketmq_5_ones() -> None:
-    assert set(MESSAGE_TYPES) == {"NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE",
-                                  "MIXED"}
+    assert set(MESSAGE_TYPES) == {
+        "NORMAL",
+        "FIFO",
+        "DELAY",
+        "TRANSACTION",
+        "PRIORITY",
+        "LITE",
+        "MIXED",
+    }
 
 
 def test_read_queues_follow_read_count() -> None:

@@ -70,8 +70,13 @@ T0 = 1_700_000_000_000
 TIMEOUT_MS = 6_000
 GROUP = "pg-orders"
 REAL = "orders"
-TRANSACTION_PROPS = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED,
-                     PROPERTY_CHECK_TIMES, PROPERTY_CHECK_BASE_MS)  # fmt: skip
+TRANSACTION_PROPS = (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_CHECK_TIMES,
+    PROPERTY_CHECK_BASE_MS,
+)
 
 
 # --------------------------------------------------------------------------- harness
@@ -108,8 +113,9 @@ class Broker:
         self.store = MessageStore(small_config(self.root / "store"))
         self.store.open()
         self.offsets = ConsumerOffsetManager(self.root / "config" / "consumerOffset.json")
-        self.tx = TransactionService(self.store, self.offsets, self._checker,
-                                     clock_ms=lambda: self.now_ms, **self.options)  # fmt: skip
+        self.tx = TransactionService(
+            self.store, self.offsets, self._checker, clock_ms=lambda: self.now_ms, **self.options
+        )
         self.tx.open()
 
     def close(self) -> None:
@@ -141,8 +147,14 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
     b.close()
 
 
-def stored(props: dict[str, str], *, topic: str = TRANS_HALF_TOPIC, queue_offset: int = 3,
-           physical_offset: int = 4096, sys_flag: int = 0) -> StoredMessage:  # fmt: skip
+def stored(
+    props: dict[str, str],
+    *,
+    topic: str = TRANS_HALF_TOPIC,
+    queue_offset: int = 3,
+    physical_offset: int = 4096,
+    sys_flag: int = 0,
+) -> StoredMessage:
     return StoredMessage(
         topic,
         0,
@@ -164,15 +176,20 @@ def stored(props: dict[str, str], *, topic: str = TRANS_HALF_TOPIC, queue_offset
 
 
 def half_props(**extra: str) -> dict[str, str]:
-    props = {PROPERTY_UNIQ_KEY: "ID1", PROPERTY_TRANSACTION_ID: "tx-1",
-             PROPERTY_PRODUCER_GROUP: GROUP, PROPERTY_CHECK_BASE_MS: str(T0)}  # fmt: skip
+    props = {
+        PROPERTY_UNIQ_KEY: "ID1",
+        PROPERTY_TRANSACTION_ID: "tx-1",
+        PROPERTY_PRODUCER_GROUP: GROUP,
+        PROPERTY_CHECK_BASE_MS: str(T0),
+    }
     props.update(extra)
     return props
 
 
 def live(offset: int, message_id: str = "", check_times: int = 0, due_ms: int = T0) -> LiveHalf:
-    return LiveHalf(offset, offset * 100, message_id or f"ID{offset}", "tx", GROUP,
-                    check_times, due_ms)  # fmt: skip
+    return LiveHalf(
+        offset, offset * 100, message_id or f"ID{offset}", "tx", GROUP, check_times, due_ms
+    )
 
 
 # --------------------------------------------------------------------------- rewrites
@@ -186,10 +203,13 @@ def test_half_message_hides_the_real_destination() -> None:
     assert (half.topic, half.queue_id, half.body) == (TRANS_HALF_TOPIC, 0, msg.body)
     assert half.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_NONE
     assert half.properties == original | {
-        PROPERTY_REAL_TOPIC: REAL, PROPERTY_REAL_QUEUE_ID: "3",
-        PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: GROUP,
-        PROPERTY_TRANSACTION_ID: "tx-1", PROPERTY_CHECK_BASE_MS: str(T0),
-    }  # fmt: skip
+        PROPERTY_REAL_TOPIC: REAL,
+        PROPERTY_REAL_QUEUE_ID: "3",
+        PROPERTY_TRANSACTION_PREPARED: "true",
+        PROPERTY_PRODUCER_GROUP: GROUP,
+        PROPERTY_TRANSACTION_ID: "tx-1",
+        PROPERTY_CHECK_BASE_MS: str(T0),
+    }
     assert msg.properties == original  # the input is not modified
 
 
@@ -210,27 +230,44 @@ def test_half_message_gives_an_id_when_missing() -> None:
         (REAL, GROUP, "tx", -1, InvalidArgumentError),
     ],
 )
-def test_half_message_rejects(topic: str, group: str, tx_id: str, queue_id: int,
-                              error: type[Exception]) -> None:  # fmt: skip
+def test_half_message_rejects(
+    topic: str, group: str, tx_id: str, queue_id: int, error: type[Exception]
+) -> None:
     with pytest.raises(error):
         half_message(Message(topic, b"x", queue_id=queue_id), group, tx_id, T0)
 
 
 def test_real_message_restores_destination_and_user_properties() -> None:
-    props = half_props(**{PROPERTY_REAL_TOPIC: REAL, PROPERTY_REAL_QUEUE_ID: "2",
-                          PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_CHECK_TIMES: "4",
-                          "TAGS": "t", "KEYS": "k1 k2", "user": "v",
-                          PROPERTY_DELIVER_TIME_MS: str(T0 + 60_000)})  # fmt: skip
+    props = half_props(
+        **{
+            PROPERTY_REAL_TOPIC: REAL,
+            PROPERTY_REAL_QUEUE_ID: "2",
+            PROPERTY_TRANSACTION_PREPARED: "true",
+            PROPERTY_CHECK_TIMES: "4",
+            "TAGS": "t",
+            "KEYS": "k1 k2",
+            "user": "v",
+            PROPERTY_DELIVER_TIME_MS: str(T0 + 60_000),
+        }
+    )
     msg = real_message(stored(props, physical_offset=8192))
     assert (msg.topic, msg.queue_id, msg.body, msg.flag) == (REAL, 2, b"body", 7)
     assert msg.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT
     assert msg.prepared_transaction_offset == 8192
     assert (msg.born_timestamp_ms, msg.born_host, msg.reconsume_times) == (
-        T0 - 5, ("10.0.0.1", 5555), 2)  # fmt: skip
+        T0 - 5,
+        ("10.0.0.1", 5555),
+        2,
+    )
     assert msg.properties == {
-        PROPERTY_UNIQ_KEY: "ID1", PROPERTY_TRANSACTION_ID: "tx-1", PROPERTY_PRODUCER_GROUP: GROUP,
-        "TAGS": "t", "KEYS": "k1 k2", "user": "v", PROPERTY_DELIVER_TIME_MS: str(T0 + 60_000),
-    }  # fmt: skip
+        PROPERTY_UNIQ_KEY: "ID1",
+        PROPERTY_TRANSACTION_ID: "tx-1",
+        PROPERTY_PRODUCER_GROUP: GROUP,
+        "TAGS": "t",
+        "KEYS": "k1 k2",
+        "user": "v",
+        PROPERTY_DELIVER_TIME_MS: str(T0 + 60_000),
+    }
 
 
 @pytest.mark.parametrize(
@@ -375,8 +412,12 @@ def test_commit_delivers_exactly_once_with_properties_intact(broker: Broker) -> 
     result = broker.tx.end(p.message_id, "tx-1", Resolution.COMMIT, from_check=False)
     assert result.delivered is not None and result.delivered.message_id == p.message_id
     [got] = broker.real()
-    assert (got.body, got.message_id, got.tag, got.keys) == (msg.body, p.message_id, "odd",
-                                                             ["key-1"])  # fmt: skip
+    assert (got.body, got.message_id, got.tag, got.keys) == (
+        msg.body,
+        p.message_id,
+        "odd",
+        ["key-1"],
+    )
     assert got.properties["n"] == "1"
     assert got.properties[PROPERTY_DELIVER_TIME_MS] == str(T0 + 1)
     assert got.properties[PROPERTY_TRANSACTION_ID] == "tx-1"
@@ -410,8 +451,9 @@ def test_rollback_delivers_nothing_and_records_the_op(broker: Broker) -> None:
 
 @pytest.mark.parametrize("first", list(Resolution))
 @pytest.mark.parametrize("second", list(Resolution))
-def test_second_end_raises_and_delivers_nothing(broker: Broker, first: Resolution,
-                                                second: Resolution) -> None:  # fmt: skip
+def test_second_end_raises_and_delivers_nothing(
+    broker: Broker, first: Resolution, second: Resolution
+) -> None:
     p = broker.prepare(1)
     broker.end(p, first)
     with pytest.raises(MessageNotFoundError, match="already"):
@@ -471,13 +513,18 @@ def test_check_back_after_the_timeout_and_commit_from_check(broker: Broker) -> N
     round_ = broker.checks(T0 + TIMEOUT_MS)
     [request] = round_.checked
     assert broker.requests == [request]
-    assert (request.producer_group, request.transaction_id, request.message_id,
-            request.check_times) == (GROUP, "tx-1", p.message_id, 1)  # fmt: skip
+    assert (
+        request.producer_group,
+        request.transaction_id,
+        request.message_id,
+        request.check_times,
+    ) == (GROUP, "tx-1", p.message_id, 1)
     assert request.half.topic == TRANS_HALF_TOPIC
     assert request.half.properties[PROPERTY_CHECK_TIMES] == "1"
     assert broker.real() == []
-    result = broker.tx.end(request.message_id, request.transaction_id, Resolution.COMMIT,
-                           from_check=True)  # fmt: skip
+    result = broker.tx.end(
+        request.message_id, request.transaction_id, Resolution.COMMIT, from_check=True
+    )
     assert result.from_check
     [got] = broker.real()
     assert got.message_id == p.message_id and PROPERTY_CHECK_TIMES not in got.properties
@@ -486,8 +533,9 @@ def test_check_back_after_the_timeout_and_commit_from_check(broker: Broker) -> N
 
 def test_checker_may_answer_inline(broker: Broker) -> None:
     def commit(request: CheckRequest) -> None:
-        broker.tx.end(request.message_id, request.transaction_id, Resolution.COMMIT,
-                      from_check=True)  # fmt: skip
+        broker.tx.end(
+            request.message_id, request.transaction_id, Resolution.COMMIT, from_check=True
+        )
 
     broker.answer = commit
     p = [broker.prepare(i) for i in range(3)]
@@ -584,7 +632,9 @@ def test_restart_mid_flow_loses_and_duplicates_nothing(broker: Broker) -> None:
     assert broker.checks(T0 + 2 * TIMEOUT_MS - 1).checked == []
     round_ = broker.checks(T0 + 2 * TIMEOUT_MS)
     assert [(r.message_id, r.check_times) for r in round_.checked] == [
-        (p[4].message_id, 2), (p[5].message_id, 2)]  # fmt: skip
+        (p[4].message_id, 2),
+        (p[5].message_id, 2),
+    ]
     broker.end(p[4], Resolution.COMMIT, from_check=True)
     broker.end(p[5], Resolution.ROLLBACK, from_check=True)
 
@@ -650,14 +700,22 @@ def test_memory_holds_only_op_records_at_or_above_progress(broker: Broker) -> No
         broker.end(broker.prepare(i), Resolution.ROLLBACK)
     stats = broker.tx.stats()
     assert (stats.unresolved, stats.finished_held, stats.half_progress, stats.op_progress) == (
-        1, 5, 20, 20)  # fmt: skip
+        1,
+        5,
+        20,
+        20,
+    )
 
     broker.restart()  # the 20 op records below the progress are not read back
     assert broker.tx.stats() == stats
     broker.end(stuck, Resolution.COMMIT)
     stats = broker.tx.stats()
     assert (stats.unresolved, stats.finished_held, stats.half_progress, stats.op_progress) == (
-        0, 0, 26, 26)  # fmt: skip
+        0,
+        0,
+        26,
+        26,
+    )
     broker.restart()
     assert broker.tx.stats() == stats
     assert [m.message_id for m in broker.real()] == [f"ID{i:010d}" for i in range(21)]

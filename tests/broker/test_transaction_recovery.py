@@ -38,8 +38,11 @@ class Node:
         self.broker = self._start()
 
     def _start(self) -> Broker:
-        broker = Broker(BrokerConfig(default_queue_nums=1, transaction_check_timeout_ms=1_000),
-                        small_config(self.root / "store"), clock_ms=lambda: self.now)  # fmt: skip
+        broker = Broker(
+            BrokerConfig(default_queue_nums=1, transaction_check_timeout_ms=1_000),
+            small_config(self.root / "store"),
+            clock_ms=lambda: self.now,
+        )
         broker.set_transaction_checker(self.asked.append)
         broker.start()
         return broker
@@ -149,4 +152,3 @@ def test_health_names_a_failed_round(node: Node) -> None:
     assert health["transaction-check"] == "error: RuntimeError: dispatch is behind"
     threads = {"dispatch", "commitlog-flush", "schedule-delivery", "timer-wheel"}
     assert threads | {"transaction-check", "pop-revive"} <= set(health)
-

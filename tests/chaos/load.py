@@ -56,8 +56,9 @@ class ChaosBroker:
     returns the exit code. Every process's output is kept in ``outputs``.
     """
 
-    def __init__(self, workdir: Path, *, flush: str,
-                 config: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, workdir: Path, *, flush: str, config: dict[str, dict[str, Any]] | None = None
+    ) -> None:
         self.workdir = workdir
         self.flush = flush
         self.config = merged_config(config)
@@ -73,8 +74,9 @@ class ChaosBroker:
         return self.proc.process.pid
 
     def start(self) -> BrokerProcess:
-        self.proc = launch_broker(self.workdir, flush=self.flush, config=self.config,
-                                  listen=self.endpoint)  # fmt: skip
+        self.proc = launch_broker(
+            self.workdir, flush=self.flush, config=self.config, listen=self.endpoint
+        )
         self.outputs.append(self.proc.output)
         return self.proc
 
@@ -97,8 +99,11 @@ class ChaosBroker:
         """The ``store opened: ...`` line of every start (what recovery found and did)."""
         found = []
         for output in self.outputs:
-            found += [line.split("store opened: ", 1)[1].strip() for line in output
-                      if "store opened: " in line]  # fmt: skip
+            found += [
+                line.split("store opened: ", 1)[1].strip()
+                for line in output
+                if "store opened: " in line
+            ]
         return found
 
 
@@ -158,12 +163,20 @@ def read_back(client: RocketMQClient, topic: str) -> list[ReceivedMessage]:
         high = client.query_offset(topic, queue.queue_id, "END")
         offset = low
         while offset < high:
-            batch = client.pull(READER_GROUP, topic, queue.queue_id, offset,
-                                min(PULL_BATCH, high - offset), with_bounds=False)  # fmt: skip
+            batch = client.pull(
+                READER_GROUP,
+                topic,
+                queue.queue_id,
+                offset,
+                min(PULL_BATCH, high - offset),
+                with_bounds=False,
+            )
             got = [m.queue_offset for m in batch.messages]
             if got != list(range(offset, offset + len(got))) or not got:
-                raise AssertionError(f"{topic}:{queue.queue_id} from {offset} (max {high}) "
-                                     f"returned offsets {got[:5]}...")  # fmt: skip
+                raise AssertionError(
+                    f"{topic}:{queue.queue_id} from {offset} (max {high}) "
+                    f"returned offsets {got[:5]}..."
+                )
             found += batch.messages
             offset = batch.next_offset
     return found
@@ -192,10 +205,12 @@ def audit(acks: dict[bytes, Ack], messages: list[ReceivedMessage]) -> Audit:
     copies = Counter(m.body for m in messages)
     lost = sorted(body for body, ack in acks.items() if ack.message_id not in ids.get(body, ()))
     return Audit(
-        acknowledged=len(acks), stored=len(messages), lost=lost,
+        acknowledged=len(acks),
+        stored=len(messages),
+        lost=lost,
         duplicates=sum(n - 1 for n in copies.values()),
         unacked_stored=sum(1 for body in copies if body not in acks),
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,9 +227,13 @@ class ProcessStats:
         return self.open_fds - self.store_fds
 
     def as_dict(self) -> dict[str, int]:
-        return {"rss_bytes": self.rss_bytes, "anon_bytes": self.anon_bytes,
-                "file_bytes": self.file_bytes, "open_fds": self.open_fds,
-                "store_fds": self.store_fds}  # fmt: skip
+        return {
+            "rss_bytes": self.rss_bytes,
+            "anon_bytes": self.anon_bytes,
+            "file_bytes": self.file_bytes,
+            "open_fds": self.open_fds,
+            "store_fds": self.store_fds,
+        }
 
 
 def _fd_targets(pid: int) -> list[str]:
@@ -237,8 +256,9 @@ def process_stats(pid: int, store_dir: Path) -> ProcessStats:
     targets = _fd_targets(pid)
     prefix = f"{store_dir.resolve()}/"
     in_store = sum(1 for t in targets if t.startswith(prefix))
-    return ProcessStats(fields["VmRSS"], fields["RssAnon"], fields["RssFile"], len(targets),
-                        in_store)  # fmt: skip
+    return ProcessStats(
+        fields["VmRSS"], fields["RssAnon"], fields["RssFile"], len(targets), in_store
+    )
 
 
 def open_fd_kinds(pid: int, store_dir: Path) -> dict[str, int]:
@@ -259,12 +279,16 @@ def open_fd_kinds(pid: int, store_dir: Path) -> dict[str, int]:
 def mapped_store_files(store_dir: Path) -> int:
     """Files in the store's data directories (commitlog, consume queues, index, timer):
     the files a broker keeps mapped. Top-level files and ``config/`` are not mapped."""
-    return sum(1 for p in store_dir.rglob("*") if p.is_file() and p.parent != store_dir
-               and p.relative_to(store_dir).parts[0] != "config")  # fmt: skip
+    return sum(
+        1
+        for p in store_dir.rglob("*")
+        if p.is_file() and p.parent != store_dir and p.relative_to(store_dir).parts[0] != "config"
+    )
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
-               interval_s: float = 0.05) -> Any:  # fmt: skip
+def wait_until(
+    predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05
+) -> Any:
     """Poll ``predicate`` until it is truthy (for effects nothing signals: a broker's
     disk check, a consumer in another thread); AssertionError naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout_s
@@ -277,14 +301,15 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str,
         time.sleep(interval_s)
 
 
-def budgets(short: int, full: int, *,
-            suppress: Sequence[HealthCheck] = (HealthCheck.too_slow,)) -> list[Any]:  # fmt: skip
+def budgets(
+    short: int, full: int, *, suppress: Sequence[HealthCheck] = (HealthCheck.too_slow,)
+) -> list[Any]:
     """The two runs of a hypothesis property: short and derandomized (normal suite), wide
     (``slow``, run by ``./dev chaos``)."""
     common: dict[str, Any] = {"deadline": None, "suppress_health_check": list(suppress)}
     return [
-        pytest.param(settings(max_examples=short, derandomize=True, database=None, **common),
-                     id="short"),
+        pytest.param(
+            settings(max_examples=short, derandomize=True, database=None, **common), id="short"
+        ),
         pytest.param(settings(max_examples=full, **common), id="full", marks=pytest.mark.slow),
-    ]  # fmt: skip
-
+    ]

@@ -56,9 +56,13 @@ def budgets(short: int, full: int) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("bad-input"), config={
-        "broker": {"auto_create_topics": False, "auto_create_groups": False},
-        "store": {"max_body_bytes": MAX_BODY_BYTES}})  # fmt: skip
+    proc = start_broker(
+        tmp_path_factory.mktemp("bad-input"),
+        config={
+            "broker": {"auto_create_topics": False, "auto_create_groups": False},
+            "store": {"max_body_bytes": MAX_BODY_BYTES},
+        },
+    )
     with RocketMQClient(proc.endpoint) as client:
         client.create_topic(TOPIC, queues=2)
         client.create_group(GROUP, consume_from_where="first_offset")  # POP reads the 8 below
@@ -97,8 +101,7 @@ def test_official_producer_gets_the_broker_body_limit(config: ClientConfiguratio
 
 
 def test_official_consumer_of_an_unknown_group(config: ClientConfiguration) -> None:
-    consumer = SimpleConsumer(config, UNKNOWN_GROUP, {TOPIC: FilterExpression()},
-                              await_duration=1)  # fmt: skip
+    consumer = SimpleConsumer(config, UNKNOWN_GROUP, {TOPIC: FilterExpression()}, await_duration=1)
     consumer.startup()
     try:
         with pytest.raises(NotFoundException, match=UNKNOWN_GROUP) as refused:
@@ -168,8 +171,11 @@ def stub(broker: BrokerProcess) -> Iterator[Any]:
 
 def real_handle(stub: Any) -> ReceiptHandle:
     request = service_pb2.ReceiveMessageRequest(
-        group=pb.Resource(name=GROUP), message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
-        batch_size=1, auto_renew=False)  # fmt: skip
+        group=pb.Resource(name=GROUP),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
+        batch_size=1,
+        auto_renew=False,
+    )
     request.invisible_duration.FromMilliseconds(120_000)
     request.long_polling_timeout.FromMilliseconds(0)
     for r in stub.ReceiveMessage(request, timeout=10, metadata=[("x-mq-client-id", CLIENT_ID)]):
@@ -178,20 +184,24 @@ def real_handle(stub: Any) -> ReceiptHandle:
     raise AssertionError("nothing to receive")
 
 
-FORGERIES = st.fixed_dictionaries({}, optional={
-    "topic": st.sampled_from([TOPIC, "other-topic", "%RETRY%" + GROUP, "é" * 60]),
-    "queue_id": st.sampled_from([-1, 0, 1, 7, 2**31 - 1, -(2**31)]),
-    "queue_offset": st.sampled_from([-1, 0, 1, 3, 2**62, -(2**63)]),
-    "checkpoint_offset": st.sampled_from([-1, 0, 1, 2**40, 2**63 - 1]),
-    "pop_time_ms": st.sampled_from([-1, 0, 2**62, 2**63 - 1]),
-    "invisible_ms": st.sampled_from([-1, 0, 1, 2**62, 2**63 - 1]),
-    "broker_name": st.sampled_from(["broker-b", "x" * 255]),
-})  # fmt: skip
+FORGERIES = st.fixed_dictionaries(
+    {},
+    optional={
+        "topic": st.sampled_from([TOPIC, "other-topic", "%RETRY%" + GROUP, "é" * 60]),
+        "queue_id": st.sampled_from([-1, 0, 1, 7, 2**31 - 1, -(2**31)]),
+        "queue_offset": st.sampled_from([-1, 0, 1, 3, 2**62, -(2**63)]),
+        "checkpoint_offset": st.sampled_from([-1, 0, 1, 2**40, 2**63 - 1]),
+        "pop_time_ms": st.sampled_from([-1, 0, 2**62, 2**63 - 1]),
+        "invisible_ms": st.sampled_from([-1, 0, 1, 2**62, 2**63 - 1]),
+        "broker_name": st.sampled_from(["broker-b", "x" * 255]),
+    },
+)
 
 
 @pytest.mark.parametrize("budget", budgets(60, 2_000))
-def test_forged_receipt_handles_are_refused(broker: BrokerProcess, stub: Any,
-                                            budget: settings) -> None:  # fmt: skip
+def test_forged_receipt_handles_are_refused(
+    broker: BrokerProcess, stub: Any, budget: settings
+) -> None:
     genuine = real_handle(stub)
     group, topic = pb.Resource(name=GROUP), pb.Resource(name=TOPIC)
     ok_seen = 0
@@ -202,9 +212,16 @@ def test_forged_receipt_handles_are_refused(broker: BrokerProcess, stub: Any,
         nonlocal ok_seen
         handle = replace(genuine, **changes).encode()
         if rpc == "ack":
-            reply = stub.AckMessage(service_pb2.AckMessageRequest(
-                group=group, topic=topic, entries=[service_pb2.AckMessageEntry(
-                    message_id="forged", receipt_handle=handle)]), timeout=10)  # fmt: skip
+            reply = stub.AckMessage(
+                service_pb2.AckMessageRequest(
+                    group=group,
+                    topic=topic,
+                    entries=[
+                        service_pb2.AckMessageEntry(message_id="forged", receipt_handle=handle)
+                    ],
+                ),
+                timeout=10,
+            )
         elif rpc == "change":
             request = service_pb2.ChangeInvisibleDurationRequest(
                 group=group, topic=topic, receipt_handle=handle, message_id="forged"
@@ -214,8 +231,15 @@ def test_forged_receipt_handles_are_refused(broker: BrokerProcess, stub: Any,
         else:
             reply = stub.ForwardMessageToDeadLetterQueue(
                 service_pb2.ForwardMessageToDeadLetterQueueRequest(
-                    group=group, topic=topic, receipt_handle=handle, message_id="forged",
-                    delivery_attempt=1, max_delivery_attempts=3), timeout=10)  # fmt: skip
+                    group=group,
+                    topic=topic,
+                    receipt_handle=handle,
+                    message_id="forged",
+                    delivery_attempt=1,
+                    max_delivery_attempts=3,
+                ),
+                timeout=10,
+            )
         code = reply.status.code
         ok_seen += code == Code.OK
         assert code in (Code.INVALID_RECEIPT_HANDLE, Code.OK), (changes, rpc, reply.status)
@@ -235,35 +259,84 @@ DIGITS_INT_REFUSES = "".join(
     c for c in map(chr, range(0x2FFFF)) if c.isdigit() and not c.isdecimal()
 )  # '²', '①', … pass str.isdigit, not int()
 HOSTILE = st.one_of(
-    st.sampled_from([
-        "", " ", "0", "-1", "1", "99999999999999999999", "1.5", "1e3", "true", "TRUE", "yes",
-        "latest", "earliest", "{}", "[]", "null", '{"t": {"b:0": 1}}', '{"t": {"b:0": -2}}',
-        '{"t": {"b:x": 1}}', '{"t": 5}', '{"t": {"b:0": 1.5}}', '{"t": {"b:0": 1e400}}',
-        '{"t": {"b:0": true}}', '{"t": {"": 1}}', "{" * 50, '{"a":' * 40 + "1" + "}" * 40,
-        "h:1", "h:0", "h:65536", "h:1,h:2", "h:1,,h:2", "[::1]:9", "\x00", "a" * 300,
-        "A || B", "A |", "a = 1", "a =", "15m", "30s", "5x", "64m", "0m", "-5m", "t.*", "(",
-        "١٢", "𝟏", "٣m",
-    ]),
-    st.text(st.characters(blacklist_characters=DIGITS_INT_REFUSES, blacklist_categories=["Cs"]),
-            max_size=12),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "0",
+            "-1",
+            "1",
+            "99999999999999999999",
+            "1.5",
+            "1e3",
+            "true",
+            "TRUE",
+            "yes",
+            "latest",
+            "earliest",
+            "{}",
+            "[]",
+            "null",
+            '{"t": {"b:0": 1}}',
+            '{"t": {"b:0": -2}}',
+            '{"t": {"b:x": 1}}',
+            '{"t": 5}',
+            '{"t": {"b:0": 1.5}}',
+            '{"t": {"b:0": 1e400}}',
+            '{"t": {"b:0": true}}',
+            '{"t": {"": 1}}',
+            "{" * 50,
+            '{"a":' * 40 + "1" + "}" * 40,
+            "h:1",
+            "h:0",
+            "h:65536",
+            "h:1,h:2",
+            "h:1,,h:2",
+            "[::1]:9",
+            "\x00",
+            "a" * 300,
+            "A || B",
+            "A |",
+            "a = 1",
+            "a =",
+            "15m",
+            "30s",
+            "5x",
+            "64m",
+            "0m",
+            "-5m",
+            "t.*",
+            "(",
+            "١٢",
+            "𝟏",
+            "٣m",
+        ]
+    ),
+    st.text(
+        st.characters(blacklist_characters=DIGITS_INT_REFUSES, blacklist_categories=["Cs"]),
+        max_size=12,
+    ),
+)
 READ_BASE = {"endpoints": "127.0.0.1:1", "topic": "orders"}
 
 
 def assert_config_error_names(exc: ConfigError, options: dict[str, str]) -> None:
     message = str(exc)
-    named = [name for name in options if f"'{name}'" in message or f"'{name.lower()}'" in
-             message]  # fmt: skip
+    named = [name for name in options if f"'{name}'" in message or f"'{name.lower()}'" in message]
     assert named or "'topic' / 'topics' / 'topicPattern'" in message, message
 
 
 @pytest.mark.parametrize("budget", budgets(300, 20_000))
 @pytest.mark.parametrize("streaming", [False, True])
-def test_read_options_are_parsed_or_refused_naming_the_option(budget: settings,
-                                                              streaming: bool) -> None:  # fmt: skip
+def test_read_options_are_parsed_or_refused_naming_the_option(
+    budget: settings, streaming: bool
+) -> None:
     @budget
-    @given(st.dictionaries(st.sampled_from(sorted(KNOWN_OPTIONS.values())), HOSTILE,
-                           min_size=1, max_size=3))  # fmt: skip
+    @given(
+        st.dictionaries(
+            st.sampled_from(sorted(KNOWN_OPTIONS.values())), HOSTILE, min_size=1, max_size=3
+        )
+    )
     def check(changes: dict[str, str]) -> None:
         options = {**READ_BASE, **changes}
         if {"topics", "topicPattern"} & set(changes) and "topic" not in changes:
@@ -279,8 +352,7 @@ def test_read_options_are_parsed_or_refused_naming_the_option(budget: settings,
 @pytest.mark.parametrize("budget", budgets(200, 10_000))
 def test_sink_options_are_parsed_or_refused_naming_the_option(budget: settings) -> None:
     @budget
-    @given(st.dictionaries(st.sampled_from(sorted(SINK_OPTIONS)), HOSTILE, min_size=1,
-                           max_size=3))  # fmt: skip
+    @given(st.dictionaries(st.sampled_from(sorted(SINK_OPTIONS)), HOSTILE, min_size=1, max_size=3))
     def check(changes: dict[str, str]) -> None:
         options = {"endpoints": "127.0.0.1:1", "topic": "orders", **changes}
         try:
@@ -291,10 +363,15 @@ def test_sink_options_are_parsed_or_refused_naming_the_option(budget: settings) 
     check()
 
 
-@pytest.mark.parametrize(("option", "value"), [
-    ("maxMessagesPerTrigger", "²"), ("startingTimestamp", "²"),
-    ("startingOffsets", '{"orders": {"broker-a:²": 1}}'), ("endpoints", "h:²"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("maxMessagesPerTrigger", "²"),
+        ("startingTimestamp", "²"),
+        ("startingOffsets", '{"orders": {"broker-a:²": 1}}'),
+        ("endpoints", "h:²"),
+    ],
+)
 def test_superscript_digits_are_config_errors(option: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"'{option}'"):
         parse_read_options({**READ_BASE, option: value}, streaming=True)
@@ -302,5 +379,6 @@ def test_superscript_digits_are_config_errors(option: str, value: str) -> None:
 
 def test_deeply_nested_offsets_json_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="'startingOffsets'"):
-        parse_read_options({**READ_BASE, "startingOffsets": '{"t":' + "[" * 100_000},
-                           streaming=False)  # fmt: skip
+        parse_read_options(
+            {**READ_BASE, "startingOffsets": '{"t":' + "[" * 100_000}, streaming=False
+        )

@@ -44,14 +44,20 @@ MESSAGES = 160
 SEGMENT_BYTES = 128 << 10
 PAGE_BYTES = 4096
 CONFIG: dict[str, dict[str, Any]] = {
-    "store": {"segment_size_bytes": SEGMENT_BYTES, "max_body_bytes": 16 << 10,
-              "max_properties_bytes": 4 << 10, "consume_queue_units_per_file": 32,
-              "index_slot_count": 64, "index_max_entries": 64,
-              # Nothing flushed or checkpointed by a timer: after a SIGKILL the checkpoint
-              # still says 0 and recovery scans (and must verify) the whole commitlog.
-              "flush_interval_ms": 600_000, "derived_flush_interval_ms": 600_000},
+    "store": {
+        "segment_size_bytes": SEGMENT_BYTES,
+        "max_body_bytes": 16 << 10,
+        "max_properties_bytes": 4 << 10,
+        "consume_queue_units_per_file": 32,
+        "index_slot_count": 64,
+        "index_max_entries": 64,
+        # Nothing flushed or checkpointed by a timer: after a SIGKILL the checkpoint
+        # still says 0 and recovery scans (and must verify) the whole commitlog.
+        "flush_interval_ms": 600_000,
+        "derived_flush_interval_ms": 600_000,
+    },
     "broker": {"offsets_persist_interval_ms": 600_000},
-}  # fmt: skip
+}
 CORRUPT = (MessageCorruptedError, CorruptionError)  # refused by the broker, or by our client
 
 
@@ -113,8 +119,10 @@ def populate(workdir: Path, *, crash: bool, seed: int) -> Golden:
         client.create_topic(TOPIC, queues=QUEUES)
         client.create_group(GROUP)
         for start in range(0, MESSAGES, 40):
-            batch = [(rng.randbytes(rng.randrange(1, 3000)), "T", [f"key-{i}"])
-                     for i in range(start, start + 40)]  # fmt: skip
+            batch = [
+                (rng.randbytes(rng.randrange(1, 3000)), "T", [f"key-{i}"])
+                for i in range(start, start + 40)
+            ]
             for receipt, item in zip(client.send_batch(TOPIC, batch), batch, strict=True):
                 sent[receipt.message_id] = (item[2][0], item[0])
         for qid in range(QUEUES):
@@ -127,8 +135,9 @@ def populate(workdir: Path, *, crash: bool, seed: int) -> Golden:
     for phys, msg in scan_units(workdir / "store"):
         key, body = sent.pop(msg.message_id)
         assert body == msg.body
-        units.append(Unit(msg.message_id, key, body, msg.queue_id, msg.queue_offset, phys,
-                          msg.stored_size))  # fmt: skip
+        units.append(
+            Unit(msg.message_id, key, body, msg.queue_id, msg.queue_offset, phys, msg.stored_size)
+        )
     assert not sent, "a sent message is missing from the store"
     assert units[-1].end > SEGMENT_BYTES, "the store should span two segments"
     return Golden(workdir, units)
@@ -215,11 +224,17 @@ def stop_or_explain(proc: BrokerProcess, timeout_s: float = 30) -> None:
         code = proc.stop(timeout_s)
     except subprocess.TimeoutExpired:
         spy = Path(sys.executable).with_name("py-spy")
-        stacks = subprocess.run([str(spy), "dump", "--pid", str(proc.process.pid)],
-                                capture_output=True, text=True, check=False).stdout  # fmt: skip
+        stacks = subprocess.run(
+            [str(spy), "dump", "--pid", str(proc.process.pid)],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
         proc.kill()
-        pytest.fail(f"the broker did not stop {timeout_s} s after SIGTERM\n{stacks}\n"
-                    + "".join(proc.output[-30:]))  # fmt: skip
+        pytest.fail(
+            f"the broker did not stop {timeout_s} s after SIGTERM\n{stacks}\n"
+            + "".join(proc.output[-30:])
+        )
     assert code == 0, "".join(proc.output[-30:])
 
 
@@ -237,7 +252,9 @@ def assert_keys(proc: BrokerProcess, units: list[Unit], *, found: bool, sample: 
         for unit in rng.sample(units, min(sample, len(units))):
             hits = client.query_message(key=unit.key, topic=TOPIC)
             assert [h["message_id"] for h in hits] == ([unit.message_id] if found else []), (
-                unit.key, hits)  # fmt: skip
+                unit.key,
+                hits,
+            )
 
 
 def assert_appends_continue(proc: BrokerProcess, served: Served) -> None:
@@ -388,7 +405,8 @@ def test_batch_pull_up_to_a_corrupt_unit_serves_the_messages_before_it(
             start = max(0, victim.queue_offset - 3)
             batch = client.pull(GROUP, TOPIC, victim.queue_id, start, 8, with_bounds=False)
             assert [m.queue_offset for m in batch.messages] == list(
-                range(start, victim.queue_offset))  # fmt: skip
+                range(start, victim.queue_offset)
+            )
     finally:
         stop_or_explain(proc)
 
@@ -401,12 +419,15 @@ def test_pop_consumers_get_past_a_corrupt_unit(stopped: Golden, tmp_path: Path) 
             bodies: set[bytes] = set()
             for _ in range(len(stopped.units) // 16 + 8):
                 request = service_pb2.ReceiveMessageRequest(
-                    group=pb.Resource(name="chaos-pop"), batch_size=32,
+                    group=pb.Resource(name="chaos-pop"),
+                    batch_size=32,
                     message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
                     invisible_duration=Duration(seconds=60),
-                    long_polling_timeout=Duration(seconds=0))  # fmt: skip
-                for r in stub.ReceiveMessage(request, timeout=10,
-                                             metadata=[("x-mq-client-id", "pop@1")]):  # fmt: skip
+                    long_polling_timeout=Duration(seconds=0),
+                )
+                for r in stub.ReceiveMessage(
+                    request, timeout=10, metadata=[("x-mq-client-id", "pop@1")]
+                ):
                     if r.WhichOneof("content") == "message":
                         bodies.add(r.message.body)
         assert bodies == {u.body for u in stopped.units} - {victim.body}

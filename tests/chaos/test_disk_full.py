@@ -44,10 +44,15 @@ BODY_BYTES = 16 * KIB
 BATCH = 8
 GUARD_RATIO = 0.95  # the default disk_full_ratio
 STORE_CONFIG = {
-    "segment_size_bytes": 1 * MIB, "max_body_bytes": 64 * KIB, "max_properties_bytes": 8 * KIB,
-    "consume_queue_units_per_file": 16_384, "index_slot_count": 4_096,
-    "index_max_entries": 16_384, "disk_max_used_ratio": 1.0, "file_reserved_hours": 10_000.0,
-}  # fmt: skip
+    "segment_size_bytes": 1 * MIB,
+    "max_body_bytes": 64 * KIB,
+    "max_properties_bytes": 8 * KIB,
+    "consume_queue_units_per_file": 16_384,
+    "index_slot_count": 4_096,
+    "index_max_entries": 16_384,
+    "disk_max_used_ratio": 1.0,
+    "file_reserved_hours": 10_000.0,
+}
 RATIOS = {"guard": GUARD_RATIO, "enospc": 1.0}
 
 
@@ -61,21 +66,34 @@ class DiskPlan:
 
 # guard: 4 % of the tmpfs (its filler stops at 96 %) must hold a new 1 MiB segment and the
 # few batches accepted before the guard's next look (it looks at most twice a second).
-SHORT = DiskPlan(rounds=1, tmpfs_bytes={"guard": 64 * MIB, "enospc": 20 * MIB},
-                 filler_bytes=4 * MIB, batches_per_round=10)  # fmt: skip
-FULL = DiskPlan(rounds=5, tmpfs_bytes={"guard": 128 * MIB, "enospc": 128 * MIB},
-                filler_bytes=8 * MIB, batches_per_round=40)  # fmt: skip
+SHORT = DiskPlan(
+    rounds=1,
+    tmpfs_bytes={"guard": 64 * MIB, "enospc": 20 * MIB},
+    filler_bytes=4 * MIB,
+    batches_per_round=10,
+)
+FULL = DiskPlan(
+    rounds=5,
+    tmpfs_bytes={"guard": 128 * MIB, "enospc": 128 * MIB},
+    filler_bytes=8 * MIB,
+    batches_per_round=40,
+)
 
 
 @contextmanager
 def tmpfs(mount_point: Path, size_bytes: int) -> Iterator[Path]:
     """Mount a tmpfs of ``size_bytes`` at ``mount_point``; unmount on exit."""
     mount_point.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs",
-                           str(mount_point)], capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs at {mount_point} (the disk-full test needs root, "
-                    f"uid is {os.getuid()}): {done.stderr.strip()}")  # fmt: skip
+        pytest.fail(
+            f"cannot mount a tmpfs at {mount_point} (the disk-full test needs root, "
+            f"uid is {os.getuid()}): {done.stderr.strip()}"
+        )
     try:
         yield mount_point
     finally:
@@ -162,15 +180,17 @@ def official_refusal(endpoint: str, *, may_fit: bool = False) -> str:
         producer.shutdown()
 
 
-def fill_by_sending(sender: Sender, mnt: Path, plan: DiskPlan, round_no: int) -> tuple[
-        BaseException, Callable[[], None]]:  # fmt: skip
+def fill_by_sending(
+    sender: Sender, mnt: Path, plan: DiskPlan, round_no: int
+) -> tuple[BaseException, Callable[[], None]]:
     """enospc: the broker's own sends fill the disk; freeing deletes a pre-made filler."""
     exc = sender.fill(plan.tmpfs_bytes["enospc"])
     return exc, (mnt / f"filler-{round_no}").unlink
 
 
-def fill_from_outside(sender: Sender, mnt: Path, plan: DiskPlan, round_no: int) -> tuple[
-        BaseException, Callable[[], None]]:  # fmt: skip
+def fill_from_outside(
+    sender: Sender, mnt: Path, plan: DiskPlan, round_no: int
+) -> tuple[BaseException, Callable[[], None]]:
     """guard: send some, then another writer takes the disk to 96 %; freeing deletes it."""
     for _ in range(plan.batches_per_round):
         sender.send()
@@ -202,8 +222,7 @@ def run_rounds(broker: ChaosBroker, mnt: Path, mode: str, plan: DiskPlan) -> dic
             again = sender.refusal()  # still full: still the same answer
             assert again is not None, "a send was accepted on a full disk"
             assert_clear_refusal(again)
-            official = official or official_refusal(broker.endpoint,
-                                                    may_fit=mode == "enospc")  # fmt: skip
+            official = official or official_refusal(broker.endpoint, may_fit=mode == "enospc")
             lost = sender.audit().lost
             assert lost == [], f"{len(lost)} acknowledged messages unreadable on a full disk"
             free_space()
@@ -213,10 +232,16 @@ def run_rounds(broker: ChaosBroker, mnt: Path, mode: str, plan: DiskPlan) -> dic
     with RocketMQClient(broker.endpoint, timeout_s=10) as client:
         result = audit(sender.acks.snapshot(), read_back(client, TOPIC))
     assert result.lost == [], f"{len(result.lost)} acknowledged messages lost over a restart"
-    return {"rounds": plan.rounds, "acknowledged": result.acknowledged, "lost": 0,
-            "stored": result.stored, "unacked_stored": result.unacked_stored,
-            "duplicates": result.duplicates, "errors": sorted(errors),
-            "official_error": official.replace(str(mnt), "<tmpfs>")}  # fmt: skip
+    return {
+        "rounds": plan.rounds,
+        "acknowledged": result.acknowledged,
+        "lost": 0,
+        "stored": result.stored,
+        "unacked_stored": result.unacked_stored,
+        "duplicates": result.duplicates,
+        "errors": sorted(errors),
+        "official_error": official.replace(str(mnt), "<tmpfs>"),
+    }
 
 
 @pytest.mark.parametrize("mode", sorted(RATIOS))

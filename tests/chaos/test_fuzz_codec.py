@@ -46,19 +46,21 @@ I64 = st.integers(-(2**63), 2**63 - 1)
 U63 = st.integers(0, 2**63 - 1)
 
 
-
-
 # ---- generated messages -------------------------------------------------------------------
 
 # Text the codec must carry: any code point but surrogates and its two separators.
-TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x01\x02"),
-               max_size=24)  # fmt: skip
+TEXT = st.text(
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\x01\x02"), max_size=24
+)
 NAMES = TEXT.filter(bool)
 TOPICS = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=60).filter(
     lambda t: len(t.encode()) <= 127
 )
-BODIES = st.one_of(st.binary(max_size=300), st.integers(0, MAX_BODY_BYTES).map(bytes),
-                   st.binary(min_size=1000, max_size=MAX_BODY_BYTES))  # fmt: skip
+BODIES = st.one_of(
+    st.binary(max_size=300),
+    st.integers(0, MAX_BODY_BYTES).map(bytes),
+    st.binary(min_size=1000, max_size=MAX_BODY_BYTES),
+)
 HOSTS = st.one_of(st.ip_addresses(v=4).map(str), st.sampled_from(["::1", "", "not-a-host"]))
 
 
@@ -77,11 +79,17 @@ def properties(draw: st.DrawFn) -> dict[str, str]:
 @st.composite
 def messages(draw: st.DrawFn) -> Message:
     return Message(
-        topic=draw(TOPICS), body=draw(BODIES), queue_id=draw(I32), properties=draw(properties()),
-        flag=draw(I32), sys_flag=draw(I32), born_timestamp_ms=draw(I64),
-        born_host=(draw(HOSTS), draw(I32)), reconsume_times=draw(I32),
+        topic=draw(TOPICS),
+        body=draw(BODIES),
+        queue_id=draw(I32),
+        properties=draw(properties()),
+        flag=draw(I32),
+        sys_flag=draw(I32),
+        born_timestamp_ms=draw(I64),
+        born_host=(draw(HOSTS), draw(I32)),
+        reconsume_times=draw(I32),
         prepared_transaction_offset=draw(I64),
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -98,14 +106,23 @@ class Placed:
     def seal(self) -> bytes:
         enc = codec.encode(self.message, **LIMITS)
         store_host = (socket.inet_aton(self.store_ip), self.store_port)
-        return bytes(codec.seal(enc, self.queue_offset, self.physical_offset,
-                                self.store_timestamp_ms, store_host))  # fmt: skip
+        return bytes(
+            codec.seal(
+                enc, self.queue_offset, self.physical_offset, self.store_timestamp_ms, store_host
+            )
+        )
 
 
 @st.composite
 def placed(draw: st.DrawFn) -> Placed:
-    return Placed(draw(messages()), draw(U63), draw(U63), draw(I64),
-                  draw(st.ip_addresses(v=4).map(str)), draw(I32))  # fmt: skip
+    return Placed(
+        draw(messages()),
+        draw(U63),
+        draw(U63),
+        draw(I64),
+        draw(st.ip_addresses(v=4).map(str)),
+        draw(I32),
+    )
 
 
 def expected_ip(host: str) -> str:
@@ -122,12 +139,21 @@ def assert_decodes_to(unit: bytes, pos: int, p: Placed) -> None:
     got = codec.decode(unit, pos)
     assert (got.topic, got.body, got.properties) == (m.topic, m.body, m.properties)
     assert (got.queue_id, got.flag, got.sys_flag, got.reconsume_times) == (
-        m.queue_id, m.flag, m.sys_flag, m.reconsume_times)  # fmt: skip
+        m.queue_id,
+        m.flag,
+        m.sys_flag,
+        m.reconsume_times,
+    )
     assert (got.born_timestamp_ms, got.prepared_transaction_offset) == (
-        m.born_timestamp_ms, m.prepared_transaction_offset)  # fmt: skip
+        m.born_timestamp_ms,
+        m.prepared_transaction_offset,
+    )
     assert got.born_host == (expected_ip(m.born_host[0]), m.born_host[1])
     assert (got.queue_offset, got.physical_offset, got.store_timestamp_ms) == (
-        p.queue_offset, p.physical_offset, p.store_timestamp_ms)  # fmt: skip
+        p.queue_offset,
+        p.physical_offset,
+        p.store_timestamp_ms,
+    )
     assert got.store_host == (p.store_ip, p.store_port)
     assert (got.body_crc, got.stored_size) == (zlib.crc32(m.body), total)
 
@@ -144,8 +170,11 @@ def test_round_trip_keeps_every_field(budget: settings) -> None:
         uniq = p.message.properties.get(PROPERTY_UNIQ_KEY)
         assert req.keys == ([uniq] if uniq else []) + keys
         assert req.tags_code == tag_hash(p.message.properties.get(PROPERTY_TAGS))
-        assert (req.topic, req.queue_offset, req.size) == (p.message.topic, p.queue_offset,
-                                                           len(unit))  # fmt: skip
+        assert (req.topic, req.queue_offset, req.size) == (
+            p.message.topic,
+            p.queue_offset,
+            len(unit),
+        )
 
     check()
 
@@ -236,26 +265,57 @@ def forged_unit(draw: st.DrawFn) -> tuple[bytes, int]:
     answer with CorruptionError rather than crash or read past the unit.
     """
     body = draw(st.binary(max_size=64))
-    tail = draw(st.one_of(
-        st.binary(max_size=64),
-        st.tuples(st.integers(0, 255), st.binary(max_size=40), st.integers(0, 0xFFFF),
-                  st.binary(max_size=40)).map(
-            lambda t: bytes([t[0]]) + t[1] + t[2].to_bytes(2, "big") + t[3]),
-    ))  # fmt: skip
+    tail = draw(
+        st.one_of(
+            st.binary(max_size=64),
+            st.tuples(
+                st.integers(0, 255),
+                st.binary(max_size=40),
+                st.integers(0, 0xFFFF),
+                st.binary(max_size=40),
+            ).map(lambda t: bytes([t[0]]) + t[1] + t[2].to_bytes(2, "big") + t[3]),
+        )
+    )
     body_len = draw(st.one_of(st.just(len(body)), st.integers(-5, 200)))
-    total = draw(st.one_of(st.just(layout.HEADER_SIZE + len(body) + len(tail)),
-                           st.integers(layout.HEADER_SIZE, 400)))  # fmt: skip
+    total = draw(
+        st.one_of(
+            st.just(layout.HEADER_SIZE + len(body) + len(tail)),
+            st.integers(layout.HEADER_SIZE, 400),
+        )
+    )
     phys = draw(U63)
-    header = bytearray(layout.HEADER.pack(
-        total, layout.MESSAGE_MAGIC, 0, zlib.crc32(body), draw(I32), draw(I32), draw(U63), phys,
-        draw(I32), draw(I64), draw(st.binary(min_size=4, max_size=4)), draw(I32), draw(I64),
-        draw(st.binary(min_size=4, max_size=4)), draw(I32), draw(I32), draw(I64), draw(I64),
-        body_len))  # fmt: skip
+    header = bytearray(
+        layout.HEADER.pack(
+            total,
+            layout.MESSAGE_MAGIC,
+            0,
+            zlib.crc32(body),
+            draw(I32),
+            draw(I32),
+            draw(U63),
+            phys,
+            draw(I32),
+            draw(I64),
+            draw(st.binary(min_size=4, max_size=4)),
+            draw(I32),
+            draw(I64),
+            draw(st.binary(min_size=4, max_size=4)),
+            draw(I32),
+            draw(I32),
+            draw(I64),
+            draw(I64),
+            body_len,
+        )
+    )
     unit = bytearray(header + body + tail + draw(st.binary(max_size=16)))
     if body_len >= 0 and layout.HEADER_SIZE + body_len <= total <= len(unit):
         crc = zlib.crc32(unit[layout.HEADER_SIZE + body_len : total])
-        struct.pack_into(">I", unit, layout.UNIT_CRC_POS,
-                         zlib.crc32(unit[layout.CRC_START : layout.HEADER_SIZE], crc))  # fmt: skip
+        struct.pack_into(
+            ">I",
+            unit,
+            layout.UNIT_CRC_POS,
+            zlib.crc32(unit[layout.CRC_START : layout.HEADER_SIZE], crc),
+        )
     return bytes(unit), phys
 
 
@@ -281,7 +341,8 @@ def test_forged_units_decode_or_raise_corruption(budget: settings) -> None:
                 + tail[3 + len(got.topic.encode()) :]
             )
             assert codec.decode_properties(codec.encode_properties(got.properties)) == (
-                got.properties)  # fmt: skip
+                got.properties
+            )
 
     check()
 
@@ -293,8 +354,10 @@ DEFECTS: dict[str, tuple[dict[str, Any], type[InvalidArgumentError]]] = {
     "topic over 127 bytes": ({"topic": "ü" * 64}, InvalidTopicError),
     "surrogate in topic": ({"topic": "t\ud800"}, InvalidTopicError),
     "body over the limit": ({"body": bytes(MAX_BODY_BYTES + 1)}, MessageTooLargeError),
-    "properties over the limit": ({"properties": {"k": "v" * MAX_PROPERTIES_BYTES}},
-                                  PropertiesTooLargeError),
+    "properties over the limit": (
+        {"properties": {"k": "v" * MAX_PROPERTIES_BYTES}},
+        PropertiesTooLargeError,
+    ),
     "\\x01 in a name": ({"properties": {"a\x01b": "v"}}, InvalidPropertyError),
     "\\x02 in a name": ({"properties": {"a\x02b": "v"}}, InvalidPropertyError),
     "\\x01 in a value": ({"properties": {"k": "v\x01"}}, InvalidPropertyError),
@@ -310,9 +373,11 @@ DEFECTS: dict[str, tuple[dict[str, Any], type[InvalidArgumentError]]] = {
     "born time over int64": ({"born_timestamp_ms": 2**63}, InvalidArgumentError),
     "born port over int32": ({"born_host": ("127.0.0.1", 2**31)}, InvalidArgumentError),
     "reconsume times over int32": ({"reconsume_times": 2**40}, InvalidArgumentError),
-    "prepared offset under int64": ({"prepared_transaction_offset": -(2**63) - 1},
-                                    InvalidArgumentError),
-}  # fmt: skip
+    "prepared offset under int64": (
+        {"prepared_transaction_offset": -(2**63) - 1},
+        InvalidArgumentError,
+    ),
+}
 
 
 @pytest.mark.parametrize("budget", budgets(100, 3_000))
@@ -406,8 +471,7 @@ def test_bulk_decoder_and_codec_agree_on_forged_units(budget: settings) -> None:
         one = decodes_or_corrupt(unit[:size], 0, phys)
         if cols is not None and one is not None:
             assert cols.topic[0].as_py() == one.topic and cols.body[0].as_py() == one.body
-            assert codec.decode_properties(cols.properties[0].as_py().encode()) == (
-                one.properties)  # fmt: skip
+            assert codec.decode_properties(cols.properties[0].as_py().encode()) == (one.properties)
         elif one is not None:  # the codec read it: the bulk reader must not refuse it
             pytest.fail("the bulk decoder refused a unit the codec reads")
         elif cols is not None:  # only an empty topic may pass the bulk decoder alone

@@ -50,8 +50,13 @@ SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 METHODS = sorted(m.name for m in SERVICE.methods)
 BAD_CODES = {Code.CODE_UNSPECIFIED, Code.INTERNAL_ERROR, Code.INTERNAL_SERVER_ERROR}
 MAX_BODY_BYTES = 64 << 10
-CONFIG = {"store": {"max_body_bytes": MAX_BODY_BYTES, "max_properties_bytes": 16 << 10,
-                    "segment_size_bytes": 4 << 20}}  # fmt: skip
+CONFIG = {
+    "store": {
+        "max_body_bytes": MAX_BODY_BYTES,
+        "max_properties_bytes": 16 << 10,
+        "segment_size_bytes": 4 << 20,
+    }
+}
 TOPIC, GROUP, POP_TOPIC, POP_GROUP = "fz-orders", "fz-group", "fz-pop", "fz-pop-group"
 AFTER_TOPIC = "fz-after"  # one queue: where the after-fuzz send must land
 CLIENT_ID = "fuzz-client@1"
@@ -96,8 +101,10 @@ def store_reference_data(client: RocketMQClient) -> list[tuple[int, int, bytes]]
 def first_delivery(channel: grpc.Channel) -> tuple[str, str]:
     """(receipt handle, message id) of a real POP delivery, for the templates."""
     request = service_pb2.ReceiveMessageRequest(
-        group=pb.Resource(name=POP_GROUP), message_queue=pb.MessageQueue(
-            topic=pb.Resource(name=POP_TOPIC)), batch_size=1)  # fmt: skip
+        group=pb.Resource(name=POP_GROUP),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=POP_TOPIC)),
+        batch_size=1,
+    )
     request.invisible_duration.FromMilliseconds(60_000)
     request.long_polling_timeout.FromMilliseconds(0)
     call = channel.unary_stream(
@@ -117,9 +124,13 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     proc = start_broker(tmp_path_factory.mktemp("fuzz-grpc"), config=CONFIG)
     with RocketMQClient(proc.endpoint) as client:
         stored = store_reference_data(client)
-    channel = grpc.insecure_channel(proc.endpoint, options=[
-        ("grpc.max_send_message_length", 64 << 20),
-        ("grpc.max_receive_message_length", 64 << 20)])  # fmt: skip
+    channel = grpc.insecure_channel(
+        proc.endpoint,
+        options=[
+            ("grpc.max_send_message_length", 64 << 20),
+            ("grpc.max_receive_message_length", 64 << 20),
+        ],
+    )
     handle, message_id = first_delivery(channel)
     yield Target(proc, channel, stored, handle, message_id)
     channel.close()
@@ -133,8 +144,9 @@ def stop_cleanly(proc: BrokerProcess, timeout_s: float = 30) -> None:
         code = proc.stop(timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
-        pytest.fail(f"the broker did not stop {timeout_s} s after SIGTERM:\n"
-                    + "".join(proc.output[-30:]))  # fmt: skip
+        pytest.fail(
+            f"the broker did not stop {timeout_s} s after SIGTERM:\n" + "".join(proc.output[-30:])
+        )
     assert code == 0, "".join(proc.output[-30:])
 
 
@@ -149,54 +161,87 @@ def templates(t: Target) -> dict[str, Any]:
     """A valid request for every RPC (Telemetry: one command of its stream)."""
     s = service_pb2
     mq = pb.MessageQueue(topic=resource(TOPIC), id=0)
-    endpoints = pb.Endpoints(scheme=pb.AddressScheme.IPv4,
-                             addresses=[pb.Address(host="127.0.0.1", port=1)])  # fmt: skip
-    message = pb.Message(topic=resource("fz-sink"), body=b"fuzz", user_properties={"u": "1"},
-                         system_properties=pb.SystemProperties(
-                             message_id="FZ-1", tag="T", keys=["k"],
-                             message_type=pb.MessageType.NORMAL))  # fmt: skip
-    settings_ = pb.Settings(client_type=pb.ClientType.SIMPLE_CONSUMER, subscription=pb.Subscription(
-        group=resource(GROUP), subscriptions=[pb.SubscriptionEntry(
-            topic=resource(TOPIC), expression=pb.FilterExpression(type=pb.FilterType.TAG,
-                                                                  expression="*"))]))  # fmt: skip
+    endpoints = pb.Endpoints(
+        scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)]
+    )
+    message = pb.Message(
+        topic=resource("fz-sink"),
+        body=b"fuzz",
+        user_properties={"u": "1"},
+        system_properties=pb.SystemProperties(
+            message_id="FZ-1", tag="T", keys=["k"], message_type=pb.MessageType.NORMAL
+        ),
+    )
+    settings_ = pb.Settings(
+        client_type=pb.ClientType.SIMPLE_CONSUMER,
+        subscription=pb.Subscription(
+            group=resource(GROUP),
+            subscriptions=[
+                pb.SubscriptionEntry(
+                    topic=resource(TOPIC),
+                    expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+                )
+            ],
+        ),
+    )
     requests = {
         "QueryRoute": s.QueryRouteRequest(topic=resource(TOPIC), endpoints=endpoints),
-        "Heartbeat": s.HeartbeatRequest(group=resource(GROUP),
-                                        client_type=pb.ClientType.SIMPLE_CONSUMER),
+        "Heartbeat": s.HeartbeatRequest(
+            group=resource(GROUP), client_type=pb.ClientType.SIMPLE_CONSUMER
+        ),
         "SendMessage": s.SendMessageRequest(messages=[message]),
-        "QueryAssignment": s.QueryAssignmentRequest(topic=resource(TOPIC), group=resource(GROUP),
-                                                    endpoints=endpoints),
+        "QueryAssignment": s.QueryAssignmentRequest(
+            topic=resource(TOPIC), group=resource(GROUP), endpoints=endpoints
+        ),
         "ReceiveMessage": s.ReceiveMessageRequest(
-            group=resource(POP_GROUP), message_queue=pb.MessageQueue(topic=resource(POP_TOPIC)),
-            batch_size=2, filter_expression=pb.FilterExpression(type=pb.FilterType.SQL,
-                                                                expression="a > 1 OR a IS NULL")),
-        "AckMessage": s.AckMessageRequest(group=resource(POP_GROUP), topic=resource(POP_TOPIC),
-                                          entries=[s.AckMessageEntry(
-                                              message_id=t.message_id,
-                                              receipt_handle=t.receipt_handle)]),
+            group=resource(POP_GROUP),
+            message_queue=pb.MessageQueue(topic=resource(POP_TOPIC)),
+            batch_size=2,
+            filter_expression=pb.FilterExpression(
+                type=pb.FilterType.SQL, expression="a > 1 OR a IS NULL"
+            ),
+        ),
+        "AckMessage": s.AckMessageRequest(
+            group=resource(POP_GROUP),
+            topic=resource(POP_TOPIC),
+            entries=[s.AckMessageEntry(message_id=t.message_id, receipt_handle=t.receipt_handle)],
+        ),
         "ForwardMessageToDeadLetterQueue": s.ForwardMessageToDeadLetterQueueRequest(
-            group=resource(POP_GROUP), topic=resource(POP_TOPIC),
-            receipt_handle=t.receipt_handle, message_id=t.message_id, delivery_attempt=1,
-            max_delivery_attempts=3),
-        "PullMessage": s.PullMessageRequest(group=resource(GROUP), message_queue=mq, offset=0,
-                                            batch_size=8),
-        "UpdateOffset": s.UpdateOffsetRequest(group=resource("fz-offsets"), message_queue=mq,
-                                              offset=5),
+            group=resource(POP_GROUP),
+            topic=resource(POP_TOPIC),
+            receipt_handle=t.receipt_handle,
+            message_id=t.message_id,
+            delivery_attempt=1,
+            max_delivery_attempts=3,
+        ),
+        "PullMessage": s.PullMessageRequest(
+            group=resource(GROUP), message_queue=mq, offset=0, batch_size=8
+        ),
+        "UpdateOffset": s.UpdateOffsetRequest(
+            group=resource("fz-offsets"), message_queue=mq, offset=5
+        ),
         "GetOffset": s.GetOffsetRequest(group=resource(GROUP), message_queue=mq),
-        "QueryOffset": s.QueryOffsetRequest(message_queue=mq,
-                                            query_offset_policy=pb.QueryOffsetPolicy.TIMESTAMP),
+        "QueryOffset": s.QueryOffsetRequest(
+            message_queue=mq, query_offset_policy=pb.QueryOffsetPolicy.TIMESTAMP
+        ),
         "EndTransaction": s.EndTransactionRequest(
-            topic=resource(TOPIC), message_id="FZ-TX", transaction_id="TX-1",
+            topic=resource(TOPIC),
+            message_id="FZ-TX",
+            transaction_id="TX-1",
             resolution=pb.TransactionResolution.COMMIT,
-            source=pb.TransactionSource.SOURCE_CLIENT),
+            source=pb.TransactionSource.SOURCE_CLIENT,
+        ),
         "Telemetry": s.TelemetryCommand(settings=settings_),
         "NotifyClientTermination": s.NotifyClientTerminationRequest(group=resource(GROUP)),
         "ChangeInvisibleDuration": s.ChangeInvisibleDurationRequest(
-            group=resource(POP_GROUP), topic=resource(POP_TOPIC),
-            receipt_handle=t.receipt_handle, message_id=t.message_id),
+            group=resource(POP_GROUP),
+            topic=resource(POP_TOPIC),
+            receipt_handle=t.receipt_handle,
+            message_id=t.message_id,
+        ),
         "RecallMessage": s.RecallMessageRequest(topic=resource(TOPIC), recall_handle="FZ-RH"),
         "SyncLiteSubscription": s.SyncLiteSubscriptionRequest(),
-    }  # fmt: skip
+    }
     requests["ReceiveMessage"].invisible_duration.FromMilliseconds(1_000)
     requests["ReceiveMessage"].long_polling_timeout.FromMilliseconds(0)
     requests["PullMessage"].long_polling_timeout.FromMilliseconds(0)
@@ -208,32 +253,78 @@ def templates(t: Target) -> dict[str, Any]:
 # ---- hostile values, by field type --------------------------------------------------------
 
 HOSTILE_TEXT = st.one_of(
-    st.sampled_from([
-        "", " ", TOPIC, GROUP, POP_TOPIC, POP_GROUP, "bad topic", "x" * 300, "%DLQ%" + GROUP,
-        "%RETRY%" + GROUP, "rmq_sys_TRACE", "订单", "\x00", "a\x01b", "a\x02b", "a|b", "*", "||",
-        "a > 1", "a >", "NOT", "SQL92", "0" * 40, "AQAAAAAAAAAAAAAAAAAAAAAA", "::1", "0.0.0.0",
-    ]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            TOPIC,
+            GROUP,
+            POP_TOPIC,
+            POP_GROUP,
+            "bad topic",
+            "x" * 300,
+            "%DLQ%" + GROUP,
+            "%RETRY%" + GROUP,
+            "rmq_sys_TRACE",
+            "订单",
+            "\x00",
+            "a\x01b",
+            "a\x02b",
+            "a|b",
+            "*",
+            "||",
+            "a > 1",
+            "a >",
+            "NOT",
+            "SQL92",
+            "0" * 40,
+            "AQAAAAAAAAAAAAAAAAAAAAAA",
+            "::1",
+            "0.0.0.0",
+        ]
+    ),
     st.text(max_size=20),
-)  # fmt: skip
+)
 HOSTILE_BYTES = st.one_of(
-    st.sampled_from([b"", b"\x00", b"\x1f\x8b\x08\x00junk", bytes(MAX_BODY_BYTES),
-                     bytes(MAX_BODY_BYTES + 1), bytes(300_000)]),
+    st.sampled_from(
+        [
+            b"",
+            b"\x00",
+            b"\x1f\x8b\x08\x00junk",
+            bytes(MAX_BODY_BYTES),
+            bytes(MAX_BODY_BYTES + 1),
+            bytes(300_000),
+        ]
+    ),
     st.binary(max_size=64),
-)  # fmt: skip
+)
 FD = FieldDescriptor
 S32, U32, S64, U64 = (-(2**31), 2**31 - 1), (0, 2**32 - 1), (-(2**63), 2**63 - 1), (0, 2**64 - 1)
 INT_RANGES = {
-    FD.TYPE_INT32: S32, FD.TYPE_SINT32: S32, FD.TYPE_SFIXED32: S32, FD.TYPE_UINT32: U32,
-    FD.TYPE_FIXED32: U32, FD.TYPE_INT64: S64, FD.TYPE_SINT64: S64, FD.TYPE_SFIXED64: S64,
-    FD.TYPE_UINT64: U64, FD.TYPE_FIXED64: U64,
-}  # fmt: skip
+    FD.TYPE_INT32: S32,
+    FD.TYPE_SINT32: S32,
+    FD.TYPE_SFIXED32: S32,
+    FD.TYPE_UINT32: U32,
+    FD.TYPE_FIXED32: U32,
+    FD.TYPE_INT64: S64,
+    FD.TYPE_SINT64: S64,
+    FD.TYPE_SFIXED64: S64,
+    FD.TYPE_UINT64: U64,
+    FD.TYPE_FIXED64: U64,
+}
 
 
 def hostile_int(lo: int, hi: int) -> st.SearchStrategy[int]:
-    edges = [v for v in (0, 1, -1, 2, lo, hi, lo + 1, hi - 1, 10**9, -(10**9), 2**31, 2**32)
-             if lo <= v <= hi]  # fmt: skip
-    return st.one_of(st.sampled_from(edges), st.integers(lo, hi), st.integers(-5, 100).filter(
-        lambda v: lo <= v <= hi))  # fmt: skip
+    edges = [
+        v
+        for v in (0, 1, -1, 2, lo, hi, lo + 1, hi - 1, 10**9, -(10**9), 2**31, 2**32)
+        if lo <= v <= hi
+    ]
+    return st.one_of(
+        st.sampled_from(edges),
+        st.integers(lo, hi),
+        st.integers(-5, 100).filter(lambda v: lo <= v <= hi),
+    )
 
 
 def hostile_scalar(draw: Draw, fd: FieldDescriptor) -> Any:
@@ -286,25 +377,32 @@ def mutate_message(draw: Draw, msg: Any, depth: int = 0) -> None:
     """1..3 edits of ``msg``: of any of its fields, or deeper inside one that is set."""
     fields = list(msg.DESCRIPTOR.fields)
     for _ in range(draw(st.integers(1, 3 if depth == 0 else 2))):
-        present = [fd for fd, _ in msg.ListFields()
-                   if fd.message_type is not None and not fd.is_repeated]  # fmt: skip
+        present = [
+            fd for fd, _ in msg.ListFields() if fd.message_type is not None and not fd.is_repeated
+        ]
         if present and depth < 3 and draw(st.booleans()):  # keep the shape, break a detail
             mutate_message(draw, getattr(msg, draw(st.sampled_from(present)).name), depth + 1)
         elif fields:
             mutate_field(draw, msg, draw(st.sampled_from(fields)), depth)
 
 
-METADATA = st.sampled_from([
-    [("x-mq-client-id", CLIENT_ID)], [("x-mq-client-id", "fuzz-other@2")], [],
-    [("x-mq-client-id", "")], [("x-mq-client-id", "a" * 2000)],
-])  # fmt: skip
+METADATA = st.sampled_from(
+    [
+        [("x-mq-client-id", CLIENT_ID)],
+        [("x-mq-client-id", "fuzz-other@2")],
+        [],
+        [("x-mq-client-id", "")],
+        [("x-mq-client-id", "a" * 2000)],
+    ]
+)
 
 
 # ---- calling and checking -----------------------------------------------------------------
 
 
-def call_raw(t: Target, method: str, payload: bytes | list[bytes],
-             metadata: list[tuple[str, str]]) -> list[bytes]:  # fmt: skip
+def call_raw(
+    t: Target, method: str, payload: bytes | list[bytes], metadata: list[tuple[str, str]]
+) -> list[bytes]:
     """Serialized responses of one call, whatever its kind; gRPC errors propagate."""
     path = f"/{SERVICE.full_name}/{method}"
     desc = SERVICE.methods_by_name[method]
@@ -314,8 +412,9 @@ def call_raw(t: Target, method: str, payload: bytes | list[bytes],
         return list(call(iter(frames), timeout=STREAM_DEADLINE_S, metadata=metadata))
     assert isinstance(payload, bytes)
     if desc.server_streaming:
-        return list(t.channel.unary_stream(path)(payload, timeout=STREAM_DEADLINE_S,
-                                                 metadata=metadata))  # fmt: skip
+        return list(
+            t.channel.unary_stream(path)(payload, timeout=STREAM_DEADLINE_S, metadata=metadata)
+        )
     return [t.channel.unary_unary(path)(payload, timeout=UNARY_DEADLINE_S, metadata=metadata)]
 
 
@@ -368,13 +467,15 @@ def test_random_bytes_are_refused_or_answered_with_a_code(target: Target, budget
         st.lists(st.binary(max_size=80), max_size=3),
         METADATA,
     )
-    def check(method: str, payload: bytes, frames: list[bytes],
-              metadata: list[tuple[str, str]]) -> None:  # fmt: skip
+    def check(
+        method: str, payload: bytes, frames: list[bytes], metadata: list[tuple[str, str]]
+    ) -> None:
         nonlocal refusals
         desc = SERVICE.methods_by_name[method]
         try:
-            answers = call_raw(target, method, [payload, *frames] if desc.client_streaming
-                               else payload, metadata)  # fmt: skip
+            answers = call_raw(
+                target, method, [payload, *frames] if desc.client_streaming else payload, metadata
+            )
         except grpc.RpcError as exc:
             assert exc.code() == grpc.StatusCode.INTERNAL, (method, exc)
             assert "deserializing request" in (exc.details() or ""), (method, exc)
@@ -403,10 +504,14 @@ def test_mutated_requests_get_a_proper_code(target: Target, budget: settings) ->
             request.CopyFrom(base[method])
             mutate_message(data.draw, request)
             payload = request.SerializeToString()
-            frames = [payload, *([payload] if method == "Telemetry" and data.draw(st.booleans())
-                                 else [])]  # fmt: skip
-            codes = check_answers(method, call_raw(target, method, frames if method == "Telemetry"
-                                                   else payload, metadata))  # fmt: skip
+            frames = [
+                payload,
+                *([payload] if method == "Telemetry" and data.draw(st.booleans()) else []),
+            ]
+            codes = check_answers(
+                method,
+                call_raw(target, method, frames if method == "Telemetry" else payload, metadata),
+            )
             seen.setdefault(method, set()).update(codes)
 
         check()
@@ -445,8 +550,13 @@ def test_undecodable_telemetry_frames_do_not_wedge_shutdown(tmp_path: Path) -> N
             telemetry = channel.stream_stream(f"/{SERVICE.full_name}/Telemetry")
             for frames in ([b"\xff"], [b"\x1f\x84"] * 3, [b"\x0a\x05\xff"]) * 4:
                 with pytest.raises(grpc.RpcError) as refused:
-                    list(telemetry(iter(frames), timeout=STREAM_DEADLINE_S,
-                                   metadata=[("x-mq-client-id", CLIENT_ID)]))  # fmt: skip
+                    list(
+                        telemetry(
+                            iter(frames),
+                            timeout=STREAM_DEADLINE_S,
+                            metadata=[("x-mq-client-id", CLIENT_ID)],
+                        )
+                    )
                 assert refused.value.code() == grpc.StatusCode.INTERNAL
     finally:
         stop_cleanly(proc, timeout_s=15)
@@ -463,8 +573,10 @@ def test_sigterm_taken_by_any_thread_stops_the_broker(tmp_path: Path) -> None:
     corrupt-files run; tgkill makes the case deterministic."""
     proc = start_broker(tmp_path)
     pid = proc.process.pid
-    names = {int(t): Path(f"/proc/{pid}/task/{t}/comm").read_text().strip()
-             for t in os.listdir(f"/proc/{pid}/task")}  # fmt: skip
+    names = {
+        int(t): Path(f"/proc/{pid}/task/{t}/comm").read_text().strip()
+        for t in os.listdir(f"/proc/{pid}/task")
+    }
     grpc_threads = [t for t, name in names.items() if name.startswith(("grpc", "event_engine"))]
     wait_until_idle(pid)  # else the main thread may still see the signal on its way to wait
     libc = ctypes.CDLL(None, use_errno=True)

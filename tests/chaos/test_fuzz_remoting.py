@@ -36,8 +36,11 @@ CODES = sorted(int(c) for c in HANDLERS)
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
-    proc = launch_broker(tmp_path_factory.mktemp("fz-remoting"), config=DEFAULT_CONFIG,
-                         extra_args=["--remoting-listen", "127.0.0.1:0"])  # fmt: skip
+    proc = launch_broker(
+        tmp_path_factory.mktemp("fz-remoting"),
+        config=DEFAULT_CONFIG,
+        extra_args=["--remoting-listen", "127.0.0.1:0"],
+    )
     line = next(x for x in proc.output if "remoting (4.x clients) on" in x)
     addr = line.rsplit(" ", 1)[1].strip()
     yield proc, addr
@@ -47,8 +50,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
 @pytest.fixture(scope="module")
 def canary(broker: tuple[BrokerProcess, str]) -> Iterator[RemotingClient]:
     client = RemotingClient(broker[1], 10.0)
-    resp = client.invoke(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": TOPIC, "readQueueNums": "1", "writeQueueNums": "1"}))  # fmt: skip
+    resp = client.invoke(
+        RemotingCommand.request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": TOPIC, "readQueueNums": "1", "writeQueueNums": "1"},
+        )
+    )
     assert resp.code == 0
     assert send(client, b"before").code == 0
     yield client
@@ -56,15 +63,28 @@ def canary(broker: tuple[BrokerProcess, str]) -> Iterator[RemotingClient]:
 
 
 def send(client: RemotingClient, body: bytes) -> RemotingCommand:
-    return client.invoke(RemotingCommand.request(
-        RequestCode.SEND_MESSAGE_V2, {"a": "pg", "b": TOPIC, "e": "0", "i": ""}, body))  # fmt: skip
+    return client.invoke(
+        RemotingCommand.request(
+            RequestCode.SEND_MESSAGE_V2, {"a": "pg", "b": TOPIC, "e": "0", "i": ""}, body
+        )
+    )
 
 
 def assert_canary_fine(client: RemotingClient) -> None:
     assert send(client, b"canary").code == 0
-    got = client.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "fz-canary", "topic": TOPIC, "queueId": "0", "queueOffset": "0",
-        "maxMsgNums": "1", "sysFlag": "0"}))  # fmt: skip
+    got = client.invoke(
+        RemotingCommand.request(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "fz-canary",
+                "topic": TOPIC,
+                "queueId": "0",
+                "queueOffset": "0",
+                "maxMsgNums": "1",
+                "sysFlag": "0",
+            },
+        )
+    )
     assert got.code == 0 and b"before" in got.body
 
 
@@ -105,8 +125,10 @@ BAD_FRAMES = {
 @pytest.mark.parametrize("name", sorted(BAD_FRAMES))
 def test_malformed_frames_close_only_their_connection(broker, canary, name):
     answer = raw_exchange(broker[1], BAD_FRAMES[name])
-    assert answer is None or answer.code in (ResponseCode.SYSTEM_ERROR,
-                                             ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+    assert answer is None or answer.code in (
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+    )
     assert broker[0].process.poll() is None
     assert_canary_fine(canary)
 
@@ -119,32 +141,95 @@ def test_huge_ext_fields_and_unknown_codes(broker, canary):
         assert resp.code == ResponseCode.SYSTEM_ERROR
         for code in (0, 1, 999, 30000, -1 & 0x7FFF, 200050):
             assert client.invoke(RemotingCommand.request(code)).code == (
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED)  # fmt: skip
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+            )
     finally:
         client.close()
     assert_canary_fine(canary)
 
 
-HOSTILE_TEXT = st.one_of(st.sampled_from(["", "-1", "0", "9" * 30, "-9" * 10, "abc", TOPIC,
-                                          "%RETRY%x", "x" * 300, "true", "\x00", "1e9"]),
-                         st.text(max_size=20))  # fmt: skip
-FIELD_NAMES = ["a", "b", "e", "f", "i", "m", "topic", "queueId", "queueOffset", "maxMsgNums",
-               "sysFlag", "commitOffset", "suspendTimeoutMillis", "subscription",
-               "expressionType", "consumerGroup", "group", "offset", "delayLevel",
-               "maxReconsumeTimes", "timestamp", "clientID", "producerGroup",
-               "commitOrRollback", "msgId", "readQueueNums", "writeQueueNums", "perm"]
-BODIES = st.one_of(st.binary(max_size=200), st.sampled_from([
-    b"{}", b"[]", b'{"clientID": 5}', b'{"clientID": "c", "consumerDataSet": [{"groupName": 1}]}',
-    b'{"consumerGroup": "g", "clientId": "c", "mqSet": [{"topic": "t", "queueId": "x"}]}',
-    json.dumps({"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [
-        {"topic": TOPIC, "subString": "a = ", "expressionType": "SQL92"}]}]}).encode(),
-]))  # fmt: skip
+HOSTILE_TEXT = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "-1",
+            "0",
+            "9" * 30,
+            "-9" * 10,
+            "abc",
+            TOPIC,
+            "%RETRY%x",
+            "x" * 300,
+            "true",
+            "\x00",
+            "1e9",
+        ]
+    ),
+    st.text(max_size=20),
+)
+FIELD_NAMES = [
+    "a",
+    "b",
+    "e",
+    "f",
+    "i",
+    "m",
+    "topic",
+    "queueId",
+    "queueOffset",
+    "maxMsgNums",
+    "sysFlag",
+    "commitOffset",
+    "suspendTimeoutMillis",
+    "subscription",
+    "expressionType",
+    "consumerGroup",
+    "group",
+    "offset",
+    "delayLevel",
+    "maxReconsumeTimes",
+    "timestamp",
+    "clientID",
+    "producerGroup",
+    "commitOrRollback",
+    "msgId",
+    "readQueueNums",
+    "writeQueueNums",
+    "perm",
+]
+BODIES = st.one_of(
+    st.binary(max_size=200),
+    st.sampled_from(
+        [
+            b"{}",
+            b"[]",
+            b'{"clientID": 5}',
+            b'{"clientID": "c", "consumerDataSet": [{"groupName": 1}]}',
+            b'{"consumerGroup": "g", "clientId": "c", "mqSet": [{"topic": "t", "queueId": "x"}]}',
+            json.dumps(
+                {
+                    "clientID": "c",
+                    "consumerDataSet": [
+                        {
+                            "groupName": "g",
+                            "subscriptionDataSet": [
+                                {"topic": TOPIC, "subString": "a = ", "expressionType": "SQL92"}
+                            ],
+                        }
+                    ],
+                }
+            ).encode(),
+        ]
+    ),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(code=st.sampled_from(CODES),
-       fields=st.dictionaries(st.sampled_from(FIELD_NAMES), HOSTILE_TEXT, max_size=8),
-       body=BODIES)  # fmt: skip
+@given(
+    code=st.sampled_from(CODES),
+    fields=st.dictionaries(st.sampled_from(FIELD_NAMES), HOSTILE_TEXT, max_size=8),
+    body=BODIES,
+)
 def test_hostile_requests_get_answers_not_internal_errors(broker, canary, code, fields, body):
     if code == RequestCode.PULL_MESSAGE:
         fields["suspendTimeoutMillis"] = "0"  # a parked pull would only make this slow
@@ -154,8 +239,11 @@ def test_hostile_requests_get_answers_not_internal_errors(broker, canary, code, 
 
 
 def test_bad_lock_bodies_are_clear_errors(canary):
-    for body in (b'{"mqSet": [{"topic": "t", "queueId": "x"}]}', b'{"mqSet": [{}]}',
-                 b'{"mqSet": [{"topic": "t", "queueId": null}]}'):  # fmt: skip
+    for body in (
+        b'{"mqSet": [{"topic": "t", "queueId": "x"}]}',
+        b'{"mqSet": [{}]}',
+        b'{"mqSet": [{"topic": "t", "queueId": null}]}',
+    ):
         resp = canary.invoke(RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, {}, body))
         assert resp.code == ResponseCode.SYSTEM_ERROR and "mqSet" in resp.remark
 

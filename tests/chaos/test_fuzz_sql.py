@@ -32,26 +32,58 @@ from tests.chaos.load import budgets
 Tri = bool | None
 
 
-
-
 # ---- the reference: property values and what they are as numbers ---------------------------
 
 NAMES = ["a", "b", "c_1", "$x", "d.e", "é", "TAGS"]
 NUMBER_OF: dict[str, int | float | None] = {
-    "-3": -3, "-1": -1, "0": 0, "1": 1, "2": 2, "3": 3, "+2": 2, "007": 7, "1.5": 1.5,
-    "-2.5": -2.5, ".5": 0.5, "1e0": 1.0, "abc": None, "": None, " 1": None, "true": None,
-    "FALSE": None, "x'y": None, "1_0": None, "NaN": None, "0x1": None,
-}  # fmt: skip
+    "-3": -3,
+    "-1": -1,
+    "0": 0,
+    "1": 1,
+    "2": 2,
+    "3": 3,
+    "+2": 2,
+    "007": 7,
+    "1.5": 1.5,
+    "-2.5": -2.5,
+    ".5": 0.5,
+    "1e0": 1.0,
+    "abc": None,
+    "": None,
+    " 1": None,
+    "true": None,
+    "FALSE": None,
+    "x'y": None,
+    "1_0": None,
+    "NaN": None,
+    "0x1": None,
+}
 BOOL_OF = {"true": True, "false": False}
 OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "=": operator.eq, "<>": operator.ne, "!=": operator.ne, "<": operator.lt,
-    "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-}  # fmt: skip
+    "=": operator.eq,
+    "<>": operator.ne,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 STRING_TESTS: dict[str, Callable[[str, str], bool]] = {
-    "CONTAINS": operator.contains, "STARTSWITH": str.startswith, "ENDSWITH": str.endswith,
-}  # fmt: skip
-NUMBER_LITERALS: dict[str, int | float] = {"-3": -3, "0": 0, "1": 1, "2": 2, "3": 3, "1.5": 1.5,
-                                           "-0.5": -0.5, ".5": 0.5, "2e0": 2.0}  # fmt: skip
+    "CONTAINS": operator.contains,
+    "STARTSWITH": str.startswith,
+    "ENDSWITH": str.endswith,
+}
+NUMBER_LITERALS: dict[str, int | float] = {
+    "-3": -3,
+    "0": 0,
+    "1": 1,
+    "2": 2,
+    "3": 3,
+    "1.5": 1.5,
+    "-0.5": -0.5,
+    ".5": 0.5,
+    "2e0": 2.0,
+}
 STRING_LITERALS = ["abc", "", "x'y", "1", "true", "é", "b c"]
 
 
@@ -129,8 +161,9 @@ def compare_text(draw: st.DrawFn) -> Leaf:
     if draw(st.booleans()):
         word = draw(st.sampled_from(["TRUE", "FALSE", "true", "False"]))
         flag = word.upper() == "TRUE"
-        leaf = on_value(name, lambda v: None if (b := BOOL_OF.get(v.lower())) is None
-                        else OPS[op](b, flag))  # fmt: skip
+        leaf = on_value(
+            name, lambda v: None if (b := BOOL_OF.get(v.lower())) is None else OPS[op](b, flag)
+        )
         tokens = (name, op, word)
     else:
         lit = draw(st.sampled_from(STRING_LITERALS))
@@ -165,11 +198,14 @@ def condition(draw: st.DrawFn) -> Leaf:
         leaf = Leaf((), lambda p: (name in p) is negated)
         return with_tokens(leaf, name, "IS", *nt, "NULL")
     if kind == "BETWEEN":
-        lo, hi = draw(st.sampled_from(sorted(NUMBER_LITERALS))), draw(st.sampled_from(
-            sorted(NUMBER_LITERALS)))  # fmt: skip
+        lo, hi = (
+            draw(st.sampled_from(sorted(NUMBER_LITERALS))),
+            draw(st.sampled_from(sorted(NUMBER_LITERALS))),
+        )
         low, high = NUMBER_LITERALS[lo], NUMBER_LITERALS[hi]
-        leaf = on_value(name, lambda v: None if (n := NUMBER_OF[v]) is None
-                        else low <= n <= high, negated)  # fmt: skip
+        leaf = on_value(
+            name, lambda v: None if (n := NUMBER_OF[v]) is None else low <= n <= high, negated
+        )
         return with_tokens(leaf, name, *nt, "BETWEEN", lo, "AND", hi)
     if kind.startswith("IN"):
         pool = STRING_LITERALS if kind == "IN-TEXT" else sorted(NUMBER_LITERALS)
@@ -179,8 +215,9 @@ def condition(draw: st.DrawFn) -> Leaf:
             texts = [quoted(i) for i in items]
         else:
             numbers = {NUMBER_LITERALS[i] for i in items}
-            leaf = on_value(name, lambda v: None if (n := NUMBER_OF[v]) is None
-                            else n in numbers, negated)  # fmt: skip
+            leaf = on_value(
+                name, lambda v: None if (n := NUMBER_OF[v]) is None else n in numbers, negated
+            )
             texts = list(items)
         listed = [t for i, text in enumerate(texts) for t in ([","] if i else []) + [text]]
         return with_tokens(leaf, name, *nt, "IN", "(", *listed, ")")
@@ -195,26 +232,25 @@ def constant(draw: st.DrawFn) -> Leaf:
         word = draw(st.sampled_from(["TRUE", "FALSE", "true", "False"]))
         value = word.upper() == "TRUE"
         return Leaf((word,), lambda p: value)
-    a, b = draw(st.sampled_from(sorted(NUMBER_LITERALS))), draw(st.sampled_from(
-        sorted(NUMBER_LITERALS)))  # fmt: skip
+    a, b = (
+        draw(st.sampled_from(sorted(NUMBER_LITERALS))),
+        draw(st.sampled_from(sorted(NUMBER_LITERALS))),
+    )
     op = draw(st.sampled_from(sorted(OPS)))
     value = OPS[op](NUMBER_LITERALS[a], NUMBER_LITERALS[b])
     return Leaf((a, op, b), lambda p: value)
 
 
-LEAVES = st.one_of(compare_number(), compare_text(), compare_properties(), condition(),
-                   constant())  # fmt: skip
+LEAVES = st.one_of(compare_number(), compare_text(), compare_properties(), condition(), constant())
 TREES = st.recursive(
     LEAVES,
     lambda inner: st.one_of(
-        st.builds(lambda items: Node("AND", tuple(items)), st.lists(inner, min_size=2,
-                                                                     max_size=4)),
-        st.builds(lambda items: Node("OR", tuple(items)), st.lists(inner, min_size=2,
-                                                                    max_size=4)),
+        st.builds(lambda items: Node("AND", tuple(items)), st.lists(inner, min_size=2, max_size=4)),
+        st.builds(lambda items: Node("OR", tuple(items)), st.lists(inner, min_size=2, max_size=4)),
         st.builds(lambda item: Node("NOT", (item,)), inner),
     ),
     max_leaves=12,
-)  # fmt: skip
+)
 PRECEDENCE = {"OR": 1, "AND": 2, "NOT": 3}
 
 
@@ -226,8 +262,11 @@ def tokens_of(tree: Tree, draw: st.DrawFn) -> list[str]:
         out = []
         for i, item in enumerate(tree.items):
             part = tokens_of(item, draw)
-            needs = isinstance(item, Node) and PRECEDENCE[item.op] <= PRECEDENCE[tree.op] and (
-                item.op != "NOT")  # fmt: skip
+            needs = (
+                isinstance(item, Node)
+                and PRECEDENCE[item.op] <= PRECEDENCE[tree.op]
+                and (item.op != "NOT")
+            )
             if isinstance(item, Leaf) and tree.op == "NOT" and item.tokens[0] in ("TRUE", "FALSE"):
                 needs = False
             part = ["(", *part, ")"] if needs else part
@@ -261,8 +300,9 @@ def rendered(draw: st.DrawFn) -> tuple[Tree, str]:
     return tree, text
 
 
-PROPERTY_MAPS = st.dictionaries(st.sampled_from(NAMES), st.sampled_from(sorted(NUMBER_OF)),
-                                max_size=len(NAMES))  # fmt: skip
+PROPERTY_MAPS = st.dictionaries(
+    st.sampled_from(NAMES), st.sampled_from(sorted(NUMBER_OF)), max_size=len(NAMES)
+)
 
 
 @pytest.mark.parametrize("budget", budgets(300, 20_000))
@@ -318,11 +358,49 @@ def compile_or_positioned_error(text: str) -> Any:
         return None
 
 
-EXTRA_TOKENS = st.sampled_from([
-    "(", ")", ",", "'", "''", "AND", "OR", "NOT", "IN", "IS", "NULL", "BETWEEN", "TRUE",
-    "CONTAINS", "=", "<>", "!", "<", ">=", "1", "-", "1.", "1e", "1e5x", "a", "$", ".", "é",
-    "\x00", "\u00a0", "𝟙", "٣", "\\", "\"", ";", "--", "/*", "?", "9" * 400,
-])  # fmt: skip
+EXTRA_TOKENS = st.sampled_from(
+    [
+        "(",
+        ")",
+        ",",
+        "'",
+        "''",
+        "AND",
+        "OR",
+        "NOT",
+        "IN",
+        "IS",
+        "NULL",
+        "BETWEEN",
+        "TRUE",
+        "CONTAINS",
+        "=",
+        "<>",
+        "!",
+        "<",
+        ">=",
+        "1",
+        "-",
+        "1.",
+        "1e",
+        "1e5x",
+        "a",
+        "$",
+        ".",
+        "é",
+        "\x00",
+        "\u00a0",
+        "𝟙",
+        "٣",
+        "\\",
+        '"',
+        ";",
+        "--",
+        "/*",
+        "?",
+        "9" * 400,
+    ]
+)
 
 
 @st.composite
@@ -348,8 +426,11 @@ def mutated(draw: st.DrawFn) -> str:
 @pytest.mark.parametrize("budget", budgets(300, 20_000))
 def test_mutated_expressions_compile_or_raise_a_positioned_error(budget: settings) -> None:
     @budget
-    @given(mutated(), st.dictionaries(st.text(max_size=4), st.text(max_size=6), max_size=4),
-           PROPERTY_MAPS)  # fmt: skip
+    @given(
+        mutated(),
+        st.dictionaries(st.text(max_size=4), st.text(max_size=6), max_size=4),
+        PROPERTY_MAPS,
+    )
     def check(text: str, extra: dict[str, str], props: dict[str, str]) -> None:
         filt = compile_or_positioned_error(text)
         if filt is not None:
@@ -362,9 +443,13 @@ def test_mutated_expressions_compile_or_raise_a_positioned_error(budget: setting
 @pytest.mark.parametrize("budget", budgets(300, 20_000))
 def test_arbitrary_text_compiles_or_raises_a_positioned_error(budget: settings) -> None:
     @budget
-    @given(st.one_of(st.text(max_size=60), st.lists(EXTRA_TOKENS, max_size=20).map(" ".join),
-                     st.text(min_size=MAX_EXPRESSION_LENGTH - 2,
-                             max_size=MAX_EXPRESSION_LENGTH + 2)))  # fmt: skip
+    @given(
+        st.one_of(
+            st.text(max_size=60),
+            st.lists(EXTRA_TOKENS, max_size=20).map(" ".join),
+            st.text(min_size=MAX_EXPRESSION_LENGTH - 2, max_size=MAX_EXPRESSION_LENGTH + 2),
+        )
+    )
     def check(text: str) -> None:
         compile_or_positioned_error(text)
 
@@ -373,20 +458,31 @@ def test_arbitrary_text_compiles_or_raises_a_positioned_error(budget: settings) 
 
 # ---- the MessageFilter facade -------------------------------------------------------------
 
-TYPES = st.one_of(st.none(), st.sampled_from(["TAG", "tag", " SQL92 ", "sql92", "SQL", "", "*"]),
-                  st.text(max_size=6))  # fmt: skip
-EXPRESSIONS = st.one_of(st.none(), st.text(max_size=30), rendered().map(lambda e: e[1]),
-                        st.lists(st.sampled_from(["A", "B", "||", "|", "*", " "]), max_size=6)
-                        .map("".join))  # fmt: skip
+TYPES = st.one_of(
+    st.none(),
+    st.sampled_from(["TAG", "tag", " SQL92 ", "sql92", "SQL", "", "*"]),
+    st.text(max_size=6),
+)
+EXPRESSIONS = st.one_of(
+    st.none(),
+    st.text(max_size=30),
+    rendered().map(lambda e: e[1]),
+    st.lists(st.sampled_from(["A", "B", "||", "|", "*", " "]), max_size=6).map("".join),
+)
 
 
 @pytest.mark.parametrize("budget", budgets(300, 10_000))
 def test_message_filter_builds_or_raises_filter_syntax_error(budget: settings) -> None:
     @budget
-    @given(TYPES, EXPRESSIONS, st.one_of(st.none(), st.text(max_size=4)),
-           st.one_of(st.none(), PROPERTY_MAPS))  # fmt: skip
-    def check(kind: str | None, expression: str | None, tag: str | None,
-              props: dict[str, str] | None) -> None:  # fmt: skip
+    @given(
+        TYPES,
+        EXPRESSIONS,
+        st.one_of(st.none(), st.text(max_size=4)),
+        st.one_of(st.none(), PROPERTY_MAPS),
+    )
+    def check(
+        kind: str | None, expression: str | None, tag: str | None, props: dict[str, str] | None
+    ) -> None:
         try:
             flt = MessageFilter(kind, expression)
         except FilterSyntaxError as exc:

@@ -126,13 +126,17 @@ def kill_cycles(broker: ChaosBroker, plan: Plan, acks: AckLog) -> None:
         broker.start()
 
 
-@pytest.mark.parametrize(("flush", "plan"), [
-    pytest.param("sync", SHORT, id="sync-short"),
-    pytest.param("sync", FULL, id="sync-full", marks=pytest.mark.slow),
-    pytest.param("async", FULL, id="async-full", marks=pytest.mark.slow),
-])  # fmt: skip
-def test_official_transactions_survive_sigkill(tmp_path: Path, flush: str, plan: Plan,
-                                               chaos_figures) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("flush", "plan"),
+    [
+        pytest.param("sync", SHORT, id="sync-short"),
+        pytest.param("sync", FULL, id="sync-full", marks=pytest.mark.slow),
+        pytest.param("async", FULL, id="async-full", marks=pytest.mark.slow),
+    ],
+)
+def test_official_transactions_survive_sigkill(
+    tmp_path: Path, flush: str, plan: Plan, chaos_figures
+) -> None:
     topic = "chaos-tx"
     broker = ChaosBroker(tmp_path, flush=flush)
     broker.start()
@@ -150,8 +154,11 @@ def test_official_transactions_survive_sigkill(tmp_path: Path, flush: str, plan:
         )
         producer.join()
         with RocketMQClient(broker.endpoint, timeout_s=30) as reader:
-            wait_for(lambda: live_halves(reader) == 0, RESOLVE_TIMEOUT_S,
-                     "the broker to resolve every half")  # fmt: skip
+            wait_for(
+                lambda: live_halves(reader) == 0,
+                RESOLVE_TIMEOUT_S,
+                "the broker to resolve every half",
+            )
             stored = read_back(reader, topic)
             health = reader.health()["services"]
     except BaseException:
@@ -161,11 +168,16 @@ def test_official_transactions_survive_sigkill(tmp_path: Path, flush: str, plan:
     assert broker.stop() == 0, broker.log_tail()
     result = audit(acks.snapshot(), stored)
     chaos_figures(
-        f"kill-with-transactions flush={flush}", kills=plan.kills,
-        acknowledged_commits=result.acknowledged, stored=result.stored, lost=len(result.lost),
-        duplicates=result.duplicates, committed_by_check_back=result.unacked_stored,
-        failed_calls=dict(acks.failed_sends), seconds=round(time.monotonic() - started_s, 1),
-    )  # fmt: skip
+        f"kill-with-transactions flush={flush}",
+        kills=plan.kills,
+        acknowledged_commits=result.acknowledged,
+        stored=result.stored,
+        lost=len(result.lost),
+        duplicates=result.duplicates,
+        committed_by_check_back=result.unacked_stored,
+        failed_calls=dict(acks.failed_sends),
+        seconds=round(time.monotonic() - started_s, 1),
+    )
     assert result.lost == [], f"{len(result.lost)} acknowledged commits lost"
     assert result.duplicates <= plan.kills, f"{result.duplicates} duplicates"
     assert health["transaction-check"] == "ok", health
@@ -176,19 +188,26 @@ def test_official_transactions_survive_sigkill(tmp_path: Path, flush: str, plan:
 SRC, DST = "eo-src", "eo-dst"
 
 
-def run_until_done(spark: SparkSession, endpoint: str, checkpoint: Path,
-                   attempts: int) -> int:  # fmt: skip
+def run_until_done(spark: SparkSession, endpoint: str, checkpoint: Path, attempts: int) -> int:
     """Run the availableNow query, restarting it from the checkpoint when it fails."""
     for attempt in range(1, attempts + 1):
         query = (
-            spark.readStream.format("rocketmq").option("endpoints", endpoint)
-            .option("topic", SRC).option("startingOffsets", "earliest")
-            .option("maxMessagesPerTrigger", 1500).load()
-            .selectExpr("body").writeStream.format("rocketmq")
-            .option("endpoints", endpoint).option("topic", DST)
-            .option("exactlyOnce", "true").option("transactionTimeoutMs", 20_000)
-            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
-        )  # fmt: skip
+            spark.readStream.format("rocketmq")
+            .option("endpoints", endpoint)
+            .option("topic", SRC)
+            .option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", 1500)
+            .load()
+            .selectExpr("body")
+            .writeStream.format("rocketmq")
+            .option("endpoints", endpoint)
+            .option("topic", DST)
+            .option("exactlyOnce", "true")
+            .option("transactionTimeoutMs", 20_000)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         try:
             query.awaitTermination(600)
         except StreamingQueryException:
@@ -201,8 +220,9 @@ def run_until_done(spark: SparkSession, endpoint: str, checkpoint: Path,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flush", ["sync", "async"])
-def test_exactly_once_sink_survives_sigkill(spark: SparkSession, tmp_path: Path, flush: str,
-                                            chaos_figures) -> None:  # fmt: skip
+def test_exactly_once_sink_survives_sigkill(
+    spark: SparkSession, tmp_path: Path, flush: str, chaos_figures
+) -> None:
     rows = [f"row-{i:05d}" for i in range(20_000)]
     broker = ChaosBroker(tmp_path / "broker", flush=flush)
     broker.start()
@@ -211,7 +231,7 @@ def test_exactly_once_sink_survives_sigkill(spark: SparkSession, tmp_path: Path,
             client.create_topic(SRC, queues=4)
             client.create_topic(DST, queues=4)
             for i in range(0, len(rows), 500):
-                client.send_batch(SRC, [OutgoingMessage(r.encode()) for r in rows[i:i + 500]])
+                client.send_batch(SRC, [OutgoingMessage(r.encode()) for r in rows[i : i + 500]])
         rng = random.Random(SEED)
         kills: list[float] = []
 
@@ -232,8 +252,11 @@ def test_exactly_once_sink_survives_sigkill(spark: SparkSession, tmp_path: Path,
         # a kill after the query ended may have cut a commit short: one more run finishes it
         attempts += run_until_done(spark, broker.endpoint, tmp_path / "cp", attempts=3)
         with RocketMQClient(broker.endpoint, timeout_s=30) as client:
-            wait_for(lambda: live_halves(client) == 0, RESOLVE_TIMEOUT_S,
-                     "the broker to resolve every half")  # fmt: skip
+            wait_for(
+                lambda: live_halves(client) == 0,
+                RESOLVE_TIMEOUT_S,
+                "the broker to resolve every half",
+            )
             got = bodies(client, DST)
             health = client.health()["services"]
     except BaseException:
@@ -241,10 +264,14 @@ def test_exactly_once_sink_survives_sigkill(spark: SparkSession, tmp_path: Path,
         raise
     assert broker.stop() == 0, broker.log_tail()
     chaos_figures(
-        f"exactly-once sink under kills flush={flush}", kills=3,
-        kills_during_query=sum(k < finished_at for k in kills), query_attempts=attempts,
-        rows=len(rows), delivered=sum(got.values()), distinct=len(got),
-    )  # fmt: skip
+        f"exactly-once sink under kills flush={flush}",
+        kills=3,
+        kills_during_query=sum(k < finished_at for k in kills),
+        query_attempts=attempts,
+        rows=len(rows),
+        delivered=sum(got.values()),
+        distinct=len(got),
+    )
     assert got == Counter(rows), (
         f"{len(rows) - len(got)} rows missing, {sum(got.values()) - len(got)} duplicated"
     )

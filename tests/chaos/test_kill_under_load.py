@@ -64,10 +64,14 @@ class Producers:
         self.acks = acks
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
-        self.threads = [threading.Thread(target=self._guard, args=(run,), name=name)
-                        for name, run in (("official", self._official),
-                                          ("batch", self._batch),
-                                          ("bulk", self._bulk))]  # fmt: skip
+        self.threads = [
+            threading.Thread(target=self._guard, args=(run,), name=name)
+            for name, run in (
+                ("official", self._official),
+                ("batch", self._batch),
+                ("bulk", self._bulk),
+            )
+        ]
 
     def start(self) -> None:
         for t in self.threads:
@@ -125,8 +129,9 @@ class Producers:
 
     def _bulk(self) -> None:
         """Bulk sends (SendBulk), up to 4 requests in flight; acked as each one finishes."""
-        with RocketMQClient(self.endpoint, timeout_s=5, retry_backoff_s=0.05,
-                            max_in_flight=4) as client:  # fmt: skip
+        with RocketMQClient(
+            self.endpoint, timeout_s=5, retry_backoff_s=0.05, max_in_flight=4
+        ) as client:
             sent: deque[tuple[list[bytes], PendingSend]] = deque()
             seq = 0
             while not self.stop.is_set() or sent:
@@ -185,14 +190,18 @@ def lost_per_kill(acked_at_s: list[float], kills: list[float]) -> list[int]:
     return counts
 
 
-@pytest.mark.parametrize(("flush", "plan"), [
-    pytest.param("sync", SHORT, id="sync-short"),
-    pytest.param("async", SHORT, id="async-short"),
-    pytest.param("sync", FULL, id="sync-full", marks=pytest.mark.slow),
-    pytest.param("async", FULL, id="async-full", marks=pytest.mark.slow),
-])  # fmt: skip
-def test_acknowledged_messages_survive_sigkill(tmp_path: Path, flush: str, plan: KillPlan,
-                                               chaos_figures) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("flush", "plan"),
+    [
+        pytest.param("sync", SHORT, id="sync-short"),
+        pytest.param("async", SHORT, id="async-short"),
+        pytest.param("sync", FULL, id="sync-full", marks=pytest.mark.slow),
+        pytest.param("async", FULL, id="async-full", marks=pytest.mark.slow),
+    ],
+)
+def test_acknowledged_messages_survive_sigkill(
+    tmp_path: Path, flush: str, plan: KillPlan, chaos_figures
+) -> None:
     broker = ChaosBroker(
         tmp_path, flush=flush, config={"store": {"flush_interval_ms": FLUSH_INTERVAL_MS}}
     )
@@ -222,14 +231,19 @@ def test_acknowledged_messages_survive_sigkill(tmp_path: Path, flush: str, plan:
     summaries = broker.recovery_summaries()
     windows = [loss_window_s(acked[body].acked_at_s, kills) for body in result.lost]
     chaos_figures(
-        f"kill-under-load flush={flush}", cycles=len(kills), acknowledged=result.acknowledged,
-        stored=result.stored, lost=len(result.lost), duplicates=result.duplicates,
-        unacked_stored=result.unacked_stored, failed_sends=dict(acks.failed_sends),
+        f"kill-under-load flush={flush}",
+        cycles=len(kills),
+        acknowledged=result.acknowledged,
+        stored=result.stored,
+        lost=len(result.lost),
+        duplicates=result.duplicates,
+        unacked_stored=result.unacked_stored,
+        failed_sends=dict(acks.failed_sends),
         max_lost_per_kill=max(lost_per_kill([acked[b].acked_at_s for b in result.lost], kills)),
         max_loss_window_ms=round(max(windows, default=0) * 1000, 1),
         recovered_dropped_bytes=dropped_bytes(summaries),
         seconds=round(time.monotonic() - started_s, 1),
-    )  # fmt: skip
+    )
     assert len(kills) == plan.cycles
     assert all(s.startswith("abnormal shutdown: True") for s in summaries[1:]), summaries
     assert result.acknowledged > plan.cycles * plan.min_acks
@@ -238,6 +252,7 @@ def test_acknowledged_messages_survive_sigkill(tmp_path: Path, flush: str, plan:
     else:
         bound_s = FLUSH_INTERVAL_MS / 1000 + LOSS_SLACK_S
         late = [w for w in windows if w > bound_s]
-        assert not late, (f"{len(late)} lost messages were acknowledged more than "
-                          f"{bound_s} s before a kill (windows {sorted(late)[:5]})")  # fmt: skip
-
+        assert not late, (
+            f"{len(late)} lost messages were acknowledged more than "
+            f"{bound_s} s before a kill (windows {sorted(late)[:5]})"
+        )

@@ -74,10 +74,14 @@ class SoakPlan:
     official_every_s: float = 0.02  # about 50 msg/s
 
 
-SHORT = SoakPlan(seconds=10, warmup_s=3, sample_every_s=1, max_anon_growth=0.5,
-                 max_fd_growth=0.5)  # fmt: skip
-FULL = SoakPlan(seconds=float(os.environ.get("SOAK_SECONDS", "600")), warmup_s=60,
-                sample_every_s=10, max_anon_growth=0.10, max_fd_growth=0.10)  # fmt: skip
+SHORT = SoakPlan(seconds=10, warmup_s=3, sample_every_s=1, max_anon_growth=0.5, max_fd_growth=0.5)
+FULL = SoakPlan(
+    seconds=float(os.environ.get("SOAK_SECONDS", "600")),
+    warmup_s=60,
+    sample_every_s=10,
+    max_anon_growth=0.10,
+    max_fd_growth=0.10,
+)
 
 
 @dataclass
@@ -164,8 +168,12 @@ class Load:
                         offsets[queue_id] = batch.next_offset
 
     def _simple_consumer(self) -> None:
-        consumer = SimpleConsumer(ClientConfiguration(self.endpoint, Credentials()), POP_GROUP,
-                                  {TOPIC: FilterExpression()}, await_duration=1)  # fmt: skip
+        consumer = SimpleConsumer(
+            ClientConfiguration(self.endpoint, Credentials()),
+            POP_GROUP,
+            {TOPIC: FilterExpression()},
+            await_duration=1,
+        )
         consumer.startup()
         try:
             while not self.stop_consuming.is_set():
@@ -198,9 +206,12 @@ class SparkReader:
             self.rows += len(rows)
             self.bodies.update(bytes(row.body) for row in rows)
 
-        query = (self.stream.writeStream.foreachBatch(collect)
-                 .option("checkpointLocation", str(self.checkpoint))
-                 .trigger(availableNow=True).start())  # fmt: skip
+        query = (
+            self.stream.writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(300)
         if query.exception() is not None:
             raise query.exception()  # type: ignore[misc]
@@ -240,8 +251,9 @@ class Sampler:
             chosen = [s for _, s in self.samples[-WINDOW:]]
         else:
             chosen = [s for t, s in self.samples if t >= (from_s or 0)][:WINDOW]
-        return ProcessStats(*(int(median(getattr(s, f.name) for s in chosen))
-                              for f in fields(ProcessStats)))  # fmt: skip
+        return ProcessStats(
+            *(int(median(getattr(s, f.name) for s in chosen)) for f in fields(ProcessStats))
+        )
 
 
 def growth(before: int, after: int) -> float:
@@ -298,8 +310,9 @@ def drain(load: Load, acked: set[bytes], stall_s: float) -> None:
         load.stop_consuming.wait(0.5)  # never set here: a pause between looks
 
 
-def soak(broker: ChaosBroker, spark: SparkSession, checkpoint: Path,
-         plan: SoakPlan) -> dict[str, Any]:  # fmt: skip
+def soak(
+    broker: ChaosBroker, spark: SparkSession, checkpoint: Path, plan: SoakPlan
+) -> dict[str, Any]:
     """Run the load for ``plan.seconds``, drain, check nothing was missed; figures."""
     with RocketMQClient(broker.endpoint) as admin:
         admin.create_topic(TOPIC, queues=QUEUES)
@@ -329,19 +342,28 @@ def soak(broker: ChaosBroker, spark: SparkSession, checkpoint: Path,
     drain(load, acked, stall_s=30)
     load.join()
     reader.run_once()
-    missing = {"pull": len(acked - load.pulled), "simple": len(acked - load.popped),
-               "spark": len(acked - reader.bodies)}  # fmt: skip
+    missing = {
+        "pull": len(acked - load.pulled),
+        "simple": len(acked - load.popped),
+        "spark": len(acked - reader.bodies),
+    }
     assert missing == {"pull": 0, "simple": 0, "spark": 0}, missing
     return {
-        "load_seconds": round(load_s, 1), "acknowledged": len(acked),
-        "pulled": len(load.pulled), "popped": len(load.popped), "spark_rows": reader.rows,
-        "spark_runs": reader.runs, "stored_bytes": stored, "mapped_files": mapped,
+        "load_seconds": round(load_s, 1),
+        "acknowledged": len(acked),
+        "pulled": len(load.pulled),
+        "popped": len(load.popped),
+        "spark_rows": reader.rows,
+        "spark_runs": reader.runs,
+        "stored_bytes": stored,
+        "mapped_files": mapped,
         "segments": sum(1 for _ in (store_dir / "commitlog").iterdir()),
         "lag_at_end": lag_at_end,
-        "after_warmup": after_warmup.as_dict(), "at_end": at_end.as_dict(),
+        "after_warmup": after_warmup.as_dict(),
+        "at_end": at_end.as_dict(),
         "samples": len(sampler.samples),
         "fds_after_warmup": next(k for t, k in sampler.fd_kinds if t >= plan.warmup_s),
         "fds_at_end": sampler.fd_kinds[-1][1],
         "other_fds_series": [s.other_fds for _, s in sampler.samples],
         "peak_rss_bytes": max(s.rss_bytes for _, s in sampler.samples),
-    }  # fmt: skip
+    }

@@ -33,15 +33,24 @@ PER_QUEUE = 5
 
 def _prefill(store_dir: Path) -> list[str]:
     """20 messages over 4 queues of ``orders`` (keys order-i), one binary; group offsets."""
-    broker = Broker(BrokerConfig(**DEFAULT_CONFIG["broker"]),
-                    StoreConfig(store_dir=str(store_dir), **DEFAULT_CONFIG["store"]))
+    broker = Broker(
+        BrokerConfig(**DEFAULT_CONFIG["broker"]),
+        StoreConfig(store_dir=str(store_dir), **DEFAULT_CONFIG["store"]),
+    )
     broker.start()
     try:
-        messages = [Message(TOPIC, f"order {i}".encode(), queue_id=i % QUEUES,
-                            properties={PROPERTY_KEYS: f"order-{i}", PROPERTY_TAGS: "TagA"})
-                    for i in range(QUEUES * PER_QUEUE - 1)]
-        messages.append(Message(TOPIC, b"\xff\xfe\x00binary", queue_id=3,
-                                properties={PROPERTY_KEYS: "blob"}))
+        messages = [
+            Message(
+                TOPIC,
+                f"order {i}".encode(),
+                queue_id=i % QUEUES,
+                properties={PROPERTY_KEYS: f"order-{i}", PROPERTY_TAGS: "TagA"},
+            )
+            for i in range(QUEUES * PER_QUEUE - 1)
+        ]
+        messages.append(
+            Message(TOPIC, b"\xff\xfe\x00binary", queue_id=3, properties={PROPERTY_KEYS: "blob"})
+        )
         ids = [r.message_id for r in broker.send(messages)]
         broker.store.wait_dispatched()
         for qid in range(QUEUES):
@@ -109,15 +118,18 @@ def test_health_names_the_broker_and_its_commitlog(channel, broker) -> None:
     assert result["commitlog_max_offset"] > 0
 
 
-@pytest.mark.parametrize(("body", "words"), [
-    (b"{not json", ["not valid UTF-8 JSON"]),
-    (b"\xff\xfe", ["not valid UTF-8 JSON"]),
-    (b"[1, 2]", ["must be a JSON object"]),
-    (b'"name"', ["must be a JSON object"]),
-    (b'{"name": "orders", "colour": "red"}', ["unknown field", "colour"]),
-    (b'{"name": 7}', ["'name' must be a string"]),
-    (b"{}", ["'name' is required"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"{not json", ["not valid UTF-8 JSON"]),
+        (b"\xff\xfe", ["not valid UTF-8 JSON"]),
+        (b"[1, 2]", ["must be a JSON object"]),
+        (b'"name"', ["must be a JSON object"]),
+        (b'{"name": "orders", "colour": "red"}', ["unknown field", "colour"]),
+        (b'{"name": 7}', ["'name' must be a string"]),
+        (b"{}", ["'name' is required"]),
+    ],
+)
 def test_malformed_requests_are_bad_requests(channel, body, words) -> None:
     expect(raw(channel, "TopicStatus", body), Code.BAD_REQUEST, *words)
 
@@ -173,16 +185,19 @@ def test_system_topics_are_listed_only_when_asked(client) -> None:
     assert "RMQ_SYS_TRANS_HALF_TOPIC" in names and "SCHEDULE_TOPIC_XXXX" in names
 
 
-@pytest.mark.parametrize(("payload", "code", "word"), [
-    ({"name": "bad name!"}, Code.ILLEGAL_TOPIC, "bad name!"),
-    ({"name": "t1", "queues": 0}, Code.BAD_REQUEST, ">= 1"),
-    ({"name": "t1", "queues": 2000}, Code.BAD_REQUEST, "1..1024"),
-    ({"name": "t1", "queues": "4"}, Code.BAD_REQUEST, "integer"),
-    ({"name": "t1", "queues": True}, Code.BAD_REQUEST, "integer"),
-    ({"name": "t1", "perm": 5}, Code.BAD_REQUEST, "perm"),
-    ({"name": "t1", "message_type": "BULK"}, Code.BAD_REQUEST, "message_type"),
-    ({"name": "t1", "attributes": {"a": 1}}, Code.BAD_REQUEST, "attributes"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("payload", "code", "word"),
+    [
+        ({"name": "bad name!"}, Code.ILLEGAL_TOPIC, "bad name!"),
+        ({"name": "t1", "queues": 0}, Code.BAD_REQUEST, ">= 1"),
+        ({"name": "t1", "queues": 2000}, Code.BAD_REQUEST, "1..1024"),
+        ({"name": "t1", "queues": "4"}, Code.BAD_REQUEST, "integer"),
+        ({"name": "t1", "queues": True}, Code.BAD_REQUEST, "integer"),
+        ({"name": "t1", "perm": 5}, Code.BAD_REQUEST, "perm"),
+        ({"name": "t1", "message_type": "BULK"}, Code.BAD_REQUEST, "message_type"),
+        ({"name": "t1", "attributes": {"a": 1}}, Code.BAD_REQUEST, "attributes"),
+    ],
+)
 def test_create_topic_refuses_bad_values(channel, payload, code, word) -> None:
     expect(admin(channel, "CreateTopic", **payload), code, word)
 
@@ -204,8 +219,11 @@ def test_delete_topic(client) -> None:
 
 
 def test_system_topics_cannot_be_deleted(channel) -> None:
-    expect(admin(channel, "DeleteTopic", name="RMQ_SYS_TRANS_HALF_TOPIC"), Code.ILLEGAL_TOPIC,
-           "system topic")
+    expect(
+        admin(channel, "DeleteTopic", name="RMQ_SYS_TRANS_HALF_TOPIC"),
+        Code.ILLEGAL_TOPIC,
+        "system topic",
+    )
 
 
 # ---- groups ---------------------------------------------------------------------------------
@@ -214,8 +232,10 @@ def test_system_topics_cannot_be_deleted(channel) -> None:
 def test_create_group_with_a_backoff_list(client) -> None:
     group = client.create_group("GID_list", max_retries=3, retry_backoff="1s,5s", fifo=True)
     assert group["created"] is True
-    assert group["retry_policy"] == {"max_retries": 3,
-                                     "backoff": {"type": "custom", "delays_ms": [1000, 5000]}}
+    assert group["retry_policy"] == {
+        "max_retries": 3,
+        "backoff": {"type": "custom", "delays_ms": [1000, 5000]},
+    }
     assert group["fifo"] is True
     assert "GID_list" in [g["name"] for g in client.list_groups()]
 
@@ -227,24 +247,31 @@ def test_create_group_with_exponential_backoff_and_update(client) -> None:
     updated = client.create_group("GID_exp", max_retries=5, update=True)
     assert updated["created"] is False
     assert updated["retry_policy"]["max_retries"] == 5
-    assert updated["retry_policy"]["backoff"] == {"type": "exponential", "initial_ms": 1000,
-                                                  "multiplier": 2.0, "max_ms": 60_000}
+    assert updated["retry_policy"]["backoff"] == {
+        "type": "exponential",
+        "initial_ms": 1000,
+        "multiplier": 2.0,
+        "max_ms": 60_000,
+    }
     assert updated["broadcast"] is True
     levels = client.create_group("GID_exp", retry_backoff="delay_level", update=True)
     assert levels["retry_policy"]["backoff"] == {"type": "delay_level"}
 
 
-@pytest.mark.parametrize(("payload", "code", "word"), [
-    ({"name": "GID x"}, Code.ILLEGAL_CONSUMER_GROUP, "GID x"),
-    ({"name": "GID_b", "retry_backoff": "1x"}, Code.BAD_REQUEST, "bad duration"),
-    ({"name": "GID_b", "retry_backoff": 5}, Code.BAD_REQUEST, "retry_backoff"),
-    ({"name": "GID_b", "retry_backoff": {"type": "linear"}}, Code.BAD_REQUEST, "linear"),
-    ({"name": "GID_b", "max_retries": -1}, Code.BAD_REQUEST, "max_retries"),
-    ({"name": "GID_b", "fifo": "yes"}, Code.BAD_REQUEST, "true or false"),
-    ({"name": "GID_b", "consume_from_where": "middle"}, Code.BAD_REQUEST, "consume_from_where"),
-    ({"name": "GID_b", "rebalance_strategy": "by_config"}, Code.BAD_REQUEST, "not offered"),
-    ({"name": "GID_b%BC%x"}, Code.ILLEGAL_CONSUMER_GROUP, "must not contain %BC%"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("payload", "code", "word"),
+    [
+        ({"name": "GID x"}, Code.ILLEGAL_CONSUMER_GROUP, "GID x"),
+        ({"name": "GID_b", "retry_backoff": "1x"}, Code.BAD_REQUEST, "bad duration"),
+        ({"name": "GID_b", "retry_backoff": 5}, Code.BAD_REQUEST, "retry_backoff"),
+        ({"name": "GID_b", "retry_backoff": {"type": "linear"}}, Code.BAD_REQUEST, "linear"),
+        ({"name": "GID_b", "max_retries": -1}, Code.BAD_REQUEST, "max_retries"),
+        ({"name": "GID_b", "fifo": "yes"}, Code.BAD_REQUEST, "true or false"),
+        ({"name": "GID_b", "consume_from_where": "middle"}, Code.BAD_REQUEST, "consume_from_where"),
+        ({"name": "GID_b", "rebalance_strategy": "by_config"}, Code.BAD_REQUEST, "not offered"),
+        ({"name": "GID_b%BC%x"}, Code.ILLEGAL_CONSUMER_GROUP, "must not contain %BC%"),
+    ],
+)
 def test_create_group_refuses_bad_values(channel, payload, code, word) -> None:
     expect(admin(channel, "CreateGroup", **payload), code, word)
 
@@ -252,15 +279,24 @@ def test_create_group_refuses_bad_values(channel, payload, code, word) -> None:
 def test_group_progress_shows_lag_per_queue(client) -> None:
     progress = client.group_progress("GID_progress", TOPIC)
     assert progress["queues"] == [
-        {"topic": TOPIC, "queue_id": q, "broker_offset": PER_QUEUE, "consumer_offset": 2,
-         "lag": PER_QUEUE - 2} for q in range(QUEUES)
-    ]  # fmt: skip
+        {
+            "topic": TOPIC,
+            "queue_id": q,
+            "broker_offset": PER_QUEUE,
+            "consumer_offset": 2,
+            "lag": PER_QUEUE - 2,
+        }
+        for q in range(QUEUES)
+    ]
     assert progress["total_lag"] == QUEUES * (PER_QUEUE - 2)
 
 
 def test_group_progress_of_unknown_group_or_topic(channel, client) -> None:
-    expect(admin(channel, "GroupProgress", name="GID_ghost"), Code.CONSUMER_GROUP_NOT_FOUND,
-           "GID_ghost")
+    expect(
+        admin(channel, "GroupProgress", name="GID_ghost"),
+        Code.CONSUMER_GROUP_NOT_FOUND,
+        "GID_ghost",
+    )
     with pytest.raises(errors.GroupNotFoundError):
         client.group_progress("GID_ghost")
     with pytest.raises(errors.TopicNotFoundError):
@@ -274,7 +310,11 @@ def test_query_message_by_id(client, prefilled) -> None:
     ids = prefilled[1]
     [found] = client.query_message(message_id=ids[5])
     assert (found["message_id"], found["topic"], found["queue_id"], found["queue_offset"]) == (
-        ids[5], TOPIC, 1, 1)
+        ids[5],
+        TOPIC,
+        1,
+        1,
+    )
     assert base64.b64decode(found["body"]) == b"order 5"
     assert found["body_encoding"] == "base64"
     assert (found["tag"], found["keys"]) == ("TagA", ["order-5"])
@@ -294,14 +334,17 @@ def test_query_message_by_key(client) -> None:
     assert client.query_message(key="no-such-key", topic=TOPIC) == []
 
 
-@pytest.mark.parametrize(("payload", "code", "word"), [
-    ({"id": "0123456789ABCDEF0123456789ABCDEF01"}, Code.MESSAGE_NOT_FOUND, "0123456789"),
-    ({"key": "order-1"}, Code.BAD_REQUEST, "needs 'topic'"),
-    ({"key": "order-1", "topic": "nowhere"}, Code.TOPIC_NOT_FOUND, "nowhere"),
-    ({"id": "x", "key": "y"}, Code.BAD_REQUEST, "exactly one"),
-    ({}, Code.BAD_REQUEST, "exactly one"),
-    ({"key": "order-1", "topic": TOPIC, "max_results": 0}, Code.BAD_REQUEST, "max_results"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("payload", "code", "word"),
+    [
+        ({"id": "0123456789ABCDEF0123456789ABCDEF01"}, Code.MESSAGE_NOT_FOUND, "0123456789"),
+        ({"key": "order-1"}, Code.BAD_REQUEST, "needs 'topic'"),
+        ({"key": "order-1", "topic": "nowhere"}, Code.TOPIC_NOT_FOUND, "nowhere"),
+        ({"id": "x", "key": "y"}, Code.BAD_REQUEST, "exactly one"),
+        ({}, Code.BAD_REQUEST, "exactly one"),
+        ({"key": "order-1", "topic": TOPIC, "max_results": 0}, Code.BAD_REQUEST, "max_results"),
+    ],
+)
 def test_query_message_errors(channel, payload, code, word) -> None:
     expect(admin(channel, "QueryMessage", **payload), code, word)
 
@@ -320,8 +363,9 @@ def test_reset_offset_of_an_unknown_group_is_refused(client) -> None:
 def test_reset_offset_to_earliest_latest_and_a_time(client) -> None:
     client.create_group("GID_reset")
     assert client.reset_offset("GID_reset", TOPIC, "earliest") == dict.fromkeys(range(QUEUES), 0)
-    assert client.reset_offset("GID_reset", TOPIC, "latest") == dict.fromkeys(range(QUEUES),
-                                                                            PER_QUEUE)
+    assert client.reset_offset("GID_reset", TOPIC, "latest") == dict.fromkeys(
+        range(QUEUES), PER_QUEUE
+    )
     assert client.reset_offset("GID_reset", TOPIC, 0) == dict.fromkeys(range(QUEUES), 0)
     progress = client.group_progress("GID_reset", TOPIC)
     assert progress["total_lag"] == QUEUES * PER_QUEUE
@@ -329,12 +373,15 @@ def test_reset_offset_to_earliest_latest_and_a_time(client) -> None:
     assert future == dict.fromkeys(range(QUEUES), PER_QUEUE)
 
 
-@pytest.mark.parametrize(("payload", "code", "word"), [
-    ({"group": "GID_r", "topic": TOPIC, "to": "yesterday"}, Code.BAD_REQUEST, "'to'"),
-    ({"group": "GID_r", "topic": TOPIC, "to": -5}, Code.BAD_REQUEST, "'to'"),
-    ({"group": "GID_r", "topic": TOPIC}, Code.BAD_REQUEST, "'to'"),
-    ({"group": "GID_r", "topic": "nowhere", "to": "earliest"}, Code.TOPIC_NOT_FOUND, "nowhere"),
-    ({"topic": TOPIC, "to": "earliest"}, Code.BAD_REQUEST, "'group' is required"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("payload", "code", "word"),
+    [
+        ({"group": "GID_r", "topic": TOPIC, "to": "yesterday"}, Code.BAD_REQUEST, "'to'"),
+        ({"group": "GID_r", "topic": TOPIC, "to": -5}, Code.BAD_REQUEST, "'to'"),
+        ({"group": "GID_r", "topic": TOPIC}, Code.BAD_REQUEST, "'to'"),
+        ({"group": "GID_r", "topic": "nowhere", "to": "earliest"}, Code.TOPIC_NOT_FOUND, "nowhere"),
+        ({"topic": TOPIC, "to": "earliest"}, Code.BAD_REQUEST, "'group' is required"),
+    ],
+)
 def test_reset_offset_errors(channel, payload, code, word) -> None:
     expect(admin(channel, "ResetOffset", **payload), code, word)

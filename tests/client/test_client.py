@@ -32,11 +32,14 @@ Code = pb.Code
 # ---- no network -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("given", "expected"), [
-    ("127.0.0.1:8081", "127.0.0.1:8081"),
-    ("localhost:9876;other:1", "localhost:9876"),
-    ("http://10.0.0.1:80", "10.0.0.1:80"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("127.0.0.1:8081", "127.0.0.1:8081"),
+        ("localhost:9876;other:1", "localhost:9876"),
+        ("http://10.0.0.1:80", "10.0.0.1:80"),
+    ],
+)
 def test_parse_endpoint(given, expected) -> None:
     assert parse_endpoint(given) == expected
 
@@ -62,7 +65,10 @@ def test_to_protobuf_sets_id_type_digest_and_born_fields() -> None:
     assert props.body_digest.type == pb.DigestType.CRC32
     assert props.body_digest.checksum == "3610A686"  # zlib.crc32(b"hello"), 8 upper hex
     assert (props.tag, list(props.keys), dict(msg.user_properties)) == (
-        "TagA", ["k1", "k2"], {"p": "v"})
+        "TagA",
+        ["k1", "k2"],
+        {"p": "v"},
+    )
     assert abs(props.born_timestamp.ToMilliseconds() - time.time() * 1000) < 60_000
     fifo = to_protobuf("orders", OutgoingMessage(b"x", message_group="g1"))
     assert fifo.system_properties.message_type == pb.MessageType.FIFO
@@ -71,12 +77,18 @@ def test_to_protobuf_sets_id_type_digest_and_born_fields() -> None:
     assert timed.system_properties.delivery_timestamp.ToMilliseconds() == 1_700_000_000_123
 
 
-@pytest.mark.parametrize(("topic", "message", "error"), [
-    ("orders", OutgoingMessage(b""), errors.InvalidArgumentError),
-    ("bad topic", OutgoingMessage(b"x"), errors.InvalidTopicError),
-    ("orders", OutgoingMessage(b"x", message_group="g", delivery_timestamp_ms=1),
-     errors.InvalidArgumentError),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("topic", "message", "error"),
+    [
+        ("orders", OutgoingMessage(b""), errors.InvalidArgumentError),
+        ("bad topic", OutgoingMessage(b"x"), errors.InvalidTopicError),
+        (
+            "orders",
+            OutgoingMessage(b"x", message_group="g", delivery_timestamp_ms=1),
+            errors.InvalidArgumentError,
+        ),
+    ],
+)
 def test_to_protobuf_refuses_bad_messages(topic, message, error) -> None:
     with pytest.raises(error):
         to_protobuf(topic, message)
@@ -87,7 +99,11 @@ def test_from_protobuf_verifies_the_digest_and_inflates_gzip() -> None:
     msg.system_properties.queue_id, msg.system_properties.queue_offset = 2, 40
     got = from_protobuf(msg)
     assert (got.body, got.queue_id, got.queue_offset, got.message_type) == (
-        b"payload", 2, 40, "NORMAL")
+        b"payload",
+        2,
+        40,
+        "NORMAL",
+    )
     msg.system_properties.body_encoding = pb.Encoding.GZIP
     msg.body = gzip.compress(b"payload")
     msg.system_properties.body_digest.checksum = crc32_hex(msg.body)
@@ -97,22 +113,25 @@ def test_from_protobuf_verifies_the_digest_and_inflates_gzip() -> None:
         from_protobuf(msg)
 
 
-@pytest.mark.parametrize(("code", "cls"), [
-    (Code.TOPIC_NOT_FOUND, errors.TopicNotFoundError),
-    (Code.CONSUMER_GROUP_NOT_FOUND, errors.GroupNotFoundError),
-    (Code.MESSAGE_NOT_FOUND, errors.MessageNotFoundError),
-    (Code.ILLEGAL_OFFSET, errors.InvalidOffsetError),
-    (Code.ILLEGAL_TOPIC, errors.InvalidTopicError),
-    (Code.BAD_REQUEST, errors.InvalidArgumentError),
-    (Code.MESSAGE_BODY_TOO_LARGE, errors.MessageTooLargeError),
-    (Code.INVALID_RECEIPT_HANDLE, errors.InvalidReceiptHandleError),
-    (Code.FORBIDDEN, errors.PermissionDeniedError),
-    (Code.TOO_MANY_REQUESTS, errors.BusyError),
-    (Code.MASTER_PERSISTENCE_TIMEOUT, errors.FlushTimeoutError),
-    (Code.MESSAGE_CORRUPTED, errors.MessageCorruptedError),
-    (Code.UNSUPPORTED, errors.UnsupportedError),
-    (Code.INTERNAL_ERROR, errors.RocketMQError),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("code", "cls"),
+    [
+        (Code.TOPIC_NOT_FOUND, errors.TopicNotFoundError),
+        (Code.CONSUMER_GROUP_NOT_FOUND, errors.GroupNotFoundError),
+        (Code.MESSAGE_NOT_FOUND, errors.MessageNotFoundError),
+        (Code.ILLEGAL_OFFSET, errors.InvalidOffsetError),
+        (Code.ILLEGAL_TOPIC, errors.InvalidTopicError),
+        (Code.BAD_REQUEST, errors.InvalidArgumentError),
+        (Code.MESSAGE_BODY_TOO_LARGE, errors.MessageTooLargeError),
+        (Code.INVALID_RECEIPT_HANDLE, errors.InvalidReceiptHandleError),
+        (Code.FORBIDDEN, errors.PermissionDeniedError),
+        (Code.TOO_MANY_REQUESTS, errors.BusyError),
+        (Code.MASTER_PERSISTENCE_TIMEOUT, errors.FlushTimeoutError),
+        (Code.MESSAGE_CORRUPTED, errors.MessageCorruptedError),
+        (Code.UNSUPPORTED, errors.UnsupportedError),
+        (Code.INTERNAL_ERROR, errors.RocketMQError),
+    ],
+)
 def test_status_codes_become_our_exceptions(code, cls) -> None:
     error = error_for(code, "because")
     assert type(error) is cls
@@ -150,8 +169,7 @@ def test_unreachable_broker_raises_broker_unavailable_quickly() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started = time.monotonic()
-    client = RocketMQClient(f"127.0.0.1:{port}", timeout_s=2, max_attempts=2,
-                            retry_backoff_s=0.01)  # fmt: skip
+    client = RocketMQClient(f"127.0.0.1:{port}", timeout_s=2, max_attempts=2, retry_backoff_s=0.01)
     with client, pytest.raises(BrokerUnavailableError, match="unreachable") as info:
         client.health()
     assert info.value.retriable
@@ -165,10 +183,15 @@ def test_unreachable_broker_raises_broker_unavailable_quickly() -> None:
 def one_queue(client: RocketMQClient) -> list[str]:
     """Topic ``ranged`` with one queue holding messages 0..9 (ids returned in order)."""
     client.create_topic("ranged", queues=1)
-    receipts = client.send_batch("ranged", [
-        OutgoingMessage(f"m{i}".encode(), "even" if i % 2 == 0 else "odd", [f"key-{i}"],
-                        {"n": str(i)}) for i in range(10)
-    ])  # fmt: skip
+    receipts = client.send_batch(
+        "ranged",
+        [
+            OutgoingMessage(
+                f"m{i}".encode(), "even" if i % 2 == 0 else "odd", [f"key-{i}"], {"n": str(i)}
+            )
+            for i in range(10)
+        ],
+    )
     assert [r.offset for r in receipts] == list(range(10))
     return [r.message_id for r in receipts]
 
@@ -181,8 +204,11 @@ def test_send_batch_sends_many_messages_in_one_request(client) -> None:
     pulled = {}
     for q in range(3):
         batch = client.pull("GID_batch", "batched", q, 0, 64)
-        assert (batch.min_offset, batch.max_offset, batch.next_offset) == (0, len(batch.messages),
-                                                                          len(batch.messages))
+        assert (batch.min_offset, batch.max_offset, batch.next_offset) == (
+            0,
+            len(batch.messages),
+            len(batch.messages),
+        )
         pulled.update({m.message_id: m for m in batch.messages})
     assert sorted(pulled) == sorted(r.message_id for r in receipts)
     for receipt, (body, tag, keys, props) in zip(receipts, items, strict=True):
@@ -211,8 +237,9 @@ def test_pull_at_the_end_is_empty_and_beyond_is_an_illegal_offset(client, one_qu
 def test_pull_with_tag_and_sql_filters(client, one_queue) -> None:
     odd = client.pull("GID_filter", "ranged", 0, 0, 10, filter_expression="odd")
     assert [m.queue_offset for m in odd.messages] == [1, 3, 5, 7, 9]
-    sql = client.pull("GID_filter", "ranged", 0, 0, 10, filter_expression="n > 6",
-                      filter_type="SQL")  # fmt: skip
+    sql = client.pull(
+        "GID_filter", "ranged", 0, 0, 10, filter_expression="n > 6", filter_type="SQL"
+    )
     assert [m.body for m in sql.messages] == [b"m7", b"m8", b"m9"]
     with pytest.raises(errors.FilterSyntaxError):
         client.pull("GID_filter", "ranged", 0, 0, 10, filter_expression="n >", filter_type="SQL")
@@ -221,8 +248,11 @@ def test_pull_with_tag_and_sql_filters(client, one_queue) -> None:
 def test_long_polling_pull_returns_when_a_message_arrives(client) -> None:
     client.create_topic("polled", queues=1)
     result: list[object] = []
-    puller = threading.Thread(target=lambda: result.append(
-        client.pull("GID_poll", "polled", 0, 0, 1, long_polling_timeout_ms=20_000)))
+    puller = threading.Thread(
+        target=lambda: result.append(
+            client.pull("GID_poll", "polled", 0, 0, 1, long_polling_timeout_ms=20_000)
+        )
+    )
     started = time.monotonic()
     puller.start()
     client.send_batch("polled", [b"wake up"])
@@ -239,8 +269,12 @@ def test_offsets_round_trip(client, one_queue) -> None:
     assert client.query_offset("ranged", 0, "BEGINNING") == 0
     assert client.query_offset("ranged", 0, "END") == 10
     assert client.query_offset("ranged", 0, "TIMESTAMP", timestamp_ms=0) == 0
-    assert client.query_offset("ranged", 0, "TIMESTAMP",
-                               timestamp_ms=int(time.time() * 1000) + 3_600_000) == 10
+    assert (
+        client.query_offset(
+            "ranged", 0, "TIMESTAMP", timestamp_ms=int(time.time() * 1000) + 3_600_000
+        )
+        == 10
+    )
 
 
 def test_query_route_lists_the_queues_on_this_broker(client, broker) -> None:
@@ -248,20 +282,24 @@ def test_query_route_lists_the_queues_on_this_broker(client, broker) -> None:
     route = client.query_route("routed")
     assert [q.queue_id for q in route] == [0, 1, 2]
     assert {(q.endpoint, q.permission, q.broker_name) for q in route} == {
-        (broker.endpoint, "READ_WRITE", "broker-a")}
+        (broker.endpoint, "READ_WRITE", "broker-a")
+    }
 
 
-@pytest.mark.parametrize(("call", "error"), [
-    (lambda c: c.pull("GID_x", "no_such_topic", 0, 0, 1), errors.TopicNotFoundError),
-    (lambda c: c.pull("GID x", "ranged", 0, 0, 1), errors.InvalidGroupError),
-    (lambda c: c.pull("GID_x", "ranged", 7, 0, 1), errors.InvalidArgumentError),
-    (lambda c: c.update_offset("GID_x", "ranged", 0, -1), errors.InvalidOffsetError),
-    (lambda c: c.get_offset("GID_x", "no_such_topic", 0), errors.TopicNotFoundError),
-    (lambda c: c.query_offset("ranged", 9, "END"), errors.InvalidArgumentError),
-    (lambda c: c.send_batch("ranged", [b"x" * (5 << 20)]), errors.MessageTooLargeError),
-    (lambda c: c.send_batch("ranged", []), errors.InvalidArgumentError),
-    (lambda c: c.send_batch("bad topic", [b"x"]), errors.InvalidTopicError),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda c: c.pull("GID_x", "no_such_topic", 0, 0, 1), errors.TopicNotFoundError),
+        (lambda c: c.pull("GID x", "ranged", 0, 0, 1), errors.InvalidGroupError),
+        (lambda c: c.pull("GID_x", "ranged", 7, 0, 1), errors.InvalidArgumentError),
+        (lambda c: c.update_offset("GID_x", "ranged", 0, -1), errors.InvalidOffsetError),
+        (lambda c: c.get_offset("GID_x", "no_such_topic", 0), errors.TopicNotFoundError),
+        (lambda c: c.query_offset("ranged", 9, "END"), errors.InvalidArgumentError),
+        (lambda c: c.send_batch("ranged", [b"x" * (5 << 20)]), errors.MessageTooLargeError),
+        (lambda c: c.send_batch("ranged", []), errors.InvalidArgumentError),
+        (lambda c: c.send_batch("bad topic", [b"x"]), errors.InvalidTopicError),
+    ],
+)
 def test_bad_requests_raise_our_errors(client, one_queue, call, error) -> None:
     with pytest.raises(error):
         call(client)

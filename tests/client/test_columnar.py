@@ -29,8 +29,9 @@ def _units(messages: list[Message], first_offset: int = 0) -> tuple[bytes, np.nd
     parts, phys = [], 1_000
     for i, msg in enumerate(messages):
         enc = codec.encode(msg, max_body_bytes=1 << 20, max_properties_bytes=1 << 15)
-        parts.append(bytes(codec.seal(enc, first_offset + i, phys, 5_000 + i,
-                                      (b"\x0a\x00\x00\x02", 8081))))  # fmt: skip
+        parts.append(
+            bytes(codec.seal(enc, first_offset + i, phys, 5_000 + i, (b"\x0a\x00\x00\x02", 8081)))
+        )
         phys += len(parts[-1])
     return b"".join(parts), np.array([len(p) for p in parts], np.int32)
 
@@ -49,21 +50,40 @@ def _varied(count: int, seed: int) -> list[Message]:
         if rng.random() < 0.2:
             props["__SHARDINGKEY"] = f"group-{i % 3}"
         body = rng.randbytes(rng.choice([0, 1, 12, 13, 128, 3000]))
-        out.append(Message("topic-" + "x" * rng.randint(0, 5), body, properties=props,
-                           born_timestamp_ms=1_700_000_000_000 + i))  # fmt: skip
+        out.append(
+            Message(
+                "topic-" + "x" * rng.randint(0, 5),
+                body,
+                properties=props,
+                born_timestamp_ms=1_700_000_000_000 + i,
+            )
+        )
     return out
 
 
 def test_header_dtype_is_the_codec_header() -> None:
     assert HEADER_DTYPE.itemsize == layout.HEADER.size
-    unit = bytes(codec.seal(codec.encode(Message("t", b"body", properties={"TAGS": "a"}),
-                                         max_body_bytes=64, max_properties_bytes=64),
-                            7, 0, 99))  # fmt: skip
+    unit = bytes(
+        codec.seal(
+            codec.encode(
+                Message("t", b"body", properties={"TAGS": "a"}),
+                max_body_bytes=64,
+                max_properties_bytes=64,
+            ),
+            7,
+            0,
+            99,
+        )
+    )
     record = np.frombuffer(unit[: layout.HEADER_SIZE], HEADER_DTYPE)[0]
     fields = layout.HEADER.unpack_from(unit)
-    assert [record["total_size"], record["queue_offset"], record["store_timestamp_ms"],
-            record["tags_code"], record["body_length"]] == [fields[0], fields[6], fields[12],
-                                                            fields[17], fields[18]]  # fmt: skip
+    assert [
+        record["total_size"],
+        record["queue_offset"],
+        record["store_timestamp_ms"],
+        record["tags_code"],
+        record["body_length"],
+    ] == [fields[0], fields[6], fields[12], fields[17], fields[18]]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -84,10 +104,8 @@ def test_columns_equal_the_one_message_decoder(seed: int) -> None:
     assert props.tag.to_pylist() == [m.tag for m in expected]
     assert props.message_id.to_pylist() == [m.message_id for m in expected]
     assert props.keys.to_pylist() == [list(m.keys) for m in expected]
-    assert props.message_group.to_pylist() == [m.properties.get("__SHARDINGKEY")
-                                               for m in expected]  # fmt: skip
-    assert [dict(row) for row in props.user.to_pylist()] == [user_properties(m)
-                                                            for m in expected]  # fmt: skip
+    assert props.message_group.to_pylist() == [m.properties.get("__SHARDINGKEY") for m in expected]
+    assert [dict(row) for row in props.user.to_pylist()] == [user_properties(m) for m in expected]
 
 
 def test_an_empty_batch_decodes_to_empty_columns() -> None:

@@ -14,8 +14,9 @@ def test_async_sends_are_all_stored_with_a_bounded_window(broker: BrokerProcess)
         client.create_topic("inflight", queues=1)
         pending = []
         for n in range(12):
-            pending.append(client.send_batch_async("inflight", [b"%d-%d" % (n, i)
-                                                                for i in range(40)]))  # fmt: skip
+            pending.append(
+                client.send_batch_async("inflight", [b"%d-%d" % (n, i) for i in range(40)])
+            )
             assert len(client._window.open) <= 3
         client.flush()
         offsets = sorted(r.offset for p in pending for r in p.result())
@@ -25,9 +26,12 @@ def test_async_sends_are_all_stored_with_a_bounded_window(broker: BrokerProcess)
 def test_a_message_group_keeps_its_order_across_requests(broker: BrokerProcess) -> None:
     with RocketMQClient(broker.endpoint, max_in_flight=5) as client:
         client.create_topic("inflight-fifo", queues=1, message_type="FIFO")
-        pending = [client.send_columns_async("inflight-fifo", [b"g%03d" % n] * 20,
-                                             message_groups=["g"] * 20)
-                   for n in range(15)]  # fmt: skip
+        pending = [
+            client.send_columns_async(
+                "inflight-fifo", [b"g%03d" % n] * 20, message_groups=["g"] * 20
+            )
+            for n in range(15)
+        ]
         client.flush()
         offsets = [r.offset for p in pending for r in p.result()]
         assert offsets == sorted(offsets) == list(range(300))

@@ -26,8 +26,10 @@ def filled(client: RocketMQClient) -> list[bytes]:
 @pytest.fixture
 def pair(broker: BrokerProcess) -> Iterator[tuple[OrderlyPuller, OrderlyPuller]]:
     """Two clients (distinct client ids) of one group, each with a puller."""
-    with RocketMQClient(broker.endpoint, client_id="orderly-a") as a, \
-            RocketMQClient(broker.endpoint, client_id="orderly-b") as b:  # fmt: skip
+    with (
+        RocketMQClient(broker.endpoint, client_id="orderly-a") as a,
+        RocketMQClient(broker.endpoint, client_id="orderly-b") as b,
+    ):
         first, second = OrderlyPuller(a, GROUP, TOPIC), OrderlyPuller(b, GROUP, TOPIC)
         yield first, second
         first.close()
@@ -64,11 +66,14 @@ def test_unlock_leaves_another_clients_lock(client, filled, pair) -> None:
     assert client.unlock_queues(GROUP, TOPIC, [1], client_id="someone-else") == {1}
 
 
-@pytest.mark.parametrize(("topic", "queue_ids", "error", "match"), [
-    ("no-such-topic", [0], TopicNotFoundError, "no-such-topic"),
-    (TOPIC, [7], InvalidArgumentError, r"no read queue\(s\) \[7\]"),
-    (TOPIC, ["0"], InvalidArgumentError, "list of integers"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("topic", "queue_ids", "error", "match"),
+    [
+        ("no-such-topic", [0], TopicNotFoundError, "no-such-topic"),
+        (TOPIC, [7], InvalidArgumentError, r"no read queue\(s\) \[7\]"),
+        (TOPIC, ["0"], InvalidArgumentError, "list of integers"),
+    ],
+)
 def test_bad_lock_requests_are_refused(client, filled, topic, queue_ids, error, match) -> None:
     with pytest.raises(error, match=match):
         client.lock_queues(GROUP, topic, queue_ids, client_id="c1")
@@ -82,8 +87,9 @@ def test_an_empty_client_id_is_refused(client, filled) -> None:
 def test_a_lock_older_than_the_expiry_rereads_the_committed_offset(broker, filled) -> None:
     now = [0.0]
     with RocketMQClient(broker.endpoint, client_id="orderly-c") as c:
-        puller = OrderlyPuller(c, "GID_ordered_c", TOPIC, refresh_s=1, expiry_s=2,
-                               clock_s=lambda: now[0])  # fmt: skip
+        puller = OrderlyPuller(
+            c, "GID_ordered_c", TOPIC, refresh_s=1, expiry_s=2, clock_s=lambda: now[0]
+        )
         c.create_group("GID_ordered_c", consume_from_where="first_offset")
         assert offsets(puller.pull(1, 2)) == [0, 1]
         now[0] = 1.5  # refreshed, still the same position

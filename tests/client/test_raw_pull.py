@@ -22,8 +22,9 @@ from tests.server.conftest import BrokerProcess, start_broker
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("raw"), config={"broker": {
-        "max_raw_pull_batch": 300}})  # fmt: skip
+    proc = start_broker(
+        tmp_path_factory.mktemp("raw"), config={"broker": {"max_raw_pull_batch": 300}}
+    )
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
@@ -32,10 +33,15 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 def client(broker: BrokerProcess) -> Iterator[RocketMQClient]:
     with RocketMQClient(broker.endpoint, timeout_s=10) as c:
         c.create_topic("bulk", queues=1)
-        c.send_batch("bulk", [
-            OutgoingMessage(f"m{i}".encode(), "even" if i % 2 == 0 else "odd", [f"key-{i}"],
-                            {"n": str(i)}) for i in range(500)
-        ])  # fmt: skip
+        c.send_batch(
+            "bulk",
+            [
+                OutgoingMessage(
+                    f"m{i}".encode(), "even" if i % 2 == 0 else "odd", [f"key-{i}"], {"n": str(i)}
+                )
+                for i in range(500)
+            ],
+        )
         yield c
 
 
@@ -76,8 +82,9 @@ def test_end_of_queue_is_empty_and_beyond_is_an_illegal_offset(client) -> None:
 def test_tag_and_sql_filters_run_on_the_broker(client) -> None:
     odd = client.pull_raw("GID_raw", "bulk", 0, 0, 5, filter_expression="odd")
     assert _columns(odd, 0).queue_offset.tolist() == [1, 3, 5, 7, 9]
-    sql = client.pull_raw("GID_raw", "bulk", 0, 0, 3, filter_expression="n > 496",
-                          filter_type="SQL")  # fmt: skip
+    sql = client.pull_raw(
+        "GID_raw", "bulk", 0, 0, 3, filter_expression="n > 496", filter_type="SQL"
+    )
     assert _columns(sql, 0).body.to_pylist() == [b"m497", b"m498", b"m499"]
     with pytest.raises(errors.FilterSyntaxError):
         client.pull_raw("GID_raw", "bulk", 0, 0, 3, filter_expression="n >", filter_type="SQL")
@@ -86,8 +93,11 @@ def test_tag_and_sql_filters_run_on_the_broker(client) -> None:
 def test_long_polling_answers_when_a_message_arrives(client) -> None:
     client.create_topic("bulk-polled", queues=1)
     got: list[object] = []
-    puller = threading.Thread(target=lambda: got.append(client.pull_raw(
-        "GID_raw", "bulk-polled", 0, 0, 10, long_polling_timeout_ms=20_000)))  # fmt: skip
+    puller = threading.Thread(
+        target=lambda: got.append(
+            client.pull_raw("GID_raw", "bulk-polled", 0, 0, 10, long_polling_timeout_ms=20_000)
+        )
+    )
     puller.start()
     client.send_batch("bulk-polled", [b"wake up"])
     puller.join(30)
@@ -95,17 +105,45 @@ def test_long_polling_answers_when_a_message_arrives(client) -> None:
     assert decode_units(batch.data, batch.sizes).body.to_pylist() == [b"wake up"]  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(("payload", "error", "text"), [
-    (b"not json", errors.InvalidArgumentError, "not valid UTF-8 JSON"),
-    (json.dumps({"group": "g", "topic": "bulk", "queue_id": 0, "offset": 0, "max_count": 1,
-                 "colour": "red"}).encode(), errors.InvalidArgumentError, "unknown field"),
-    (json.dumps({"topic": "bulk", "queue_id": 0, "offset": 0, "max_count": 1}).encode(),
-     errors.InvalidArgumentError, "'group' is required"),
-    (json.dumps({"group": "g", "topic": "nope", "queue_id": 0, "offset": 0,
-                 "max_count": 1}).encode(), errors.TopicNotFoundError, "nope"),
-    (json.dumps({"group": "g", "topic": "bulk", "queue_id": 7, "offset": 0,
-                 "max_count": 1}).encode(), errors.InvalidArgumentError, "queue 7"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("payload", "error", "text"),
+    [
+        (b"not json", errors.InvalidArgumentError, "not valid UTF-8 JSON"),
+        (
+            json.dumps(
+                {
+                    "group": "g",
+                    "topic": "bulk",
+                    "queue_id": 0,
+                    "offset": 0,
+                    "max_count": 1,
+                    "colour": "red",
+                }
+            ).encode(),
+            errors.InvalidArgumentError,
+            "unknown field",
+        ),
+        (
+            json.dumps({"topic": "bulk", "queue_id": 0, "offset": 0, "max_count": 1}).encode(),
+            errors.InvalidArgumentError,
+            "'group' is required",
+        ),
+        (
+            json.dumps(
+                {"group": "g", "topic": "nope", "queue_id": 0, "offset": 0, "max_count": 1}
+            ).encode(),
+            errors.TopicNotFoundError,
+            "nope",
+        ),
+        (
+            json.dumps(
+                {"group": "g", "topic": "bulk", "queue_id": 7, "offset": 0, "max_count": 1}
+            ).encode(),
+            errors.InvalidArgumentError,
+            "queue 7",
+        ),
+    ],
+)
 def test_bad_requests_get_clear_errors(broker, payload, error, text) -> None:
     with grpc.insecure_channel(broker.endpoint) as channel:
         response = channel.unary_unary(RAW_PULL_METHOD)(payload, timeout=10)

@@ -22,8 +22,13 @@ BROKER_ARGS = ["--route-ttl-ms", "300"]
 
 def start_cluster(directory: Path, brokers: int, **config: Any) -> LocalCluster:
     """A started NameServer plus ``brokers`` broker groups (broker-a, broker-b, ...)."""
-    local = LocalCluster(directory, broker_config=DEFAULT_CONFIG, register_interval_ms=500,
-                         broker_args=BROKER_ARGS, **config)  # fmt: skip
+    local = LocalCluster(
+        directory,
+        broker_config=DEFAULT_CONFIG,
+        register_interval_ms=500,
+        broker_args=BROKER_ARGS,
+        **config,
+    )
     return local.start(brokers, namesrv_args=NAMESRV_ARGS)
 
 

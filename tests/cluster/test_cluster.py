@@ -58,7 +58,8 @@ def route_brokers(endpoint: str, topic: str) -> collections.Counter[str]:
     """Queue count per broker group in the QueryRoute answer of the broker at ``endpoint``."""
     with grpc.insecure_channel(endpoint) as channel:
         reply = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
-            service_pb2.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=10)
+            service_pb2.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=10
+        )
     if reply.status.code != Code.OK:
         return collections.Counter()
     return collections.Counter(q.broker.name for q in reply.message_queues)
@@ -70,8 +71,11 @@ def create_everywhere(cluster: LocalCluster, topic: str, queues: int = 4) -> Non
     assert all(f"on {name}" in out for name in cluster.brokers), out
     expected = {name: queues for name in cluster.brokers}
     for endpoint in cluster.endpoints.values():
-        wait_for(lambda e=endpoint: route_brokers(e, topic) == expected, 10,
-                 f"the route of {topic} on {endpoint}")  # fmt: skip
+        wait_for(
+            lambda e=endpoint: route_brokers(e, topic) == expected,
+            10,
+            f"the route of {topic} on {endpoint}",
+        )
 
 
 def held(cluster: LocalCluster, topic: str) -> dict[str, int]:
@@ -98,13 +102,26 @@ def test_cluster_list_and_topic_create_on_every_group_or_one(cluster3) -> None:
         assert client.health()["put_tps"] > 0  # 50 stored since its last samples
     route = rmq("topic", "route", "adm-all", "--namesrv", cluster3.namesrv)
     assert all(name in route for name in BROKERS)
-    out = rmq("topic", "create", "adm-one", "--queues", "3", "--namesrv", cluster3.namesrv,
-              "--broker", "broker-b")  # fmt: skip
+    out = rmq(
+        "topic",
+        "create",
+        "adm-one",
+        "--queues",
+        "3",
+        "--namesrv",
+        cluster3.namesrv,
+        "--broker",
+        "broker-b",
+    )
     assert "on broker-b" in out and "broker-a" not in out
-    wait_for(lambda: route_brokers(cluster3.endpoints["broker-a"], "adm-one") ==
-             {"broker-b": 3}, 10, "adm-one on broker-b only")  # fmt: skip
-    bad = CliRunner().invoke(cli, ["topic", "create", "x", "--namesrv", cluster3.namesrv,
-                                   "--broker", "broker-zz"])  # fmt: skip
+    wait_for(
+        lambda: route_brokers(cluster3.endpoints["broker-a"], "adm-one") == {"broker-b": 3},
+        10,
+        "adm-one on broker-b only",
+    )
+    bad = CliRunner().invoke(
+        cli, ["topic", "create", "x", "--namesrv", cluster3.namesrv, "--broker", "broker-zz"]
+    )
     assert bad.exit_code == 1 and "broker-zz" in bad.output
 
 
@@ -112,7 +129,8 @@ def test_route_lookup_creates_no_topic_anywhere(cluster3) -> None:
     for endpoint in cluster3.endpoints.values():
         with grpc.insecure_channel(endpoint) as channel:
             reply = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
-                service_pb2.QueryRouteRequest(topic=pb.Resource(name="typo-topic")), timeout=10)
+                service_pb2.QueryRouteRequest(topic=pb.Resource(name="typo-topic")), timeout=10
+            )
         assert reply.status.code == Code.TOPIC_NOT_FOUND, reply.status
     ns = NameServerClient(cluster3.namesrv)
     try:
@@ -136,10 +154,13 @@ def send_and_receive_through_one_broker(cluster: LocalCluster, topic: str, count
     create_everywhere(cluster, topic)
     send_numbered(endpoint, topic, count)
     holdings = held(cluster, topic)
-    assert sum(holdings.values()) == count and all(holdings[name] > 0 for name in BROKERS), \
-        holdings  # fmt: skip
-    consumer = SimpleConsumer(ClientConfiguration(endpoint, Credentials()), f"GID-{topic}",
-                              {topic: FilterExpression()}, await_duration=1)  # fmt: skip
+    assert sum(holdings.values()) == count and all(holdings[name] > 0 for name in BROKERS), holdings
+    consumer = SimpleConsumer(
+        ClientConfiguration(endpoint, Credentials()),
+        f"GID-{topic}",
+        {topic: FilterExpression()},
+        await_duration=1,
+    )
     consumer.startup()
     seen: collections.Counter[bytes] = collections.Counter()
     try:
@@ -177,16 +198,28 @@ def messages(stub: Any, topic: str, group: str) -> list[Any]:
 
 
 def test_ack_and_invisible_change_at_the_wrong_broker_are_forwarded(cluster3) -> None:
-    rmq("topic", "create", "fwd", "--queues", "1", "--namesrv", cluster3.namesrv,
-        "--broker", "broker-b")  # fmt: skip
+    rmq(
+        "topic",
+        "create",
+        "fwd",
+        "--queues",
+        "1",
+        "--namesrv",
+        cluster3.namesrv,
+        "--broker",
+        "broker-b",
+    )
     with RocketMQClient(cluster3.endpoints["broker-b"]) as client:
         client.send_batch("fwd", [b"one", b"two"])
     channels = {n: grpc.insecure_channel(e) for n, e in cluster3.endpoints.items()}
     try:
         stubs = {n: service_pb2_grpc.MessagingServiceStub(c) for n, c in channels.items()}
         got: list[Any] = []
-        wait_for(lambda: got.extend(messages(stubs["broker-b"], "fwd", "GID-fwd"))
-                 or len(got) == 2, 10, "both messages received")  # fmt: skip
+        wait_for(
+            lambda: got.extend(messages(stubs["broker-b"], "fwd", "GID-fwd")) or len(got) == 2,
+            10,
+            "both messages received",
+        )
         first, second = (m.system_properties.receipt_handle for m in got)
         changed = change_invisible(stubs["broker-a"], "fwd", "GID-fwd", first, 60_000)
         assert changed.status.code == Code.OK and changed.receipt_handle != first
@@ -218,10 +251,13 @@ def test_our_client_routes_sends_pulls_and_offsets_per_broker(cluster3) -> None:
         for q in queues:
             batch = client.pull("GID-ours", "ours", q.queue_id, 0, 100, broker=q.broker_name)
             total += len(batch.messages)
-            client.update_offset("GID-ours", "ours", q.queue_id, batch.next_offset,
-                                 broker=q.broker_name)  # fmt: skip
-            assert client.get_offset("GID-ours", "ours", q.queue_id,
-                                     broker=q.broker_name) == batch.next_offset  # fmt: skip
+            client.update_offset(
+                "GID-ours", "ours", q.queue_id, batch.next_offset, broker=q.broker_name
+            )
+            assert (
+                client.get_offset("GID-ours", "ours", q.queue_id, broker=q.broker_name)
+                == batch.next_offset
+            )
         assert total == 60
         assert held(cluster3, "ours") == {name: 20 for name in BROKERS}
         with pytest.raises(Exception, match="broker-a, broker-b, broker-c"):
@@ -249,8 +285,12 @@ def test_official_push_consumer_through_one_broker_gets_every_group(cluster3) ->
             client.send_batch("pushed", [b"p%d-%d" % (i, j) for j in range(10)])
     assert held(cluster3, "pushed") == {name: 20 for name in BROKERS}
     listener = Collect()
-    consumer = PushConsumer(ClientConfiguration(cluster3.endpoints["broker-c"], Credentials()),
-                            "GID-pushed", listener, {"pushed": FilterExpression()})  # fmt: skip
+    consumer = PushConsumer(
+        ClientConfiguration(cluster3.endpoints["broker-c"], Credentials()),
+        "GID-pushed",
+        listener,
+        {"pushed": FilterExpression()},
+    )
     consumer.startup()
     try:
         wait_for(lambda: len(listener.bodies) == 60, 30, "all 60 messages pushed")
@@ -272,8 +312,10 @@ def test_cluster_client_pickles_and_names_an_unreachable_namesrv(cluster3) -> No
             copy.close()
     finally:
         client.close()
-    with RocketMQClient(namesrv="127.0.0.1:1") as nowhere, \
-            pytest.raises(RocketMQError, match=r"127\.0\.0\.1:1"):  # fmt: skip
+    with (
+        RocketMQClient(namesrv="127.0.0.1:1") as nowhere,
+        pytest.raises(RocketMQError, match=r"127\.0\.0\.1:1"),
+    ):
         nowhere.send_batch("pickled", [b"lost"])
 
 
@@ -281,9 +323,14 @@ def test_message_groups_stay_on_one_broker_group_and_in_order(cluster3) -> None:
     create_everywhere(cluster3, "fifo-c", queues=2)
     with RocketMQClient(namesrv=cluster3.namesrv) as client:
         for round_ in range(4):
-            client.send_batch("fifo-c", [OutgoingMessage(b"%s-%d" % (g.encode(), round_),
-                                                         message_group=g)
-                                         for g in ("g1", "g2", "g3", "g4", "g5")] + [b"free"])
+            client.send_batch(
+                "fifo-c",
+                [
+                    OutgoingMessage(b"%s-%d" % (g.encode(), round_), message_group=g)
+                    for g in ("g1", "g2", "g3", "g4", "g5")
+                ]
+                + [b"free"],
+            )
             client.send_columns("fifo-c", [b"c-%d" % round_], message_groups=["g1"])
         where: dict[str, set[tuple[str, int]]] = collections.defaultdict(set)
         order: dict[str, list[bytes]] = collections.defaultdict(list)

@@ -17,9 +17,25 @@ from broker_core.server.launcher import ROOT
 def _up(tmp_path: Path) -> tuple[subprocess.Popen[str], dict[str, list[str]]]:
     """Start ``rmq cluster up --brokers 1 --tls``; its printed lines by first word."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from broker_core.cli import main; main()", "cluster", "up",
-         "--brokers", "1", "--tls", "--dir", str(tmp_path), "--register-interval-ms", "500"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from broker_core.cli import main; main()",
+            "cluster",
+            "up",
+            "--brokers",
+            "1",
+            "--tls",
+            "--dir",
+            str(tmp_path),
+            "--register-interval-ms",
+            "500",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     printed: dict[str, list[str]] = {}
     for line in proc.stdout:
@@ -60,7 +76,7 @@ def test_cluster_up_tls_serves_tls_and_metrics(tmp_path: Path) -> None:
         metrics_name, url = printed["metrics"][0].split()
         assert metrics_name == name
         text = _scrape(url)
-        assert 'rocketmq_messages_in_total{' in text and 'topic="up-tls"' in text, text[:2000]
+        assert "rocketmq_messages_in_total{" in text and 'topic="up-tls"' in text, text[:2000]
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0 and "stopped" in rest, rest

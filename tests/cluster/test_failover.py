@@ -73,17 +73,26 @@ def test_stopped_and_killed_brokers_leave_routes_and_sends_go_on(tmp_path) -> No
 
             started = time.monotonic()
             assert cluster.brokers["broker-c"].stop() == 0  # SIGTERM: unregisters first
-            wait_for(lambda: route_of(ns, "steady") == {"broker-a", "broker-b"}, 5,
-                     "broker-c to leave the NameServer's route")  # fmt: skip
-            wait_for(lambda: set(route_brokers(entry, "steady")) == {"broker-a", "broker-b"},
-                     5, "broker-c to leave broker-a's QueryRoute")  # fmt: skip
+            wait_for(
+                lambda: route_of(ns, "steady") == {"broker-a", "broker-b"},
+                5,
+                "broker-c to leave the NameServer's route",
+            )
+            wait_for(
+                lambda: set(route_brokers(entry, "steady")) == {"broker-a", "broker-b"},
+                5,
+                "broker-c to leave broker-a's QueryRoute",
+            )
             stopped_s = time.monotonic() - started
             producer.wait_sent(60)
 
             started = time.monotonic()
             cluster.brokers["broker-b"].kill()  # SIGKILL: only its connection tells
-            wait_for(lambda: route_of(ns, "steady") == {"broker-a"}, 5,
-                     "broker-b to leave the NameServer's route")  # fmt: skip
+            wait_for(
+                lambda: route_of(ns, "steady") == {"broker-a"},
+                5,
+                "broker-b to leave the NameServer's route",
+            )
             killed_s = time.monotonic() - started
             a_before = held_one(cluster, "broker-a")
             producer.wait_sent(60)
@@ -108,13 +117,20 @@ def test_brokers_serve_their_own_share_while_the_namesrv_is_down(tmp_path) -> No
         assert cluster.namesrv_process is not None
         cluster.namesrv_process.terminate()
         assert cluster.namesrv_process.wait(15) == 0
-        wait_for(lambda: set(route_brokers(entry, "alone")) == {"broker-a"}, 5,
-                 "broker-a to answer with its own share")  # fmt: skip
+        wait_for(
+            lambda: set(route_brokers(entry, "alone")) == {"broker-a"},
+            5,
+            "broker-a to answer with its own share",
+        )
         with RocketMQClient(entry) as client:
             client.send("alone", b"still here")
-        cluster.namesrv_process = start_namesrv(cluster.namesrv, tmp_path / "namesrv-2.log",
-                                                NAMESRV_ARGS)  # fmt: skip
-        wait_for(lambda: set(route_brokers(entry, "alone")) == {"broker-a", "broker-b"}, 10,
-                 "the restarted NameServer to know both groups again")  # fmt: skip
+        cluster.namesrv_process = start_namesrv(
+            cluster.namesrv, tmp_path / "namesrv-2.log", NAMESRV_ARGS
+        )
+        wait_for(
+            lambda: set(route_brokers(entry, "alone")) == {"broker-a", "broker-b"},
+            10,
+            "the restarted NameServer to know both groups again",
+        )
     finally:
         cluster.stop()

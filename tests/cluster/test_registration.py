@@ -48,8 +48,9 @@ def has_route(addr: str, topic: str) -> bool:
 
 
 def test_topic_change_registers_at_once_and_sigterm_unregisters(namesrv, tmp_path) -> None:
-    broker = start_cluster_broker(tmp_path / "slow", namesrv, "reg-slow",
-                                  register_interval_ms=600_000)  # fmt: skip
+    broker = start_cluster_broker(
+        tmp_path / "slow", namesrv, "reg-slow", register_interval_ms=600_000
+    )
     try:
         assert "reg-slow" in live_names(namesrv)  # the first registration precedes READY
         with RocketMQClient(broker.endpoint) as client:
@@ -83,9 +84,24 @@ def test_cluster_flags_need_namesrv(tmp_path) -> None:
 
 def test_rmq_cluster_up_serves_until_sigterm(tmp_path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from broker_core.cli import main; main()", "cluster", "up",
-         "--brokers", "2", "--dir", str(tmp_path), "--register-interval-ms", "500"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from broker_core.cli import main; main()",
+            "cluster",
+            "up",
+            "--brokers",
+            "2",
+            "--dir",
+            str(tmp_path),
+            "--register-interval-ms",
+            "500",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         lines = []

@@ -26,8 +26,17 @@ from pyspark.sql.streaming import StreamingQuery
 from broker_core.client import OutgoingMessage, RocketMQClient, SendReceipt
 from tests.server.conftest import BrokerProcess, start_broker
 
-__all__ = ["BrokerProcess", "StreamRun", "await_query", "new_topic", "produce", "read_batch",
-           "read_stream", "run_available_now", "start_broker"]  # fmt: skip
+__all__ = [
+    "BrokerProcess",
+    "StreamRun",
+    "await_query",
+    "new_topic",
+    "produce",
+    "read_batch",
+    "read_stream",
+    "run_available_now",
+    "start_broker",
+]
 
 _NAMES = itertools.count()
 
@@ -76,13 +85,23 @@ def new_topic(client: RocketMQClient, prefix: str = "t", *, queues: int = 2) -> 
     return name
 
 
-def produce(client: RocketMQClient, topic: str, count: int, *, tag: str | None = None,
-            prefix: str = "m", body_bytes: int = 0, keys: Sequence[str] = (),
-            properties: dict[str, str] | None = None) -> list[SendReceipt]:  # fmt: skip
+def produce(
+    client: RocketMQClient,
+    topic: str,
+    count: int,
+    *,
+    tag: str | None = None,
+    prefix: str = "m",
+    body_bytes: int = 0,
+    keys: Sequence[str] = (),
+    properties: dict[str, str] | None = None,
+) -> list[SendReceipt]:
     """Send ``count`` messages in one request; bodies ``{prefix}-{i}`` (padded to
     ``body_bytes``). The broker spreads them over the queues round robin."""
-    messages = [OutgoingMessage(f"{prefix}-{i}".encode().ljust(body_bytes, b"."), tag, keys,
-                                properties) for i in range(count)]  # fmt: skip
+    messages = [
+        OutgoingMessage(f"{prefix}-{i}".encode().ljust(body_bytes, b"."), tag, keys, properties)
+        for i in range(count)
+    ]
     return client.send_batch(topic, messages)
 
 
@@ -91,8 +110,9 @@ def read_batch(spark: SparkSession, endpoint: str, **options: str) -> DataFrame:
 
 
 def read_stream(spark: SparkSession, endpoint: str, **options: str) -> DataFrame:
-    return (spark.readStream.format("rocketmq").option("endpoints", endpoint)
-            .options(**options).load())  # fmt: skip
+    return (
+        spark.readStream.format("rocketmq").option("endpoints", endpoint).options(**options).load()
+    )
 
 
 @dataclass
@@ -112,18 +132,24 @@ class StreamRun:
         return [p["numInputRows"] for p in self.progress if p["numInputRows"]]
 
 
-def run_available_now(stream: DataFrame, checkpoint: Path,
-                      columns: Sequence[str] = ("topic", "queueId", "queueOffset", "body"),
-                      timeout_s: float = 120) -> StreamRun:  # fmt: skip
+def run_available_now(
+    stream: DataFrame,
+    checkpoint: Path,
+    columns: Sequence[str] = ("topic", "queueId", "queueOffset", "body"),
+    timeout_s: float = 120,
+) -> StreamRun:
     """Run ``stream`` with ``trigger(availableNow=True)`` to the end; collect every batch."""
     run = StreamRun()
 
     def collect(batch: DataFrame, batch_id: int) -> None:
         run.batches[batch_id] = batch.select(*columns).collect()
 
-    query = (stream.writeStream.foreachBatch(collect)
-             .option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())  # fmt: skip
+    query = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     await_query(query, timeout_s)
     run.progress = [dict(p) for p in query.recentProgress]
     return run
@@ -139,5 +165,6 @@ def await_query(query: StreamingQuery, timeout_s: float) -> None:
     if not query.awaitTermination(timeout_s):  # raises the query's failure, if it failed
         status, last = query.status, query.lastProgress
         query.stop()
-        raise AssertionError(f"stream did not finish within {timeout_s} s: status {status}, "
-                             f"last progress {last}")  # fmt: skip
+        raise AssertionError(
+            f"stream did not finish within {timeout_s} s: status {status}, last progress {last}"
+        )

@@ -25,8 +25,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
     proc = start_with(tmp_path_factory.mktemp("spark-auth"), extra_toml=AUTH_TOML + tls_toml(pki))
-    with RocketMQClient(proc.endpoint, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET,
-                        ca_file=str(pki.ca)) as admin:  # fmt: skip
+    with RocketMQClient(
+        proc.endpoint, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET, ca_file=str(pki.ca)
+    ) as admin:
         admin.create_topic("spark-orders", queues=2)
         admin.create_user("spark", SECRET)
         admin.create_acl("spark", "Topic:spark-orders", ["Pub", "Sub", "Get"])
@@ -35,18 +36,25 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Brok
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
 
-def test_spark_writes_and_reads_with_keys_over_tls(spark: SparkSession, secured: BrokerProcess,
-                                                   pki: Pki) -> None:  # fmt: skip
+def test_spark_writes_and_reads_with_keys_over_tls(
+    spark: SparkSession, secured: BrokerProcess, pki: Pki
+) -> None:
     access = {"accessKey": "spark", "secretKey": SECRET, "caFile": str(pki.ca)}
     rows = [(f"row-{i}".encode(),) for i in range(20)]
-    spark.createDataFrame(rows, "body binary").write.format("rocketmq") \
-        .option("endpoints", secured.endpoint).option("topic", "spark-orders") \
-        .options(**access).mode("append").save()  # fmt: skip
+    spark.createDataFrame(rows, "body binary").write.format("rocketmq").option(
+        "endpoints", secured.endpoint
+    ).option("topic", "spark-orders").options(**access).mode("append").save()
     got = read_batch(spark, secured.endpoint, topic="spark-orders", **access).collect()
     assert sorted(bytes(r.body) for r in got) == sorted(body for (body,) in rows)
     with pytest.raises(Exception, match="not signed"):
         read_batch(spark, secured.endpoint, topic="spark-orders", caFile=str(pki.ca)).collect()
     with pytest.raises(Exception, match="wrong secret key"):
-        read_batch(spark, secured.endpoint, topic="spark-orders", accessKey="spark",
-                   secretKey="not-the-secret", caFile=str(pki.ca)).collect()
+        read_batch(
+            spark,
+            secured.endpoint,
+            topic="spark-orders",
+            accessKey="spark",
+            secretKey="not-the-secret",
+            caFile=str(pki.ca),
+        ).collect()
     assert not any(SECRET in line for line in secured.output)

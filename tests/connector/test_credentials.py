@@ -18,10 +18,15 @@ KEYS = {"accessKey": "alice", "secretKey": "s3cr3t-value"}
 
 
 def test_read_and_sink_options_carry_the_keys_without_showing_the_secret() -> None:
-    read = parse_read_options({"endpoints": "127.0.0.1:1", "topic": "t", **KEYS},
-                              streaming=False)  # fmt: skip
-    sink = parse_sink_options({"endpoints": "127.0.0.1:1", "topic": "t",
-                               "accesskey": "alice", "secretkey": "s3cr3t-value"})
+    read = parse_read_options({"endpoints": "127.0.0.1:1", "topic": "t", **KEYS}, streaming=False)
+    sink = parse_sink_options(
+        {
+            "endpoints": "127.0.0.1:1",
+            "topic": "t",
+            "accesskey": "alice",
+            "secretkey": "s3cr3t-value",
+        }
+    )
     for access in (read.access, sink.access):
         assert access == Access("alice", "s3cr3t-value")
     for shown in (repr(read), repr(sink), str(read.access)):
@@ -37,8 +42,9 @@ def test_read_and_sink_options_carry_the_keys_without_showing_the_secret() -> No
 def test_without_keys_nothing_is_signed() -> None:
     read = parse_read_options({"endpoints": "127.0.0.1:1", "topic": "t"}, streaming=False)
     assert read.access == NO_ACCESS
-    assert "authorization" not in dict(_client(parse_sink_options(
-        {"endpoints": "127.0.0.1:1", "topic": "t"}))._metadata())
+    assert "authorization" not in dict(
+        _client(parse_sink_options({"endpoints": "127.0.0.1:1", "topic": "t"}))._metadata()
+    )
 
 
 def test_errors_never_quote_the_secret() -> None:

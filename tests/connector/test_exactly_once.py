@@ -42,9 +42,16 @@ TIMEOUT_MS = 20_000
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """Orphaned halves are checked once, 1 s after their recovery time, then rolled back."""
-    proc = start_broker(tmp_path_factory.mktemp("eo-broker"), config={"broker": {
-        "transaction_check_timeout_ms": 1_000, "transaction_max_checks": 1,
-        "transaction_check_interval_ms": 100}})  # fmt: skip
+    proc = start_broker(
+        tmp_path_factory.mktemp("eo-broker"),
+        config={
+            "broker": {
+                "transaction_check_timeout_ms": 1_000,
+                "transaction_max_checks": 1,
+                "transaction_check_interval_ms": 100,
+            }
+        },
+    )
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
@@ -77,8 +84,11 @@ def bodies(client: RocketMQClient, topic: str) -> Counter[str]:
 def live_halves(client: RocketMQClient) -> int:
     """Half records no op record has finished yet (prepared, not committed/rolled back)."""
     halves = {m.queue_offset for m in read_queue(client, TRANS_HALF_TOPIC, 0)}
-    finished = {int(part) for m in read_queue(client, TRANS_OP_HALF_TOPIC, 0)
-                for part in m.body.decode().split(",")}  # fmt: skip
+    finished = {
+        int(part)
+        for m in read_queue(client, TRANS_OP_HALF_TOPIC, 0)
+        for part in m.body.decode().split(",")
+    }
     return len(halves - finished)
 
 
@@ -98,23 +108,33 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 # --------------------------------------------------------------------------- the protocol
 
 
-def attempt(client: RocketMQClient, topic: str, rows: list[list[str]],
-            batch_id: int = 0) -> list[TaskHalves]:  # fmt: skip
+def attempt(
+    client: RocketMQClient, topic: str, rows: list[list[str]], batch_id: int = 0
+) -> list[TaskHalves]:
     """One attempt of a batch: partition p sends ``rows[p]`` as halves and reports them."""
     now_ms = time.time_ns() // 1_000_000
     reports = []
     for partition, partition_rows in enumerate(rows):
-        halves = prepare(client, topic, [OutgoingMessage(r.encode()) for r in partition_rows],
-                         recovery_ms=60_000) if partition_rows else []  # fmt: skip
-        reports.append(TaskHalves(partition, 0, len(partition_rows), "query-1", batch_id,
-                                  now_ms, halves))  # fmt: skip
+        halves = (
+            prepare(
+                client,
+                topic,
+                [OutgoingMessage(r.encode()) for r in partition_rows],
+                recovery_ms=60_000,
+            )
+            if partition_rows
+            else []
+        )
+        reports.append(
+            TaskHalves(partition, 0, len(partition_rows), "query-1", batch_id, now_ms, halves)
+        )
     return reports
 
 
-def commit(client: RocketMQClient, reports: list[TaskHalves], batch_id: int = 0,
-           sink: str = "sink") -> None:  # fmt: skip
-    eo.commit_stream_batch(client, list(reports), batch_id, producer_group=sink,
-                           timeout_ms=60_000)  # fmt: skip
+def commit(
+    client: RocketMQClient, reports: list[TaskHalves], batch_id: int = 0, sink: str = "sink"
+) -> None:
+    eo.commit_stream_batch(client, list(reports), batch_id, producer_group=sink, timeout_ms=60_000)
 
 
 ROWS = [[f"p0-{i}" for i in range(6)], [f"p1-{i}" for i in range(5)], []]
@@ -137,8 +157,9 @@ def test_commit_makes_every_row_visible_once_and_a_replay_adds_nothing(
     commit(client, first, sink="s-commit")  # the same commit again: nothing changes
     replay = attempt(client, topic, ROWS)  # Spark re-runs the batch after a driver crash
     commit(client, replay, sink="s-commit")
-    assert all(end(client, h, commit=True) is EndOutcome.ALREADY_ROLLED_BACK
-               for h in halves_of(replay))  # fmt: skip
+    assert all(
+        end(client, h, commit=True) is EndOutcome.ALREADY_ROLLED_BACK for h in halves_of(replay)
+    )
     assert bodies(client, topic) == EXPECTED
 
 
@@ -204,8 +225,9 @@ def test_abort_rolls_back_undecided_halves_and_keeps_decided_ones(
     client.create_topic(topic, queues=1)
     undecided = attempt(client, topic, [["u1", "u2"]], batch_id=1)
     eo.abort_stream_batch(client, list(undecided), 1, producer_group="s-abort")
-    assert all(end(client, h, commit=True) is EndOutcome.ALREADY_ROLLED_BACK
-               for h in halves_of(undecided))  # fmt: skip
+    assert all(
+        end(client, h, commit=True) is EndOutcome.ALREADY_ROLLED_BACK for h in halves_of(undecided)
+    )
     decided = attempt(client, topic, [["d1", "d2"]], batch_id=2)
     marker = eo.marker_topic("s-abort")
     eo.ensure_marker_topic(client, marker)
@@ -223,8 +245,9 @@ def test_halves_too_old_to_commit_safely_roll_the_batch_back(client: RocketMQCli
     reports[0].first_send_ms -= 40_000  # sent 40 s ago; the timeout is 60 s
     with pytest.raises(eo.TransactionTimeoutError, match="transactionTimeoutMs"):
         commit(client, reports, sink="s-old")
-    assert all(end(client, h, commit=True) is EndOutcome.ALREADY_ROLLED_BACK
-               for h in halves_of(reports))  # fmt: skip
+    assert all(
+        end(client, h, commit=True) is EndOutcome.ALREADY_ROLLED_BACK for h in halves_of(reports)
+    )
     assert bodies(client, topic) == Counter()
 
 
@@ -235,8 +258,9 @@ def write_inputs(directory: Path, files: dict[str, list[str]]) -> list[str]:
     """One JSON-lines file per entry; returns every row's body."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, rows in files.items():
-        (directory / f"{name}.json").write_text("".join(json.dumps({"body": r}) + "\n"
-                                                        for r in rows))  # fmt: skip
+        (directory / f"{name}.json").write_text(
+            "".join(json.dumps({"body": r}) + "\n" for r in rows)
+        )
     return [r for rows in files.values() for r in rows]
 
 
@@ -245,11 +269,17 @@ def test_a_batch_write_with_exactly_once_is_all_or_nothing(
 ) -> None:
     topic = "eo-batch-job"
     client.create_topic(topic, queues=2)
-    options = {"endpoints": broker.endpoint, "topic": topic, "exactlyOnce": "true",
-               "batchSize": "10", "transactionTimeoutMs": str(TIMEOUT_MS)}  # fmt: skip
+    options = {
+        "endpoints": broker.endpoint,
+        "topic": topic,
+        "exactlyOnce": "true",
+        "batchSize": "10",
+        "transactionTimeoutMs": str(TIMEOUT_MS),
+    }
     good = [f"ok-{i}" for i in range(40)]
-    spark.createDataFrame([(b,) for b in good], "body string").write.format("rocketmq") \
-        .options(**options).mode("append").save()  # fmt: skip
+    spark.createDataFrame([(b,) for b in good], "body string").write.format("rocketmq").options(
+        **options
+    ).mode("append").save()
     wait_for(lambda: bodies(client, topic) == Counter(good), 10, "the committed rows")
 
     before = half_records(client)
@@ -263,15 +293,20 @@ def test_a_batch_write_with_exactly_once_is_all_or_nothing(
     assert bodies(client, topic) == Counter(good)
 
 
-def test_a_task_failing_mid_batch_leaves_no_trace(spark: SparkSession, broker: BrokerProcess,
-                                                  client: RocketMQClient,
-                                                  tmp_path: Path) -> None:  # fmt: skip
+def test_a_task_failing_mid_batch_leaves_no_trace(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = "eo-task-failure"
     client.create_topic(topic, queues=2)
-    rows = write_inputs(tmp_path / "in", {
-        "a": [f"a-{i:03d}" for i in range(120)],
-        "b": [f"b-{i:03d}" for i in range(300)] + ["MARKER"] + [f"c-{i:03d}" for i in range(50)],
-    })  # fmt: skip
+    rows = write_inputs(
+        tmp_path / "in",
+        {
+            "a": [f"a-{i:03d}" for i in range(120)],
+            "b": [f"b-{i:03d}" for i in range(300)]
+            + ["MARKER"]
+            + [f"c-{i:03d}" for i in range(50)],
+        },
+    )
     flag, endpoint, half_topic = str(tmp_path / "failed-once"), broker.endpoint, TRANS_HALF_TOPIC
     before = half_records(client)
 
@@ -282,20 +317,28 @@ def test_a_task_failing_mid_batch_leaves_no_trace(spark: SparkSession, broker: B
             # Fail only once file b's task has sent halves too (file a has 120 rows).
             with RocketMQClient(endpoint) as probe:
                 deadline = time.monotonic() + 60
-                while (probe.query_offset(half_topic, 0, "END") - before < 200
-                       and time.monotonic() < deadline):  # fmt: skip
+                while (
+                    probe.query_offset(half_topic, 0, "END") - before < 200
+                    and time.monotonic() < deadline
+                ):
                     time.sleep(0.05)
             raise RuntimeError("injected task failure")
         return body
 
     def run() -> None:
         stream = spark.readStream.schema("body string").json(str(tmp_path / "in"))
-        query = (stream.select(fail_once("body").alias("body")).writeStream
-                 .format("rocketmq").option("endpoints", broker.endpoint)
-                 .option("topic", topic).option("exactlyOnce", "true")
-                 .option("batchSize", "10").option("transactionTimeoutMs", str(TIMEOUT_MS))
-                 .option("checkpointLocation", str(tmp_path / "cp"))
-                 .trigger(availableNow=True).start())  # fmt: skip
+        query = (
+            stream.select(fail_once("body").alias("body"))
+            .writeStream.format("rocketmq")
+            .option("endpoints", broker.endpoint)
+            .option("topic", topic)
+            .option("exactlyOnce", "true")
+            .option("batchSize", "10")
+            .option("transactionTimeoutMs", str(TIMEOUT_MS))
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(availableNow=True)
+            .start()
+        )
         await_query(query, 180)  # raises StreamingQueryException if the query failed
 
     previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
@@ -362,11 +405,23 @@ def run_driver(tmp_path: Path, endpoint: str, topic: str, flag: str) -> subproce
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     return subprocess.Popen(
-        [sys.executable, str(script), endpoint, topic, str(tmp_path / "in"),
-         str(tmp_path / "cp"), flag, str(TIMEOUT_MS)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(script),
+            endpoint,
+            topic,
+            str(tmp_path / "in"),
+            str(tmp_path / "cp"),
+            flag,
+            str(TIMEOUT_MS),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def test_a_driver_killed_mid_batch_delivers_every_row_once_after_restart(
@@ -374,14 +429,19 @@ def test_a_driver_killed_mid_batch_delivers_every_row_once_after_restart(
 ) -> None:
     topic = "eo-driver-kill"
     client.create_topic(topic, queues=2)
-    rows = write_inputs(tmp_path / "in", {"a": [f"a-{i:03d}" for i in range(150)],
-                                          "b": [f"b-{i:03d}" for i in range(170)]})
+    rows = write_inputs(
+        tmp_path / "in",
+        {"a": [f"a-{i:03d}" for i in range(150)], "b": [f"b-{i:03d}" for i in range(170)]},
+    )
     flag = tmp_path / "halves-sent"
     before = half_records(client)
     driver = run_driver(tmp_path, broker.endpoint, topic, str(flag))
     try:
-        wait_for(lambda: any(tmp_path.glob("halves-sent.*")) or driver.poll() is not None,
-                 120, "a task to send its halves")  # fmt: skip
+        wait_for(
+            lambda: any(tmp_path.glob("halves-sent.*")) or driver.poll() is not None,
+            120,
+            "a task to send its halves",
+        )
         assert driver.poll() is None, driver.communicate()[0][-3000:]
         os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
     finally:

@@ -17,9 +17,12 @@ from tests.connector.conftest import BrokerProcess, read_batch, start_broker
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, ...]]:
     """Two brokers named broker-a and broker-b."""
-    procs = tuple(start_broker(tmp_path_factory.mktemp(f"multi-{name}"),
-                               config={"broker": {"broker_name": name}})
-                  for name in ("broker-a", "broker-b"))  # fmt: skip
+    procs = tuple(
+        start_broker(
+            tmp_path_factory.mktemp(f"multi-{name}"), config={"broker": {"broker_name": name}}
+        )
+        for name in ("broker-a", "broker-b")
+    )
     yield procs
     for proc in procs:
         assert proc.stop() == 0, "".join(proc.output[-50:])
@@ -49,9 +52,10 @@ def create_everywhere(topic: str, *procs: BrokerProcess, queues: int = 2) -> Non
 
 
 def test_two_brokers_with_the_same_name_are_refused(
-    spark: SparkSession, pair: tuple[BrokerProcess, ...],
+    spark: SparkSession,
+    pair: tuple[BrokerProcess, ...],
     tmp_path_factory: pytest.TempPathFactory,
-) -> None:  # fmt: skip
+) -> None:
     twin = start_broker(tmp_path_factory.mktemp("multi-twin"))  # default name: broker-a
     try:
         create_everywhere("dup-names", pair[0], twin)
@@ -70,13 +74,14 @@ def test_source_reads_every_broker_with_its_name(
     create_everywhere("multi-read", *pair)
     for proc, count in zip(pair, (20, 7), strict=True):
         with RocketMQClient(proc.endpoint) as client:
-            client.send_batch("multi-read", [f"{proc.endpoint}-{i}".encode()
-                                             for i in range(count)])  # fmt: skip
+            client.send_batch("multi-read", [f"{proc.endpoint}-{i}".encode() for i in range(count)])
     rows = read_batch(spark, endpoints(*pair), topic="multi-read").collect()
     assert len(rows) == 27
     got = sorted((r.broker, bytes(r.body).decode()) for r in rows)
-    assert got == sorted([("broker-a", f"{pair[0].endpoint}-{i}") for i in range(20)]
-                         + [("broker-b", f"{pair[1].endpoint}-{i}") for i in range(7)])
+    assert got == sorted(
+        [("broker-a", f"{pair[0].endpoint}-{i}") for i in range(20)]
+        + [("broker-b", f"{pair[1].endpoint}-{i}") for i in range(7)]
+    )
 
 
 def test_sink_spreads_rows_over_every_endpoint(
@@ -84,8 +89,9 @@ def test_sink_spreads_rows_over_every_endpoint(
 ) -> None:
     create_everywhere("multi-sink", *pair, queues=2)
     df = spark.createDataFrame([(f"r{i}",) for i in range(200)], "body string").repartition(2)
-    df.write.format("rocketmq").option("endpoints", endpoints(*pair)) \
-        .option("topic", "multi-sink").option("batchSize", "16").mode("append").save()  # fmt: skip
+    df.write.format("rocketmq").option("endpoints", endpoints(*pair)).option(
+        "topic", "multi-sink"
+    ).option("batchSize", "16").mode("append").save()
     per_broker = [read_all(p.endpoint, "multi-sink") for p in pair]
     bodies = sorted(m.body.decode() for got in per_broker for m in got)
     assert bodies == sorted(f"r{i}" for i in range(200))
@@ -102,8 +108,9 @@ def test_sink_pins_each_message_group_to_one_broker_and_queue(
     groups = [f"g{n}" for n in range(8)]
     rows = [(f"{g}-{seq:03d}", g) for seq in range(30) for g in groups]
     df = spark.createDataFrame(rows, "body string, messageGroup string").coalesce(1)
-    df.write.format("rocketmq").option("endpoints", endpoints(*pair)) \
-        .option("topic", "multi-fifo").option("batchSize", "10").mode("append").save()  # fmt: skip
+    df.write.format("rocketmq").option("endpoints", endpoints(*pair)).option(
+        "topic", "multi-fifo"
+    ).option("batchSize", "10").mode("append").save()
     placed: dict[str, set[tuple[int, int]]] = {}
     order: dict[str, list[str]] = {}
     for index, proc in enumerate(pair):

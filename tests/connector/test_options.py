@@ -35,12 +35,21 @@ def test_defaults_batch_and_stream() -> None:
 
 
 def test_names_are_case_insensitive_and_values_parsed() -> None:
-    opts = parse_read_options({"ENDPOINTS": "h:1,h:2, h:1", "Topics": "a, b,a",
-                               "maxmessagespertrigger": "10", "MINMESSAGESPERTRIGGER": "5",
-                               "maxTriggerDelay": "30s", "maxBytesPerTrigger": "64m",
-                               "failOnDataLoss": "FALSE", "consumerGroup": "GID_x",
-                               "commitOffsets": "true", "includeProperties": "false"},
-                              streaming=True)  # fmt: skip
+    opts = parse_read_options(
+        {
+            "ENDPOINTS": "h:1,h:2, h:1",
+            "Topics": "a, b,a",
+            "maxmessagespertrigger": "10",
+            "MINMESSAGESPERTRIGGER": "5",
+            "maxTriggerDelay": "30s",
+            "maxBytesPerTrigger": "64m",
+            "failOnDataLoss": "FALSE",
+            "consumerGroup": "GID_x",
+            "commitOffsets": "true",
+            "includeProperties": "false",
+        },
+        streaming=True,
+    )
     assert opts.endpoints == ("h:1", "h:2") and opts.topics == ("a", "b")
     assert (opts.max_messages_per_trigger, opts.min_messages_per_trigger) == (10, 5)
     assert (opts.max_trigger_delay_ms, opts.max_bytes_per_trigger) == (30_000, 64 << 20)
@@ -49,10 +58,14 @@ def test_names_are_case_insensitive_and_values_parsed() -> None:
 
 
 def test_offsets_json_and_timestamps() -> None:
-    opts = batch(startingOffsets='{"orders": {"broker-a:0": 5, "broker-a:1": -2}}',
-                 endingTimestamp="1700000000000")  # fmt: skip
-    assert opts.starting.offsets == {QueueRef("orders", "broker-a", 0): 5,
-                                     QueueRef("orders", "broker-a", 1): -2}  # fmt: skip
+    opts = batch(
+        startingOffsets='{"orders": {"broker-a:0": 5, "broker-a:1": -2}}',
+        endingTimestamp="1700000000000",
+    )
+    assert opts.starting.offsets == {
+        QueueRef("orders", "broker-a", 0): 5,
+        QueueRef("orders", "broker-a", 1): -2,
+    }
     assert opts.ending.kind == "timestamp" and opts.ending.timestamp_ms == 1_700_000_000_000
     assert stream(startingTimestamp="0").starting.timestamp_ms == 0
 
@@ -72,33 +85,54 @@ def test_topic_pattern_matches_whole_names() -> None:
 # ---- every bad value names its option -----------------------------------------------------
 
 BAD_VALUES = [
-    ("accessKey", "ak-without-secret", False), ("secretKey", "secret-without-key", True),
-    ("tls", "maybe", False), ("caFile", "/no/such/ca.pem", True),
-    ("endpoints", "nohostport", False), ("endpoints", "", False), ("endpoints", "h:1,,h:2", False),
-    ("endpoints", "h:99999", False), ("namesrv", "nohostport", False),
-    ("namesrv", "h:1;;h:2", False), ("namesrv", "h:99999", False), ("namesrv", " ", False),
-    ("topic", "bad topic!", False), ("topics", "a,,b", False), ("topicPattern", "([", False),
-    ("startingOffsets", "sometime", False), ("startingOffsets", "{not json", False),
+    ("accessKey", "ak-without-secret", False),
+    ("secretKey", "secret-without-key", True),
+    ("tls", "maybe", False),
+    ("caFile", "/no/such/ca.pem", True),
+    ("endpoints", "nohostport", False),
+    ("endpoints", "", False),
+    ("endpoints", "h:1,,h:2", False),
+    ("endpoints", "h:99999", False),
+    ("namesrv", "nohostport", False),
+    ("namesrv", "h:1;;h:2", False),
+    ("namesrv", "h:99999", False),
+    ("namesrv", " ", False),
+    ("topic", "bad topic!", False),
+    ("topics", "a,,b", False),
+    ("topicPattern", "([", False),
+    ("startingOffsets", "sometime", False),
+    ("startingOffsets", "{not json", False),
     ("startingOffsets", '{"orders": {"a:0": "x"}}', False),
     ("startingOffsets", '{"orders": {"nocolon": 1}}', False),
     ("startingOffsets", '{"orders": {"a:0": -3}}', False),
-    ("startingOffsets", '{"orders": 5}', False), ("startingOffsets", "[1]", False),
-    ("startingOffsets", "latest", False), ("startingOffsets", '{"orders": {"a:0": -1}}', False),
-    ("startingTimestamp", "yesterday", False), ("startingTimestamp", "-5", True),
-    ("endingOffsets", "earliest", False), ("endingOffsets", '{"orders": {"a:0": -2}}', False),
-    ("endingOffsets", "soon", False), ("endingTimestamp", "1.5", False),
-    ("maxMessagesPerTrigger", "0", True), ("maxMessagesPerTrigger", "ten", True),
-    ("minMessagesPerTrigger", "-1", True), ("maxBytesPerTrigger", "12x", True),
-    ("maxBytesPerTrigger", "0", True), ("tagExpression", "A ||", False),
-    ("tagExpression", "A | B", False), ("sqlFilter", "a = ", False), ("sqlFilter", "", False),
-    ("failOnDataLoss", "yes", False), ("consumerGroup", "bad group", False),
-    ("includeProperties", "1", False), ("commitOffsets", "maybe", True),
-]  # fmt: skip
+    ("startingOffsets", '{"orders": 5}', False),
+    ("startingOffsets", "[1]", False),
+    ("startingOffsets", "latest", False),
+    ("startingOffsets", '{"orders": {"a:0": -1}}', False),
+    ("startingTimestamp", "yesterday", False),
+    ("startingTimestamp", "-5", True),
+    ("endingOffsets", "earliest", False),
+    ("endingOffsets", '{"orders": {"a:0": -2}}', False),
+    ("endingOffsets", "soon", False),
+    ("endingTimestamp", "1.5", False),
+    ("maxMessagesPerTrigger", "0", True),
+    ("maxMessagesPerTrigger", "ten", True),
+    ("minMessagesPerTrigger", "-1", True),
+    ("maxBytesPerTrigger", "12x", True),
+    ("maxBytesPerTrigger", "0", True),
+    ("tagExpression", "A ||", False),
+    ("tagExpression", "A | B", False),
+    ("sqlFilter", "a = ", False),
+    ("sqlFilter", "", False),
+    ("failOnDataLoss", "yes", False),
+    ("consumerGroup", "bad group", False),
+    ("includeProperties", "1", False),
+    ("commitOffsets", "maybe", True),
+]
 
 
 @pytest.mark.parametrize(("option", "value", "streaming"), BAD_VALUES)
-def test_bad_value_is_an_error_naming_the_option(option: str, value: str,
-                                                 streaming: bool) -> None:  # fmt: skip
+def test_bad_value_is_an_error_naming_the_option(option: str, value: str, streaming: bool) -> None:
     options = {**BASE, option: value}
     if option in ("topics", "topicPattern"):
         del options["topic"]
@@ -122,21 +156,29 @@ def test_every_option_has_a_bad_value_test() -> None:
     assert tested == set(KNOWN_OPTIONS.values())
 
 
-@pytest.mark.parametrize(("options", "streaming", "named"), [
-    ({"endpoints": "h:1", "topic": "a", "colour": "red"}, False, "colour"),
-    ({"topic": "a"}, False, "endpoints"),
-    ({"endpoints": "h:1"}, False, "topic' / 'topics' / 'topicPattern"),
-    ({"endpoints": "h:1", "topic": "a", "topics": "a,b"}, False, "topic' / 'topics"),
-    ({**BASE, "maxMessagesPerTrigger": "5"}, False, "maxMessagesPerTrigger"),
-    ({**BASE, "commitOffsets": "true", "consumerGroup": "g"}, False, "commitOffsets"),
-    ({**BASE, "endingOffsets": "latest"}, True, "endingOffsets"),
-    ({**BASE, "endingTimestamp": "5"}, True, "endingTimestamp"),
-    ({**BASE, "commitOffsets": "true"}, True, "commitOffsets"),
-    ({**BASE, "startingOffsets": "earliest", "startingTimestamp": "5"}, True, "startingOffsets"),
-    ({**BASE, "tagExpression": "A", "sqlFilter": "a = 1"}, False, "sqlFilter"),
-])  # fmt: skip
-def test_bad_combinations_name_the_option(options: dict[str, str], streaming: bool,
-                                          named: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("options", "streaming", "named"),
+    [
+        ({"endpoints": "h:1", "topic": "a", "colour": "red"}, False, "colour"),
+        ({"topic": "a"}, False, "endpoints"),
+        ({"endpoints": "h:1"}, False, "topic' / 'topics' / 'topicPattern"),
+        ({"endpoints": "h:1", "topic": "a", "topics": "a,b"}, False, "topic' / 'topics"),
+        ({**BASE, "maxMessagesPerTrigger": "5"}, False, "maxMessagesPerTrigger"),
+        ({**BASE, "commitOffsets": "true", "consumerGroup": "g"}, False, "commitOffsets"),
+        ({**BASE, "endingOffsets": "latest"}, True, "endingOffsets"),
+        ({**BASE, "endingTimestamp": "5"}, True, "endingTimestamp"),
+        ({**BASE, "commitOffsets": "true"}, True, "commitOffsets"),
+        (
+            {**BASE, "startingOffsets": "earliest", "startingTimestamp": "5"},
+            True,
+            "startingOffsets",
+        ),
+        ({**BASE, "tagExpression": "A", "sqlFilter": "a = 1"}, False, "sqlFilter"),
+    ],
+)
+def test_bad_combinations_name_the_option(
+    options: dict[str, str], streaming: bool, named: str
+) -> None:
     with pytest.raises(ConfigError, match=f"option '{named}'"):
         parse_read_options(options, streaming=streaming)
 
@@ -153,8 +195,12 @@ def test_fixed_schema() -> None:
 
 
 def test_offsets_json_is_canonical() -> None:
-    offsets = {QueueRef("b", "broker-a", 10): 1, QueueRef("b", "broker-a", 2): 2,
-               QueueRef("a", "broker-b", 0): 3, QueueRef("a", "broker-a", 1): 4}  # fmt: skip
+    offsets = {
+        QueueRef("b", "broker-a", 10): 1,
+        QueueRef("b", "broker-a", 2): 2,
+        QueueRef("a", "broker-b", 0): 3,
+        QueueRef("a", "broker-a", 1): 4,
+    }
     text = to_json(offsets)
     assert list(text) == ["a", "b"]
     assert list(text["a"]) == ["broker-a:1", "broker-b:0"]
@@ -168,28 +214,32 @@ def test_checkpoint_offsets_are_strict() -> None:
     with pytest.raises(ConfigError, match=r"checkpointed offset.*integer"):
         from_json({"t": {"broker-a:0": True}}, what="checkpointed offset")
     assert from_json('{"t": {"host:with:colons:3": 7}}', what="x") == {
-        QueueRef("t", "host:with:colons", 3): 7}
+        QueueRef("t", "host:with:colons", 3): 7
+    }
 
 
 # ---- budget split ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("backlog", "budget", "expected"), [
-    ({"a": 90, "b": 10}, 10, {"a": 9, "b": 1}),
-    ({"a": 5, "b": 5, "c": 5}, 4, {"a": 2, "b": 1, "c": 1}),
-    ({"a": 3, "b": 0}, 100, {"a": 3, "b": 0}),
-    ({"a": 1, "b": 1000}, 10, {"a": 0, "b": 10}),
-    ({"a": 1, "b": 1}, 1, {"a": 1, "b": 0}),
-    ({}, 5, {}),
-    ({"a": 7}, 0, {"a": 0}),
-])  # fmt: skip
-def test_split_budget_table(backlog: dict[str, int], budget: int,
-                            expected: dict[str, int]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("backlog", "budget", "expected"),
+    [
+        ({"a": 90, "b": 10}, 10, {"a": 9, "b": 1}),
+        ({"a": 5, "b": 5, "c": 5}, 4, {"a": 2, "b": 1, "c": 1}),
+        ({"a": 3, "b": 0}, 100, {"a": 3, "b": 0}),
+        ({"a": 1, "b": 1000}, 10, {"a": 0, "b": 10}),
+        ({"a": 1, "b": 1}, 1, {"a": 1, "b": 0}),
+        ({}, 5, {}),
+        ({"a": 7}, 0, {"a": 0}),
+    ],
+)
+def test_split_budget_table(backlog: dict[str, int], budget: int, expected: dict[str, int]) -> None:
     assert split_budget(backlog, budget) == expected
 
 
-@given(st.dictionaries(st.integers(0, 20), st.integers(0, 10_000), max_size=12),
-       st.integers(0, 50_000))  # fmt: skip
+@given(
+    st.dictionaries(st.integers(0, 20), st.integers(0, 10_000), max_size=12), st.integers(0, 50_000)
+)
 def test_split_budget_properties(backlog: dict[int, int], budget: int) -> None:
     shares = split_budget(backlog, budget)
     assert set(shares) == set(backlog)

@@ -21,11 +21,11 @@ def stored(client: RocketMQClient, topic: str) -> list[bytes]:
 
 
 def test_default_mode_is_refused_by_spark_and_names_append(
-        spark: SparkSession, client: RocketMQClient, broker: BrokerProcess) -> None:
+    spark: SparkSession, client: RocketMQClient, broker: BrokerProcess
+) -> None:
     topic = new_topic(client, "modes")
     df = spark.createDataFrame([("a",)], "body string")
-    writer = df.write.format("rocketmq").option("endpoints", broker.endpoint).option(
-        "topic", topic)
+    writer = df.write.format("rocketmq").option("endpoints", broker.endpoint).option("topic", topic)
     with pytest.raises(PySparkException) as info:
         writer.save()
     text = str(info.value)
@@ -35,19 +35,31 @@ def test_default_mode_is_refused_by_spark_and_names_append(
 
 
 def test_overwrite_is_refused_with_an_append_hint(
-        spark: SparkSession, client: RocketMQClient, broker: BrokerProcess) -> None:
+    spark: SparkSession, client: RocketMQClient, broker: BrokerProcess
+) -> None:
     topic = new_topic(client, "modes")
     df = spark.createDataFrame([("a",)], "body string")
     with pytest.raises(PySparkException, match=r"use mode\('append'\)"):
-        (df.write.format("rocketmq").option("endpoints", broker.endpoint)
-         .option("topic", topic).mode("overwrite").save())
+        (
+            df.write.format("rocketmq")
+            .option("endpoints", broker.endpoint)
+            .option("topic", topic)
+            .mode("overwrite")
+            .save()
+        )
     assert stored(client, topic) == []
 
 
 def test_append_sends_every_row(
-        spark: SparkSession, client: RocketMQClient, broker: BrokerProcess) -> None:
+    spark: SparkSession, client: RocketMQClient, broker: BrokerProcess
+) -> None:
     topic = new_topic(client, "modes")
     df = spark.createDataFrame([("a",), ("b",)], "body string")
-    (df.write.format("rocketmq").option("endpoints", broker.endpoint)
-     .option("topic", topic).mode("append").save())
+    (
+        df.write.format("rocketmq")
+        .option("endpoints", broker.endpoint)
+        .option("topic", topic)
+        .mode("append")
+        .save()
+    )
     assert stored(client, topic) == [b"a", b"b"]

@@ -43,8 +43,9 @@ ENDPOINT_ONLY = {"endpoints": "127.0.0.1:1"}
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("sink-broker"),
-                        config={"broker": {"timer_precision_ms": 100}})  # fmt: skip
+    proc = start_broker(
+        tmp_path_factory.mktemp("sink-broker"), config={"broker": {"timer_precision_ms": 100}}
+    )
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
@@ -61,51 +62,66 @@ def read_topic(client: RocketMQClient, topic: str) -> list[ReceivedMessage]:
     for queue in client.topic_status(topic):
         offset, end = queue["min_offset"], queue["max_offset"]
         while offset < end:
-            batch = client.pull("sink-tests", topic, queue["queue_id"], offset,
-                                min(1024, end - offset))  # fmt: skip
+            batch = client.pull(
+                "sink-tests", topic, queue["queue_id"], offset, min(1024, end - offset)
+            )
             out.extend(batch.messages)
             offset = batch.next_offset
     return out
 
 
 def write(df: DataFrame, endpoint: str, **options: str) -> None:
-    df.write.format("rocketmq").option("endpoints", endpoint).options(**options) \
-        .mode("append").save()  # fmt: skip
+    df.write.format("rocketmq").option("endpoints", endpoint).options(**options).mode(
+        "append"
+    ).save()
 
 
 # --------------------------------------------------------------------------- options (pure)
 
 
-@pytest.mark.parametrize(("options", "named"), [
-    ({}, "endpoints"),
-    ({"endpoints": "nonsense"}, "endpoints"),
-    ({**ENDPOINT_ONLY, "batchSize": "ten"}, "batchSize"),
-    ({**ENDPOINT_ONLY, "batchSize": "0"}, "batchSize"),
-    ({**ENDPOINT_ONLY, "batchsize": "100001"}, "batchSize"),
-    ({**ENDPOINT_ONLY, "ignoreExtraColumns": "yes"}, "ignoreExtraColumns"),
-    ({**ENDPOINT_ONLY, "exactlyOnce": "1"}, "exactlyOnce"),
-    ({**ENDPOINT_ONLY, "topic": "bad topic"}, "topic"),
-    ({**ENDPOINT_ONLY, "exactlyOnce": "true", "producerGroup": "bad group"}, "producerGroup"),
-    ({**ENDPOINT_ONLY, "producerGroup": "g"}, "producerGroup"),
-    ({**ENDPOINT_ONLY, "exactlyOnce": "true", "transactionTimeoutMs": "999"},
-     "transactionTimeoutMs"),
-    ({**ENDPOINT_ONLY, "transactionTimeoutMs": "5000"}, "transactionTimeoutMs"),
-    ({**ENDPOINT_ONLY, "requestTimeoutMs": "-1"}, "requestTimeoutMs"),
-    ({**ENDPOINT_ONLY, "startingOffsets": "earliest"}, "startingOffsets"),
-    ({"endpoints": "127.0.0.1:1,127.0.0.1:2", "exactlyOnce": "true"}, "endpoints"),
-    ({"endpoints": "127.0.0.1:1,"}, "endpoints"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({}, "endpoints"),
+        ({"endpoints": "nonsense"}, "endpoints"),
+        ({**ENDPOINT_ONLY, "batchSize": "ten"}, "batchSize"),
+        ({**ENDPOINT_ONLY, "batchSize": "0"}, "batchSize"),
+        ({**ENDPOINT_ONLY, "batchsize": "100001"}, "batchSize"),
+        ({**ENDPOINT_ONLY, "ignoreExtraColumns": "yes"}, "ignoreExtraColumns"),
+        ({**ENDPOINT_ONLY, "exactlyOnce": "1"}, "exactlyOnce"),
+        ({**ENDPOINT_ONLY, "topic": "bad topic"}, "topic"),
+        ({**ENDPOINT_ONLY, "exactlyOnce": "true", "producerGroup": "bad group"}, "producerGroup"),
+        ({**ENDPOINT_ONLY, "producerGroup": "g"}, "producerGroup"),
+        (
+            {**ENDPOINT_ONLY, "exactlyOnce": "true", "transactionTimeoutMs": "999"},
+            "transactionTimeoutMs",
+        ),
+        ({**ENDPOINT_ONLY, "transactionTimeoutMs": "5000"}, "transactionTimeoutMs"),
+        ({**ENDPOINT_ONLY, "requestTimeoutMs": "-1"}, "requestTimeoutMs"),
+        ({**ENDPOINT_ONLY, "startingOffsets": "earliest"}, "startingOffsets"),
+        ({"endpoints": "127.0.0.1:1,127.0.0.1:2", "exactlyOnce": "true"}, "endpoints"),
+        ({"endpoints": "127.0.0.1:1,"}, "endpoints"),
+    ],
+)
 def test_bad_options_are_errors_naming_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=f"'{named}'"):
         parse_sink_options(options)
 
 
 def test_options_are_case_insensitive_and_spark_options_are_ignored() -> None:
-    opts = parse_sink_options({"ENDPOINTS": "127.0.0.1:9876", "batchsize": "7",
-                               "exactlyonce": "TRUE", "producergroup": "orders-sink",
-                               "checkpointLocation": "/tmp/x", "path": "p"})  # fmt: skip
-    assert opts == SinkOptions(("127.0.0.1:9876",), batch_size=7, exactly_once=True,
-                               producer_group="orders-sink")  # fmt: skip
+    opts = parse_sink_options(
+        {
+            "ENDPOINTS": "127.0.0.1:9876",
+            "batchsize": "7",
+            "exactlyonce": "TRUE",
+            "producergroup": "orders-sink",
+            "checkpointLocation": "/tmp/x",
+            "path": "p",
+        }
+    )
+    assert opts == SinkOptions(
+        ("127.0.0.1:9876",), batch_size=7, exactly_once=True, producer_group="orders-sink"
+    )
 
 
 # --------------------------------------------------------------------------- columns (pure)
@@ -122,20 +138,23 @@ WITH_TOPIC = parse_sink_options({**ENDPOINT_ONLY, "topic": "t"})
 EXACTLY_ONCE = parse_sink_options({**ENDPOINT_ONLY, "topic": "t", "exactlyOnce": "true"})
 
 
-@pytest.mark.parametrize(("fields", "opts", "named"), [
-    ((TOPIC,), PLAIN, "body"),
-    ((("body", IntegerType()), TOPIC), PLAIN, "body"),
-    ((BODY,), PLAIN, "topic"),
-    ((BODY, ("topic", BinaryType())), PLAIN, "topic"),
-    ((BODY, TOPIC, ("tag", IntegerType())), PLAIN, "tag"),
-    ((BODY, TOPIC, ("keys", ArrayType(IntegerType()))), PLAIN, "keys"),
-    ((BODY, TOPIC, ("properties", MapType(StringType(), IntegerType()))), PLAIN, "properties"),
-    ((BODY, TOPIC, ("messageGroup", LongType())), PLAIN, "messageGroup"),
-    ((BODY, TOPIC, ("deliveryTimestamp", StringType())), PLAIN, "deliveryTimestamp"),
-    ((BODY, TOPIC, ("value", StringType())), PLAIN, "value"),
-    ((BODY, ("Body", StringType()), TOPIC), PLAIN, "body"),
-    ((BODY, ("deliveryTimestamp", LongType())), EXACTLY_ONCE, "deliveryTimestamp"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fields", "opts", "named"),
+    [
+        ((TOPIC,), PLAIN, "body"),
+        ((("body", IntegerType()), TOPIC), PLAIN, "body"),
+        ((BODY,), PLAIN, "topic"),
+        ((BODY, ("topic", BinaryType())), PLAIN, "topic"),
+        ((BODY, TOPIC, ("tag", IntegerType())), PLAIN, "tag"),
+        ((BODY, TOPIC, ("keys", ArrayType(IntegerType()))), PLAIN, "keys"),
+        ((BODY, TOPIC, ("properties", MapType(StringType(), IntegerType()))), PLAIN, "properties"),
+        ((BODY, TOPIC, ("messageGroup", LongType())), PLAIN, "messageGroup"),
+        ((BODY, TOPIC, ("deliveryTimestamp", StringType())), PLAIN, "deliveryTimestamp"),
+        ((BODY, TOPIC, ("value", StringType())), PLAIN, "value"),
+        ((BODY, ("Body", StringType()), TOPIC), PLAIN, "body"),
+        ((BODY, ("deliveryTimestamp", LongType())), EXACTLY_ONCE, "deliveryTimestamp"),
+    ],
+)
 def test_bad_columns_are_errors_naming_the_column(
     fields: tuple[tuple[str, Any], ...], opts: SinkOptions, named: str
 ) -> None:
@@ -145,55 +164,82 @@ def test_bad_columns_are_errors_naming_the_column(
 
 def test_extra_columns_may_be_ignored_and_names_are_case_insensitive() -> None:
     opts = parse_sink_options({**ENDPOINT_ONLY, "topic": "t", "ignoreExtraColumns": "true"})
-    plan = plan_columns(schema(("BODY", StringType()), ("queueOffset", LongType()),
-                               ("Keys", StringType())), opts)  # fmt: skip
-    assert (plan.body, plan.keys, plan.topic, plan.body_is_text, plan.keys_is_list) == \
-        ("BODY", "Keys", None, True, False)  # fmt: skip
+    plan = plan_columns(
+        schema(("BODY", StringType()), ("queueOffset", LongType()), ("Keys", StringType())), opts
+    )
+    assert (plan.body, plan.keys, plan.topic, plan.body_is_text, plan.keys_is_list) == (
+        "BODY",
+        "Keys",
+        None,
+        True,
+        False,
+    )
 
 
-@pytest.mark.parametrize(("rows", "match"), [
-    ({"body": [None], "topic": ["t"]}, "'body' is null"),
-    ({"body": [b""], "topic": ["t"]}, "'body' is empty"),
-    ({"body": [b"x"], "topic": [None]}, "'topic' is null"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("rows", "match"),
+    [
+        ({"body": [None], "topic": ["t"]}, "'body' is null"),
+        ({"body": [b""], "topic": ["t"]}, "'body' is empty"),
+        ({"body": [b"x"], "topic": [None]}, "'topic' is null"),
+    ],
+)
 def test_bad_rows_are_errors_naming_the_column(rows: dict[str, list[Any]], match: str) -> None:
-    batch = pa.RecordBatch.from_pydict(rows, schema=pa.schema([("body", pa.binary()),
-                                                               ("topic", pa.string())]))
+    batch = pa.RecordBatch.from_pydict(
+        rows, schema=pa.schema([("body", pa.binary()), ("topic", pa.string())])
+    )
     plan = plan_columns(schema(BODY, TOPIC), PLAIN)
     with pytest.raises(InvalidArgumentError, match=match):
         list(rows_to_messages(batch, plan, None))
 
 
 def test_rows_become_messages() -> None:
-    batch = pa.RecordBatch.from_pydict({
-        "body": ["héllo"], "keys": [["k1", "k2"]], "properties": [[("a", "1")]],
-        "deliveryTimestamp": pa.array([dt.datetime(2030, 1, 1, tzinfo=dt.UTC)],
-                                      pa.timestamp("us", tz="UTC")),
-    })  # fmt: skip
-    plan = plan_columns(schema(("body", StringType()), ("keys", ArrayType(StringType())),
-                               ("properties", MapType(StringType(), StringType())),
-                               ("deliveryTimestamp", TimestampType())), WITH_TOPIC)  # fmt: skip
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "body": ["héllo"],
+            "keys": [["k1", "k2"]],
+            "properties": [[("a", "1")]],
+            "deliveryTimestamp": pa.array(
+                [dt.datetime(2030, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")
+            ),
+        }
+    )
+    plan = plan_columns(
+        schema(
+            ("body", StringType()),
+            ("keys", ArrayType(StringType())),
+            ("properties", MapType(StringType(), StringType())),
+            ("deliveryTimestamp", TimestampType()),
+        ),
+        WITH_TOPIC,
+    )
     [(topic, msg)] = list(rows_to_messages(batch, plan, "t"))
     assert topic == "t"
     assert msg.body == "héllo".encode()
     assert (msg.keys, msg.properties) == (("k1", "k2"), {"a": "1"})
-    assert msg.delivery_timestamp_ms == int(dt.datetime(2030, 1, 1, tzinfo=dt.UTC).timestamp()
-                                            * 1000)  # fmt: skip
+    assert msg.delivery_timestamp_ms == int(
+        dt.datetime(2030, 1, 1, tzinfo=dt.UTC).timestamp() * 1000
+    )
 
 
 # --------------------------------------------------------------------------- batch writes
 
 
-READ_BACK = StructType([
-    StructField("body", StringType()), StructField("tag", StringType()),
-    StructField("keys", ArrayType(StringType())),
-    StructField("properties", MapType(StringType(), StringType())),
-])  # fmt: skip
+READ_BACK = StructType(
+    [
+        StructField("body", StringType()),
+        StructField("tag", StringType()),
+        StructField("keys", ArrayType(StringType())),
+        StructField("properties", MapType(StringType(), StringType())),
+    ]
+)
 
 
 def read_back(spark: SparkSession, client: RocketMQClient, topic: str) -> DataFrame:
-    rows = [(m.body.decode(), m.tag, list(m.keys), dict(m.properties) or None)
-            for m in read_topic(client, topic)]  # fmt: skip
+    rows = [
+        (m.body.decode(), m.tag, list(m.keys), dict(m.properties) or None)
+        for m in read_topic(client, topic)
+    ]
     return spark.createDataFrame(rows, READ_BACK)
 
 
@@ -201,15 +247,25 @@ def test_batch_write_string_bodies_with_tag_keys_and_properties(
     spark: SparkSession, broker: BrokerProcess, client: RocketMQClient
 ) -> None:
     client.create_topic("sink-basic", queues=3)
-    expected = spark.createDataFrame([
-        (f"order-{i}", "paid" if i % 2 else None, [f"o{i}", f"c{i % 3}"],
-         {"region": "eu", "n": str(i)} if i % 3 else None)
-        for i in range(50)
-    ], READ_BACK)  # fmt: skip
+    expected = spark.createDataFrame(
+        [
+            (
+                f"order-{i}",
+                "paid" if i % 2 else None,
+                [f"o{i}", f"c{i % 3}"],
+                {"region": "eu", "n": str(i)} if i % 3 else None,
+            )
+            for i in range(50)
+        ],
+        READ_BACK,
+    )
     write(expected.withColumn("topic", F.lit("sink-basic")), broker.endpoint, batchSize="7")
     # maps cannot be sorted by Spark: order both sides by body instead of ignore_row_order
-    assert_df_equality(read_back(spark, client, "sink-basic").orderBy("body"),
-                       expected.orderBy("body"), ignore_nullable=True)  # fmt: skip
+    assert_df_equality(
+        read_back(spark, client, "sink-basic").orderBy("body"),
+        expected.orderBy("body"),
+        ignore_nullable=True,
+    )
 
 
 def test_binary_bodies_and_string_keys_with_the_topic_option(
@@ -243,11 +299,17 @@ def test_the_topic_option_wins_over_the_topic_column(
     client.create_topic("sink-orders", queues=2)
     client.create_topic("sink-copies", queues=2)
     client.send_batch("sink-orders", [f"o{i}".encode() for i in range(12)])
-    source = spark.read.format("rocketmq").option("endpoints", broker.endpoint) \
-        .option("topic", "sink-orders").load().select("body", "topic")  # fmt: skip
+    source = (
+        spark.read.format("rocketmq")
+        .option("endpoints", broker.endpoint)
+        .option("topic", "sink-orders")
+        .load()
+        .select("body", "topic")
+    )
     write(source, broker.endpoint, topic="sink-copies")
     assert sorted(m.body for m in read_topic(client, "sink-copies")) == sorted(
-        f"o{i}".encode() for i in range(12))
+        f"o{i}".encode() for i in range(12)
+    )
     assert len(read_topic(client, "sink-orders")) == 12
 
 
@@ -261,8 +323,9 @@ def test_message_group_goes_to_one_queue_in_order(
     by_group: dict[str, list[tuple[int, int, str]]] = {}
     for m in read_topic(client, "sink-fifo"):
         assert m.message_group is not None
-        by_group.setdefault(m.message_group, []).append((m.queue_id, m.queue_offset,
-                                                         m.body.decode()))  # fmt: skip
+        by_group.setdefault(m.message_group, []).append(
+            (m.queue_id, m.queue_offset, m.body.decode())
+        )
     assert sorted(by_group) == ["ga", "gb", "gc"]
     for group, stored in by_group.items():
         assert len({queue for queue, _, _ in stored}) == 1, f"group {group} spans queues"
@@ -271,8 +334,9 @@ def test_message_group_goes_to_one_queue_in_order(
 
 
 @pytest.mark.parametrize("kind", ["timestamp", "long"])
-def test_delivery_timestamp_is_honoured(spark: SparkSession, broker: BrokerProcess,
-                                        client: RocketMQClient, kind: str) -> None:  # fmt: skip
+def test_delivery_timestamp_is_honoured(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, kind: str
+) -> None:
     topic = f"sink-timed-{kind}"
     client.create_topic(topic, queues=1)
     due_ms = int(time.time() * 1000) + 1_500
@@ -290,15 +354,18 @@ def test_delivery_timestamp_is_honoured(spark: SparkSession, broker: BrokerProce
 # --------------------------------------------------------------------------- errors via Spark
 
 
-@pytest.mark.parametrize(("options", "columns", "named"), [
-    ({"batchSize": "many"}, "'x' AS body, 't' AS topic", "batchSize"),
-    ({"colour": "red"}, "'x' AS body, 't' AS topic", "colour"),
-    ({}, "'x' AS body", "topic"),
-    ({}, "'x' AS body, 't' AS topic, 1 AS extra", "extra"),
-])  # fmt: skip
-def test_errors_reach_the_user_through_spark(spark: SparkSession, broker: BrokerProcess,
-                                             options: dict[str, str], columns: str,
-                                             named: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("options", "columns", "named"),
+    [
+        ({"batchSize": "many"}, "'x' AS body, 't' AS topic", "batchSize"),
+        ({"colour": "red"}, "'x' AS body, 't' AS topic", "colour"),
+        ({}, "'x' AS body", "topic"),
+        ({}, "'x' AS body, 't' AS topic, 1 AS extra", "extra"),
+    ],
+)
+def test_errors_reach_the_user_through_spark(
+    spark: SparkSession, broker: BrokerProcess, options: dict[str, str], columns: str, named: str
+) -> None:
     df = spark.range(1).selectExpr(*columns.split(", "))
     with pytest.raises(Exception, match=f"'{named}'"):
         write(df, broker.endpoint, **options)
@@ -310,8 +377,9 @@ def test_overwrite_mode_is_refused(spark: SparkSession, broker: BrokerProcess) -
         df.write.format("rocketmq").option("endpoints", broker.endpoint).mode("overwrite").save()
 
 
-def test_a_null_body_fails_the_write_naming_the_column(spark: SparkSession,
-                                                       broker: BrokerProcess) -> None:  # fmt: skip
+def test_a_null_body_fails_the_write_naming_the_column(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
     df = spark.createDataFrame([("a",), (None,)], "body string")
     with pytest.raises(Exception, match="'body' is null"):
         write(df, broker.endpoint, topic="sink-null-body")
@@ -327,16 +395,25 @@ def write_inputs(directory: Path, files: list[list[dict[str, Any]]]) -> None:
         (directory / f"part-{number:03d}.json").write_text(lines)
 
 
-def test_streaming_write_at_least_once(spark: SparkSession, broker: BrokerProcess,
-                                       client: RocketMQClient, tmp_path: Path) -> None:  # fmt: skip
+def test_streaming_write_at_least_once(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     client.create_topic("sink-stream", queues=2)
     files = [[{"body": f"f{f}-r{r}", "tag": f"file{f}"} for r in range(10 + f)] for f in range(3)]
     write_inputs(tmp_path / "in", files)
-    source = spark.readStream.schema("body string, tag string") \
-        .option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))  # fmt: skip
-    query = source.writeStream.format("rocketmq").option("endpoints", broker.endpoint) \
-        .option("topic", "sink-stream").option("checkpointLocation", str(tmp_path / "cp")) \
-        .trigger(availableNow=True).start()  # fmt: skip
+    source = (
+        spark.readStream.schema("body string, tag string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "in"))
+    )
+    query = (
+        source.writeStream.format("rocketmq")
+        .option("endpoints", broker.endpoint)
+        .option("topic", "sink-stream")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
     await_query(query, 120)
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sorted(sizes) == [10, 11, 12]  # one file per micro-batch

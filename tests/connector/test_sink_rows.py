@@ -110,9 +110,7 @@ def test_rows_go_to_their_topic_in_row_order() -> None:
 
 
 def test_the_topic_option_wins_over_the_topic_column() -> None:
-    batch = pa.RecordBatch.from_pydict(
-        {"body": [b"0", b"1", b"2"], "topic": ["a", None, ""]}
-    )
+    batch = pa.RecordBatch.from_pydict({"body": [b"0", b"1", b"2"], "topic": ["a", None, ""]})
     plan = plan_for(batch, {"body": BinaryType(), "topic": StringType()}, DEFAULT_T)
     by_topic, error = columns_by_topic(batch, plan, "t")
     assert error is None

@@ -48,12 +48,16 @@ def end_offset(run: StreamRun) -> dict:
 
 
 def all_positions(client: RocketMQClient, topic: str) -> list[tuple[str, int, int]]:
-    return sorted((topic, row["queue_id"], offset) for row in client.topic_status(topic)
-                  for offset in range(row["min_offset"], row["max_offset"]))  # fmt: skip
+    return sorted(
+        (topic, row["queue_id"], offset)
+        for row in client.topic_status(topic)
+        for offset in range(row["min_offset"], row["max_offset"])
+    )
 
 
 def test_available_now_reads_everything(
-        spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path) -> None:
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = new_topic(client, "s-all", queues=3)
     produce(client, topic, 25, tag="T")
     stream = read_stream(spark, broker.endpoint, topic=topic, startingOffsets="earliest")
@@ -62,12 +66,16 @@ def test_available_now_reads_everything(
     assert positions(run.rows) == all_positions(client, topic)
     assert sorted(r.body.decode() for r in run.rows) == sorted(f"m-{i}" for i in range(25))
     assert run.input_rows == [25]
-    assert end_offset(run) == {topic: {f"broker-a:{row['queue_id']}": row["max_offset"]
-                                       for row in client.topic_status(topic)}}
+    assert end_offset(run) == {
+        topic: {
+            f"broker-a:{row['queue_id']}": row["max_offset"] for row in client.topic_status(topic)
+        }
+    }
 
 
-def test_default_start_is_latest(spark: SparkSession, broker: BrokerProcess,
-                                 client: RocketMQClient, tmp_path: Path) -> None:  # fmt: skip
+def test_default_start_is_latest(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = new_topic(client, "s-latest", queues=2)
     produce(client, topic, 5, prefix="old")
     stream = read_stream(spark, broker.endpoint, topic=topic)
@@ -77,13 +85,14 @@ def test_default_start_is_latest(spark: SparkSession, broker: BrokerProcess,
     assert sorted(r.body.decode() for r in again.rows) == ["new-0", "new-1", "new-2"]
 
 
-def test_max_messages_per_trigger_splits_by_backlog(spark: SparkSession, broker: BrokerProcess,
-                                                    client: RocketMQClient,
-                                                    tmp_path: Path) -> None:  # fmt: skip
+def test_max_messages_per_trigger_splits_by_backlog(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = new_topic(client, "s-rate", queues=4)
     produce(client, topic, 20)
-    stream = read_stream(spark, broker.endpoint, topic=topic, startingOffsets="earliest",
-                         maxMessagesPerTrigger="6")  # fmt: skip
+    stream = read_stream(
+        spark, broker.endpoint, topic=topic, startingOffsets="earliest", maxMessagesPerTrigger="6"
+    )
     run = run_available_now(stream, tmp_path / "cp")
     assert run.input_rows == [6, 6, 6, 2]
     assert positions(run.rows) == all_positions(client, topic)
@@ -91,24 +100,32 @@ def test_max_messages_per_trigger_splits_by_backlog(spark: SparkSession, broker:
     assert sorted({r.queueId for r in first}) == [0, 1, 2, 3]  # every queue got a share
 
 
-def test_max_bytes_per_trigger(spark: SparkSession, broker: BrokerProcess,
-                               client: RocketMQClient, tmp_path: Path) -> None:  # fmt: skip
+def test_max_bytes_per_trigger(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = new_topic(client, "s-bytes", queues=2)
     produce(client, topic, 12, body_bytes=1000)  # 1000 bytes each, no tag/keys/properties
-    stream = read_stream(spark, broker.endpoint, topic=topic, startingOffsets="earliest",
-                         maxBytesPerTrigger="5000")  # fmt: skip
+    stream = read_stream(
+        spark, broker.endpoint, topic=topic, startingOffsets="earliest", maxBytesPerTrigger="5000"
+    )
     run = run_available_now(stream, tmp_path / "cp")
     assert run.input_rows == [5, 5, 2]
     assert len(run.rows) == 12
 
 
-def test_min_messages_and_max_trigger_delay(broker: BrokerProcess,
-                                            client: RocketMQClient) -> None:  # fmt: skip
+def test_min_messages_and_max_trigger_delay(broker: BrokerProcess, client: RocketMQClient) -> None:
     """The admission policy on the reader itself (no Spark: no waiting on triggers)."""
     topic = new_topic(client, "s-min", queues=2)
-    options = parse_read_options({"endpoints": broker.endpoint, "topic": topic,
-                                  "startingOffsets": "earliest", "minMessagesPerTrigger": "5",
-                                  "maxTriggerDelay": "1h"}, streaming=True)  # fmt: skip
+    options = parse_read_options(
+        {
+            "endpoints": broker.endpoint,
+            "topic": topic,
+            "startingOffsets": "earliest",
+            "minMessagesPerTrigger": "5",
+            "maxTriggerDelay": "1h",
+        },
+        streaming=True,
+    )
     reader = RocketMQStreamReader(options, SCHEMA)
     assert reader.getDefaultReadLimit() == ReadMinRows(5)
     start = reader.initialOffset()
@@ -126,26 +143,35 @@ def test_min_messages_and_max_trigger_delay(broker: BrokerProcess,
     reader.stop()
 
 
-def test_min_messages_does_not_block_available_now(spark: SparkSession, broker: BrokerProcess,
-                                                   client: RocketMQClient,
-                                                   tmp_path: Path) -> None:  # fmt: skip
+def test_min_messages_does_not_block_available_now(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = new_topic(client, "s-min-now", queues=2)
     produce(client, topic, 3)
-    stream = read_stream(spark, broker.endpoint, topic=topic, startingOffsets="earliest",
-                         minMessagesPerTrigger="100", maxTriggerDelay="1h")  # fmt: skip
+    stream = read_stream(
+        spark,
+        broker.endpoint,
+        topic=topic,
+        startingOffsets="earliest",
+        minMessagesPerTrigger="100",
+        maxTriggerDelay="1h",
+    )
     assert len(run_available_now(stream, tmp_path / "cp").rows) == 3
 
 
-def test_restart_continues_exactly(spark: SparkSession, broker: BrokerProcess,
-                                   client: RocketMQClient, tmp_path: Path) -> None:  # fmt: skip
+def test_restart_continues_exactly(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = new_topic(client, "s-restart", queues=3)
     produce(client, topic, 10, prefix="a")
     options = {"topic": topic, "startingOffsets": "earliest", "maxMessagesPerTrigger": "4"}
     first = run_available_now(read_stream(spark, broker.endpoint, **options), tmp_path / "cp")
     produce(client, topic, 7, prefix="b")
     # a changed startingOffsets is ignored on restart: the checkpoint wins
-    second = run_available_now(read_stream(spark, broker.endpoint, **{
-        **options, "startingOffsets": "latest"}), tmp_path / "cp")  # fmt: skip
+    second = run_available_now(
+        read_stream(spark, broker.endpoint, **{**options, "startingOffsets": "latest"}),
+        tmp_path / "cp",
+    )
     third = run_available_now(read_stream(spark, broker.endpoint, **options), tmp_path / "cp")
     assert first.input_rows == [4, 4, 2] and second.input_rows == [4, 3] and third.rows == []
     seen = positions(first.rows) + positions(second.rows)
@@ -154,10 +180,9 @@ def test_restart_continues_exactly(spark: SparkSession, broker: BrokerProcess,
     assert sorted(r.body.decode() for r in second.rows) == sorted(f"b-{i}" for i in range(7))
 
 
-def test_new_queues_are_picked_up_from_their_first_offset(spark: SparkSession,
-                                                         broker: BrokerProcess,
-                                                         client: RocketMQClient,
-                                                         tmp_path: Path) -> None:  # fmt: skip
+def test_new_queues_are_picked_up_from_their_first_offset(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = new_topic(client, "s-grow", queues=2)
     produce(client, topic, 4, prefix="before")
     stream = read_stream(spark, broker.endpoint, topic=topic, startingOffsets="earliest")
@@ -167,16 +192,25 @@ def test_new_queues_are_picked_up_from_their_first_offset(spark: SparkSession,
     run = run_available_now(stream, tmp_path / "cp")
     assert sorted(r.body.decode() for r in run.rows) == sorted(f"after-{i}" for i in range(8))
     assert {(r.queueId, r.queueOffset) for r in run.rows if r.queueId >= 2} == {
-        (2, 0), (2, 1), (3, 0), (3, 1)}
+        (2, 0),
+        (2, 1),
+        (3, 0),
+        (3, 1),
+    }
 
 
 def test_topic_pattern_picks_up_new_topics(
-        spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path) -> None:
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     first = new_topic(client, "s-pat", queues=1)
     produce(client, first, 2)
     prefix = first.rsplit("-", 2)[0]
-    stream = read_stream(spark, broker.endpoint, topicPattern=f"{prefix}-[0-9]+-[0-9a-f]+",
-                         startingOffsets="earliest")  # fmt: skip
+    stream = read_stream(
+        spark,
+        broker.endpoint,
+        topicPattern=f"{prefix}-[0-9]+-[0-9a-f]+",
+        startingOffsets="earliest",
+    )
     assert {r.topic for r in run_available_now(stream, tmp_path / "cp").rows} == {first}
     second = new_topic(client, "s-pat", queues=2)
     produce(client, second, 3)
@@ -185,13 +219,20 @@ def test_topic_pattern_picks_up_new_topics(
 
 
 def test_commit_offsets_show_in_group_progress(
-        spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path) -> None:
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = new_topic(client, "s-commit", queues=2)
     produce(client, topic, 9)
     group = f"GID_{topic}"
-    stream = read_stream(spark, broker.endpoint, topic=topic, startingOffsets="earliest",
-                         consumerGroup=group, commitOffsets="true",
-                         maxMessagesPerTrigger="4")  # fmt: skip
+    stream = read_stream(
+        spark,
+        broker.endpoint,
+        topic=topic,
+        startingOffsets="earliest",
+        consumerGroup=group,
+        commitOffsets="true",
+        maxMessagesPerTrigger="4",
+    )
     run = run_available_now(stream, tmp_path / "cp")
     assert run.input_rows == [4, 4, 1]
     progress = client.group_progress(group, topic)
@@ -201,20 +242,28 @@ def test_commit_offsets_show_in_group_progress(
     assert client.group_progress(group, topic)["total_lag"] == 2  # lag shows in broker tools
 
 
-def test_tag_expression_in_a_stream(spark: SparkSession, broker: BrokerProcess,
-                                    client: RocketMQClient, tmp_path: Path) -> None:  # fmt: skip
+def test_tag_expression_in_a_stream(
+    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     topic = new_topic(client, "s-tag", queues=2)
     produce(client, topic, 6, tag="keep", prefix="keep")
     produce(client, topic, 6, tag="drop", prefix="drop")
-    stream = read_stream(spark, broker.endpoint, topic=topic, startingOffsets="earliest",
-                         tagExpression="keep", maxMessagesPerTrigger="8")  # fmt: skip
+    stream = read_stream(
+        spark,
+        broker.endpoint,
+        topic=topic,
+        startingOffsets="earliest",
+        tagExpression="keep",
+        maxMessagesPerTrigger="8",
+    )
     run = run_available_now(stream, tmp_path / "cp")
     assert sorted(r.body.decode() for r in run.rows) == sorted(f"keep-{i}" for i in range(6))
     assert sum(end_offset(run)[topic].values()) == 12  # filtered messages are passed, not re-read
 
 
-def test_bad_option_fails_the_stream_naming_it(spark: SparkSession, broker: BrokerProcess,
-                                               tmp_path: Path) -> None:  # fmt: skip
+def test_bad_option_fails_the_stream_naming_it(
+    spark: SparkSession, broker: BrokerProcess, tmp_path: Path
+) -> None:
     stream = read_stream(spark, broker.endpoint, topic="x", maxMessagesPerTrigger="lots")
     with pytest.raises(PySparkException, match="option 'maxMessagesPerTrigger'"):
         run_available_now(stream, tmp_path / "cp")
@@ -224,9 +273,16 @@ def test_bad_option_fails_the_stream_naming_it(spark: SparkSession, broker: Brok
 
 Lost = tuple[str, Path, int, int]  # topic, checkpoint dir, queue min, queue max
 
-RETENTION = {"store": {"segment_size_bytes": 64 << 10, "max_body_bytes": 8 << 10,
-                       "max_properties_bytes": 4 << 10, "file_reserved_hours": 0.0001,
-                       "cleanup_interval_ms": 100, "flush_interval_ms": 20}}  # fmt: skip
+RETENTION = {
+    "store": {
+        "segment_size_bytes": 64 << 10,
+        "max_body_bytes": 8 << 10,
+        "max_properties_bytes": 4 << 10,
+        "file_reserved_hours": 0.0001,
+        "cleanup_interval_ms": 100,
+        "flush_interval_ms": 20,
+    }
+}
 
 
 @pytest.fixture(scope="module")
@@ -237,8 +293,9 @@ def retention_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broke
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
 
-def wait_for_retention(broker: BrokerProcess, client: RocketMQClient, topic: str,
-                       above: int) -> tuple[int, int]:  # fmt: skip
+def wait_for_retention(
+    broker: BrokerProcess, client: RocketMQClient, topic: str, above: int
+) -> tuple[int, int]:
     """Wait until retention left only the active segment; the queue's (min, max) then."""
     segments = broker.store_dir / "commitlog"
     deadline = time.monotonic() + 60
@@ -251,16 +308,18 @@ def wait_for_retention(broker: BrokerProcess, client: RocketMQClient, topic: str
 
 
 @pytest.fixture(scope="module")
-def lost(retention_broker: BrokerProcess, spark: SparkSession,
-         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lost]:
+def lost(
+    retention_broker: BrokerProcess, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Lost]:
     """A 1-queue topic whose stream checkpoint is at 10 but whose first offsets are gone:
     (topic, checkpoint dir, queue min, queue max)."""
     with RocketMQClient(retention_broker.endpoint) as client:
         topic = new_topic(client, "lossy", queues=1)
         produce(client, topic, 10, body_bytes=1000)
         checkpoint = tmp_path_factory.mktemp("lossy") / "cp"
-        stream = read_stream(spark, retention_broker.endpoint, topic=topic,
-                             startingOffsets="earliest")  # fmt: skip
+        stream = read_stream(
+            spark, retention_broker.endpoint, topic=topic, startingOffsets="earliest"
+        )
         assert len(run_available_now(stream, checkpoint).rows) == 10
         for _ in range(6):  # ~5 segments of 64 KiB
             produce(client, topic, 60, body_bytes=1000)
@@ -269,36 +328,40 @@ def lost(retention_broker: BrokerProcess, spark: SparkSession,
 
 
 def test_data_loss_fails_the_stream_by_default(
-        spark: SparkSession, retention_broker: BrokerProcess, lost: Lost) -> None:
+    spark: SparkSession, retention_broker: BrokerProcess, lost: Lost
+) -> None:
     topic, checkpoint, low, _ = lost
     stream = read_stream(spark, retention_broker.endpoint, topic=topic)
-    with pytest.raises(PySparkException, match=rf"data loss in {topic} broker-a:0: offsets "
-                                               rf"\[10, {low}\) were removed by retention.*"
-                                               rf"failOnDataLoss=false"):  # fmt: skip
+    with pytest.raises(
+        PySparkException,
+        match=rf"data loss in {topic} broker-a:0: offsets "
+        rf"\[10, {low}\) were removed by retention.*"
+        rf"failOnDataLoss=false",
+    ):
         run_available_now(stream, checkpoint)
 
 
-def test_data_loss_skipped_when_allowed(spark: SparkSession, retention_broker: BrokerProcess,
-                                        lost: Lost) -> None:  # fmt: skip
+def test_data_loss_skipped_when_allowed(
+    spark: SparkSession, retention_broker: BrokerProcess, lost: Lost
+) -> None:
     topic, checkpoint, low, high = lost
     stream = read_stream(spark, retention_broker.endpoint, topic=topic, failOnDataLoss="false")
     run = run_available_now(stream, checkpoint)
     assert positions(run.rows) == [(topic, 0, offset) for offset in range(low, high)]
 
 
-def test_batch_data_loss(spark: SparkSession, retention_broker: BrokerProcess,
-                         lost: Lost) -> None:  # fmt: skip
+def test_batch_data_loss(spark: SparkSession, retention_broker: BrokerProcess, lost: Lost) -> None:
     topic, _, low, high = lost
     start = json.dumps({topic: {"broker-a:0": 0}})
     with pytest.raises(PySparkException, match=r"offsets \[0, \d+\) were removed by retention"):
         read_batch(spark, retention_broker.endpoint, topic=topic, startingOffsets=start).count()
-    skipped = read_batch(spark, retention_broker.endpoint, topic=topic, startingOffsets=start,
-                         failOnDataLoss="false")  # fmt: skip
+    skipped = read_batch(
+        spark, retention_broker.endpoint, topic=topic, startingOffsets=start, failOnDataLoss="false"
+    )
     assert skipped.count() == high - low
 
 
-def test_data_loss_found_by_the_executor(retention_broker: BrokerProcess,
-                                         lost: Lost) -> None:  # fmt: skip
+def test_data_loss_found_by_the_executor(retention_broker: BrokerProcess, lost: Lost) -> None:
     """Retention between planning and reading: ``read`` meets ILLEGAL_OFFSET itself."""
     topic, _, low, high = lost
     part = QueueRange(retention_broker.endpoint, QueueRef(topic, "broker-a", 0), 3, high)

@@ -40,18 +40,38 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     run_dir = tmp_path_factory.mktemp("spark-connect")
     port, env = free_port(), spark_env(run_dir)
     sbin = SPARK_HOME / "sbin"
-    subprocess.run([str(sbin / "start-connect-server.sh"), "--master", "local[2]",
-                    "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                    "--conf", f"spark.connect.grpc.binding.port={port}",
-                    "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
-                    "--conf", "spark.sql.shuffle.partitions=2"],
-                   env=env, check=True, capture_output=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [
+            str(sbin / "start-connect-server.sh"),
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf",
+            f"spark.connect.grpc.binding.port={port}",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     try:
         wait_for_port(port, 120.0, run_dir / "logs")
         yield f"sc://127.0.0.1:{port}"
     finally:
-        subprocess.run([str(sbin / "stop-connect-server.sh")], env=env, check=True,
-                       capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [str(sbin / "stop-connect-server.sh")],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -70,30 +90,50 @@ def bodies(client: RocketMQClient, topic: str) -> list[bytes]:
 
 @pytest.mark.slow
 def test_write_read_and_stream_through_spark_connect(
-        remote: SparkSession, client: RocketMQClient, broker: BrokerProcess,
-        tmp_path: Path) -> None:  # fmt: skip
+    remote: SparkSession, client: RocketMQClient, broker: BrokerProcess, tmp_path: Path
+) -> None:
     source, copy = new_topic(client, "sc-in"), new_topic(client, "sc-out")
     expected = [f"m-{i}".encode() for i in range(6)]
-    (remote.createDataFrame([(b.decode(),) for b in expected], "body string")
-     .write.format("rocketmq").option("endpoints", broker.endpoint).option("topic", source)
-     .mode("append").save())  # fmt: skip
+    (
+        remote.createDataFrame([(b.decode(),) for b in expected], "body string")
+        .write.format("rocketmq")
+        .option("endpoints", broker.endpoint)
+        .option("topic", source)
+        .mode("append")
+        .save()
+    )
     assert bodies(client, source) == expected
 
-    rows = (remote.read.format("rocketmq").option("endpoints", broker.endpoint)
-            .option("topic", source).load().select("queueId", "queueOffset", "body").collect())
+    rows = (
+        remote.read.format("rocketmq")
+        .option("endpoints", broker.endpoint)
+        .option("topic", source)
+        .load()
+        .select("queueId", "queueOffset", "body")
+        .collect()
+    )
     assert sorted(bytes(r["body"]) for r in rows) == expected
     per_queue: dict[int, list[int]] = {}
     for r in rows:
         per_queue.setdefault(r["queueId"], []).append(r["queueOffset"])
     assert {q: sorted(o) for q, o in per_queue.items()} == {
-        q: list(range(len(o))) for q, o in per_queue.items()}
+        q: list(range(len(o))) for q, o in per_queue.items()
+    }
 
-    query = (remote.readStream.format("rocketmq").option("endpoints", broker.endpoint)
-             .option("topic", source).option("startingOffsets", "earliest").load()
-             .selectExpr("body").writeStream.format("rocketmq")
-             .option("endpoints", broker.endpoint).option("topic", copy)
-             .option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(availableNow=True).start())  # fmt: skip
+    query = (
+        remote.readStream.format("rocketmq")
+        .option("endpoints", broker.endpoint)
+        .option("topic", source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("body")
+        .writeStream.format("rocketmq")
+        .option("endpoints", broker.endpoint)
+        .option("topic", copy)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(300)
     assert not query.isActive and query.exception() is None
     # Through Connect the progress JSON has no top-level numInputRows (p["numInputRows"] is

@@ -28,24 +28,34 @@ STAGE_DEADLINE_S = 120
 @pytest.fixture
 def busy_cpus() -> Iterator[list[subprocess.Popen[bytes]]]:
     """One busy-looping process per core, at the lowest priority."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                              preexec_fn=lambda: os.nice(19))
-             for _ in range(os.cpu_count() or 2)]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.nice(19))
+        for _ in range(os.cpu_count() or 2)
+    ]
     yield procs
     for proc in procs:
         proc.kill()
         proc.wait(10)
 
 
-def archive(spark: SparkSession, endpoint: str, topic: str, out: Path,
-            checkpoint: Path) -> list[int]:  # fmt: skip
+def archive(
+    spark: SparkSession, endpoint: str, topic: str, out: Path, checkpoint: Path
+) -> list[int]:
     """One available-now run into Parquet; the input rows of each batch."""
-    query = (spark.readStream.format("rocketmq").option("endpoints", endpoint)
-             .option("topic", topic).option("startingOffsets", "earliest")
-             .option("maxMessagesPerTrigger", "3000").load()
-             .select("queueId", "queueOffset", "body").writeStream.format("parquet")
-             .option("path", str(out)).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())  # fmt: skip
+    query = (
+        spark.readStream.format("rocketmq")
+        .option("endpoints", endpoint)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "3000")
+        .load()
+        .select("queueId", "queueOffset", "body")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     started = time.monotonic()
     await_query(query, STAGE_DEADLINE_S)
     assert time.monotonic() - started < STAGE_DEADLINE_S
@@ -54,15 +64,23 @@ def archive(spark: SparkSession, endpoint: str, topic: str, out: Path,
 
 def send(client: RocketMQClient, topic: str, prefix: str, count: int) -> None:
     for start in range(0, count, 1500):
-        client.send_batch(topic, [f"{prefix}-{i}".encode().ljust(100, b".")
-                                  for i in range(start, min(count, start + 1500))])  # fmt: skip
+        client.send_batch(
+            topic,
+            [
+                f"{prefix}-{i}".encode().ljust(100, b".")
+                for i in range(start, min(count, start + 1500))
+            ],
+        )
 
 
 @pytest.mark.slow
 def test_available_now_stream_finishes_under_cpu_contention(
-    spark: SparkSession, broker: BrokerProcess, client: RocketMQClient, tmp_path: Path,
+    spark: SparkSession,
+    broker: BrokerProcess,
+    client: RocketMQClient,
+    tmp_path: Path,
     busy_cpus: list[subprocess.Popen[bytes]],
-) -> None:  # fmt: skip
+) -> None:
     topic = new_topic(client, "contention", queues=4)
     send(client, topic, "a", 7500)
     assert read_batch(spark, broker.endpoint, topic=topic).count() == 7500

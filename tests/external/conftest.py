@@ -47,8 +47,10 @@ NODE_DIR = HERE / "node"
 def _run(cmd: list[str], cwd: Path | None = None) -> None:
     done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n"
-                           f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")  # fmt: skip
+        raise RuntimeError(
+            f"{' '.join(cmd)} failed ({done.returncode}):\n"
+            f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -88,9 +90,12 @@ class Cluster4x:
 
 
 def start_cluster4x(directory: Path) -> Cluster4x:
-    local = LocalCluster(directory, broker_config=DEFAULT_CONFIG, register_interval_ms=500,
-                         broker_args=["--remoting-listen", "127.0.0.1:0",
-                                      "--route-ttl-ms", "300"])  # fmt: skip
+    local = LocalCluster(
+        directory,
+        broker_config=DEFAULT_CONFIG,
+        register_interval_ms=500,
+        broker_args=["--remoting-listen", "127.0.0.1:0", "--route-ttl-ms", "300"],
+    )
     local.start(1, namesrv_args=["--scan-interval-ms", "200", "--broker-expiry-ms", "3000"])
     client = NameServerClient(local.namesrv)
     try:
@@ -155,8 +160,14 @@ class ClientProcess:
 
 def spawn(cmd: list[str], cwd: Path | None = None, ready: bool = False) -> ClientProcess:
     """Start a client script; with ``ready`` wait (up to 30 s) for its ``READY`` line."""
-    proc = subprocess.Popen(cmd, cwd=cwd or HERE, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd or HERE,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     client = ClientProcess(proc)
     threading.Thread(target=client._drain, daemon=True).start()
     if ready and not client.ready.wait(30):

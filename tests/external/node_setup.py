@@ -26,10 +26,15 @@ def _ensure_node() -> None:
     if shutil.which("node") and shutil.which("npm"):
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(_as_root(["apt-get", "update", "-q"]), check=True, env=env,
-                   timeout=INSTALL_TIMEOUT_S)  # fmt: skip
-    subprocess.run(_as_root(["apt-get", "install", "-y", "-q", "nodejs", "npm"]), check=True,
-                   env=env, timeout=INSTALL_TIMEOUT_S)  # fmt: skip
+    subprocess.run(
+        _as_root(["apt-get", "update", "-q"]), check=True, env=env, timeout=INSTALL_TIMEOUT_S
+    )
+    subprocess.run(
+        _as_root(["apt-get", "install", "-y", "-q", "nodejs", "npm"]),
+        check=True,
+        env=env,
+        timeout=INSTALL_TIMEOUT_S,
+    )
 
 
 def ensure_node_modules(package_dir: Path) -> Path:
@@ -46,7 +51,13 @@ def ensure_node_modules(package_dir: Path) -> Path:
             return modules
         has_lock = (package_dir / "package-lock.json").exists()
         cmd = ["npm", "ci" if has_lock else "install", "--no-audit", "--no-fund"]
-        subprocess.run(cmd, cwd=package_dir, check=True, capture_output=True, text=True,
-                       timeout=INSTALL_TIMEOUT_S)  # fmt: skip
+        subprocess.run(
+            cmd,
+            cwd=package_dir,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT_S,
+        )
         modules.touch()
     return modules

@@ -71,8 +71,12 @@ def consumer_ids(cluster: Cluster4x, group: str) -> list[str]:
     """GET_CONSUMER_LIST_BY_GROUP asked of the broker over remoting."""
     client = RemotingClient(cluster.remoting)
     try:
-        resp = client.invoke(RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                                     {"consumerGroup": group}), 5.0)  # fmt: skip
+        resp = client.invoke(
+            RemotingCommand.request(
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}
+            ),
+            5.0,
+        )
     finally:
         client.close()
     if resp.code != 0:
@@ -114,8 +118,9 @@ def _queues_by_consumer(subs: list, prefix: str) -> list[set[int]]:
 def _received(subs: list, prefix: str, count: int, timeout_s: float) -> Counter[str]:
     deadline = time.monotonic() + timeout_s
     while True:
-        bodies = Counter(str(x["body"]) for s in subs for x in s.lines
-                         if str(x["body"]).startswith(prefix))  # fmt: skip
+        bodies = Counter(
+            str(x["body"]) for s in subs for x in s.lines if str(x["body"]).startswith(prefix)
+        )
         if len(bodies) >= count or time.monotonic() > deadline:
             return bodies
         time.sleep(0.05)
@@ -125,8 +130,10 @@ def test_two_push_consumers_split_the_queues(cpp_python: Path, cluster4x: Cluste
     """The clients' own rebalance (AllocateMessageQueueAveragely) splits 4 queues 2/2 once
     the broker tells both (NOTIFY_CONSUMER_IDS_CHANGED); probes run until it has."""
     create_topic(cluster4x, "cpp-split")
-    subs = [consumer(cpp_python, cluster4x, "cpp-split", "cpp-g2", "--instance", f"c{i}")
-            for i in range(2)]  # fmt: skip
+    subs = [
+        consumer(cpp_python, cluster4x, "cpp-split", "cpp-g2", "--instance", f"c{i}")
+        for i in range(2)
+    ]
     try:
         assert len(wait_members(cluster4x, "cpp-g2", 2)) == 2
         deadline = time.monotonic() + 60
@@ -215,8 +222,14 @@ def test_failed_message_is_retried_then_dead_lettered(cpp_python: Path, cluster4
 
 def test_batch_send_and_pull_consumer(cpp_python: Path, cluster4x: Cluster4x):
     create_topic(cluster4x, "cpp-batch")
-    cmd = [str(cpp_python), str(CPP / "batch_and_pull.py"), cluster4x.namesrv, "cpp-batch",
-           "100", "10"]  # fmt: skip
+    cmd = [
+        str(cpp_python),
+        str(CPP / "batch_and_pull.py"),
+        cluster4x.namesrv,
+        "cpp-batch",
+        "100",
+        "10",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]

@@ -22,9 +22,13 @@ def remoting_offset(cluster: Cluster4x, group: str, topic: str, queue_id: int) -
     """QUERY_CONSUMER_OFFSET over remoting (-1 when the broker has none)."""
     client = RemotingClient(cluster.remoting)
     try:
-        resp = client.invoke(RemotingCommand.request(
-            RequestCode.QUERY_CONSUMER_OFFSET,
-            {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}), 5.0)  # fmt: skip
+        resp = client.invoke(
+            RemotingCommand.request(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)},
+            ),
+            5.0,
+        )
     finally:
         client.close()
     return int(resp.ext_fields["offset"]) if resp.code == 0 else -1
@@ -44,8 +48,11 @@ def test_same_topic_over_remoting_and_grpc(cpp_python: Path, cluster4x: Cluster4
         official.shutdown()
     want = {f"cpp-{i}" for i in range(20)} | {f"grpc-{i}" for i in range(20)}
     with RocketMQClient(cluster4x.grpc) as client:  # gRPC reader sees both producers
-        pulled = {m.body.decode() for q in range(4)
-                  for m in client.pull("both-grpc", "both", q, 0, 100).messages}  # fmt: skip
+        pulled = {
+            m.body.decode()
+            for q in range(4)
+            for m in client.pull("both-grpc", "both", q, 0, 100).messages
+        }
     assert pulled == want
     sub = consumer(cpp_python, cluster4x, "both", "both-cpp")  # remoting reader too
     try:

@@ -33,12 +33,12 @@ def node_modules() -> Path:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, node_modules: Path
-           ) -> Iterator[BrokerProcess]:  # fmt: skip
+def broker(tmp_path_factory: pytest.TempPathFactory, node_modules: Path) -> Iterator[BrokerProcess]:
     # push consumers take their long-poll time from the broker's settings and wait for an
     # in-flight poll on shutdown: 3 s instead of 30 keeps each script to a few seconds
-    proc = start_broker(tmp_path_factory.mktemp("node-broker"),
-                        config={"broker": {"max_long_polling_ms": 3_000}})
+    proc = start_broker(
+        tmp_path_factory.mktemp("node-broker"), config={"broker": {"max_long_polling_ms": 3_000}}
+    )
     with RocketMQClient(proc.endpoint) as admin:
         admin.create_topic("node-normal", queues=2)
         admin.create_topic("node-fifo", queues=2, message_type="FIFO")
@@ -54,8 +54,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory, node_modules: Path
 def node(broker: BrokerProcess, tmp_path: Path, *args: str, **extra_env: str) -> dict[str, Any]:
     """Run the interop script; its JSON answer. The client logs under ``$HOME/logs``."""
     env = {**os.environ, "HOME": str(tmp_path), **extra_env}
-    done = subprocess.run(["node", str(SCRIPT), broker.endpoint, *args], cwd=PACKAGE_DIR,
-                          capture_output=True, text=True, timeout=NODE_TIMEOUT_S, env=env)
+    done = subprocess.run(
+        ["node", str(SCRIPT), broker.endpoint, *args],
+        cwd=PACKAGE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=NODE_TIMEOUT_S,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -68,8 +74,9 @@ def test_node_producer_to_node_and_python_consumers(broker, tmp_path) -> None:
     by_body = {m["body"]: m for m in got}
     assert by_body["node-3"]["tag"] == "b" and by_body["node-3"]["keys"] == ["k3"]
     with RocketMQClient(broker.endpoint) as client:  # the same bytes, read by offset
-        stored = [m for q in (0, 1)
-                  for m in client.pull("node-check", "node-normal", q, 0, 32).messages]
+        stored = [
+            m for q in (0, 1) for m in client.pull("node-check", "node-normal", q, 0, 32).messages
+        ]
     assert sorted(m.body for m in stored) == sorted(f"node-{i}".encode() for i in range(10))
 
 
@@ -101,9 +108,14 @@ def test_node_fifo_messages_arrive_in_order_per_group(broker, tmp_path) -> None:
 
 def test_node_send_to_a_fifo_topic_without_group_is_refused(broker, tmp_path) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
-    done = subprocess.run(["node", str(SCRIPT), broker.endpoint, "produce", "node-fifo", "-", "1"],
-                          cwd=PACKAGE_DIR, capture_output=True, text=True,
-                          timeout=NODE_TIMEOUT_S, env=env)  # fmt: skip
+    done = subprocess.run(
+        ["node", str(SCRIPT), broker.endpoint, "produce", "node-fifo", "-", "1"],
+        cwd=PACKAGE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=NODE_TIMEOUT_S,
+        env=env,
+    )
     assert done.returncode == 1
     assert "FIFO" in done.stderr or "message type" in done.stderr.lower(), done.stderr[-2000:]
 
@@ -111,7 +123,12 @@ def test_node_send_to_a_fifo_topic_without_group_is_refused(broker, tmp_path) ->
 def test_node_priority_messages_highest_first(broker, tmp_path) -> None:
     answer = node(broker, tmp_path, "priority", "node-prio", "node-prio-group", "5")
     assert [m["body"] for m in answer["got"]] == [  # priorities 3, 4, 5 share queue 3
-        "priority-3", "priority-4", "priority-5", "priority-2", "priority-1"]
+        "priority-3",
+        "priority-4",
+        "priority-5",
+        "priority-2",
+        "priority-1",
+    ]
     assert [m["priority"] for m in answer["got"]] == [3, 4, 5, 2, 1]
 
 
@@ -129,4 +146,5 @@ def test_node_lite_push_consumer_gets_only_its_lite_topics(broker, tmp_path) -> 
     answer = node(broker, tmp_path, "lite", "node-lite", "node-lite-group", "5")
     assert len(answer["sent"]) == 6
     assert sorted((m["body"], m["liteTopic"]) for m in answer["got"]) == [
-        (f"lite-{i}", f"lt-{i}") for i in range(5)]
+        (f"lite-{i}", f"lt-{i}") for i in range(5)
+    ]

@@ -39,8 +39,7 @@ def start_master(workdir: Path, **broker: Any) -> BrokerProcess:
 
 def start_slave(workdir: Path, master_ha: str, **broker: Any) -> BrokerProcess:
     """A slave of the master whose HA port is ``master_ha``."""
-    cfg = {"broker_name": "g", "broker_id": 1, "ha_master": master_ha, **FAST_HA,
-           **broker}  # fmt: skip
+    cfg = {"broker_name": "g", "broker_id": 1, "ha_master": master_ha, **FAST_HA, **broker}
     return start_broker(workdir, config={"broker": cfg})
 
 
@@ -75,8 +74,10 @@ def wait_until(check: Callable[[], bool], timeout_s: float = 20, what: str = "")
         except RocketMQError as exc:
             last_error = exc
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or check}"
-                                 f" (last error: {last_error!r})")
+            raise AssertionError(
+                f"timed out after {timeout_s} s waiting for {what or check}"
+                f" (last error: {last_error!r})"
+            )
         time.sleep(0.05)
 
 
@@ -99,6 +100,7 @@ def written_end(store_dir: Path) -> int:
 
 def wait_replicated(group: Group, timeout_s: float = 20) -> bytes:
     """Wait until the slave's commitlog equals the master's; returns the master's bytes."""
+
     def same() -> bool:
         return commitlog_bytes(group.slave.store_dir) == commitlog_bytes(group.master.store_dir)
 

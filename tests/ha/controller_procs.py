@@ -44,13 +44,26 @@ class EtcdProcess:
         client, peer = free_port(), free_port()
         url = f"http://127.0.0.1:{client}"
         proc = subprocess.Popen(
-            [ETCD, "--name", "n0", "--data-dir", str(data_dir),
-             "--listen-client-urls", url, "--advertise-client-urls", url,
-             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-cluster", f"n0=http://127.0.0.1:{peer}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                ETCD,
+                "--name",
+                "n0",
+                "--data-dir",
+                str(data_dir),
+                "--listen-client-urls",
+                url,
+                "--advertise-client-urls",
+                url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"n0=http://127.0.0.1:{peer}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         etcd = cls(url, proc)
         probe = EtcdGroup(url, "probe")
         wait_until(lambda: _answers(probe), 20, "etcd to answer")
@@ -80,13 +93,28 @@ class EtcdCluster:
         for i, (client, peer) in enumerate(ports):
             url = f"http://127.0.0.1:{client}"
             proc = subprocess.Popen(
-                [ETCD, "--name", f"n{i}", "--data-dir", str(data_dir / f"n{i}"),
-                 "--listen-client-urls", url, "--advertise-client-urls", url,
-                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-                 "--initial-cluster", initial, "--initial-cluster-state", "new"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    ETCD,
+                    "--name",
+                    f"n{i}",
+                    "--data-dir",
+                    str(data_dir / f"n{i}"),
+                    "--listen-client-urls",
+                    url,
+                    "--advertise-client-urls",
+                    url,
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{peer}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{peer}",
+                    "--initial-cluster",
+                    initial,
+                    "--initial-cluster-state",
+                    "new",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             members.append(EtcdProcess(url, proc))
         cluster = cls(members)
         for member in members:
@@ -120,13 +148,26 @@ class ControllerGroup:
     def start(self, member: str) -> BrokerProcess:
         """Start (or restart) member ``member`` (its own dir and fixed port)."""
         port = self.ports.setdefault(member, free_port())
-        cfg = {"broker": {**DEFAULT_CONFIG["broker"], "broker_name": self.name,
-                          "ha_listen": "127.0.0.1:0", **FAST_HA, **self.broker},
-               "store": DEFAULT_CONFIG["store"]}  # fmt: skip
-        proc = launch_broker(self.workdir / member, config=cfg, listen=f"127.0.0.1:{port}",
-                             extra_args=["--controller", self.etcd.url,
-                                         *(["--namesrv", self.namesrv] if self.namesrv else []),
-                                         ])  # fmt: skip
+        cfg = {
+            "broker": {
+                **DEFAULT_CONFIG["broker"],
+                "broker_name": self.name,
+                "ha_listen": "127.0.0.1:0",
+                **FAST_HA,
+                **self.broker,
+            },
+            "store": DEFAULT_CONFIG["store"],
+        }
+        proc = launch_broker(
+            self.workdir / member,
+            config=cfg,
+            listen=f"127.0.0.1:{port}",
+            extra_args=[
+                "--controller",
+                self.etcd.url,
+                *(["--namesrv", self.namesrv] if self.namesrv else []),
+            ],
+        )
         self.procs[self.node(member)] = proc
         return proc
 

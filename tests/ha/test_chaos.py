@@ -30,9 +30,13 @@ def in_sync_count(endpoint: str) -> int:
 
 
 def test_master_killed_ten_times_under_sync_load_loses_nothing(tmp_path: Path) -> None:
-    cfg = {"replication": "sync", "sync_replication_timeout_ms": 2_000,
-           "ha_catch_up_window_ms": 5_000, "min_in_sync_replicas": 2,
-           "ha_listen": f"127.0.0.1:{free_port()}"}  # fmt: skip
+    cfg = {
+        "replication": "sync",
+        "sync_replication_timeout_ms": 2_000,
+        "ha_catch_up_window_ms": 5_000,
+        "min_in_sync_replicas": 2,
+        "ha_listen": f"127.0.0.1:{free_port()}",
+    }
     master = start_master(tmp_path / "master", **cfg)
     group = Group(master, start_slave(tmp_path / "slave", master.ha_endpoint), tmp_path)
     acked: list[bytes] = []
@@ -42,8 +46,9 @@ def test_master_killed_ten_times_under_sync_load_loses_nothing(tmp_path: Path) -
         wait_topic_on_slave(group, "ha-kill")
         for kill in range(10):
             wait_until(lambda: in_sync_count(group.master.endpoint) == 1, 30)
-            acked += produce_until_killed(group.master, "ha-kill", kill_after_acks=60,
-                                          prefix=f"kill{kill}")  # fmt: skip
+            acked += produce_until_killed(
+                group.master, "ha-kill", kill_after_acks=60, prefix=f"kill{kill}"
+            )
             check_no_acked_loss(group, "ha-kill", acked)
             group.master = start_master(tmp_path / "master", **cfg)  # recovers its store
         wait_replicated(group)
@@ -89,16 +94,20 @@ def start_group(tmp_path: Path, **cfg: object) -> Group:
 
 
 def test_a_slave_frozen_again_and_again_under_load(tmp_path: Path) -> None:
-    group = start_group(tmp_path, replication="sync", sync_replication_timeout_ms=500,
-                        ha_catch_up_window_ms=1_500)  # fmt: skip
+    group = start_group(
+        tmp_path, replication="sync", sync_replication_timeout_ms=500, ha_catch_up_window_ms=1_500
+    )
     producer = Producer(group.master.endpoint, "ha-load")
     producer.start()
     try:
         for _ in range(4):
             group.slave.process.send_signal(signal.SIGSTOP)
             before = len(producer.acked)
-            wait_until(lambda b=before: len(producer.acked) > b + 80, 20,  # type: ignore[misc]
-                       "sends to proceed without the frozen slave")  # fmt: skip
+            wait_until(
+                lambda b=before: len(producer.acked) > b + 80,
+                20,  # type: ignore[misc]
+                "sends to proceed without the frozen slave",
+            )
             group.slave.process.send_signal(signal.SIGCONT)
             wait_until(lambda: in_sync_count(group.master.endpoint) == 1, 30, "the rejoin")
         assert producer.timeouts >= 4  # each freeze held sends until the slave left
@@ -114,15 +123,19 @@ def test_a_slave_frozen_again_and_again_under_load(tmp_path: Path) -> None:
 
 
 def test_a_slave_killed_and_restarted_under_load(tmp_path: Path) -> None:
-    group = start_group(tmp_path, replication="sync", sync_replication_timeout_ms=2_000,
-                        ha_catch_up_window_ms=3_000)  # fmt: skip
+    group = start_group(
+        tmp_path, replication="sync", sync_replication_timeout_ms=2_000, ha_catch_up_window_ms=3_000
+    )
     producer = Producer(group.master.endpoint, "ha-load")
     producer.start()
     try:
         for _ in range(5):
             before = len(producer.acked)
-            wait_until(lambda b=before: len(producer.acked) > b + 200, 30,  # type: ignore[misc]
-                       "load with the slave in the set")  # fmt: skip
+            wait_until(
+                lambda b=before: len(producer.acked) > b + 200,
+                30,  # type: ignore[misc]
+                "load with the slave in the set",
+            )
             group.slave.kill()
             group.start_slave()
             wait_until(lambda: in_sync_count(group.master.endpoint) == 1, 30, "the rejoin")

@@ -37,11 +37,11 @@ from tests.ha.controller_procs import (
     FailoverSender,
 )
 
-pytestmark = pytest.mark.skipif(not Path(ETCD).exists(), reason="etcd is not installed "
-                                "(./dev installs etcd-server)")  # fmt: skip
+pytestmark = pytest.mark.skipif(
+    not Path(ETCD).exists(), reason="etcd is not installed (./dev installs etcd-server)"
+)
 
-SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000,
-        "ha_catch_up_window_ms": 3_000}  # fmt: skip
+SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000, "ha_catch_up_window_ms": 3_000}
 TOPIC = "Failover"
 
 
@@ -105,8 +105,12 @@ class Producer:
         return [body for body, _, _ in self.acked]
 
 
-def _kill_and_recover(grp: ControllerGroup, producer: Producer, member_of: dict[str, str],
-                      how: signal.Signals = signal.SIGKILL) -> float:  # fmt: skip
+def _kill_and_recover(
+    grp: ControllerGroup,
+    producer: Producer,
+    member_of: dict[str, str],
+    how: signal.Signals = signal.SIGKILL,
+) -> float:
     """Kill the master, wait for a new one and acks on it, restart the old one; returns
     seconds from the kill to the first acknowledged send after it."""
     old = _state(grp)
@@ -135,8 +139,14 @@ def _check_nothing_lost(grp: ControllerGroup, acked: list[bytes]) -> None:
     # every member converges to the master's bytes: the returning ones were cut right
     for node, proc in grp.procs.items():
         if node != _state(grp).master:
-            wait_until(lambda p=proc: commitlog_bytes(p.store_dir)  # type: ignore[misc]
-                       == commitlog_bytes(master.store_dir), 30, f"{node} to match the master")
+            wait_until(
+                lambda p=proc: (
+                    commitlog_bytes(p.store_dir)  # type: ignore[misc]
+                    == commitlog_bytes(master.store_dir)
+                ),
+                30,
+                f"{node} to match the master",
+            )
 
 
 def _members(grp: ControllerGroup) -> dict[str, str]:
@@ -147,15 +157,18 @@ def test_failover_after_sigkill_loses_no_acknowledged_message(group: ControllerG
     producer = Producer(group.endpoints())
     took_s = _kill_and_recover(group, producer, _members(group))
     acked = producer.stop()
-    print(f"\nfailover: kill → first acknowledged send on the new master {took_s:.2f} s; "
-          f"{len(acked)} acknowledged")
+    print(
+        f"\nfailover: kill → first acknowledged send on the new master {took_s:.2f} s; "
+        f"{len(acked)} acknowledged"
+    )
     assert took_s < 10, f"failover took {took_s:.1f} s"
     _check_nothing_lost(group, acked)
 
 
 def test_controller_cli_shows_master_epoch_and_in_sync_set(group: ControllerGroup) -> None:
-    result = CliRunner().invoke(cli, ["broker", "controller", "--controller", group.etcd.url,
-                                      "--json"])  # fmt: skip
+    result = CliRunner().invoke(
+        cli, ["broker", "controller", "--controller", group.etcd.url, "--json"]
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)["g"]
     state = _state(group)
@@ -178,8 +191,11 @@ def test_routes_follow_the_new_master(etcd: EtcdProcess, tmp_path: Path) -> None
             old = grp.master()
             assert _route_master(ns_addr) == old.endpoint
             old.kill()
-            wait_until(lambda: _route_master(ns_addr) not in ("", old.endpoint), 30,
-                       "the NameServer to route to the new master")  # fmt: skip
+            wait_until(
+                lambda: _route_master(ns_addr) not in ("", old.endpoint),
+                30,
+                "the NameServer to route to the new master",
+            )
             assert _route_master(ns_addr) == grp.master().endpoint
             wait_until(lambda: bool(client.send(TOPIC, b"after")), 30, "a send through routes")
     finally:
@@ -199,9 +215,11 @@ def test_ten_kills_in_a_row(group: ControllerGroup) -> None:
     producer = Producer(group.endpoints())
     times = [_kill_and_recover(group, producer, _members(group)) for _ in range(10)]
     acked = producer.stop()
-    print(f"\n10 kills: kill → first ack p50 {statistics.median(times):.2f} s, "
-          f"max {max(times):.2f} s; {len(acked)} acknowledged; each: "
-          + " ".join(f"{t:.2f}" for t in times))
+    print(
+        f"\n10 kills: kill → first ack p50 {statistics.median(times):.2f} s, "
+        f"max {max(times):.2f} s; {len(acked)} acknowledged; each: "
+        + " ".join(f"{t:.2f}" for t in times)
+    )
     _check_nothing_lost(group, acked)
     assert _state(group).epoch == 11
 

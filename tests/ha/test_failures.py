@@ -26,12 +26,17 @@ from tests.ha.conftest import (
 )
 from tests.server.conftest import BrokerProcess
 
-SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000,
-        "ha_catch_up_window_ms": 5_000, "min_in_sync_replicas": 2}  # fmt: skip
+SYNC = {
+    "replication": "sync",
+    "sync_replication_timeout_ms": 2_000,
+    "ha_catch_up_window_ms": 5_000,
+    "min_in_sync_replicas": 2,
+}
 
 
-def produce_until_killed(master: BrokerProcess, topic: str, kill_after_acks: int,
-                         prefix: str = "kill") -> list[bytes]:  # fmt: skip
+def produce_until_killed(
+    master: BrokerProcess, topic: str, kill_after_acks: int, prefix: str = "kill"
+) -> list[bytes]:
     """Send 16-message batches until the master is SIGKILLed (after ``kill_after_acks``
     acknowledged batches, from a second thread); returns every acknowledged body."""
     acked: list[bytes] = []
@@ -59,14 +64,18 @@ def produce_until_killed(master: BrokerProcess, topic: str, kill_after_acks: int
 def wait_topic_on_slave(group: Group, topic: str) -> None:
     """The topic config is copied every ``ha_metadata_interval_ms``: wait for it."""
     with RocketMQClient(group.slave.endpoint, max_attempts=1) as slave:
-        wait_until(lambda: topic in {t["name"] for t in slave.list_topics()},
-                   what=f"topic {topic} on the slave")  # fmt: skip
+        wait_until(
+            lambda: topic in {t["name"] for t in slave.list_topics()},
+            what=f"topic {topic} on the slave",
+        )
 
 
 def check_no_acked_loss(group: Group, topic: str, acked: list[bytes]) -> None:
     with RocketMQClient(group.slave.endpoint, max_attempts=1) as slave:
-        wait_until(lambda: set(acked) <= set(pull_all(slave, topic, 4)),
-                   what="every acknowledged message readable on the slave")  # fmt: skip
+        wait_until(
+            lambda: set(acked) <= set(pull_all(slave, topic, 4)),
+            what="every acknowledged message readable on the slave",
+        )
         on_slave = pull_all(slave, topic, 4)
         assert len(on_slave) == len(set(on_slave))  # each exactly once
 
@@ -186,8 +195,10 @@ def test_bad_frames_drop_the_link_and_store_nothing(tmp_path: Path) -> None:
         assert first == unit  # it kept the one verified unit of the CRC script
         sock.sendall(frame(first, data[first:]))
         assert struct.unpack(">q", _recv(sock, 8))[0] in (first, len(data))
-        wait_until(lambda: commitlog_bytes(slave.store_dir)[: len(data)] == data,
-                   what="the good bytes on the slave")  # fmt: skip
+        wait_until(
+            lambda: commitlog_bytes(slave.store_dir)[: len(data)] == data,
+            what="the good bytes on the slave",
+        )
         sock.close()
     finally:
         slave.stop()

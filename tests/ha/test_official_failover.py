@@ -25,8 +25,7 @@ from tests.ha.controller_procs import ETCD, ControllerGroup, EtcdProcess
 
 pytestmark = pytest.mark.skipif(not Path(ETCD).exists(), reason="etcd is not installed")
 
-SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000,
-        "ha_catch_up_window_ms": 3_000}  # fmt: skip
+SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000, "ha_catch_up_window_ms": 3_000}
 TOPIC = "OfficialFailover"
 
 
@@ -95,15 +94,21 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
         wait_until(lambda: len(sender.acked) > 20, 30, "official sends flowing")
         killed_at = time.monotonic()
         group.procs[old.master].process.send_signal(signal.SIGKILL)
-        wait_until(lambda: (s := group.state()) is not None and s.epoch > old.epoch, 30,
-                   "a new master")  # fmt: skip
-        wait_until(lambda: len(sender.acks_started_after(killed_at)) >= 20, 40,
-                   f"official sends acknowledged after the kill (errors: {sender.errors[-3:]})")
+        wait_until(
+            lambda: (s := group.state()) is not None and s.epoch > old.epoch, 30, "a new master"
+        )
+        wait_until(
+            lambda: len(sender.acks_started_after(killed_at)) >= 20,
+            40,
+            f"official sends acknowledged after the kill (errors: {sender.errors[-3:]})",
+        )
     finally:
         acked = sender.stop()
     first_s = min(a[2] for a in sender.acks_started_after(killed_at)) - killed_at
-    print(f"\nofficial client failover: kill → first acknowledged send {first_s:.2f} s; "
-          f"{len(acked)} acknowledged, {len(sender.errors)} send errors")
+    print(
+        f"\nofficial client failover: kill → first acknowledged send {first_s:.2f} s; "
+        f"{len(acked)} acknowledged, {len(sender.errors)} send errors"
+    )
     new = group.state()
     assert new is not None and new.master != old.master
     with RocketMQClient(group.procs[new.master].endpoint) as client:

@@ -19,9 +19,10 @@ from broker_core.store.columns import ColumnBatch
 
 
 def test_a_slave_refuses_writes_and_pop_but_serves_pulls(tmp_path: Path) -> None:
-    broker = Broker(BrokerConfig(broker_name="s", broker_id=2, ha_master="127.0.0.1:1"),
-                    StoreConfig(store_dir=str(tmp_path), segment_size_bytes=1 << 20,
-                                max_body_bytes=1024))  # fmt: skip
+    broker = Broker(
+        BrokerConfig(broker_name="s", broker_id=2, ha_master="127.0.0.1:1"),
+        StoreConfig(store_dir=str(tmp_path), segment_size_bytes=1 << 20, max_body_bytes=1024),
+    )
     broker.start()
     try:
         refusals = [
@@ -36,8 +37,13 @@ def test_a_slave_refuses_writes_and_pop_but_serves_pulls(tmp_path: Path) -> None
         assert broker.topics.get("t-new") is None  # refused before auto-creation
         assert broker.store.commitlog.max_offset == 0
         assert broker.replication.status() == {
-            "role": "slave", "broker_id": 2, "replication": "async", "master": "127.0.0.1:1",
-            "connected": False, "last_error": broker.replication.status()["last_error"]}
+            "role": "slave",
+            "broker_id": 2,
+            "replication": "async",
+            "master": "127.0.0.1:1",
+            "connected": False,
+            "last_error": broker.replication.status()["last_error"],
+        }
         health = broker.service_health()  # not started on a slave
         assert health["schedule-delivery"] == health["timer-wheel"] == "stopped"
     finally:
@@ -46,12 +52,12 @@ def test_a_slave_refuses_writes_and_pop_but_serves_pulls(tmp_path: Path) -> None
 
 def test_metadata_snapshot_carries_every_table_a_new_master_needs(tmp_path: Path) -> None:
     def store(name: str) -> StoreConfig:
-        return StoreConfig(store_dir=str(tmp_path / name), segment_size_bytes=1 << 20,
-                           max_body_bytes=1024)  # fmt: skip
+        return StoreConfig(
+            store_dir=str(tmp_path / name), segment_size_bytes=1 << 20, max_body_bytes=1024
+        )
 
     master = Broker(BrokerConfig(broker_name="m"), store("m"))
-    slave = Broker(BrokerConfig(broker_name="m", broker_id=1, ha_master="127.0.0.1:1"),
-                   store("s"))  # fmt: skip
+    slave = Broker(BrokerConfig(broker_name="m", broker_id=1, ha_master="127.0.0.1:1"), store("s"))
     master.start()
     slave.start()
     try:

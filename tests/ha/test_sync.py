@@ -15,8 +15,7 @@ from tests.ha.conftest import Group, wait_replicated, wait_until
 
 # The catch-up window is wide enough that a slave slowed by a loaded machine (not frozen)
 # stays in the set; the freeze tests wait it out.
-SYNC = {"replication": "sync", "sync_replication_timeout_ms": 500,
-        "ha_catch_up_window_ms": 5_000}  # fmt: skip
+SYNC = {"replication": "sync", "sync_replication_timeout_ms": 500, "ha_catch_up_window_ms": 5_000}
 
 
 def in_sync(client: RocketMQClient) -> dict[str, int]:
@@ -91,8 +90,9 @@ def test_too_few_in_sync_replicas_refuse_sync_sends(group_factory: Callable[...,
 
 
 def test_async_replication_acknowledges_at_once(group_factory: Callable[..., Group]) -> None:
-    group = group_factory(replication="async", ha_catch_up_window_ms=60_000,
-                          sync_replication_timeout_ms=10_000)  # fmt: skip
+    group = group_factory(
+        replication="async", ha_catch_up_window_ms=60_000, sync_replication_timeout_ms=10_000
+    )
     with RocketMQClient(group.master.endpoint, max_attempts=1) as master:
         master.create_topic("ha-async", queues=2)
         wait_in_sync(master, 1)

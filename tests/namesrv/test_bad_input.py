@@ -60,9 +60,17 @@ def assert_still_serving(addr: str, canary: NameServerClient) -> None:
         (struct.pack(">i", MAX_FRAME_BYTES + 1), f"exceeds {MAX_FRAME_BYTES} bytes"),
         (struct.pack(">i", 0x7FFFFFFF), f"exceeds {MAX_FRAME_BYTES} bytes"),
     ],
-    ids=["header-longer-than-frame", "too-short", "negative", "not-json", "code-not-int",
-         "serialize-type", "oversize", "max-int"],
-)  # fmt: skip
+    ids=[
+        "header-longer-than-frame",
+        "too-short",
+        "negative",
+        "not-json",
+        "code-not-int",
+        "serialize-type",
+        "oversize",
+        "max-int",
+    ],
+)
 def test_malformed_frame_is_answered_then_the_connection_closes(namesrv, canary, data, reason):
     with connect(namesrv[1]) as sock:
         sock.sendall(data)

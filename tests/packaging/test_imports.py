@@ -30,8 +30,9 @@ print(len(sys.modules), *failed, sep="\\n")
 
 
 def test_broker_side_imports_without_pyspark_or_pandas() -> None:
-    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split("\n")
     assert lines[1:] == [""], lines[1:]  # no module failed
@@ -41,6 +42,7 @@ def test_broker_side_imports_without_pyspark_or_pandas() -> None:
 def test_the_connector_needs_pyspark() -> None:
     """The blocker works: the connector's registration module does not import without it."""
     script = SCRIPT.replace("import broker_core\n", "import pyspark_rocketmq\nimport broker_core\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode != 0 and "blocked: pyspark" in done.stderr

@@ -20,8 +20,17 @@ from broker_core.client import RocketMQClient
 from tests.server.conftest import BrokerProcess, start_broker
 
 ROOT = Path(__file__).resolve().parents[2]
-SKIP = shutil.ignore_patterns(".venv*", "build", "dist", ".git", "*.egg-info", "__pycache__",
-                              ".*_cache", ".hypothesis", "node_modules")  # fmt: skip
+SKIP = shutil.ignore_patterns(
+    ".venv*",
+    "build",
+    "dist",
+    ".git",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    ".hypothesis",
+    "node_modules",
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +50,20 @@ def build_wheel(tmp: Path) -> Path:
     """A wheel of a copy of the working tree (the checkout's build/ stays untouched)."""
     src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=SKIP)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
-         str(tmp / "dist"), str(src)], tmp)  # fmt: skip
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp / "dist"),
+            str(src),
+        ],
+        tmp,
+    )
     (wheel,) = (tmp / "dist").glob("rocketmq_spark-*.whl")
     return wheel
 
@@ -59,8 +80,15 @@ def test_wheel_in_a_fresh_venv(broker: BrokerProcess, tmp_path: Path) -> None:
     run([sys.executable, "-m", "venv", str(venv)], tmp_path)
     py, pip = str(venv / "bin" / "python"), [str(venv / "bin" / "python"), "-m", "pip"]
     run([*pip, "install", "-q", str(wheel)], tmp_path)  # broker-only host: no extras
-    bare = run([py, "-c", "import importlib.util as u, broker_core.cli, broker_core.client; "
-                "print(u.find_spec('pyspark'))"], tmp_path)  # fmt: skip
+    bare = run(
+        [
+            py,
+            "-c",
+            "import importlib.util as u, broker_core.cli, broker_core.client; "
+            "print(u.find_spec('pyspark'))",
+        ],
+        tmp_path,
+    )
     assert bare.strip() == "None"
 
     run([*pip, "install", "-q", f"{wheel}[spark]"], tmp_path)

@@ -38,8 +38,17 @@ def test_parse_tags(expr: str, tags: set[str]) -> None:
 
 @pytest.mark.parametrize(
     ("tag", "expected"),
-    [("TagA", True), ("TagB", True), ("TagC", False), ("taga", False), (None, False),
-     ("", False), (" TagA", False), ("TagA || TagB", False), ("*", False)],
+    [
+        ("TagA", True),
+        ("TagB", True),
+        ("TagC", False),
+        ("taga", False),
+        (None, False),
+        ("", False),
+        (" TagA", False),
+        ("TagA || TagB", False),
+        ("*", False),
+    ],
 )
 def test_tag_matches(tag: str | None, expected: bool) -> None:
     f = TagFilter.parse("TagA || TagB")
@@ -109,7 +118,10 @@ def test_tag_filter_from_tags() -> None:
     ],
 )
 def test_message_filter(
-    kind: str | None, expr: str | None, tag: str | None, props: dict[str, str] | None,
+    kind: str | None,
+    expr: str | None,
+    tag: str | None,
+    props: dict[str, str] | None,
     expected: bool,
 ) -> None:
     f = MessageFilter(kind, expr)
@@ -175,8 +187,15 @@ def test_random_tag_expressions(expr: str, tag: str | None) -> None:
         assert f.matches_hash(tag_hash(tag))
 
 
-TAGS = st.text(alphabet=st.characters(blacklist_characters="|", blacklist_categories=["Cs"]),
-               min_size=1, max_size=8).map(str.strip).filter(lambda t: t not in ("", "*"))
+TAGS = (
+    st.text(
+        alphabet=st.characters(blacklist_characters="|", blacklist_categories=["Cs"]),
+        min_size=1,
+        max_size=8,
+    )
+    .map(str.strip)
+    .filter(lambda t: t not in ("", "*"))
+)
 
 
 @settings(max_examples=300, deadline=None)

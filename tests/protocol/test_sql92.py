@@ -28,8 +28,17 @@ from broker_core.protocol.sql92 import (
 
 T, F, U = True, False, None  # U is UNKNOWN
 PROPS = {
-    "a": "5", "b": "2.5", "s": "hello", "neg": "-3", "flag": "TRUE", "off": "false",
-    "empty": "", "word": "abc", "big": "9" * 5000, "tag.x": "v", "$d": "1",
+    "a": "5",
+    "b": "2.5",
+    "s": "hello",
+    "neg": "-3",
+    "flag": "TRUE",
+    "off": "false",
+    "empty": "",
+    "word": "abc",
+    "big": "9" * 5000,
+    "tag.x": "v",
+    "$d": "1",
 }
 
 
@@ -41,45 +50,116 @@ def run(expr: str, props: dict[str, str] | None = None) -> bool | None:
     ("expr", "expected"),
     [
         # numeric comparisons, property on either side
-        ("a = 5", T), ("a = 5.0", T), ("a <> 5", F), ("a != 4", T), ("a > 4", T),
-        ("a > 5", F), ("a >= 5", T), ("a < 6", T), ("a < 5", F), ("a <= 5", T),
-        ("4 < a", T), ("6 <= a", F), ("5 = a", T), ("b > 2", T), ("b = 2.5", T),
-        ("neg < -2", T), ("neg = -3", T), ("a > -1.5", T), ("b < .6e1", T), ("a = 5e0", T),
-        ("a < -1E-3", F),        ("big > 1", T), ("a>4", T), ("a=-5", F),
+        ("a = 5", T),
+        ("a = 5.0", T),
+        ("a <> 5", F),
+        ("a != 4", T),
+        ("a > 4", T),
+        ("a > 5", F),
+        ("a >= 5", T),
+        ("a < 6", T),
+        ("a < 5", F),
+        ("a <= 5", T),
+        ("4 < a", T),
+        ("6 <= a", F),
+        ("5 = a", T),
+        ("b > 2", T),
+        ("b = 2.5", T),
+        ("neg < -2", T),
+        ("neg = -3", T),
+        ("a > -1.5", T),
+        ("b < .6e1", T),
+        ("a = 5e0", T),
+        ("a < -1E-3", F),
+        ("big > 1", T),
+        ("a>4", T),
+        ("a=-5", F),
         # string comparisons
-        ("s = 'hello'", T), ("s <> 'hello'", F), ("s != 'x'", T), ("'hello' = s", T),
-        ("empty = ''", T), ("s = 'HELLO'", F), ("word = 'it''s'", F),
+        ("s = 'hello'", T),
+        ("s <> 'hello'", F),
+        ("s != 'x'", T),
+        ("'hello' = s", T),
+        ("empty = ''", T),
+        ("s = 'HELLO'", F),
+        ("word = 'it''s'", F),
         # booleans
-        ("flag = TRUE", T), ("flag = true", T), ("off = FALSE", T), ("off <> TRUE", T),
-        ("flag = FALSE", F), ("TRUE = flag", T), ("s = TRUE", U), ("TRUE", T), ("FALSE", F),
+        ("flag = TRUE", T),
+        ("flag = true", T),
+        ("off = FALSE", T),
+        ("off <> TRUE", T),
+        ("flag = FALSE", F),
+        ("TRUE = flag", T),
+        ("s = TRUE", U),
+        ("TRUE", T),
+        ("FALSE", F),
         ("false OR true", T),
         # literal against literal
-        ("1 = 1", T), ("1 < 0.5", F), ("'x' = 'x'", T), ("'x' <> 'x'", F), ("TRUE = FALSE", F),
+        ("1 = 1", T),
+        ("1 < 0.5", F),
+        ("'x' = 'x'", T),
+        ("'x' <> 'x'", F),
+        ("TRUE = FALSE", F),
         # property against property
-        ("a = a", T), ("a > b", T), ("a < b", F), ("a = b", F), ("s = word", F),
-        ("s > word", U), ("a = missing", U),
+        ("a = a", T),
+        ("a > b", T),
+        ("a < b", F),
+        ("a = b", F),
+        ("s = word", F),
+        ("s > word", U),
+        ("a = missing", U),
         # BETWEEN
-        ("a BETWEEN 1 AND 5", T), ("a BETWEEN 5 AND 9", T), ("a BETWEEN 6 AND 9", F),
-        ("b BETWEEN 2.4 AND 2.6", T), ("a NOT BETWEEN 1 AND 4", T),
-        ("a NOT BETWEEN 1 AND 9", F), ("a BETWEEN 9 AND 1", F), ("s BETWEEN 1 AND 2", U),
-        ("missing BETWEEN 1 AND 2", U), ("missing NOT BETWEEN 1 AND 2", U),
+        ("a BETWEEN 1 AND 5", T),
+        ("a BETWEEN 5 AND 9", T),
+        ("a BETWEEN 6 AND 9", F),
+        ("b BETWEEN 2.4 AND 2.6", T),
+        ("a NOT BETWEEN 1 AND 4", T),
+        ("a NOT BETWEEN 1 AND 9", F),
+        ("a BETWEEN 9 AND 1", F),
+        ("s BETWEEN 1 AND 2", U),
+        ("missing BETWEEN 1 AND 2", U),
+        ("missing NOT BETWEEN 1 AND 2", U),
         ("a between 1 and 9 and s = 'hello'", T),
         # IN
-        ("s IN ('x', 'hello')", T), ("s IN ('x')", F), ("s NOT IN ('x', 'y')", T),
-        ("s NOT IN ('hello')", F), ("a IN (1, 5)", T), ("a IN (5.0)", T), ("a IN ('5')", T),
-        ("a IN ('05')", F), ("a IN (4, 6)", F), ("a NOT IN (4, 6)", T), ("s IN (1, 2)", U),
-        ("s IN ('hello', 1)", T), ("s IN ('x', 1)", U), ("missing IN ('x')", U),
-        ("missing NOT IN ('x')", U), ("neg in (-3)", T),
+        ("s IN ('x', 'hello')", T),
+        ("s IN ('x')", F),
+        ("s NOT IN ('x', 'y')", T),
+        ("s NOT IN ('hello')", F),
+        ("a IN (1, 5)", T),
+        ("a IN (5.0)", T),
+        ("a IN ('5')", T),
+        ("a IN ('05')", F),
+        ("a IN (4, 6)", F),
+        ("a NOT IN (4, 6)", T),
+        ("s IN (1, 2)", U),
+        ("s IN ('hello', 1)", T),
+        ("s IN ('x', 1)", U),
+        ("missing IN ('x')", U),
+        ("missing NOT IN ('x')", U),
+        ("neg in (-3)", T),
         # IS [NOT] NULL
-        ("missing IS NULL", T), ("a IS NULL", F), ("a IS NOT NULL", T),
-        ("missing IS NOT NULL", F), ("empty IS NULL", F), ("missing is not null", F),
+        ("missing IS NULL", T),
+        ("a IS NULL", F),
+        ("a IS NOT NULL", T),
+        ("missing IS NOT NULL", F),
+        ("empty IS NULL", F),
+        ("missing is not null", F),
         # CONTAINS / STARTSWITH / ENDSWITH
-        ("s CONTAINS 'ell'", T), ("s CONTAINS 'x'", F), ("s NOT CONTAINS 'x'", T),
-        ("s STARTSWITH 'he'", T), ("s STARTSWITH 'lo'", F), ("s NOT STARTSWITH 'lo'", T),
-        ("s ENDSWITH 'lo'", T), ("s ENDSWITH 'he'", F), ("s NOT ENDSWITH 'he'", T),
-        ("missing CONTAINS 'x'", U), ("missing NOT ENDSWITH 'x'", U), ("s contains ''", T),
+        ("s CONTAINS 'ell'", T),
+        ("s CONTAINS 'x'", F),
+        ("s NOT CONTAINS 'x'", T),
+        ("s STARTSWITH 'he'", T),
+        ("s STARTSWITH 'lo'", F),
+        ("s NOT STARTSWITH 'lo'", T),
+        ("s ENDSWITH 'lo'", T),
+        ("s ENDSWITH 'he'", F),
+        ("s NOT ENDSWITH 'he'", T),
+        ("missing CONTAINS 'x'", U),
+        ("missing NOT ENDSWITH 'x'", U),
+        ("s contains ''", T),
         # identifiers with '.', '$', '_'; case-sensitive names
-        ("tag.x = 'v'", T), ("$d = 1", T), ("A = 5", U),
+        ("tag.x = 'v'", T),
+        ("$d = 1", T),
+        ("A = 5", U),
     ],
 )
 def test_operators(expr: str, expected: bool | None) -> None:
@@ -147,10 +227,20 @@ def test_three_valued_logic(x: bool | None, y: bool | None) -> None:
 @pytest.mark.parametrize(
     ("expr", "value"),
     [
-        ("v > 1", "abc"), ("v > 1", ""), ("v > 1", " 2"), ("v = 2", "2x"), ("v = 1", "1_000"),
-        ("v = 1", "0x1"), ("v < 9", "NaN"), ("v < 9", "Infinity"), ("v = 3", "٣"),
-        ("v BETWEEN 1 AND 9", "five"), ("v IN (1, 2)", "one"), ("v = TRUE", "yes"),
-        ("v = FALSE", "0"), ("v > w", "x"),
+        ("v > 1", "abc"),
+        ("v > 1", ""),
+        ("v > 1", " 2"),
+        ("v = 2", "2x"),
+        ("v = 1", "1_000"),
+        ("v = 1", "0x1"),
+        ("v < 9", "NaN"),
+        ("v < 9", "Infinity"),
+        ("v = 3", "٣"),
+        ("v BETWEEN 1 AND 9", "five"),
+        ("v IN (1, 2)", "one"),
+        ("v = TRUE", "yes"),
+        ("v = FALSE", "0"),
+        ("v > w", "x"),
     ],
 )
 def test_values_that_do_not_convert_are_unknown(expr: str, value: str) -> None:
@@ -160,9 +250,21 @@ def test_values_that_do_not_convert_are_unknown(expr: str, value: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "number"),
-    [("1", 1), ("-7", -7), ("+3", 3), ("2.5", 2.5), ("1.", 1.0), (".5", 0.5), ("1e3", 1000.0),
-     ("-1.5E-1", -0.15), ("abc", None), ("", None), ("1.2.3", None), (" 1", None),
-     ("9" * 5000, float("inf"))],
+    [
+        ("1", 1),
+        ("-7", -7),
+        ("+3", 3),
+        ("2.5", 2.5),
+        ("1.", 1.0),
+        (".5", 0.5),
+        ("1e3", 1000.0),
+        ("-1.5E-1", -0.15),
+        ("abc", None),
+        ("", None),
+        ("1.2.3", None),
+        (" 1", None),
+        ("9" * 5000, float("inf")),
+    ],
 )
 def test_to_number(text: str, number: float | None) -> None:
     assert to_number(text) == number
@@ -273,8 +375,17 @@ def test_long_expression_error_shows_a_window_around_the_position() -> None:
 def test_tokenizer() -> None:
     kinds = [(t.kind, t.value) for t in tokenize("a.b>=-1.5 AND x IN ('it''s', 2)")]
     assert kinds == [
-        ("ident", ""), ("op", ""), ("number", -1.5), ("keyword", "AND"), ("ident", ""),
-        ("keyword", "IN"), ("(", ""), ("string", "it's"), (",", ""), ("number", 2), (")", ""),
+        ("ident", ""),
+        ("op", ""),
+        ("number", -1.5),
+        ("keyword", "AND"),
+        ("ident", ""),
+        ("keyword", "IN"),
+        ("(", ""),
+        ("string", "it's"),
+        (",", ""),
+        ("number", 2),
+        (")", ""),
         ("end", ""),
     ]
     assert tokenize("x")[0].text == "x" and tokenize("x")[-1].pos == 1
@@ -317,13 +428,28 @@ VALID = [
     "NOT (flag = TRUE) OR n <> 3",
     "k STARTSWITH 'p' OR k NOT ENDSWITH 'z' AND m != 0",
 ]
-SQL_ALPHABET = st.sampled_from([
-    *"abxyz01 2.-'(),=<>!_$ \t", " AND ", " OR ", " NOT ", " IN ", " IS ", " NULL ",
-    " BETWEEN ", " TRUE ", " CONTAINS ", "''", "é", "\x00",
-])
+SQL_ALPHABET = st.sampled_from(
+    [
+        *"abxyz01 2.-'(),=<>!_$ \t",
+        " AND ",
+        " OR ",
+        " NOT ",
+        " IN ",
+        " IS ",
+        " NULL ",
+        " BETWEEN ",
+        " TRUE ",
+        " CONTAINS ",
+        "''",
+        "é",
+        "\x00",
+    ]
+)
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 VALUES = st.one_of(
-    st.text(max_size=6), st.integers(-5, 5).map(str), st.floats(-9, 9).map(str),
+    st.text(max_size=6),
+    st.integers(-5, 5).map(str),
+    st.floats(-9, 9).map(str),
     st.sampled_from(["true", "FALSE", "x", "", "NaN", "1e999", "9" * 4400]),
 )
 
@@ -367,15 +493,18 @@ def mutated(draw: st.DrawFn) -> str:
         if action == "insert":
             expr = expr[:pos] + piece + expr[pos:]
         elif action == "delete":
-            expr = expr[:pos] + expr[pos + len(piece):]
+            expr = expr[:pos] + expr[pos + len(piece) :]
         else:
-            expr = expr[:pos] + piece + expr[pos + 1:]
+            expr = expr[:pos] + piece + expr[pos + 1 :]
     return expr
 
 
 @FUZZ
-@given(mutated(), st.lists(VALUES, max_size=6),
-       st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=3))
+@given(
+    mutated(),
+    st.lists(VALUES, max_size=6),
+    st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=3),
+)
 def test_mutated_expressions(expr: str, values: list[str], extra: dict[str, str]) -> None:
     filt = compile_or_error(expr)
     if filt is not None:

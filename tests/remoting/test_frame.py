@@ -122,10 +122,14 @@ def test_response_and_oneway_flags():
         (frame_of(b'{"code": 1, "extFields": []}'), "extFields is not a JSON object"),
         (frame_of(b"{}", serialize_type=7), "unknown serialize type 7"),
         (frame_of(b"\x00\x01", serialize_type=1), "truncated"),
-        (frame_of(struct.pack(">hbhii", 1, 0, 0, 0, 0) + struct.pack(">i", 99), serialize_type=1),
-         "remark length 99 overruns"),
+        (
+            frame_of(
+                struct.pack(">hbhii", 1, 0, 0, 0, 0) + struct.pack(">i", 99), serialize_type=1
+            ),
+            "remark length 99 overruns",
+        ),
     ],
-)  # fmt: skip
+)
 def test_malformed_frames_raise_frame_error(data: bytes, message: str):
     with pytest.raises(RemotingFrameError, match=message):
         decode_frame(data)

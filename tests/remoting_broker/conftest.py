@@ -50,22 +50,36 @@ def clients(front: RemotingFrontEnd) -> Iterator[list[RemotingClient]]:
         c.close()
 
 
-def connect(front: RemotingFrontEnd, made: list[RemotingClient],
-            recorder: PushRecorder | None = None) -> RemotingClient:  # fmt: skip
+def connect(
+    front: RemotingFrontEnd, made: list[RemotingClient], recorder: PushRecorder | None = None
+) -> RemotingClient:
     client = RemotingClient(front.address, 5.0, on_request=recorder)
     made.append(client)
     return client
 
 
-def call(client: RemotingClient, code: int, fields: dict[str, str] | None = None,
-         body: bytes = b"", timeout_s: float = 5.0) -> RemotingCommand:  # fmt: skip
+def call(
+    client: RemotingClient,
+    code: int,
+    fields: dict[str, str] | None = None,
+    body: bytes = b"",
+    timeout_s: float = 5.0,
+) -> RemotingCommand:
     return client.invoke(RemotingCommand.request(code, fields or {}, body), timeout_s)
 
 
 def heartbeat_body(client_id: str, group: str, topic: str, expression: str = "*") -> bytes:
-    return json.dumps({"clientID": client_id, "producerDataSet": [],
-                       "consumerDataSet": [{"groupName": group, "messageModel": "CLUSTERING",
-                                            "consumeType": "CONSUME_PASSIVELY",
-                                            "subscriptionDataSet": [
-                                                {"topic": topic, "subString": expression}]}]}
-                      ).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "clientID": client_id,
+            "producerDataSet": [],
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "messageModel": "CLUSTERING",
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "subscriptionDataSet": [{"topic": topic, "subString": expression}],
+                }
+            ],
+        }
+    ).encode()

@@ -22,26 +22,57 @@ from tests.remoting_broker.conftest import PushRecorder, call, connect, heartbea
 
 
 def create_topic(client, topic: str, queues: int = 2) -> None:
-    resp = call(client, RC.UPDATE_AND_CREATE_TOPIC,
-                {"topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues),
-                 "perm": "6"})  # fmt: skip
+    resp = call(
+        client,
+        RC.UPDATE_AND_CREATE_TOPIC,
+        {"topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues), "perm": "6"},
+    )
     assert resp.code == 0, resp.remark
 
 
 def send_v2(client, topic: str, body: bytes, queue_id: int = 0, **props: str):
-    fields = {"a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
-              "g": str(int(time.time() * 1000)), "h": "0", "i": encode_properties(props),
-              "j": "0", "k": "false"}  # fmt: skip
+    fields = {
+        "a": "pg",
+        "b": topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": encode_properties(props),
+        "j": "0",
+        "k": "false",
+    }
     return call(client, RC.SEND_MESSAGE_V2, fields, body)
 
 
-def pull(client, topic: str, queue_id: int, offset: int, *, group: str = "g", sys_flag: int = 0,
-         suspend_ms: int = 0, subscription: str = "", expression_type: str = "TAG",
-         timeout_s: float = 5.0):  # fmt: skip
-    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
-              "queueOffset": str(offset), "maxMsgNums": "32", "sysFlag": str(sys_flag),
-              "commitOffset": "0", "suspendTimeoutMillis": str(suspend_ms),
-              "subscription": subscription, "subVersion": "0", "expressionType": expression_type}
+def pull(
+    client,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    *,
+    group: str = "g",
+    sys_flag: int = 0,
+    suspend_ms: int = 0,
+    subscription: str = "",
+    expression_type: str = "TAG",
+    timeout_s: float = 5.0,
+):
+    fields = {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": "32",
+        "sysFlag": str(sys_flag),
+        "commitOffset": "0",
+        "suspendTimeoutMillis": str(suspend_ms),
+        "subscription": subscription,
+        "subVersion": "0",
+        "expressionType": expression_type,
+    }
     return call(client, RC.PULL_MESSAGE, fields, timeout_s=timeout_s)
 
 
@@ -51,10 +82,20 @@ def test_send_v1_v2_and_pull_in_message_decoder_layout(front: RemotingFrontEnd, 
     resp = send_v2(c, "t", b"hello", TAGS="TagA", KEYS="k1")
     assert resp.code == 0 and resp.ext_fields["queueId"] == "0"
     assert resp.ext_fields["queueOffset"] == "0" and resp.ext_fields["msgId"]
-    v1 = call(c, RC.SEND_MESSAGE, {"producerGroup": "pg", "topic": "t", "queueId": "0",
-                                   "sysFlag": "0", "bornTimestamp": "5", "flag": "7",
-                                   "properties": encode_properties({"TAGS": "TagB"})},
-              b"world")  # fmt: skip
+    v1 = call(
+        c,
+        RC.SEND_MESSAGE,
+        {
+            "producerGroup": "pg",
+            "topic": "t",
+            "queueId": "0",
+            "sysFlag": "0",
+            "bornTimestamp": "5",
+            "flag": "7",
+            "properties": encode_properties({"TAGS": "TagB"}),
+        },
+        b"world",
+    )
     assert v1.code == 0 and v1.ext_fields["queueOffset"] == "1"
     got = pull(c, "t", 0, 0)
     assert got.code == 0
@@ -72,11 +113,16 @@ def test_batch_send(front: RemotingFrontEnd, clients):
     c = connect(front, clients)
     create_topic(c, "tb")
     body = encode_batch([(0, f"b{i}".encode(), {"TAGS": "x", "KEYS": f"k{i}"}) for i in range(5)])
-    resp = call(c, RC.SEND_BATCH_MESSAGE, {"a": "pg", "b": "tb", "e": "1", "f": "0", "g": "0",
-                                           "h": "0", "i": "", "m": "true"}, body)  # fmt: skip
+    resp = call(
+        c,
+        RC.SEND_BATCH_MESSAGE,
+        {"a": "pg", "b": "tb", "e": "1", "f": "0", "g": "0", "h": "0", "i": "", "m": "true"},
+        body,
+    )
     assert resp.code == 0 and len(resp.ext_fields["msgId"].split(",")) == 5
     assert [r["body"] for r in decode_stored(pull(c, "tb", 1, 0).body)] == [
-        f"b{i}".encode() for i in range(5)]  # fmt: skip
+        f"b{i}".encode() for i in range(5)
+    ]
     bad = call(c, RC.SEND_BATCH_MESSAGE, {"b": "tb", "e": "0"}, b"\x00\x00\x00\x30garbage")
     assert bad.code == ResponseCode.MESSAGE_ILLEGAL
 
@@ -168,23 +214,37 @@ def test_offsets(front: RemotingFrontEnd, clients):
     q = {"topic": "to", "queueId": "0"}
     first = call(c, RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "go", **q})
     assert first.code == 0 and first.ext_fields["offset"] == "0"  # queue still starts at 0
-    c.invoke_oneway(RemotingCommand.request(RC.UPDATE_CONSUMER_OFFSET,
-                                            {"consumerGroup": "go", "commitOffset": "3", **q}))
+    c.invoke_oneway(
+        RemotingCommand.request(
+            RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "go", "commitOffset": "3", **q}
+        )
+    )
     deadline = time.monotonic() + 5
-    while call(c, RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "go", **q}).ext_fields.get(
-            "offset") != "3":  # fmt: skip
+    while (
+        call(c, RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "go", **q}).ext_fields.get("offset")
+        != "3"
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     assert call(c, RC.GET_MAX_OFFSET, q).ext_fields["offset"] == "4"
     assert call(c, RC.GET_MIN_OFFSET, q).ext_fields["offset"] == "0"
-    assert call(c, RC.SEARCH_OFFSET_BY_TIMESTAMP, {**q, "timestamp": "0"}).ext_fields[
-        "offset"] == "0"  # fmt: skip
+    assert (
+        call(c, RC.SEARCH_OFFSET_BY_TIMESTAMP, {**q, "timestamp": "0"}).ext_fields["offset"] == "0"
+    )
     # A pull's piggy-backed commit (sysFlag bit 0) moves the group too.
-    call_fields = {"consumerGroup": "go2", "topic": "to", "queueId": "0", "queueOffset": "4",
-                   "maxMsgNums": "1", "sysFlag": "1", "commitOffset": "2"}  # fmt: skip
+    call_fields = {
+        "consumerGroup": "go2",
+        "topic": "to",
+        "queueId": "0",
+        "queueOffset": "4",
+        "maxMsgNums": "1",
+        "sysFlag": "1",
+        "commitOffset": "2",
+    }
     call(c, RC.PULL_MESSAGE, call_fields)
-    assert call(c, RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "go2", **q}).ext_fields[
-        "offset"] == "2"  # fmt: skip
+    assert (
+        call(c, RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "go2", **q}).ext_fields["offset"] == "2"
+    )
 
 
 def test_lock_batch(front: RemotingFrontEnd, clients):
@@ -205,8 +265,12 @@ def test_send_back_retries_then_dead_letters(front: RemotingFrontEnd, clients):
     create_topic(c, "tr", 1)
     send_v2(c, "tr", b"bad")
     record = decode_stored(pull(c, "tr", 0, 0).body)[0]
-    back = {"group": "gr", "delayLevel": "1", "maxReconsumeTimes": "1",
-            "offset": str(record["physical_offset"])}  # fmt: skip
+    back = {
+        "group": "gr",
+        "delayLevel": "1",
+        "maxReconsumeTimes": "1",
+        "offset": str(record["physical_offset"]),
+    }
     assert call(c, RC.CONSUMER_SEND_MSG_BACK, back).code == 0
     retried = pull(c, "%RETRY%gr", 0, 0, sys_flag=2, suspend_ms=5_000, timeout_s=10)
     again = decode_stored(retried.body)[0]
@@ -236,17 +300,31 @@ def test_mqadmin_statistics_queries(front: RemotingFrontEnd, clients):
     create_topic(c, "ts", 2)
     for i in range(3):
         send_v2(c, "ts", f"s{i}".encode(), 0, KEYS=f"order-{i % 2}")
-    call(c, RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "gs", "topic": "ts", "queueId": "0",
-                                        "commitOffset": "1"})  # fmt: skip
+    call(
+        c,
+        RC.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "gs", "topic": "ts", "queueId": "0", "commitOffset": "1"},
+    )
     stats = call(c, RC.GET_TOPIC_STATS_INFO, {"topic": "ts"}).body.decode()
-    assert stats == ('{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"ts"}:'
-                     '{"lastUpdateTimestamp":0,"maxOffset":3,"minOffset":0},'
-                     '{"brokerName":"broker-a","queueId":1,"topic":"ts"}:'
-                     '{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0}}}')  # fmt: skip
+    assert stats == (
+        '{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"ts"}:'
+        '{"lastUpdateTimestamp":0,"maxOffset":3,"minOffset":0},'
+        '{"brokerName":"broker-a","queueId":1,"topic":"ts"}:'
+        '{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0}}}'
+    )
     consume = call(c, RC.GET_CONSUME_STATS, {"consumerGroup": "gs"}).body.decode()
     assert '"queueId":0,"topic":"ts"}:{"brokerOffset":3,"consumerOffset":1' in consume
-    found = call(c, RC.QUERY_MESSAGE, {"topic": "ts", "key": "order-0", "maxNum": "10",
-                                       "beginTimestamp": "0", "endTimestamp": str(2**62)})
+    found = call(
+        c,
+        RC.QUERY_MESSAGE,
+        {
+            "topic": "ts",
+            "key": "order-0",
+            "maxNum": "10",
+            "beginTimestamp": "0",
+            "endTimestamp": str(2**62),
+        },
+    )
     assert sorted(r["body"] for r in decode_stored(found.body)) == [b"s0", b"s2"]
     none = call(c, RC.QUERY_MESSAGE, {"topic": "ts", "key": "nope", "maxNum": "10"})
     assert none.code == ResponseCode.QUERY_NOT_FOUND
@@ -256,8 +334,14 @@ def test_batch_fast_lane_stores_what_the_general_path_stores(front, clients, mon
     c = connect(front, clients)
     create_topic(c, "fast", 1)
     create_topic(c, "slow", 1)
-    items = [(0, f"body-{i}".encode(), {"UNIQ_KEY": f"U{i}", "TAGS": "t" if i % 2 else "u",
-                                        "KEYS": f"k{i} x{i}", "user": "v"}) for i in range(6)]
+    items = [
+        (
+            0,
+            f"body-{i}".encode(),
+            {"UNIQ_KEY": f"U{i}", "TAGS": "t" if i % 2 else "u", "KEYS": f"k{i} x{i}", "user": "v"},
+        )
+        for i in range(6)
+    ]
     fields = {"a": "pg", "e": "0", "f": "0", "g": "1234", "h": "0", "i": "", "m": "true"}
     fast = call(c, RC.SEND_BATCH_MESSAGE, {**fields, "b": "fast"}, encode_batch(items))
     monkeypatch.setattr("broker_core.remoting_broker.send.plain_columns", lambda *a, **k: None)
@@ -266,8 +350,17 @@ def test_batch_fast_lane_stores_what_the_general_path_stores(front, clients, mon
     broker = front.ctx.broker
     a = broker.pull("g", "fast", 0, 0, 10).messages
     b = broker.pull("g", "slow", 0, 0, 10).messages
-    keep = ("body", "properties", "flag", "sys_flag", "born_timestamp_ms", "born_host",
-            "reconsume_times", "queue_offset", "body_crc")  # fmt: skip
+    keep = (
+        "body",
+        "properties",
+        "flag",
+        "sys_flag",
+        "born_timestamp_ms",
+        "born_host",
+        "reconsume_times",
+        "queue_offset",
+        "body_crc",
+    )
     assert [[getattr(m, k) for k in keep] for m in a] == [[getattr(m, k) for k in keep] for m in b]
     assert broker.query_by_key("fast", "x3")[0].body == b"body-3"  # KEYS are indexed
     tagged = broker.pull("g", "fast", 0, 0, 10, filter=MessageFilter("TAG", "t")).messages
@@ -278,7 +371,8 @@ def test_consumer_connection_list(front: RemotingFrontEnd, clients):
     c = connect(front, clients)
     create_topic(c, "tcx")
     assert call(c, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "gcx"}).code == (
-        ResponseCode.CONSUMER_NOT_ONLINE)  # fmt: skip
+        ResponseCode.CONSUMER_NOT_ONLINE
+    )
     call(c, RC.HEART_BEAT, body=heartbeat_body("cid-x", "gcx", "tcx", "TagA || TagB"))
     got = json.loads(call(c, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "gcx"}).body)
     (conn,) = got["connectionSet"]

@@ -22,10 +22,14 @@ from broker_core.remoting_broker.msgcodec import (
     uncompress_body,
 )
 
-NAMES = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
-                min_size=1, max_size=12)  # fmt: skip
-VALUES = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
-                 max_size=20)  # fmt: skip
+NAMES = st.text(
+    st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=12,
+)
+VALUES = st.text(
+    st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20
+)
 PROPS = st.dictionaries(NAMES, VALUES, max_size=6)
 
 
@@ -34,8 +38,11 @@ def test_properties_round_trip(props: dict[str, str]) -> None:
     assert decode_properties(encode_properties(props)) == props
 
 
-@given(st.lists(st.tuples(st.integers(0, 2**31 - 1), st.binary(max_size=300), PROPS),
-                min_size=1, max_size=8))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**31 - 1), st.binary(max_size=300), PROPS), min_size=1, max_size=8
+    )
+)
 def test_batch_round_trip(items) -> None:
     assert decode_batch(encode_batch(items)) == [(f, b, p) for f, b, p in items]
 
@@ -48,16 +55,28 @@ def test_garbage_batch_is_a_clear_error_or_parses(data: bytes) -> None:
     except InvalidArgumentError as exc:
         assert "batch" in str(exc)
     else:
-        assert all(isinstance(body, bytes) and isinstance(props, dict)
-                   for _, body, props in items)  # fmt: skip
+        assert all(isinstance(body, bytes) and isinstance(props, dict) for _, body, props in items)
 
 
 def stored(**over) -> StoredMessage:
-    values = dict(topic="orders", queue_id=3, queue_offset=41, physical_offset=123456,
-                  body=b"payload", properties={"TAGS": "a", "UNIQ_KEY": "ID1"}, flag=7,
-                  sys_flag=0, born_timestamp_ms=1000, born_host=("10.1.2.3", 5555),
-                  store_timestamp_ms=2000, store_host=("127.0.0.1", 8081), reconsume_times=2,
-                  prepared_transaction_offset=0, body_crc=0, stored_size=0)  # fmt: skip
+    values = dict(
+        topic="orders",
+        queue_id=3,
+        queue_offset=41,
+        physical_offset=123456,
+        body=b"payload",
+        properties={"TAGS": "a", "UNIQ_KEY": "ID1"},
+        flag=7,
+        sys_flag=0,
+        born_timestamp_ms=1000,
+        born_host=("10.1.2.3", 5555),
+        store_timestamp_ms=2000,
+        store_host=("127.0.0.1", 8081),
+        reconsume_times=2,
+        prepared_transaction_offset=0,
+        body_crc=0,
+        stored_size=0,
+    )
     values.update(over)
     return StoredMessage(**values)
 
@@ -66,7 +85,14 @@ def test_pull_record_exact_layout() -> None:
     data = encode_message(stored(), ("127.0.0.1", 10911))
     total, magic, crc, qid, flag, qoff, phys, sysflag = struct.unpack_from(">iIIiiqqi", data)
     assert (total, magic, qid, flag, qoff, phys, sysflag) == (
-        len(data), MESSAGE_MAGIC_CODE, 3, 7, 41, 123456, 0)  # fmt: skip
+        len(data),
+        MESSAGE_MAGIC_CODE,
+        3,
+        7,
+        41,
+        123456,
+        0,
+    )
     assert crc == zlib.crc32(b"payload") & 0x7FFFFFFF
     assert data[48:56] == bytes([10, 1, 2, 3]) + struct.pack(">i", 5555)  # BORNHOST
     assert data[64:72] == bytes([127, 0, 0, 1]) + struct.pack(">i", 10911)  # STOREHOST

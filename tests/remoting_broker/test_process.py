@@ -51,9 +51,17 @@ def test_a_taken_port_asked_for_is_a_clear_error(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        cmd = [str(Path(sys.executable).parent / "rmq"), "broker", "start", "--listen",
-               "127.0.0.1:0", "--store-dir", str(tmp_path / "s"), "--remoting-listen",
-               f"127.0.0.1:{port}"]  # fmt: skip
+        cmd = [
+            str(Path(sys.executable).parent / "rmq"),
+            "broker",
+            "start",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-dir",
+            str(tmp_path / "s"),
+            "--remoting-listen",
+            f"127.0.0.1:{port}",
+        ]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert f"--remoting-listen 127.0.0.1:{port}" in done.stderr + done.stdout

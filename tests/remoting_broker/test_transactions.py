@@ -22,8 +22,9 @@ from tests.store.conftest import small_config
 
 @pytest.fixture
 def front(tmp_path: Path) -> Iterator[RemotingFrontEnd]:
-    config = BrokerConfig(default_queue_nums=1, transaction_check_timeout_ms=300,
-                          transaction_check_interval_ms=100)  # fmt: skip
+    config = BrokerConfig(
+        default_queue_nums=1, transaction_check_timeout_ms=300, transaction_check_interval_ms=100
+    )
     broker = Broker(config, small_config(tmp_path / "store"))
     broker.start()
     end = RemotingFrontEnd(broker, "127.0.0.1:0")
@@ -35,40 +36,65 @@ def front(tmp_path: Path) -> Iterator[RemotingFrontEnd]:
 
 def send_prepared(client, body: bytes) -> RemotingCommand:
     props = encode_properties({"TRAN_MSG": "true", "PGROUP": "txg"})
-    resp = call(client, RC.SEND_MESSAGE_V2, {"a": "txg", "b": "tt", "e": "0", "f": "4",
-                                             "i": props}, body)  # fmt: skip
+    resp = call(
+        client, RC.SEND_MESSAGE_V2, {"a": "txg", "b": "tt", "e": "0", "f": "4", "i": props}, body
+    )
     assert resp.code == 0, resp.remark
     return resp
 
 
 def end(client, resp_or_fields: dict[str, str], kind: int, from_check: bool = False) -> None:
-    fields = {"producerGroup": "txg", "commitOrRollback": str(kind),
-              "fromTransactionCheck": str(from_check).lower(), **resp_or_fields}
+    fields = {
+        "producerGroup": "txg",
+        "commitOrRollback": str(kind),
+        "fromTransactionCheck": str(from_check).lower(),
+        **resp_or_fields,
+    }
     assert call(client, RC.END_TRANSACTION, fields).code == 0
 
 
 def visible(client) -> list[bytes]:
-    got = call(client, RC.PULL_MESSAGE, {"consumerGroup": "txc", "topic": "tt", "queueId": "0",
-                                         "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "0"})
+    got = call(
+        client,
+        RC.PULL_MESSAGE,
+        {
+            "consumerGroup": "txc",
+            "topic": "tt",
+            "queueId": "0",
+            "queueOffset": "0",
+            "maxMsgNums": "32",
+            "sysFlag": "0",
+        },
+    )
     return [r["body"] for r in decode_stored(got.body)] if got.code == ResponseCode.SUCCESS else []
 
 
 def test_commit_rollback_and_check_back(front: RemotingFrontEnd, clients) -> None:
     pushes = PushRecorder()
     producer = connect(front, clients, pushes)
-    call(producer, RC.UPDATE_AND_CREATE_TOPIC, {"topic": "tt", "readQueueNums": "1",
-                                                "writeQueueNums": "1"})  # fmt: skip
-    body = json.dumps({"clientID": "tx-client", "producerDataSet": [{"groupName": "txg"}],
-                       "consumerDataSet": []}).encode()  # fmt: skip
+    call(
+        producer,
+        RC.UPDATE_AND_CREATE_TOPIC,
+        {"topic": "tt", "readQueueNums": "1", "writeQueueNums": "1"},
+    )
+    body = json.dumps(
+        {"clientID": "tx-client", "producerDataSet": [{"groupName": "txg"}], "consumerDataSet": []}
+    ).encode()
     assert call(producer, RC.HEART_BEAT, body=body).code == 0
     first = send_prepared(producer, b"committed")
     assert visible(producer) == []  # a half message is invisible
-    end(producer, {"msgId": first.ext_fields["msgId"],
-                   "transactionId": first.ext_fields["transactionId"]}, 8)
+    end(
+        producer,
+        {"msgId": first.ext_fields["msgId"], "transactionId": first.ext_fields["transactionId"]},
+        8,
+    )
     assert visible(producer) == [b"committed"]
     rolled = send_prepared(producer, b"rolled-back")
-    end(producer, {"msgId": rolled.ext_fields["msgId"],
-                   "transactionId": rolled.ext_fields["transactionId"]}, 12)
+    end(
+        producer,
+        {"msgId": rolled.ext_fields["msgId"], "transactionId": rolled.ext_fields["transactionId"]},
+        12,
+    )
     pushes.event.clear()
     pushes.pushed.clear()
     unresolved = send_prepared(producer, b"checked")
@@ -79,6 +105,10 @@ def test_commit_rollback_and_check_back(front: RemotingFrontEnd, clients) -> Non
     assert check.ext_fields["transactionId"] == unresolved.ext_fields["transactionId"]
     record = decode_stored(check.body)[0]
     assert record["topic"] == "tt" and record["body"] == b"checked"
-    end(producer, {"msgId": check.ext_fields["msgId"],
-                   "transactionId": check.ext_fields["transactionId"]}, 8, from_check=True)
+    end(
+        producer,
+        {"msgId": check.ext_fields["msgId"], "transactionId": check.ext_fields["transactionId"]},
+        8,
+        from_check=True,
+    )
     assert visible(producer) == [b"committed", b"checked"]

@@ -22,9 +22,14 @@ superuser = true
 """
 
 
-def start_with(workdir: Path, *, config: dict[str, dict[str, Any]] | None = None,
-               extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
-               extra_toml: str = "") -> BrokerProcess:  # fmt: skip
+def start_with(
+    workdir: Path,
+    *,
+    config: dict[str, dict[str, Any]] | None = None,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    extra_toml: str = "",
+) -> BrokerProcess:
     """A broker process with the suite's defaults plus ``config``, flags, environment and
     raw TOML appended to its config file (``[auth]`` users are arrays of tables)."""
     merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in DEFAULT_CONFIG.items()}
@@ -33,8 +38,7 @@ def start_with(workdir: Path, *, config: dict[str, dict[str, Any]] | None = None
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "security.toml"
     config_path.write_text(to_toml(merged) + extra_toml)
-    return launch_broker(workdir, extra_args=["--config", str(config_path), *extra_args],
-                         env=env)  # fmt: skip
+    return launch_broker(workdir, extra_args=["--config", str(config_path), *extra_args], env=env)
 
 
 def metrics_url(proc: BrokerProcess) -> str:

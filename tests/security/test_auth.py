@@ -30,24 +30,37 @@ Code = pb.Code
 def official_headers(access_key: str, secret_key: str, stamp: str | None = None) -> list:
     """What the official client sends (its own Signature.sign), optionally another stamp."""
     stamp = stamp or utc_stamp()
-    header = (f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, "
-              f"Signature={Signature.sign(secret_key, stamp)}")
+    header = (
+        f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, "
+        f"Signature={Signature.sign(secret_key, stamp)}"
+    )
     return [("x-mq-date-time", stamp), ("authorization", header), ("x-mq-client-id", "t@1")]
 
 
 def route(endpoint: str, topic: str, metadata: list) -> Any:
     with grpc.insecure_channel(endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
-        return stub.QueryRoute(service_pb2.QueryRouteRequest(
-            topic=pb.Resource(name=topic)), metadata=metadata, timeout=5)
+        return stub.QueryRoute(
+            service_pb2.QueryRouteRequest(topic=pb.Resource(name=topic)),
+            metadata=metadata,
+            timeout=5,
+        )
 
 
 def raw_send(endpoint: str, topic: str, metadata: list) -> Any:
-    request = service_pb2.SendMessageRequest(messages=[pb.Message(
-        topic=pb.Resource(name=topic), body=b"forged",
-        system_properties=pb.SystemProperties(message_id="01" + "0" * 32,
-                                              body_encoding=pb.Encoding.IDENTITY,
-                                              message_type=pb.MessageType.NORMAL))])
+    request = service_pb2.SendMessageRequest(
+        messages=[
+            pb.Message(
+                topic=pb.Resource(name=topic),
+                body=b"forged",
+                system_properties=pb.SystemProperties(
+                    message_id="01" + "0" * 32,
+                    body_encoding=pb.Encoding.IDENTITY,
+                    message_type=pb.MessageType.NORMAL,
+                ),
+            )
+        ]
+    )
     with grpc.insecure_channel(endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         return stub.SendMessage(request, metadata=metadata, timeout=5)
@@ -55,8 +68,9 @@ def raw_send(endpoint: str, topic: str, metadata: list) -> Any:
 
 @pytest.fixture(scope="module")
 def admin(auth_broker: BrokerProcess) -> Iterator[RocketMQClient]:
-    with RocketMQClient(auth_broker.endpoint, access_key=ADMIN_KEY,
-                        secret_key=ADMIN_SECRET) as client:
+    with RocketMQClient(
+        auth_broker.endpoint, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET
+    ) as client:
         for topic in ("orders", "payments", "audit-x"):
             client.create_topic(topic, queues=2)
         client.create_group("GID_orders", consume_from_where="first_offset")  # reads old ones
@@ -84,8 +98,12 @@ def test_official_producer_and_simple_consumer_with_the_right_keys(auth_broker, 
         receipt = producer.send(client_message("orders", b"signed"))
     finally:
         producer.shutdown()
-    consumer = SimpleConsumer(official(auth_broker.endpoint, ADMIN_KEY, ADMIN_SECRET),
-                              "GID_orders", {"orders": FilterExpression()}, await_duration=2)
+    consumer = SimpleConsumer(
+        official(auth_broker.endpoint, ADMIN_KEY, ADMIN_SECRET),
+        "GID_orders",
+        {"orders": FilterExpression()},
+        await_duration=2,
+    )
     consumer.startup()
     try:
         got: list[Any] = []
@@ -98,12 +116,16 @@ def test_official_producer_and_simple_consumer_with_the_right_keys(auth_broker, 
         consumer.shutdown()
 
 
-@pytest.mark.parametrize(("key", "secret", "reason"), [
-    (ADMIN_KEY, "wrong-secret", "wrong secret key"),
-    ("nobody", "whatever-secret", "unknown access key 'nobody'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "secret", "reason"),
+    [
+        (ADMIN_KEY, "wrong-secret", "wrong secret key"),
+        ("nobody", "whatever-secret", "unknown access key 'nobody'"),
+    ],
+)
 def test_wrong_secret_or_unknown_key_is_unauthorized_and_stores_nothing(
-        auth_broker, admin, key, secret, reason) -> None:  # fmt: skip
+    auth_broker, admin, key, secret, reason
+) -> None:
     before = max_offsets(admin, "orders")
     reply = route(auth_broker.endpoint, "orders", official_headers(key, secret))
     assert reply.status.code == Code.UNAUTHORIZED and reason in reply.status.message
@@ -117,8 +139,10 @@ def test_wrong_secret_or_unknown_key_is_unauthorized_and_stores_nothing(
     finally:
         producer.shutdown()
     assert max_offsets(admin, "orders") == before
-    with RocketMQClient(auth_broker.endpoint, access_key=key, secret_key=secret) as ours, \
-            pytest.raises(UnauthorizedError, match=reason):  # fmt: skip
+    with (
+        RocketMQClient(auth_broker.endpoint, access_key=key, secret_key=secret) as ours,
+        pytest.raises(UnauthorizedError, match=reason),
+    ):
         ours.send_batch("orders", [(b"never",)])
     assert max_offsets(admin, "orders") == before
 
@@ -132,15 +156,19 @@ def test_unsigned_stale_and_telemetry_calls_are_unauthorized(auth_broker, admin)
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         replies = list(stub.Telemetry(iter([service_pb2.TelemetryCommand()]), timeout=5))
     assert [r.status.code for r in replies] == [Code.UNAUTHORIZED]
-    with RocketMQClient(auth_broker.endpoint) as unsigned, \
-            pytest.raises(UnauthorizedError, match="not signed"):  # fmt: skip
+    with (
+        RocketMQClient(auth_broker.endpoint) as unsigned,
+        pytest.raises(UnauthorizedError, match="not signed"),
+    ):
         unsigned.list_topics()
 
 
 def test_pub_on_orders_only(auth_broker, admin) -> None:
     before = max_offsets(admin, "payments")
-    assert route(auth_broker.endpoint, "orders",
-                 official_headers("alice", "alice-secret")).status.code == Code.OK
+    assert (
+        route(auth_broker.endpoint, "orders", official_headers("alice", "alice-secret")).status.code
+        == Code.OK
+    )
     denied = raw_send(auth_broker.endpoint, "payments", official_headers("alice", "alice-secret"))
     assert denied.status.code == Code.FORBIDDEN
     assert "may not Pub on Topic:payments" in denied.status.message
@@ -153,16 +181,21 @@ def test_pub_on_orders_only(auth_broker, admin) -> None:
     finally:
         producer.shutdown()
     assert max_offsets(admin, "payments") == before
-    consumer = SimpleConsumer(official(auth_broker.endpoint, "alice", "alice-secret"),
-                              "GID_orders", {"orders": FilterExpression()}, await_duration=1)
+    consumer = SimpleConsumer(
+        official(auth_broker.endpoint, "alice", "alice-secret"),
+        "GID_orders",
+        {"orders": FilterExpression()},
+        await_duration=1,
+    )
     consumer.startup()
     try:
         with pytest.raises(ForbiddenException, match="Sub"):
             consumer.receive(16, 20)
     finally:
         consumer.shutdown()
-    with RocketMQClient(auth_broker.endpoint, access_key="alice",
-                        secret_key="alice-secret") as alice:
+    with RocketMQClient(
+        auth_broker.endpoint, access_key="alice", secret_key="alice-secret"
+    ) as alice:
         with pytest.raises(PermissionDeniedError):
             alice.pull("GID_orders", "orders", 0, 0, 10)
         with pytest.raises(PermissionDeniedError, match="Create or Update on Topic:new"):
@@ -172,8 +205,10 @@ def test_pub_on_orders_only(auth_broker, admin) -> None:
 
 
 def test_deny_beats_allow(auth_broker, admin) -> None:
-    assert raw_send(auth_broker.endpoint, "audit-x",
-                    official_headers("bob", "bob-secret")).status.code == Code.OK
+    assert (
+        raw_send(auth_broker.endpoint, "audit-x", official_headers("bob", "bob-secret")).status.code
+        == Code.OK
+    )
     denied = raw_send(auth_broker.endpoint, "payments", official_headers("bob", "bob-secret"))
     assert denied.status.code == Code.FORBIDDEN
     with RocketMQClient(auth_broker.endpoint, access_key="bob", secret_key="bob-secret") as bob:
@@ -185,29 +220,49 @@ def test_cli_signs_with_environment_keys(auth_broker, admin) -> None:
     env = {"RMQ_ACCESS_KEY": ADMIN_KEY, "RMQ_SECRET_KEY": ADMIN_SECRET}
     runner = CliRunner()
     ep = ["--endpoints", auth_broker.endpoint]
-    made = runner.invoke(cli, ["user", "create", "carol", "--secret-key", "carol-secret", *ep],
-                         env=env)
+    made = runner.invoke(
+        cli, ["user", "create", "carol", "--secret-key", "carol-secret", *ep], env=env
+    )
     assert made.exit_code == 0, made.output
-    rule = runner.invoke(cli, ["acl", "create", "--user", "carol", "--resource", "Topic:orders",
-                               "--actions", "Pub", "--decision", "Allow", *ep], env=env)
+    rule = runner.invoke(
+        cli,
+        [
+            "acl",
+            "create",
+            "--user",
+            "carol",
+            "--resource",
+            "Topic:orders",
+            "--actions",
+            "Pub",
+            "--decision",
+            "Allow",
+            *ep,
+        ],
+        env=env,
+    )
     assert rule.exit_code == 0 and "Allow Pub on Topic:orders for carol" in rule.output
     listed = runner.invoke(cli, ["acl", "list", "--user", "carol", *ep], env=env)
     assert "Topic:orders" in listed.output and "carol-secret" not in listed.output
     users = runner.invoke(cli, ["user", "list", *ep], env=env)
     assert "carol" in users.output and "secret" not in users.output
-    unsigned = runner.invoke(cli, ["topic", "list", *ep], env={"RMQ_ACCESS_KEY": "",
-                                                               "RMQ_SECRET_KEY": ""})
+    unsigned = runner.invoke(
+        cli, ["topic", "list", *ep], env={"RMQ_ACCESS_KEY": "", "RMQ_SECRET_KEY": ""}
+    )
     assert unsigned.exit_code == 1 and "not signed" in unsigned.output
     gone = runner.invoke(cli, ["user", "delete", "carol", *ep], env=env)
     assert gone.exit_code == 0
-    assert route(auth_broker.endpoint, "orders", official_headers(
-        "carol", "carol-secret")).status.code == Code.UNAUTHORIZED
+    assert (
+        route(auth_broker.endpoint, "orders", official_headers("carol", "carol-secret")).status.code
+        == Code.UNAUTHORIZED
+    )
 
 
 def test_health_needs_no_credentials(auth_broker) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     with grpc.insecure_channel(auth_broker.endpoint) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
-                                                          timeout=5)  # fmt: skip
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=5
+        )
     assert reply.status == health_pb2.HealthCheckResponse.SERVING

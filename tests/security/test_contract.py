@@ -30,10 +30,24 @@ def rmq_broker(workdir: Path) -> Iterator[tuple[str, str]]:
     config = workdir / "broker.toml"
     config.write_text(AUTH_TOML)
     proc = subprocess.Popen(
-        [str(RMQ), "broker", "start", "--listen", "127.0.0.1:0", "--store-dir",
-         str(workdir / "store"), "--config", str(config), "--metrics-listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        [
+            str(RMQ),
+            "broker",
+            "start",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-dir",
+            str(workdir / "store"),
+            "--config",
+            str(config),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         assert proc.stdout is not None
         endpoint = metrics = ""
@@ -54,17 +68,27 @@ def rmq_broker(workdir: Path) -> Iterator[tuple[str, str]]:
 
 
 def rmq(*args: str, env: dict[str, str] = ADMIN_ENV) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(RMQ), *args], capture_output=True, text=True, env=env,
-                          timeout=60)  # fmt: skip
+    return subprocess.run([str(RMQ), *args], capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_command_contract_and_durable_rules(tmp_path) -> None:
     with rmq_broker(tmp_path) as (endpoint, metrics):
-        made = rmq("user", "create", "dave", "--secret-key", "dave-secret", "--endpoints",
-                   endpoint)
+        made = rmq("user", "create", "dave", "--secret-key", "dave-secret", "--endpoints", endpoint)
         assert made.returncode == 0, made.stderr
-        rule = rmq("acl", "create", "--user", "dave", "--resource", "Topic:orders",
-                   "--actions", "Pub", "--decision", "Allow", "--endpoints", endpoint)
+        rule = rmq(
+            "acl",
+            "create",
+            "--user",
+            "dave",
+            "--resource",
+            "Topic:orders",
+            "--actions",
+            "Pub",
+            "--decision",
+            "Allow",
+            "--endpoints",
+            endpoint,
+        )
         assert rule.returncode == 0, rule.stderr
         assert rmq("topic", "create", "orders", "--endpoints", endpoint).returncode == 0
         unsigned = rmq("topic", "list", "--endpoints", endpoint, env=dict(os.environ))

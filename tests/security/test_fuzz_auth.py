@@ -22,8 +22,9 @@ from broker_core.auth.signature import authorization, sign, utc_stamp
 from tests.security.conftest import ADMIN_KEY, ADMIN_SECRET
 
 Code = pb.Code
-PRINTABLE = st.text(alphabet=string.ascii_letters + string.digits + string.punctuation + " ",
-                    max_size=300)  # gRPC metadata values are printable ASCII
+PRINTABLE = st.text(
+    alphabet=string.ascii_letters + string.digits + string.punctuation + " ", max_size=300
+)  # gRPC metadata values are printable ASCII
 
 
 def _forged() -> st.SearchStrategy[tuple[str, str]]:
@@ -31,25 +32,44 @@ def _forged() -> st.SearchStrategy[tuple[str, str]]:
     now = utc_stamp()
     good_sig = sign(ADMIN_SECRET, now)
     old = utc_stamp(time.time() - 3 * 86_400)
-    structured = st.sampled_from([
-        (now, authorization(ADMIN_KEY, "not-the-secret", now)),  # wrong secret
-        (now, authorization("ghost", ADMIN_SECRET, now)),  # unknown key
-        (old, authorization(ADMIN_KEY, ADMIN_SECRET, old)),  # replayed old date
-        (now, authorization(ADMIN_KEY, ADMIN_SECRET, old)),  # signature of another date
-        (now, f"MQv2-HMAC-SHA256 Credential={ADMIN_KEY}, SignedHeaders=x-mq-date-time, "
-              f"Signature={good_sig}"),  # wrong algorithm
-        (now, f"MQv2-HMAC-SHA1 Credential={ADMIN_KEY}, Signature={good_sig}"),
-        (now, f"MQv2-HMAC-SHA1 SignedHeaders=x-mq-date-time, Signature={good_sig}"),
-        (now, f"MQv2-HMAC-SHA1 Credential={ADMIN_KEY}, SignedHeaders=x-mq-date-time"),
-        (now, f"MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature={good_sig}"),
-        (now, f"MQv2-HMAC-SHA1 Credential={ADMIN_KEY}, SignedHeaders=x-mq-date-time, "
-              f"Signature={good_sig[:-1]}"),  # truncated
-        (now + "0", authorization(ADMIN_KEY, ADMIN_SECRET, now + "0")),  # malformed date
-        ("", authorization(ADMIN_KEY, ADMIN_SECRET, "")),
-    ])  # fmt: skip
-    mutated_sig = st.text(alphabet="0123456789abcdef", min_size=0, max_size=60).filter(
-        lambda s: s != good_sig).map(lambda s: (now, f"MQv2-HMAC-SHA1 Credential={ADMIN_KEY}, "
-                                                    f"SignedHeaders=x-mq-date-time, Signature={s}"))
+    structured = st.sampled_from(
+        [
+            (now, authorization(ADMIN_KEY, "not-the-secret", now)),  # wrong secret
+            (now, authorization("ghost", ADMIN_SECRET, now)),  # unknown key
+            (old, authorization(ADMIN_KEY, ADMIN_SECRET, old)),  # replayed old date
+            (now, authorization(ADMIN_KEY, ADMIN_SECRET, old)),  # signature of another date
+            (
+                now,
+                f"MQv2-HMAC-SHA256 Credential={ADMIN_KEY}, SignedHeaders=x-mq-date-time, "
+                f"Signature={good_sig}",
+            ),  # wrong algorithm
+            (now, f"MQv2-HMAC-SHA1 Credential={ADMIN_KEY}, Signature={good_sig}"),
+            (now, f"MQv2-HMAC-SHA1 SignedHeaders=x-mq-date-time, Signature={good_sig}"),
+            (now, f"MQv2-HMAC-SHA1 Credential={ADMIN_KEY}, SignedHeaders=x-mq-date-time"),
+            (
+                now,
+                f"MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature={good_sig}",
+            ),
+            (
+                now,
+                f"MQv2-HMAC-SHA1 Credential={ADMIN_KEY}, SignedHeaders=x-mq-date-time, "
+                f"Signature={good_sig[:-1]}",
+            ),  # truncated
+            (now + "0", authorization(ADMIN_KEY, ADMIN_SECRET, now + "0")),  # malformed date
+            ("", authorization(ADMIN_KEY, ADMIN_SECRET, "")),
+        ]
+    )
+    mutated_sig = (
+        st.text(alphabet="0123456789abcdef", min_size=0, max_size=60)
+        .filter(lambda s: s != good_sig)
+        .map(
+            lambda s: (
+                now,
+                f"MQv2-HMAC-SHA1 Credential={ADMIN_KEY}, "
+                f"SignedHeaders=x-mq-date-time, Signature={s}",
+            )
+        )
+    )
     random = st.tuples(PRINTABLE, PRINTABLE)
     prefixed = PRINTABLE.map(lambda s: (now, "MQv2-HMAC-SHA1 " + s))
     return st.one_of(structured, mutated_sig, random, prefixed)
@@ -61,8 +81,9 @@ def stub(auth_broker):
         yield service_pb2_grpc.MessagingServiceStub(channel), channel
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(pair=_forged(), which=st.sampled_from(["QueryRoute", "SendMessage", "Heartbeat"]))
 def test_forged_headers_never_authenticate(stub, pair, which) -> None:
     messaging, _ = stub
@@ -70,11 +91,19 @@ def test_forged_headers_never_authenticate(stub, pair, which) -> None:
     metadata = [("authorization", header), ("x-mq-client-id", "fuzz@1")]
     metadata += [("x-mq-date-time", date_time)] if date_time else []
     if which == "QueryRoute":
-        reply = messaging.QueryRoute(service_pb2.QueryRouteRequest(
-            topic=pb.Resource(name="fuzz")), metadata=metadata, timeout=5)
+        reply = messaging.QueryRoute(
+            service_pb2.QueryRouteRequest(topic=pb.Resource(name="fuzz")),
+            metadata=metadata,
+            timeout=5,
+        )
     elif which == "SendMessage":
-        reply = messaging.SendMessage(service_pb2.SendMessageRequest(messages=[pb.Message(
-            topic=pb.Resource(name="fuzz"), body=b"x")]), metadata=metadata, timeout=5)
+        reply = messaging.SendMessage(
+            service_pb2.SendMessageRequest(
+                messages=[pb.Message(topic=pb.Resource(name="fuzz"), body=b"x")]
+            ),
+            metadata=metadata,
+            timeout=5,
+        )
     else:
         reply = messaging.Heartbeat(service_pb2.HeartbeatRequest(), metadata=metadata, timeout=5)
     assert reply.status.code == Code.UNAUTHORIZED, (pair, reply.status)
@@ -83,8 +112,11 @@ def test_forged_headers_never_authenticate(stub, pair, which) -> None:
 def test_broker_survives_and_still_authenticates(stub, auth_broker) -> None:
     messaging, channel = stub
     now = utc_stamp()
-    good = [("x-mq-date-time", now), ("x-mq-client-id", "fuzz@1"),
-            ("authorization", authorization(ADMIN_KEY, ADMIN_SECRET, now))]
+    good = [
+        ("x-mq-date-time", now),
+        ("x-mq-client-id", "fuzz@1"),
+        ("authorization", authorization(ADMIN_KEY, ADMIN_SECRET, now)),
+    ]
     reply = messaging.Heartbeat(service_pb2.HeartbeatRequest(), metadata=good, timeout=5)
     assert reply.status.code == Code.OK
     health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)

@@ -48,8 +48,9 @@ def test_process_broker_serves_health(broker_process: BrokerProcess) -> None:
 
 @pytest.fixture
 def server_parts(tmp_path: Path):
-    broker = Broker(BrokerConfig(), StoreConfig(store_dir=str(tmp_path / "store"),
-                                                segment_size_bytes=16 << 20))
+    broker = Broker(
+        BrokerConfig(), StoreConfig(store_dir=str(tmp_path / "store"), segment_size_bytes=16 << 20)
+    )
     server = BrokerServer(broker, "127.0.0.1:0")
     server.health.watch_interval_ms = 50
     yield server
@@ -101,7 +102,8 @@ def test_dead_service_and_shutdown_are_not_serving(server_parts: BrokerServer) -
     _wait_for(lambda: _check(server.endpoint) == SERVING)
     with grpc.insecure_channel(server.endpoint) as channel:
         watch = health_pb2_grpc.HealthStub(channel).Watch(
-            health_pb2.HealthCheckRequest(service=""), timeout=10)
+            health_pb2.HealthCheckRequest(service=""), timeout=10
+        )
         assert next(watch).status == SERVING
         stopper = threading.Thread(target=server.stop, args=(1.0,))
         stopper.start()

@@ -16,8 +16,9 @@ from tests.server.conftest import BrokerProcess
 
 @pytest.fixture(scope="module")
 def json_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_with(tmp_path_factory.mktemp("logs"),
-                      extra_args=["--log-format", "json", "--log-level", "debug"])
+    proc = start_with(
+        tmp_path_factory.mktemp("logs"), extra_args=["--log-format", "json", "--log-level", "debug"]
+    )
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
@@ -42,8 +43,13 @@ def test_json_lines_and_an_audit_line_per_admin_change(json_broker: BrokerProces
             client.delete_topic("audited")
         client.list_topics()  # a read: no audit line
     found = audit_lines(json_broker, 5)
-    assert [a["action"] for a in found] == ["CreateTopic", "CreateGroup", "ResetOffset",
-                                            "DeleteTopic", "DeleteTopic"]
+    assert [a["action"] for a in found] == [
+        "CreateTopic",
+        "CreateGroup",
+        "ResetOffset",
+        "DeleteTopic",
+        "DeleteTopic",
+    ]
     assert found[0]["args"] == {"name": "audited", "queues": 2}
     assert found[0]["outcome"] == "ok" and found[0]["user"] == "anonymous"
     assert found[0]["peer"].startswith(("ipv4:127.0.0.1:", "ipv6:"))

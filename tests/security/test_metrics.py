@@ -22,8 +22,9 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.js
 
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_with(tmp_path_factory.mktemp("metrics"),
-                      extra_args=["--metrics-listen", "127.0.0.1:0"])
+    proc = start_with(
+        tmp_path_factory.mktemp("metrics"), extra_args=["--metrics-listen", "127.0.0.1:0"]
+    )
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
@@ -61,14 +62,36 @@ def test_counts_lag_latency_and_storage(metered: BrokerProcess) -> None:
     assert value(samples, "rocketmq_messages_in_total", topic="m-orders", **node) == 43
     assert value(samples, "rocketmq_throughput_in_total", topic="m-orders") == 40 * 10 + 3 * 4
     assert value(samples, "rocketmq_messages_in_total", topic="m-other") == 5
-    assert value(samples, "rocketmq_messages_out_total", topic="m-orders",
-                 consumer_group="GID_metrics") == 30
-    assert value(samples, "rocketmq_throughput_out_total", topic="m-orders",
-                 consumer_group="GID_metrics") == 300
-    assert value(samples, "rocketmq_consumer_lag_messages", topic="m-orders",
-                 consumer_group="GID_metrics") == 13
-    assert value(samples, "rocketmq_consumer_ready_messages", topic="m-orders",
-                 consumer_group="GID_metrics") == 13
+    assert (
+        value(
+            samples, "rocketmq_messages_out_total", topic="m-orders", consumer_group="GID_metrics"
+        )
+        == 30
+    )
+    assert (
+        value(
+            samples, "rocketmq_throughput_out_total", topic="m-orders", consumer_group="GID_metrics"
+        )
+        == 300
+    )
+    assert (
+        value(
+            samples,
+            "rocketmq_consumer_lag_messages",
+            topic="m-orders",
+            consumer_group="GID_metrics",
+        )
+        == 13
+    )
+    assert (
+        value(
+            samples,
+            "rocketmq_consumer_ready_messages",
+            topic="m-orders",
+            consumer_group="GID_metrics",
+        )
+        == 13
+    )
     assert value(samples, "rocketmq_rpc_latency_count", method="SendMessage") == 5
     assert value(samples, "rocketmq_rpc_latency_bucket", method="SendMessage", le="+Inf") == 5
     assert value(samples, "rocketmq_storage_size", **node) > 0
@@ -83,14 +106,19 @@ def _exported_names(samples) -> set[str]:
 def test_grafana_dashboard_queries_name_exported_metrics(metered: BrokerProcess) -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     exported = _exported_names(scrape(metrics_url(metered)))
-    queries = [target["expr"] for panel in dashboard["panels"]
-               for target in panel.get("targets", [])]
+    queries = [
+        target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])
+    ]
     assert len(queries) >= 6
     used = {m for q in queries for m in re.findall(r"\brocketmq_[a-z_]+", q)}
     assert used, "the dashboard queries no rocketmq metric"
     assert used <= exported, f"unknown metrics in the dashboard: {sorted(used - exported)}"
-    for name in ("rocketmq_messages_in_total", "rocketmq_consumer_lag_messages",
-                 "rocketmq_rpc_latency_bucket", "rocketmq_storage_size"):
+    for name in (
+        "rocketmq_messages_in_total",
+        "rocketmq_consumer_lag_messages",
+        "rocketmq_rpc_latency_bucket",
+        "rocketmq_storage_size",
+    ):
         assert any(name in q for q in queries), name
 
 
@@ -133,8 +161,10 @@ def test_official_simple_consumer_deliveries_are_counted(metered: BrokerProcess)
     assert value(samples, "rocketmq_consumer_inflight_messages", **group) == 2
     assert value(samples, "rocketmq_consumer_ready_messages", **group) == 0  # all delivered
     assert value(samples, "rocketmq_messages_in_total", topic="m-pop") == 3
-    assert value(samples, "rocketmq_messages_out_total", topic="m-pop",
-                 consumer_group="GID_pop") == 3
-    assert value(samples, "rocketmq_throughput_out_total", topic="m-pop",
-                 consumer_group="GID_pop") == 3 * len(b"pop-0")
+    assert (
+        value(samples, "rocketmq_messages_out_total", topic="m-pop", consumer_group="GID_pop") == 3
+    )
+    assert value(
+        samples, "rocketmq_throughput_out_total", topic="m-pop", consumer_group="GID_pop"
+    ) == 3 * len(b"pop-0")
     assert value(samples, "rocketmq_rpc_latency_count", method="ReceiveMessage") >= 1

@@ -39,18 +39,28 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def tls_namesrv(pki: Pki) -> Iterator[str]:
     proc: NamesrvProcess
-    proc, addr = start_namesrv(extra_args=["--tls-cert", str(pki.server_cert),
-                                           "--tls-key", str(pki.server_key)])  # fmt: skip
+    proc, addr = start_namesrv(
+        extra_args=["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
+    )
     yield addr
     assert stop_namesrv(proc) == 0, "".join(proc.output[-40:])
 
 
 @pytest.fixture(scope="module")
 def tls_member(tmp_path_factory, pki: Pki, tls_namesrv: str) -> Iterator[BrokerProcess]:
-    proc = start_with(tmp_path_factory.mktemp("tls-member"), extra_toml=tls_toml(pki),
-                      extra_args=["--namesrv", tls_namesrv, "--remoting-listen", "127.0.0.1:0",
-                                  "--register-interval-ms", "500"],
-                      env={"RMQ_CA_FILE": str(pki.ca)})  # fmt: skip
+    proc = start_with(
+        tmp_path_factory.mktemp("tls-member"),
+        extra_toml=tls_toml(pki),
+        extra_args=[
+            "--namesrv",
+            tls_namesrv,
+            "--remoting-listen",
+            "127.0.0.1:0",
+            "--register-interval-ms",
+            "500",
+        ],
+        env={"RMQ_CA_FILE": str(pki.ca)},
+    )
     yield proc
     proc.stop()
 
@@ -84,7 +94,8 @@ def test_tls_broker_registers_and_routes_are_read_over_tls(
         client.close()
     # the broker's own remoting listener serves TLS too, and refuses plain TCP
     assert _ping(remoting_addr, ssl_context=client_context(str(pki.ca))) == (
-        ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    )
     with pytest.raises(RemotingConnectError):
         _ping(remoting_addr)
 
@@ -106,7 +117,8 @@ def test_untrusted_certificate_is_refused(tmp_path: Path, pki: Pki, tls_namesrv:
     with pytest.raises(RemotingConnectError, match="TLS handshake"):
         _ping(tls_namesrv, ssl_context=client_context(str(other.ca)))
     assert _ping(tls_namesrv, ssl_context=client_context(str(pki.ca))) == (
-        ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    )
 
 
 def test_namesrv_with_tls_ca_requires_a_client_certificate(pki: Pki) -> None:
@@ -123,15 +135,30 @@ def test_namesrv_with_tls_ca_requires_a_client_certificate(pki: Pki) -> None:
 
 def test_rmq_namesrv_start_serves_tls(pki: Pki) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from broker_core.cli import main; main()", "namesrv", "start",
-         "--listen", "127.0.0.1:0", "--tls-cert", str(pki.server_cert),
-         "--tls-key", str(pki.server_key)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from broker_core.cli import main; main()",
+            "namesrv",
+            "start",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            str(pki.server_cert),
+            "--tls-key",
+            str(pki.server_key),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         addr = proc.stdout.readline().split()[1]  # READY host:port
         assert _ping(addr, ssl_context=client_context(str(pki.ca))) == (
-            ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        )
         with pytest.raises(RemotingConnectError):
             _ping(addr)
     finally:

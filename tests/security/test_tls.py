@@ -65,46 +65,65 @@ OFFICIAL = textwrap.dedent("""
 
 
 def test_official_client_with_tls_enable(tls_broker: BrokerProcess, pki: Pki) -> None:
-    with RocketMQClient(tls_broker.endpoint, ca_file=str(pki.ca), access_key=ADMIN_KEY,
-                        secret_key=ADMIN_SECRET) as admin:  # fmt: skip
+    with RocketMQClient(
+        tls_broker.endpoint, ca_file=str(pki.ca), access_key=ADMIN_KEY, secret_key=ADMIN_SECRET
+    ) as admin:
         admin.create_topic("tls-orders", queues=1)
         admin.create_group("GID_tls", consume_from_where="first_offset")
     env = {**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(pki.ca)}
-    done = subprocess.run([sys.executable, "-c", OFFICIAL, tls_broker.endpoint, ADMIN_KEY,
-                           ADMIN_SECRET], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", OFFICIAL, tls_broker.endpoint, ADMIN_KEY, ADMIN_SECRET],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["received"] == [result["sent"]]
 
 
 def test_our_client_and_cli_over_tls(tls_broker: BrokerProcess, pki: Pki) -> None:
-    with RocketMQClient(tls_broker.endpoint, ca_file=str(pki.ca), access_key=ADMIN_KEY,
-                        secret_key=ADMIN_SECRET) as ours:  # fmt: skip
+    with RocketMQClient(
+        tls_broker.endpoint, ca_file=str(pki.ca), access_key=ADMIN_KEY, secret_key=ADMIN_SECRET
+    ) as ours:
         ours.create_topic("tls-ours", queues=1)
         assert ours.send_batch("tls-ours", [(b"a",), (b"b",)])[1].offset == 1
-    env = {"RMQ_CA_FILE": str(pki.ca), "RMQ_ACCESS_KEY": ADMIN_KEY,
-           "RMQ_SECRET_KEY": ADMIN_SECRET}
-    listed = CliRunner().invoke(cli, ["topic", "list", "--endpoints", tls_broker.endpoint],
-                                env=env)  # fmt: skip
+    env = {"RMQ_CA_FILE": str(pki.ca), "RMQ_ACCESS_KEY": ADMIN_KEY, "RMQ_SECRET_KEY": ADMIN_SECRET}
+    listed = CliRunner().invoke(cli, ["topic", "list", "--endpoints", tls_broker.endpoint], env=env)
     assert listed.exit_code == 0 and "tls-ours" in listed.output, listed.output
-    with RocketMQClient(tls_broker.endpoint, max_attempts=1, timeout_s=3) as plain, \
-            pytest.raises(BrokerUnavailableError):  # fmt: skip
+    with (
+        RocketMQClient(tls_broker.endpoint, max_attempts=1, timeout_s=3) as plain,
+        pytest.raises(BrokerUnavailableError),
+    ):
         plain.list_topics()  # plaintext to a TLS port
     other = make_pki(pki.ca.parent / "other")
-    with RocketMQClient(tls_broker.endpoint, ca_file=str(other.ca), max_attempts=1,
-                        timeout_s=3) as untrusting, pytest.raises(BrokerUnavailableError):
+    with (
+        RocketMQClient(
+            tls_broker.endpoint, ca_file=str(other.ca), max_attempts=1, timeout_s=3
+        ) as untrusting,
+        pytest.raises(BrokerUnavailableError),
+    ):
         untrusting.list_topics()  # a CA that did not sign the broker's certificate
 
 
 def test_client_certificates_verified(tmp_path, pki: Pki) -> None:
     proc = start_with(tmp_path, extra_toml=tls_toml(pki, client_ca=True))
     try:
-        with RocketMQClient(proc.endpoint, ca_file=str(pki.ca), cert_file=str(pki.client_cert),
-                            key_file=str(pki.client_key)) as with_cert:  # fmt: skip
+        with RocketMQClient(
+            proc.endpoint,
+            ca_file=str(pki.ca),
+            cert_file=str(pki.client_cert),
+            key_file=str(pki.client_key),
+        ) as with_cert:
             with_cert.create_topic("mtls")
-        with RocketMQClient(proc.endpoint, ca_file=str(pki.ca), max_attempts=1,
-                            timeout_s=3) as without, pytest.raises(BrokerUnavailableError):
+        with (
+            RocketMQClient(
+                proc.endpoint, ca_file=str(pki.ca), max_attempts=1, timeout_s=3
+            ) as without,
+            pytest.raises(BrokerUnavailableError),
+        ):
             without.list_topics()
     finally:
         assert proc.stop() == 0, "".join(proc.output[-50:])
@@ -123,6 +142,6 @@ def test_bad_tls_config_is_a_clear_start_up_error(tmp_path, pki: Pki) -> None:
     config.write_text('[tls]\ncert_file = "x.pem"\n')
     with pytest.raises(ConfigError, match="needs cert_file and key_file"):
         load_security(config)
-    config.write_text('[auth]\nenabled = true\n')
+    config.write_text("[auth]\nenabled = true\n")
     with pytest.raises(ConfigError, match="super user"):
         load_security(config)

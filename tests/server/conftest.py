@@ -13,14 +13,19 @@ from broker_core.server.launcher import BrokerProcess, launch_broker
 __all__ = ["DEFAULT_CONFIG", "BrokerProcess", "broker_process", "start_broker"]
 
 DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
-    "broker": {"transaction_check_timeout_ms": 1_000, "transaction_check_interval_ms": 200,
-               "pop_revive_interval_ms": 200, "default_queue_nums": 4},
+    "broker": {
+        "transaction_check_timeout_ms": 1_000,
+        "transaction_check_interval_ms": 200,
+        "pop_revive_interval_ms": 200,
+        "default_queue_nums": 4,
+    },
     "store": {"segment_size_bytes": 16 << 20, "flush_interval_ms": 50},
-}  # fmt: skip
+}
 
 
-def start_broker(workdir: Path, *, flush: str = "async",
-                 config: dict[str, dict[str, Any]] | None = None) -> BrokerProcess:  # fmt: skip
+def start_broker(
+    workdir: Path, *, flush: str = "async", config: dict[str, dict[str, Any]] | None = None
+) -> BrokerProcess:
     """Start ``python -m broker_core.server`` on a free loopback port; wait for READY."""
     merged = {k: dict(v) for k, v in DEFAULT_CONFIG.items()}
     for table, values in (config or {}).items():

@@ -27,8 +27,15 @@ from broker_core.client import RocketMQClient
 from tests.server.conftest import BrokerProcess, start_broker
 from tests.server.test_pull_and_offsets import client_message
 
-TOPICS = ("cg-bcast", "cg-reset", "cg-last", "cg-first", "cg-dead", "cg-bcast-reset",
-          "cg-bcast-push")
+TOPICS = (
+    "cg-bcast",
+    "cg-reset",
+    "cg-last",
+    "cg-first",
+    "cg-dead",
+    "cg-bcast-reset",
+    "cg-bcast-push",
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +67,12 @@ def consumers(broker: BrokerProcess) -> Iterator[Any]:
     started: list[SimpleConsumer] = []
 
     def make(group: str, topic: str) -> SimpleConsumer:
-        consumer = SimpleConsumer(ClientConfiguration(broker.endpoint, Credentials()), group,
-                                  {topic: FilterExpression()}, await_duration=1)  # fmt: skip
+        consumer = SimpleConsumer(
+            ClientConfiguration(broker.endpoint, Credentials()),
+            group,
+            {topic: FilterExpression()},
+            await_duration=1,
+        )
         consumer.startup()
         started.append(consumer)
         return consumer
@@ -76,8 +87,14 @@ def send(producer: Producer, topic: str, bodies: list[bytes]) -> None:
         producer.send(client_message(topic, body))
 
 
-def drain(consumer: SimpleConsumer, want: int, *, ack: bool = True, invisible_s: int = 20,
-          timeout_s: float = 15) -> list[bytes]:  # fmt: skip
+def drain(
+    consumer: SimpleConsumer,
+    want: int,
+    *,
+    ack: bool = True,
+    invisible_s: int = 20,
+    timeout_s: float = 15,
+) -> list[bytes]:
     """Receive until ``want`` messages came or ``timeout_s`` passed; acks each if asked."""
     got: list[bytes] = []
     deadline = time.monotonic() + timeout_s
@@ -102,7 +119,8 @@ def bodies(prefix: str, count: int) -> list[bytes]:
 
 
 def test_broadcasting_group_delivers_every_message_to_every_client(
-        admin, producer, consumers) -> None:  # fmt: skip
+    admin, producer, consumers
+) -> None:
     admin.create_group("cg-g-bcast", broadcast=True, consume_from_where="first_offset")
     expected = bodies("b", 20)
     send(producer, "cg-bcast", expected)
@@ -130,8 +148,15 @@ def test_broadcasting_push_consumers_each_get_everything(broker, admin, producer
     expected = bodies("p", 10)
     send(producer, "cg-bcast-push", expected)
     recorders = [Recorder(), Recorder()]
-    pushers = [PushConsumer(ClientConfiguration(broker.endpoint, Credentials()), "cg-g-bpush",
-                            r, {"cg-bcast-push": FilterExpression()}) for r in recorders]
+    pushers = [
+        PushConsumer(
+            ClientConfiguration(broker.endpoint, Credentials()),
+            "cg-g-bpush",
+            r,
+            {"cg-bcast-push": FilterExpression()},
+        )
+        for r in recorders
+    ]
     for consumer in pushers:
         consumer.startup()
     try:
@@ -184,7 +209,8 @@ def test_reset_drops_deliveries_in_flight(admin, producer, consumers) -> None:
 
 
 def test_pop_honours_a_group_created_to_start_at_the_last_offset(
-        admin, producer, consumers) -> None:  # fmt: skip
+    admin, producer, consumers
+) -> None:
     send(producer, "cg-last", bodies("old", 4))
     admin.create_group("cg-g-last", consume_from_where="last_offset")
     consumer = consumers("cg-g-last", "cg-last")
@@ -195,7 +221,8 @@ def test_pop_honours_a_group_created_to_start_at_the_last_offset(
 
 
 def test_pop_honours_first_offset_and_auto_created_groups_start_at_the_first(
-        admin, producer, consumers) -> None:  # fmt: skip
+    admin, producer, consumers
+) -> None:
     expected = bodies("f", 3)
     send(producer, "cg-first", expected)
     admin.create_group("cg-g-first", consume_from_where="first_offset")
@@ -207,8 +234,7 @@ def test_pop_honours_first_offset_and_auto_created_groups_start_at_the_first(
 # ---- dead letters ---------------------------------------------------------------------------
 
 
-def test_a_consumer_of_a_dead_letter_topic_receives_and_acks(admin, producer,
-                                                            consumers) -> None:  # fmt: skip
+def test_a_consumer_of_a_dead_letter_topic_receives_and_acks(admin, producer, consumers) -> None:
     admin.create_group("cg-g-dying", max_retries=0, consume_from_where="first_offset")
     send(producer, "cg-dead", [b"doomed"])
     dying = consumers("cg-g-dying", "cg-dead")

@@ -127,7 +127,8 @@ def test_lite_simple_consumer_gets_only_its_lite_topics_in_order(producer, topic
         got = _receive_all(consumer, 6)
         assert [m.body.decode() for m in got] == [f"a{i}" for i in range(6)]
         assert {m.lite_topic for m in got} == {"lite-a"} and {m.topic for m in got} == {
-            "lite-parent"}
+            "lite-parent"
+        }
         assert consumer.receive(16, 15) == []  # lite-b is not subscribed
         _subscribe(consumer, "lite-b")
         consumer.unsubscribe_lite("lite-a")  # sends {"lite-a"}: PARTIAL_REMOVE is right
@@ -191,15 +192,22 @@ def test_lite_push_consumer_receives_its_subscribed_lite_topics(producer, topics
         consumer.shutdown()
 
 
-def _sync(broker: BrokerProcess, topic: str, lites: list[str],
-          client_id: str | None = "raw-lite") -> Any:  # fmt: skip
+def _sync(
+    broker: BrokerProcess, topic: str, lites: list[str], client_id: str | None = "raw-lite"
+) -> Any:
     request = service_pb2.SyncLiteSubscriptionRequest(
-        action=pb.LiteSubscriptionAction.PARTIAL_ADD, topic=pb.Resource(name=topic),
-        group=pb.Resource(name="raw-lite-g"), lite_topic_set=lites)
+        action=pb.LiteSubscriptionAction.PARTIAL_ADD,
+        topic=pb.Resource(name=topic),
+        group=pb.Resource(name="raw-lite-g"),
+        lite_topic_set=lites,
+    )
     metadata = [("x-mq-client-id", client_id)] if client_id else []
     with grpc.insecure_channel(broker.endpoint) as channel:
-        return service_pb2_grpc.MessagingServiceStub(channel).SyncLiteSubscription(
-            request, metadata=metadata, timeout=TIMEOUT_S).status
+        return (
+            service_pb2_grpc.MessagingServiceStub(channel)
+            .SyncLiteSubscription(request, metadata=metadata, timeout=TIMEOUT_S)
+            .status
+        )
 
 
 def test_bad_lite_subscriptions_get_clear_codes(topics) -> None:

@@ -43,9 +43,11 @@ MIB = 1024 * 1024
 
 def admin_call(endpoint: str, method: str, **fields: Any) -> dict[str, Any]:
     with grpc.insecure_channel(endpoint) as channel:
-        call = channel.unary_unary(f"/rmq.admin.v1.Admin/{method}",
-                                   request_serializer=lambda raw: raw,
-                                   response_deserializer=json.loads)  # fmt: skip
+        call = channel.unary_unary(
+            f"/rmq.admin.v1.Admin/{method}",
+            request_serializer=lambda raw: raw,
+            response_deserializer=json.loads,
+        )
         return call(json.dumps(fields).encode(), timeout=TIMEOUT_S)  # type: ignore[no-any-return]
 
 
@@ -142,8 +144,13 @@ def test_round_trip_through_the_store(tmp_path) -> None:
         producer = Producer(ClientConfiguration(proc.endpoint, Credentials()), ["rt"])
         producer.startup()
         try:
-            normal = message("rt", b"hello", tag="TagA", keys=["k1", "k2"],
-                             properties={"color": "red", "size": "L"})  # fmt: skip
+            normal = message(
+                "rt",
+                b"hello",
+                tag="TagA",
+                keys=["k1", "k2"],
+                properties={"color": "red", "size": "L"},
+            )
             sent = {producer.send(normal).message_id: normal}
             for i in range(6):
                 fifo = message("rt", f"order-{i}".encode(), message_group=f"g{i % 2}")
@@ -162,14 +169,17 @@ def test_round_trip_through_the_store(tmp_path) -> None:
         members = [m for m in found.values() if m.properties.get("__SHARDINGKEY") == group]
         assert len({m.queue_id for m in members}) == 1, f"group {group} spread over queues"
         ordered = sorted(members, key=lambda m: m.queue_offset)
-        assert [m.body for m in ordered] == [f"order-{i}".encode() for i in range(6)
-                                             if f"g{i % 2}" == group]  # fmt: skip
+        assert [m.body for m in ordered] == [
+            f"order-{i}".encode() for i in range(6) if f"g{i % 2}" == group
+        ]
 
 
 def read_store(proc: BrokerProcess, topic: str) -> dict[str, StoredMessage]:
     """Open the stopped broker's store and read every message of ``topic`` by id."""
-    config = StoreConfig(store_dir=str(proc.store_dir),
-                         segment_size_bytes=DEFAULT_CONFIG["store"]["segment_size_bytes"])
+    config = StoreConfig(
+        store_dir=str(proc.store_dir),
+        segment_size_bytes=DEFAULT_CONFIG["store"]["segment_size_bytes"],
+    )
     store = MessageStore(config)
     report = store.open()
     try:
@@ -187,8 +197,7 @@ def read_store(proc: BrokerProcess, topic: str) -> dict[str, StoredMessage]:
 
 def test_send_answers_with_the_client_id_and_offset(broker_process, producers) -> None:
     producer = producers(["send-ok"])
-    receipts = [producer.send(message("send-ok", b"x%d" % i, keys=[f"key-{i}"]))
-                for i in range(3)]  # fmt: skip
+    receipts = [producer.send(message("send-ok", b"x%d" % i, keys=[f"key-{i}"])) for i in range(3)]
     for i, receipt in enumerate(receipts):
         got = stored(broker_process.endpoint, receipt.message_id, "send-ok")
         assert got is not None and got["body"] == f"x{i}" and got["keys"] == [f"key-{i}"]
@@ -201,8 +210,11 @@ def test_delivery_timestamp_is_honoured(broker_process, producers) -> None:
     receipt = producer.send(message("delay", b"later", delivery_timestamp=due_ms))
     assert receipt.recall_handle
     assert stored(broker_process.endpoint, receipt.message_id, "delay") is None
-    got = wait_for(lambda: stored(broker_process.endpoint, receipt.message_id, "delay"),
-                   15, "the timed message")  # fmt: skip
+    got = wait_for(
+        lambda: stored(broker_process.endpoint, receipt.message_id, "delay"),
+        15,
+        "the timed message",
+    )
     assert time.time() * 1000 >= due_ms and got["store_timestamp_ms"] >= due_ms
     assert got["body"] == "later"
 
@@ -214,8 +226,11 @@ def test_recalled_message_is_never_delivered(broker_process, producers) -> None:
     witness = producer.send(message("recall", b"witness", delivery_timestamp=due_ms))
     assert producer.recall_message("recall", recalled.recall_handle) == recalled.message_id
     assert producer.recall_message("recall", recalled.recall_handle) == recalled.message_id
-    wait_for(lambda: stored(broker_process.endpoint, witness.message_id, "recall"), 15,
-             "the witness timed message")  # fmt: skip
+    wait_for(
+        lambda: stored(broker_process.endpoint, witness.message_id, "recall"),
+        15,
+        "the witness timed message",
+    )
     assert stored(broker_process.endpoint, recalled.message_id, "recall") is None
     with pytest.raises(ClientException) as too_late:
         producer.recall_message("recall", witness.recall_handle)
@@ -244,17 +259,22 @@ def test_unresolved_transaction_is_checked_back(broker_process, producers) -> No
     checker = Checker(TransactionResolution.COMMIT)
     producer = producers(["tx-check"], checker)
     transaction = producer.begin_transaction()
-    half = message("tx-check", b"forgotten", tag="T", keys=["order-7"],
-                   properties={"region": "eu"})  # fmt: skip
+    half = message("tx-check", b"forgotten", tag="T", keys=["order-7"], properties={"region": "eu"})
     receipt = producer.send(half, transaction)
     assert checker.called.wait(15), "the broker never asked the producer"
     asked = checker.asked[0]
-    assert (asked.message_id, asked.topic, asked.body) == (receipt.message_id, "tx-check",
-                                                           b"forgotten")  # fmt: skip
+    assert (asked.message_id, asked.topic, asked.body) == (
+        receipt.message_id,
+        "tx-check",
+        b"forgotten",
+    )
     assert asked.tag == "T" and asked.keys == {"order-7"} and asked.properties == {"region": "eu"}
     assert not asked.corrupted
-    got = wait_for(lambda: stored(broker_process.endpoint, receipt.message_id, "tx-check"), 15,
-                   "the checked transaction to be committed")  # fmt: skip
+    got = wait_for(
+        lambda: stored(broker_process.endpoint, receipt.message_id, "tx-check"),
+        15,
+        "the checked transaction to be committed",
+    )
     assert got["body"] == "forgotten" and got["properties"]["region"] == "eu"
 
 
@@ -273,8 +293,11 @@ def test_check_back_reaches_a_producer_that_named_no_topics(broker_process, prod
 
 def proto_message(topic: str, body: bytes, message_id: str, **system: Any) -> Any:
     system.setdefault("message_type", pb.MessageType.NORMAL)
-    return pb.Message(topic=pb.Resource(name=topic), body=body,
-                      system_properties=pb.SystemProperties(message_id=message_id, **system))
+    return pb.Message(
+        topic=pb.Resource(name=topic),
+        body=body,
+        system_properties=pb.SystemProperties(message_id=message_id, **system),
+    )
 
 
 def send(stub: Any, *messages: Any) -> Any:
@@ -284,12 +307,16 @@ def send(stub: Any, *messages: Any) -> Any:
 
 def test_many_messages_in_one_request(broker_process, stub) -> None:
     messages = [proto_message("batch", b"m%d" % i, f"BATCH{i:04d}") for i in range(40)]
-    messages.append(proto_message("batch", b"fifo", "BATCH-FIFO", message_group="g",
-                                  message_type=pb.MessageType.FIFO))  # fmt: skip
+    messages.append(
+        proto_message(
+            "batch", b"fifo", "BATCH-FIFO", message_group="g", message_type=pb.MessageType.FIFO
+        )
+    )
     reply = send(stub, *messages)
     assert reply.status.code == Code.OK
-    assert [e.message_id for e in reply.entries] == [m.system_properties.message_id
-                                                     for m in messages]  # fmt: skip
+    assert [e.message_id for e in reply.entries] == [
+        m.system_properties.message_id for m in messages
+    ]
     assert all(e.status.code == Code.OK for e in reply.entries)
     assert topic_total(broker_process.endpoint, "batch") == 41
     assert stored(broker_process.endpoint, "BATCH0039", "batch")["body"] == "m39"
@@ -298,9 +325,17 @@ def test_many_messages_in_one_request(broker_process, stub) -> None:
 def test_timestamps_in_seconds_and_gzip_bodies(broker_process, stub) -> None:
     due = Timestamp(seconds=int(time.time()) - 5)  # already due: delivered at once
     body = b"compressed " * 100
-    reply = send(stub, proto_message("raw-misc", gzip.compress(body), "RAW-GZIP",
-                                     body_encoding=pb.Encoding.GZIP, delivery_timestamp=due,
-                                     message_type=pb.MessageType.DELAY))  # fmt: skip
+    reply = send(
+        stub,
+        proto_message(
+            "raw-misc",
+            gzip.compress(body),
+            "RAW-GZIP",
+            body_encoding=pb.Encoding.GZIP,
+            delivery_timestamp=due,
+            message_type=pb.MessageType.DELAY,
+        ),
+    )
     assert reply.status.code == Code.OK, reply.status
     assert stored(broker_process.endpoint, "RAW-GZIP", "raw-misc")["body"] == body.decode()
 
@@ -324,44 +359,74 @@ BAD_MESSAGES = {
     "5 MiB body": (proto_message("bad", b"x" * (5 * MIB), "BAD-3"), Code.MESSAGE_BODY_TOO_LARGE),
     "empty body": (proto_message("bad", b"", "BAD-4"), Code.MESSAGE_BODY_EMPTY),
     "no message id": (proto_message("bad", b"x", ""), Code.ILLEGAL_MESSAGE_ID),
-    "system property": (pb.Message(topic=pb.Resource(name="bad"), body=b"x",
-                                   user_properties={"UNIQ_KEY": "mine"},
-                                   system_properties=pb.SystemProperties(message_id="BAD-5")),
-                        Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    "system property": (
+        pb.Message(
+            topic=pb.Resource(name="bad"),
+            body=b"x",
+            user_properties={"UNIQ_KEY": "mine"},
+            system_properties=pb.SystemProperties(message_id="BAD-5"),
+        ),
+        Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    ),
     "tag with |": (proto_message("bad", b"x", "BAD-6", tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
-    "key with a space": (proto_message("bad", b"x", "BAD-13", keys=["a b"]),
-                         Code.ILLEGAL_MESSAGE_KEY),
+    "key with a space": (
+        proto_message("bad", b"x", "BAD-13", keys=["a b"]),
+        Code.ILLEGAL_MESSAGE_KEY,
+    ),
     "transaction with delivery time": (
-        proto_message("bad", b"x", "BAD-7", message_type=pb.MessageType.TRANSACTION,
-                      delivery_timestamp=Timestamp(seconds=int(time.time()) + 60)),
-        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        proto_message(
+            "bad",
+            b"x",
+            "BAD-7",
+            message_type=pb.MessageType.TRANSACTION,
+            delivery_timestamp=Timestamp(seconds=int(time.time()) + 60),
+        ),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
     "DELAY without delivery time": (
         proto_message("bad", b"x", "BAD-8", message_type=pb.MessageType.DELAY),
-        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
     "FIFO without group": (
         proto_message("bad", b"x", "BAD-9", message_type=pb.MessageType.FIFO),
-        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    "delay level property": (pb.Message(
-        topic=pb.Resource(name="bad"), body=b"x", user_properties={"DELAY": "3"},
-        system_properties=pb.SystemProperties(
-            message_id="BAD-12", message_type=pb.MessageType.DELAY,
-            delivery_timestamp=Timestamp(seconds=int(time.time()) + 60))),
-        Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    "delay level property": (
+        pb.Message(
+            topic=pb.Resource(name="bad"),
+            body=b"x",
+            user_properties={"DELAY": "3"},
+            system_properties=pb.SystemProperties(
+                message_id="BAD-12",
+                message_type=pb.MessageType.DELAY,
+                delivery_timestamp=Timestamp(seconds=int(time.time()) + 60),
+            ),
+        ),
+        Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    ),
     "LITE without lite topic": (
         proto_message("bad", b"x", "BAD-10", message_type=pb.MessageType.LITE),
-        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
     "lite message to a MIXED topic": (
         proto_message("bad", b"x", "BAD-14", message_type=pb.MessageType.LITE, lite_topic="l1"),
-        Code.BAD_REQUEST),
+        Code.BAD_REQUEST,
+    ),
     "bad lite topic name": (
         proto_message("bad", b"x", "BAD-15", message_type=pb.MessageType.LITE, lite_topic="a b"),
-        Code.ILLEGAL_LITE_TOPIC),
+        Code.ILLEGAL_LITE_TOPIC,
+    ),
     "priority with message group": (
-        proto_message("bad", b"x", "BAD-16", message_type=pb.MessageType.FIFO, priority=3,
-                      message_group="g"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    "corrupt gzip": (proto_message("bad", b"not gzip", "BAD-11", body_encoding=pb.Encoding.GZIP),
-                     Code.MESSAGE_CORRUPTED),
-}  # fmt: skip
+        proto_message(
+            "bad", b"x", "BAD-16", message_type=pb.MessageType.FIFO, priority=3, message_group="g"
+        ),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    "corrupt gzip": (
+        proto_message("bad", b"not gzip", "BAD-11", body_encoding=pb.Encoding.GZIP),
+        Code.MESSAGE_CORRUPTED,
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_MESSAGES))
@@ -381,22 +446,40 @@ def test_request_without_messages(stub) -> None:
 
 
 def test_topic_type_and_permission_are_enforced(broker_process, stub) -> None:
-    assert admin_call(broker_process.endpoint, "CreateTopic", name="only-fifo",
-                      message_type="FIFO")["status"]["code"] == Code.OK  # fmt: skip
-    assert admin_call(broker_process.endpoint, "CreateTopic", name="read-only",
-                      perm=4)["status"]["code"] == Code.OK  # fmt: skip
+    assert (
+        admin_call(broker_process.endpoint, "CreateTopic", name="only-fifo", message_type="FIFO")[
+            "status"
+        ]["code"]
+        == Code.OK
+    )
+    assert (
+        admin_call(broker_process.endpoint, "CreateTopic", name="read-only", perm=4)["status"][
+            "code"
+        ]
+        == Code.OK
+    )
     assert send(stub, proto_message("only-fifo", b"x", "TYPE-1")).status.code == Code.BAD_REQUEST
-    fifo = proto_message("only-fifo", b"x", "TYPE-2", message_group="g",
-                         message_type=pb.MessageType.FIFO)  # fmt: skip
+    fifo = proto_message(
+        "only-fifo", b"x", "TYPE-2", message_group="g", message_type=pb.MessageType.FIFO
+    )
     assert send(stub, fifo).status.code == Code.OK
     assert send(stub, proto_message("read-only", b"x", "PERM-1")).status.code == Code.FORBIDDEN
 
 
-def end_transaction(stub: Any, topic: str, message_id: str, transaction_id: str,
-                    resolution: int = TransactionResolution.COMMIT) -> Any:  # fmt: skip
+def end_transaction(
+    stub: Any,
+    topic: str,
+    message_id: str,
+    transaction_id: str,
+    resolution: int = TransactionResolution.COMMIT,
+) -> Any:
     request = service_pb2.EndTransactionRequest(
-        topic=pb.Resource(name=topic), message_id=message_id, transaction_id=transaction_id,
-        resolution=resolution, source=pb.TransactionSource.SOURCE_CLIENT)  # fmt: skip
+        topic=pb.Resource(name=topic),
+        message_id=message_id,
+        transaction_id=transaction_id,
+        resolution=resolution,
+        source=pb.TransactionSource.SOURCE_CLIENT,
+    )
     return stub.EndTransaction(request, timeout=TIMEOUT_S)
 
 
@@ -412,19 +495,26 @@ def test_end_transaction_of_unknown_or_wrong_ids(broker_process, stub) -> None:
     assert end_transaction(stub, "raw-tx", "RAW-TX-1", "").status.code == (
         Code.INVALID_TRANSACTION_ID
     )
-    unspecified = end_transaction(stub, "raw-tx", "RAW-TX-1", sent.entries[0].transaction_id,
-                                  pb.TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
+    unspecified = end_transaction(
+        stub,
+        "raw-tx",
+        "RAW-TX-1",
+        sent.entries[0].transaction_id,
+        pb.TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED,
+    )
     assert unspecified.status.code == Code.BAD_REQUEST
-    done = end_transaction(stub, "raw-tx", "RAW-TX-1", sent.entries[0].transaction_id,
-                           TransactionResolution.ROLLBACK)  # fmt: skip
+    done = end_transaction(
+        stub, "raw-tx", "RAW-TX-1", sent.entries[0].transaction_id, TransactionResolution.ROLLBACK
+    )
     assert done.status.code == Code.OK
     assert stored(broker_process.endpoint, "RAW-TX-1", "raw-tx") is None
 
 
 def test_recall_of_bad_handles(stub) -> None:
     def recall(handle: str) -> Any:
-        request = service_pb2.RecallMessageRequest(topic=pb.Resource(name="recall"),
-                                                   recall_handle=handle)  # fmt: skip
+        request = service_pb2.RecallMessageRequest(
+            topic=pb.Resource(name="recall"), recall_handle=handle
+        )
         return stub.RecallMessage(request, timeout=TIMEOUT_S)
 
     assert recall("").status.code == Code.BAD_REQUEST

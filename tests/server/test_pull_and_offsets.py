@@ -34,11 +34,18 @@ TOPIC = "pull-orders"
 # ---- shared helpers -----------------------------------------------------------------------
 
 
-def prefill(workdir: Path, messages: Sequence[Message], *, topics: Sequence[TopicConfig] = (),
-            groups: Sequence[GroupConfig] = ()) -> list[SendResult]:  # fmt: skip
+def prefill(
+    workdir: Path,
+    messages: Sequence[Message],
+    *,
+    topics: Sequence[TopicConfig] = (),
+    groups: Sequence[GroupConfig] = (),
+) -> list[SendResult]:
     """Create topics and groups and store messages in ``workdir/store`` (no process)."""
-    broker = Broker(BrokerConfig(**DEFAULT_CONFIG["broker"]),
-                    StoreConfig(store_dir=str(workdir / "store"), **DEFAULT_CONFIG["store"]))
+    broker = Broker(
+        BrokerConfig(**DEFAULT_CONFIG["broker"]),
+        StoreConfig(store_dir=str(workdir / "store"), **DEFAULT_CONFIG["store"]),
+    )
     broker.start()
     try:
         for topic in topics:
@@ -52,8 +59,15 @@ def prefill(workdir: Path, messages: Sequence[Message], *, topics: Sequence[Topi
     return results
 
 
-def msg(topic: str, body: bytes, *, queue_id: int = -1, tag: str | None = None,
-        keys: Sequence[str] = (), **user: str) -> Message:  # fmt: skip
+def msg(
+    topic: str,
+    body: bytes,
+    *,
+    queue_id: int = -1,
+    tag: str | None = None,
+    keys: Sequence[str] = (),
+    **user: str,
+) -> Message:
     props = dict(user)
     if tag:
         props["TAGS"] = tag
@@ -78,8 +92,11 @@ def split_stream(responses: Sequence[Any]) -> tuple[list[Any], list[Any], list[A
     """(statuses, messages, the third kind: delivery timestamps or next offsets)."""
     statuses = [r.status for r in responses if r.WhichOneof("content") == "status"]
     messages = [r.message for r in responses if r.WhichOneof("content") == "message"]
-    rest = [getattr(r, r.WhichOneof("content")) for r in responses
-            if r.WhichOneof("content") not in ("status", "message")]  # fmt: skip
+    rest = [
+        getattr(r, r.WhichOneof("content"))
+        for r in responses
+        if r.WhichOneof("content") not in ("status", "message")
+    ]
     return statuses, messages, rest
 
 
@@ -96,9 +113,18 @@ def stub(broker: BrokerProcess) -> Iterator[service_pb2_grpc.MessagingServiceStu
 def sent(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[SendResult], int]:
     workdir = tmp_path_factory.mktemp("pull")
     before_ms = int(time.time() * 1000)
-    batch = [msg(TOPIC, f"order-{i}".encode(), queue_id=0, tag="A" if i % 2 == 0 else "B",
-                 keys=[f"k{i}"], region="eu" if i < 5 else "us", seq=str(i))
-             for i in range(10)]  # fmt: skip
+    batch = [
+        msg(
+            TOPIC,
+            f"order-{i}".encode(),
+            queue_id=0,
+            tag="A" if i % 2 == 0 else "B",
+            keys=[f"k{i}"],
+            region="eu" if i < 5 else "us",
+            seq=str(i),
+        )
+        for i in range(10)
+    ]
     batch += [msg(TOPIC, f"other-{i}".encode(), queue_id=1) for i in range(3)]
     results = prefill(workdir, batch, topics=[TopicConfig(TOPIC, 2, 2)])
     return workdir, results, before_ms
@@ -111,15 +137,29 @@ def broker(sent: tuple[Path, list[SendResult], int]) -> Iterator[BrokerProcess]:
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
 
-def pull(stub: Any, offset: int, batch: int = 32, *, topic: str = TOPIC, queue_id: int = 0,
-         group: str = "pull-group", flt: pb.FilterExpression | None = None,
-         poll_ms: int | None = None, timeout_s: float = 10) -> list[Any]:  # fmt: skip
-    request = service_pb2.PullMessageRequest(group=pb.Resource(name=group),
-                                             message_queue=mq(topic, queue_id), offset=offset,
-                                             batch_size=batch, filter_expression=flt)  # fmt: skip
+def pull(
+    stub: Any,
+    offset: int,
+    batch: int = 32,
+    *,
+    topic: str = TOPIC,
+    queue_id: int = 0,
+    group: str = "pull-group",
+    flt: pb.FilterExpression | None = None,
+    poll_ms: int | None = None,
+    timeout_s: float = 10,
+) -> list[Any]:
+    request = service_pb2.PullMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=mq(topic, queue_id),
+        offset=offset,
+        batch_size=batch,
+        filter_expression=flt,
+    )
     if poll_ms is not None:
-        request.long_polling_timeout.CopyFrom(Duration(seconds=poll_ms // 1000,
-                                                       nanos=poll_ms % 1000 * 1_000_000))
+        request.long_polling_timeout.CopyFrom(
+            Duration(seconds=poll_ms // 1000, nanos=poll_ms % 1000 * 1_000_000)
+        )
     return list(stub.PullMessage(request, timeout=timeout_s))
 
 
@@ -234,26 +274,30 @@ def test_update_then_get_offset_round_trips(stub) -> None:
     group = pb.Resource(name="offset-group")
     update = service_pb2.UpdateOffsetRequest(group=group, message_queue=mq(TOPIC, 1), offset=2)
     assert stub.UpdateOffset(update, timeout=5).status.code == Code.OK
-    got = stub.GetOffset(service_pb2.GetOffsetRequest(group=group, message_queue=mq(TOPIC, 1)),
-                         timeout=5)  # fmt: skip
+    got = stub.GetOffset(
+        service_pb2.GetOffsetRequest(group=group, message_queue=mq(TOPIC, 1)), timeout=5
+    )
     assert (got.status.code, got.offset) == (Code.OK, 2)
     _, messages, _ = split_stream(pull(stub, offset=got.offset, queue_id=1))
     assert [m.body for m in messages] == [b"other-2"]
 
 
 def test_get_offset_of_a_new_group_is_where_it_starts(stub) -> None:
-    request = service_pb2.GetOffsetRequest(group=pb.Resource(name="fresh-group"),
-                                           message_queue=mq(TOPIC, 0))  # fmt: skip
+    request = service_pb2.GetOffsetRequest(
+        group=pb.Resource(name="fresh-group"), message_queue=mq(TOPIC, 0)
+    )
     got = stub.GetOffset(request, timeout=5)
     assert (got.status.code, got.offset) == (Code.OK, 10)  # consume from the last offset
 
 
 def query_offset(stub: Any, policy: int, timestamp_ms: int | None = None, **kw: Any) -> Any:
-    request = service_pb2.QueryOffsetRequest(message_queue=mq(TOPIC, kw.get("queue_id", 0)),
-                                             query_offset_policy=policy)  # fmt: skip
+    request = service_pb2.QueryOffsetRequest(
+        message_queue=mq(TOPIC, kw.get("queue_id", 0)), query_offset_policy=policy
+    )
     if timestamp_ms is not None:
-        request.timestamp.CopyFrom(Timestamp(seconds=timestamp_ms // 1000,
-                                             nanos=timestamp_ms % 1000 * 1_000_000))
+        request.timestamp.CopyFrom(
+            Timestamp(seconds=timestamp_ms // 1000, nanos=timestamp_ms % 1000 * 1_000_000)
+        )
     return stub.QueryOffset(request, timeout=5)
 
 
@@ -273,19 +317,39 @@ def test_query_offset_by_policy(stub, sent) -> None:
         (lambda s: query_offset(s, pb.QueryOffsetPolicy.TIMESTAMP), Code.BAD_REQUEST),
         (lambda s: query_offset(s, 9), Code.BAD_REQUEST),
         (lambda s: query_offset(s, pb.QueryOffsetPolicy.END, queue_id=5), Code.BAD_REQUEST),
-        (lambda s: s.QueryOffset(service_pb2.QueryOffsetRequest(message_queue=mq("nope")),
-                                 timeout=5), Code.TOPIC_NOT_FOUND),
-        (lambda s: s.UpdateOffset(service_pb2.UpdateOffsetRequest(
-            group=pb.Resource(name="g"), message_queue=mq(TOPIC), offset=-5), timeout=5),
-         Code.ILLEGAL_OFFSET),
-        (lambda s: s.UpdateOffset(service_pb2.UpdateOffsetRequest(
-            group=pb.Resource(name=""), message_queue=mq(TOPIC), offset=1), timeout=5),
-         Code.ILLEGAL_CONSUMER_GROUP),
-        (lambda s: s.GetOffset(service_pb2.GetOffsetRequest(
-            group=pb.Resource(name="g"), message_queue=mq("nope")), timeout=5),
-         Code.TOPIC_NOT_FOUND),
+        (
+            lambda s: s.QueryOffset(
+                service_pb2.QueryOffsetRequest(message_queue=mq("nope")), timeout=5
+            ),
+            Code.TOPIC_NOT_FOUND,
+        ),
+        (
+            lambda s: s.UpdateOffset(
+                service_pb2.UpdateOffsetRequest(
+                    group=pb.Resource(name="g"), message_queue=mq(TOPIC), offset=-5
+                ),
+                timeout=5,
+            ),
+            Code.ILLEGAL_OFFSET,
+        ),
+        (
+            lambda s: s.UpdateOffset(
+                service_pb2.UpdateOffsetRequest(
+                    group=pb.Resource(name=""), message_queue=mq(TOPIC), offset=1
+                ),
+                timeout=5,
+            ),
+            Code.ILLEGAL_CONSUMER_GROUP,
+        ),
+        (
+            lambda s: s.GetOffset(
+                service_pb2.GetOffsetRequest(group=pb.Resource(name="g"), message_queue=mq("nope")),
+                timeout=5,
+            ),
+            Code.TOPIC_NOT_FOUND,
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_offset_requests_get_their_code(stub, call, code) -> None:
     response = call(stub)
     assert response.status.code == code, response.status.message
@@ -303,8 +367,9 @@ def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.
         time.sleep(interval_s)
 
 
-def client_message(topic: str, body: bytes, *, tag: str | None = None,
-                   keys: Sequence[str] = (), **user: str) -> ClientMessage:  # fmt: skip
+def client_message(
+    topic: str, body: bytes, *, tag: str | None = None, keys: Sequence[str] = (), **user: str
+) -> ClientMessage:
     """An official-client message to send."""
     m = ClientMessage()
     m.topic = topic

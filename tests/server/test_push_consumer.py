@@ -54,13 +54,25 @@ OFFICIAL_TOPICS = ("opc-ok", "opc-fail", "opc-fifo", "opc-share")
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     workdir: Path = tmp_path_factory.mktemp("push")
-    prefill(workdir, [msg("pc-retry", b"always-fails"), msg("pc-ok", b"fine")],
-            topics=[TopicConfig(t, 2, 2) for t in ("pc-retry", "pc-ok", *OFFICIAL_TOPICS)],
-            groups=[GroupConfig(g, retry_policy=RetryPolicy.custom("1s", 2),
-                                consume_from_where="first_offset")  # the prefilled ones too
-                    for g in (RETRY_GROUP, OFFICIAL_RETRY_GROUP)]
-            + [GroupConfig(FIFO_GROUP, fifo=True, retry_policy=RetryPolicy.custom("1s", 2),
-                           consume_from_where="first_offset")])  # fmt: skip
+    prefill(
+        workdir,
+        [msg("pc-retry", b"always-fails"), msg("pc-ok", b"fine")],
+        topics=[TopicConfig(t, 2, 2) for t in ("pc-retry", "pc-ok", *OFFICIAL_TOPICS)],
+        groups=[
+            GroupConfig(
+                g, retry_policy=RetryPolicy.custom("1s", 2), consume_from_where="first_offset"
+            )  # the prefilled ones too
+            for g in (RETRY_GROUP, OFFICIAL_RETRY_GROUP)
+        ]
+        + [
+            GroupConfig(
+                FIFO_GROUP,
+                fifo=True,
+                retry_policy=RetryPolicy.custom("1s", 2),
+                consume_from_where="first_offset",
+            )
+        ],
+    )
     proc = start_broker(workdir)
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
@@ -74,8 +86,15 @@ def stub(broker: BrokerProcess) -> Iterator[service_pb2_grpc.MessagingServiceStu
 
 def push_receive(stub: Any, topic: str, group: str, poll_ms: int) -> tuple[int, list[Any]]:
     """A receive as the PushConsumer sends it: auto_renew, no invisible duration."""
-    responses = receive(stub, topic, group, invisible_ms=None, auto_renew=True,
-                        poll_ms=poll_ms, timeout_s=poll_ms / 1000 + 3)  # fmt: skip
+    responses = receive(
+        stub,
+        topic,
+        group,
+        invisible_ms=None,
+        auto_renew=True,
+        poll_ms=poll_ms,
+        timeout_s=poll_ms / 1000 + 3,
+    )
     statuses, messages, _ = split_stream(responses)
     return statuses[0].code, messages
 
@@ -97,8 +116,9 @@ def test_failures_retry_with_the_backoff_then_go_to_the_dlq(stub) -> None:
         for m in messages:  # the listener fails: nack with the 1 s backoff
             attempts.append(m.system_properties.delivery_attempt)
             times.append(time.monotonic())
-            reply = change_invisible(stub, m.topic.name, RETRY_GROUP,
-                                     m.system_properties.receipt_handle, 1_000)
+            reply = change_invisible(
+                stub, m.topic.name, RETRY_GROUP, m.system_properties.receipt_handle, 1_000
+            )
             assert reply.status.code == Code.OK
     assert attempts == [1, 2, 3]
     assert all(b - a >= 0.9 for a, b in itertools.pairwise(times))
@@ -118,8 +138,9 @@ class Recorder(MessageListener):
         self.deliveries: list[tuple[float, bytes, int, str]] = []
 
     def consume(self, message: Any) -> ConsumeResult:
-        self.deliveries.append((time.monotonic(), message.body, message.delivery_attempt,
-                                message.message_id))  # fmt: skip
+        self.deliveries.append(
+            (time.monotonic(), message.body, message.delivery_attempt, message.message_id)
+        )
         return self.result
 
     def bodies(self) -> list[bytes]:
@@ -140,8 +161,12 @@ def push_consumers(broker: BrokerProcess) -> Iterator[Any]:
     started: list[PushConsumer] = []
 
     def make(group: str, topic: str, listener: MessageListener) -> PushConsumer:
-        consumer = PushConsumer(ClientConfiguration(broker.endpoint, Credentials()), group,
-                                listener, {topic: FilterExpression()})  # fmt: skip
+        consumer = PushConsumer(
+            ClientConfiguration(broker.endpoint, Credentials()),
+            group,
+            listener,
+            {topic: FilterExpression()},
+        )
         consumer.startup()
         started.append(consumer)
         return consumer
@@ -153,8 +178,10 @@ def push_consumers(broker: BrokerProcess) -> Iterator[Any]:
 
 def committed_total(stub: Any, group: str, topic: str) -> int:
     """The group's committed offsets summed over the topic's queues."""
-    requests = [service_pb2.GetOffsetRequest(group=pb.Resource(name=group),
-                                             message_queue=mq(topic, q)) for q in range(2)]
+    requests = [
+        service_pb2.GetOffsetRequest(group=pb.Resource(name=group), message_queue=mq(topic, q))
+        for q in range(2)
+    ]
     return sum(stub.GetOffset(r, timeout=5).offset for r in requests)
 
 
@@ -170,15 +197,19 @@ def test_official_push_consumer_consumes_and_acks(producer, push_consumers, stub
     assert {attempt for _, _, attempt, _ in listener.deliveries} == {1}
 
 
-def test_official_push_failures_retry_with_backoff_then_dead_letter(producer, push_consumers,
-                                                                     stub) -> None:  # fmt: skip
+def test_official_push_failures_retry_with_backoff_then_dead_letter(
+    producer, push_consumers, stub
+) -> None:
     listener = Recorder(ConsumeResult.FAILURE)
     push_consumers(OFFICIAL_RETRY_GROUP, "opc-fail", listener)
     receipt = producer.send(client_message("opc-fail", b"poison"))
     wait_for(lambda: len(listener.deliveries) >= 3, 20, "three delivery attempts")
     dlq = f"%DLQ%{OFFICIAL_RETRY_GROUP}"
-    wait_for(lambda: split_stream(pull(stub, 0, topic=dlq, group="inspector"))[1], 10,
-             "the message in the DLQ")  # fmt: skip
+    wait_for(
+        lambda: split_stream(pull(stub, 0, topic=dlq, group="inspector"))[1],
+        10,
+        "the message in the DLQ",
+    )
     [dead] = split_stream(pull(stub, 0, topic=dlq, group="inspector"))[1]
     assert (dead.body, dead.system_properties.message_id) == (b"poison", receipt.message_id)
     times = [t for t, _, _, _ in listener.deliveries]
@@ -193,8 +224,11 @@ def test_official_fifo_push_consumer_forwards_to_the_dlq(producer, push_consumer
     message.message_group = "order-1"
     receipt = producer.send(message)
     dlq = f"%DLQ%{FIFO_GROUP}"
-    wait_for(lambda: split_stream(pull(stub, 0, topic=dlq, group="inspector"))[1], 20,
-             "the FIFO message in the DLQ")  # fmt: skip
+    wait_for(
+        lambda: split_stream(pull(stub, 0, topic=dlq, group="inspector"))[1],
+        20,
+        "the FIFO message in the DLQ",
+    )
     [dead] = split_stream(pull(stub, 0, topic=dlq, group="inspector"))[1]
     assert dead.system_properties.message_id == receipt.message_id
     assert dead.system_properties.message_group == "order-1"
@@ -202,7 +236,8 @@ def test_official_fifo_push_consumer_forwards_to_the_dlq(producer, push_consumer
 
 
 def test_official_push_consumers_share_a_group_and_another_group_gets_all(
-        producer, push_consumers) -> None:  # fmt: skip
+    producer, push_consumers
+) -> None:
     first, second, other = Recorder(), Recorder(), Recorder()
     push_consumers("opc-share-group", "opc-share", first)
     push_consumers("opc-share-group", "opc-share", second)
@@ -211,8 +246,11 @@ def test_official_push_consumers_share_a_group_and_another_group_gets_all(
     for body in expected:
         producer.send(client_message("opc-share", body))
     wait_for(lambda: len(other.deliveries) >= 30, 20, "the other group's 30 deliveries")
-    wait_for(lambda: len(first.deliveries) + len(second.deliveries) >= 30, 20,
-             "the shared group's 30 deliveries")  # fmt: skip
+    wait_for(
+        lambda: len(first.deliveries) + len(second.deliveries) >= 30,
+        20,
+        "the shared group's 30 deliveries",
+    )
     time.sleep(0.5)  # a duplicate would show up now
     assert sorted(first.bodies() + second.bodies()) == expected
     assert other.bodies() == expected

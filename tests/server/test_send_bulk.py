@@ -56,8 +56,13 @@ def frame_of(protos: list[Any]) -> bytes:
         text += f"KEYS\x01{' '.join(sp.keys)}\x02" if sp.keys else ""
         text += "".join(f"{k}\x01{v}\x02" for k, v in proto.user_properties.items())
         props.append(text.encode())
-    return encode_request(protos[0].topic.name, [p.body for p in protos], props,
-                          born_timestamp_ms=T0, born_host="10.0.0.7")  # fmt: skip
+    return encode_request(
+        protos[0].topic.name,
+        [p.body for p in protos],
+        props,
+        born_timestamp_ms=T0,
+        born_host="10.0.0.7",
+    )
 
 
 def send_bulk(broker: Broker, frame: bytes) -> list[int]:
@@ -74,8 +79,12 @@ def batch_without_born_times(count: int) -> list[Any]:
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[dict[str, Broker]]:
-    made = {way: Broker(BrokerConfig(default_queue_nums=4), small_config(tmp_path / way),
-                        clock_ms=lambda: T0) for way in WAYS}  # fmt: skip
+    made = {
+        way: Broker(
+            BrokerConfig(default_queue_nums=4), small_config(tmp_path / way), clock_ms=lambda: T0
+        )
+        for way in WAYS
+    }
     for b in made.values():
         b.start()
     yield made
@@ -83,8 +92,9 @@ def brokers(tmp_path: Path) -> Iterator[dict[str, Broker]]:
         b.stop()
 
 
-def test_bulk_official_and_store_api_store_the_same_bytes(brokers: dict[str, Broker],
-                                                          tmp_path: Path) -> None:  # fmt: skip
+def test_bulk_official_and_store_api_store_the_same_bytes(
+    brokers: dict[str, Broker], tmp_path: Path
+) -> None:
     for size in (1, 37, 300, 5):  # 300 messages spill over a 64 KiB commitlog segment
         protos = batch_without_born_times(size)
         offsets = send_bulk(brokers["bulk"], frame_of(protos))
@@ -114,24 +124,31 @@ BAD_FRAMES = {
 @pytest.mark.parametrize("case", sorted(BAD_FRAMES))
 def test_bad_properties_refuse_the_whole_batch(brokers: dict[str, Broker], case: str) -> None:
     error, props = BAD_FRAMES[case]
-    frame = encode_request("lanes", [b"a", b"b"], [_props(0), *props], born_timestamp_ms=T0,
-                           born_host="10.0.0.7")  # fmt: skip
+    frame = encode_request(
+        "lanes", [b"a", b"b"], [_props(0), *props], born_timestamp_ms=T0, born_host="10.0.0.7"
+    )
     with pytest.raises(error):
         send_bulk(brokers["bulk"], frame)
     assert brokers["bulk"].store.commitlog.max_offset == 0
 
 
 def test_a_body_crc_mismatch_or_cut_frame_is_refused(brokers: dict[str, Broker]) -> None:
-    frame = bytearray(encode_request("lanes", [b"abc"], [_props(0)], born_timestamp_ms=T0,
-                                     born_host="10.0.0.7"))  # fmt: skip
+    frame = bytearray(
+        encode_request("lanes", [b"abc"], [_props(0)], born_timestamp_ms=T0, born_host="10.0.0.7")
+    )
     body_at = frame.index(b"abc")
     frame[body_at] ^= 0x01
     with pytest.raises(MessageCorruptedError, match="CRC"):
         send_bulk(brokers["bulk"], bytes(frame))
     with pytest.raises(MessageCorruptedError):
         send_bulk(brokers["bulk"], bytes(frame[:-1]))
-    big = encode_request("lanes", [b"x" * (LIMITS.max_body_bytes + 1)], [_props(0)],
-                         born_timestamp_ms=T0, born_host="10.0.0.7")  # fmt: skip
+    big = encode_request(
+        "lanes",
+        [b"x" * (LIMITS.max_body_bytes + 1)],
+        [_props(0)],
+        born_timestamp_ms=T0,
+        born_host="10.0.0.7",
+    )
     with pytest.raises(MessageTooLargeError):
         send_bulk(brokers["bulk"], big)
     assert brokers["bulk"].store.commitlog.max_offset == 0
@@ -140,9 +157,13 @@ def test_a_body_crc_mismatch_or_cut_frame_is_refused(brokers: dict[str, Broker])
 def test_our_client_sends_bulk_and_reads_back(broker_process: BrokerProcess) -> None:
     with RocketMQClient(broker_process.endpoint) as client:
         client.create_topic("bulk-e2e", queues=2)
-        receipts = client.send_columns("bulk-e2e", [b"m%d" % i for i in range(50)],
-                                       tags=["t"] * 50, keys=[[f"k{i}"] for i in range(50)],
-                                       properties=[{"region": "eu"}] * 50)  # fmt: skip
+        receipts = client.send_columns(
+            "bulk-e2e",
+            [b"m%d" % i for i in range(50)],
+            tags=["t"] * 50,
+            keys=[[f"k{i}"] for i in range(50)],
+            properties=[{"region": "eu"}] * 50,
+        )
         assert client._bulk_offered is True
         got = []
         for queue_id in (0, 1):
@@ -155,8 +176,9 @@ def test_our_client_sends_bulk_and_reads_back(broker_process: BrokerProcess) -> 
 
 
 def test_our_client_falls_back_to_send_message() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.noop_broker"], stdout=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.noop_broker"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
@@ -177,8 +199,7 @@ def test_crc_of_a_frame_is_the_bodys() -> None:
 @pytest.mark.parametrize("ids", [["ID1", "ID2"], ["ID1", "é-2"], ["I" * 128, "x"]])
 def test_ids_alone_are_read_as_arrays_or_parsed_alike(ids: list[str]) -> None:
     props = [f"UNIQ_KEY\x01{i}\x02".encode() for i in ids]
-    frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0,
-                           born_host="10.0.0.7")  # fmt: skip
+    frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0, born_host="10.0.0.7")
     batch = to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
     assert batch.index_keys == [[i] for i in ids] and batch.tags_codes.tolist() == [0, 0]
 
@@ -186,7 +207,6 @@ def test_ids_alone_are_read_as_arrays_or_parsed_alike(ids: list[str]) -> None:
 @pytest.mark.parametrize("bad_id", ["   ", "", "I" * 129, "a\x01b"])
 def test_a_bad_id_alone_is_refused(bad_id: str) -> None:
     props = [_props(0), f"UNIQ_KEY\x01{bad_id}\x02".encode()]
-    frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0,
-                           born_host="10.0.0.7")  # fmt: skip
+    frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0, born_host="10.0.0.7")
     with pytest.raises((InvalidMessageIdError, InvalidPropertyError)):
         to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)

@@ -34,13 +34,15 @@ LIMITS = Limits(16 * 1024, 4 * 1024)
 def message(topic: str, body: bytes, message_id: str, **system: Any) -> Any:
     user = system.pop("user", None)
     digest = system.pop("digest", f"{zlib.crc32(body):08X}")
-    props = pb.SystemProperties(message_id=message_id, message_type=pb.MessageType.NORMAL,
-                                born_host="10.0.0.7", **system)  # fmt: skip
+    props = pb.SystemProperties(
+        message_id=message_id, message_type=pb.MessageType.NORMAL, born_host="10.0.0.7", **system
+    )
     if digest is not None:
         props.body_digest.type = pb.DigestType.CRC32
         props.body_digest.checksum = digest
-    return pb.Message(topic=pb.Resource(name=topic), body=body, user_properties=user,
-                      system_properties=props)  # fmt: skip
+    return pb.Message(
+        topic=pb.Resource(name=topic), body=body, user_properties=user, system_properties=props
+    )
 
 
 def plain_batch(count: int, topic: str = "lanes") -> list[Any]:
@@ -63,8 +65,12 @@ def plain_batch(count: int, topic: str = "lanes") -> list[Any]:
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[tuple[Broker, Broker]]:
-    pair = tuple(Broker(BrokerConfig(default_queue_nums=4), small_config(tmp_path / name),
-                        clock_ms=lambda: T0) for name in ("fast", "general"))  # fmt: skip
+    pair = tuple(
+        Broker(
+            BrokerConfig(default_queue_nums=4), small_config(tmp_path / name), clock_ms=lambda: T0
+        )
+        for name in ("fast", "general")
+    )
     for b in pair:
         b.start()
     yield pair  # type: ignore[misc]
@@ -84,8 +90,9 @@ def send_fast(broker: Broker, protos: list[Any]) -> list[int]:
 
 
 def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_both_lanes_store_the_same_bytes(brokers: tuple[Broker, Broker], tmp_path: Path) -> None:
@@ -98,8 +105,9 @@ def test_both_lanes_store_the_same_bytes(brokers: tuple[Broker, Broker], tmp_pat
     assert fast.store.commitlog.max_offset == general.store.commitlog.max_offset
     assert len(fast.store.commitlog.segments()) > 1
     for key in ("ID00000001", "shared", "order-5", "é-9"):
-        assert fast.query_by_key("lanes", key, max_results=50) == \
-            general.query_by_key("lanes", key, max_results=50)  # fmt: skip
+        assert fast.query_by_key("lanes", key, max_results=50) == general.query_by_key(
+            "lanes", key, max_results=50
+        )
     fast.stop()
     general.stop()
     for part in ("commitlog", "consumequeue"):
@@ -121,8 +129,9 @@ BAD_OR_UNUSUAL = {
     "lower-case digest": lambda: message("lanes", b"x", "ID1", digest=f"{zlib.crc32(b'x'):08x}"),
     "empty digest": lambda: message("lanes", b"x", "ID1", digest=""),
     "message group": lambda: message("lanes", b"x", "ID1", message_group="g"),
-    "gzip body": lambda: message("lanes", gzip.compress(b"x"), "ID1", digest=None,
-                                 body_encoding=pb.Encoding.GZIP),
+    "gzip body": lambda: message(
+        "lanes", gzip.compress(b"x"), "ID1", digest=None, body_encoding=pb.Encoding.GZIP
+    ),
     "bad topic": lambda: message("no spaces", b"x", "ID1"),
     "big properties": lambda: message("lanes", b"x", "ID1", user={"k": "v" * 5000}),
 }
@@ -142,10 +151,13 @@ def test_a_delivery_time_or_second_topic_takes_the_general_lane() -> None:
         assert to_columns(protos, limits=LIMITS, peer=PEER, now_ms=T0) is None
 
 
-@pytest.mark.parametrize("case", ["blank id", "digest mismatch", "system key as user property",
-                                  "oversize body", "space in key"])  # fmt: skip
-def test_what_the_general_lane_refuses_is_refused(brokers: tuple[Broker, Broker],
-                                                  case: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "case",
+    ["blank id", "digest mismatch", "system key as user property", "oversize body", "space in key"],
+)
+def test_what_the_general_lane_refuses_is_refused(
+    brokers: tuple[Broker, Broker], case: str
+) -> None:
     with pytest.raises(RocketMQError):
         send_general(brokers[1], [*plain_batch(2), BAD_OR_UNUSUAL[case]()])
     assert brokers[1].store.commitlog.max_offset == 0  # nothing of the batch was stored

@@ -34,9 +34,11 @@ TIMEOUT_S = 10
 def admin(endpoint: str, method: str, **fields: Any) -> Any:
     """Call the broker's JSON admin service; return ``result`` (asserting OK)."""
     with grpc.insecure_channel(endpoint) as channel:
-        call = channel.unary_unary(f"/rmq.admin.v1.Admin/{method}",
-                                   request_serializer=lambda raw: raw,
-                                   response_deserializer=json.loads)  # fmt: skip
+        call = channel.unary_unary(
+            f"/rmq.admin.v1.Admin/{method}",
+            request_serializer=lambda raw: raw,
+            response_deserializer=json.loads,
+        )
         reply = call(json.dumps(fields).encode(), timeout=TIMEOUT_S)
     assert reply["status"]["code"] == Code.OK, reply
     return reply["result"]
@@ -85,20 +87,30 @@ def streams(stub: Any) -> Iterator[Any]:
 
 
 def producer_settings(*topics: str) -> Any:
-    return service_pb2.TelemetryCommand(settings=pb.Settings(
-        client_type=pb.ClientType.PRODUCER,
-        publishing=pb.Publishing(topics=[pb.Resource(name=t) for t in topics])))  # fmt: skip
+    return service_pb2.TelemetryCommand(
+        settings=pb.Settings(
+            client_type=pb.ClientType.PRODUCER,
+            publishing=pb.Publishing(topics=[pb.Resource(name=t) for t in topics]),
+        )
+    )
 
 
-def consumer_settings(group: str, *topics: str, client_type: int = pb.ClientType.PUSH_CONSUMER
-                      ) -> Any:  # fmt: skip
-    entries = [pb.SubscriptionEntry(topic=pb.Resource(name=t),
-                                    expression=pb.FilterExpression(type=pb.FilterType.TAG,
-                                                                   expression="*"))
-               for t in topics]  # fmt: skip
-    return service_pb2.TelemetryCommand(settings=pb.Settings(
-        client_type=client_type,
-        subscription=pb.Subscription(group=pb.Resource(name=group), subscriptions=entries)))
+def consumer_settings(
+    group: str, *topics: str, client_type: int = pb.ClientType.PUSH_CONSUMER
+) -> Any:
+    entries = [
+        pb.SubscriptionEntry(
+            topic=pb.Resource(name=t),
+            expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+        )
+        for t in topics
+    ]
+    return service_pb2.TelemetryCommand(
+        settings=pb.Settings(
+            client_type=client_type,
+            subscription=pb.Subscription(group=pb.Resource(name=group), subscriptions=entries),
+        )
+    )
 
 
 # ---- QueryRoute -----------------------------------------------------------------------------
@@ -114,27 +126,33 @@ def test_route_lists_every_queue_with_its_permission(broker_process, stub) -> No
     reply = route(stub, "route-rw")
     assert reply.status.code == Code.OK
     assert [(q.id, q.permission) for q in reply.message_queues] == [
-        (0, pb.Permission.READ_WRITE), (1, pb.Permission.READ_WRITE),
-        (2, pb.Permission.READ), (3, pb.Permission.READ)]  # fmt: skip
+        (0, pb.Permission.READ_WRITE),
+        (1, pb.Permission.READ_WRITE),
+        (2, pb.Permission.READ),
+        (3, pb.Permission.READ),
+    ]
     host, port = broker_process.endpoint.rsplit(":", 1)
     for queue_proto in reply.message_queues:
         assert queue_proto.topic.name == "route-rw"
         assert queue_proto.broker.name == "broker-a" and queue_proto.broker.id == 0
         assert queue_proto.broker.endpoints.scheme == pb.AddressScheme.IPv4
         assert [(a.host, a.port) for a in queue_proto.broker.endpoints.addresses] == [
-            (host, int(port))]
+            (host, int(port))
+        ]
         assert sorted(queue_proto.accept_message_types) == [
-            pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY,
-            pb.MessageType.TRANSACTION, pb.MessageType.PRIORITY]  # fmt: skip
+            pb.MessageType.NORMAL,
+            pb.MessageType.FIFO,
+            pb.MessageType.DELAY,
+            pb.MessageType.TRANSACTION,
+            pb.MessageType.PRIORITY,
+        ]
 
 
 def test_route_of_typed_and_read_only_topics(broker_process, stub) -> None:
-    admin(broker_process.endpoint, "CreateTopic", name="route-fifo", queues=2,
-          message_type="FIFO")  # fmt: skip
+    admin(broker_process.endpoint, "CreateTopic", name="route-fifo", queues=2, message_type="FIFO")
     admin(broker_process.endpoint, "CreateTopic", name="route-ro", queues=2, perm=4)
     fifo = route(stub, "route-fifo")
-    assert {tuple(q.accept_message_types) for q in fifo.message_queues} == {
-        (pb.MessageType.FIFO,)}
+    assert {tuple(q.accept_message_types) for q in fifo.message_queues} == {(pb.MessageType.FIFO,)}
     read_only = route(stub, "route-ro")
     assert [q.permission for q in read_only.message_queues] == [pb.Permission.READ] * 2
 
@@ -152,8 +170,11 @@ def test_route_of_unknown_topic_is_not_found_and_creates_nothing(broker_process,
 
 
 def test_official_consumer_of_unknown_topic_gets_topic_not_found(broker_process) -> None:
-    consumer = SimpleConsumer(ClientConfiguration(broker_process.endpoint, Credentials()),
-                              "route-typo-group", {"no-such-topic": FilterExpression()})
+    consumer = SimpleConsumer(
+        ClientConfiguration(broker_process.endpoint, Credentials()),
+        "route-typo-group",
+        {"no-such-topic": FilterExpression()},
+    )
     consumer.startup()
     try:
         with pytest.raises(Exception, match="failed to fetch topic:no-such-topic route"):
@@ -186,8 +207,9 @@ def test_route_without_auto_create_is_topic_not_found(tmp_path) -> None:
 
 
 def test_heartbeat_needs_a_client_id(stub) -> None:
-    reply = stub.Heartbeat(service_pb2.HeartbeatRequest(client_type=pb.ClientType.PRODUCER),
-                           timeout=TIMEOUT_S)  # fmt: skip
+    reply = stub.Heartbeat(
+        service_pb2.HeartbeatRequest(client_type=pb.ClientType.PRODUCER), timeout=TIMEOUT_S
+    )
     assert reply.status.code == Code.BAD_REQUEST
     assert "x-mq-client-id" in reply.status.message
 
@@ -195,14 +217,16 @@ def test_heartbeat_needs_a_client_id(stub) -> None:
 def test_heartbeat_of_producer_and_consumer(stub) -> None:
     producer = service_pb2.HeartbeatRequest(client_type=pb.ClientType.PRODUCER)
     assert stub.Heartbeat(producer, metadata=meta("hb-p"), timeout=TIMEOUT_S).status.code == 20000
-    consumer = service_pb2.HeartbeatRequest(client_type=pb.ClientType.SIMPLE_CONSUMER,
-                                            group=pb.Resource(name="hb-group"))  # fmt: skip
+    consumer = service_pb2.HeartbeatRequest(
+        client_type=pb.ClientType.SIMPLE_CONSUMER, group=pb.Resource(name="hb-group")
+    )
     assert stub.Heartbeat(consumer, metadata=meta("hb-c"), timeout=TIMEOUT_S).status.code == 20000
 
 
 def test_heartbeat_with_illegal_group(stub) -> None:
-    request = service_pb2.HeartbeatRequest(client_type=pb.ClientType.PUSH_CONSUMER,
-                                           group=pb.Resource(name="bad group"))  # fmt: skip
+    request = service_pb2.HeartbeatRequest(
+        client_type=pb.ClientType.PUSH_CONSUMER, group=pb.Resource(name="bad group")
+    )
     reply = stub.Heartbeat(request, metadata=meta("hb-bad"), timeout=TIMEOUT_S)
     assert reply.status.code == Code.ILLEGAL_CONSUMER_GROUP
 
@@ -225,8 +249,14 @@ def test_producer_settings_handshake(streams) -> None:
 
 
 def test_consumer_settings_carry_the_group_policy(broker_process, streams) -> None:
-    admin(broker_process.endpoint, "CreateGroup", name="tm-fifo", fifo=True, max_retries=5,
-          retry_backoff="1s,5s")  # fmt: skip
+    admin(
+        broker_process.endpoint,
+        "CreateGroup",
+        name="tm-fifo",
+        fifo=True,
+        max_retries=5,
+        retry_backoff="1s,5s",
+    )
     stream = streams("tm-consumer")
     stream.send(consumer_settings("tm-fifo", "tm-topic"))
     reply = stream.next()
@@ -240,13 +270,25 @@ def test_consumer_settings_carry_the_group_policy(broker_process, streams) -> No
 
 
 def test_consumer_settings_with_exponential_and_default_backoff(broker_process, streams) -> None:
-    admin(broker_process.endpoint, "CreateGroup", name="tm-exp", retry_backoff={
-        "type": "exponential", "initial_ms": 1000, "multiplier": 2.0, "max_ms": 60000})
+    admin(
+        broker_process.endpoint,
+        "CreateGroup",
+        name="tm-exp",
+        retry_backoff={
+            "type": "exponential",
+            "initial_ms": 1000,
+            "multiplier": 2.0,
+            "max_ms": 60000,
+        },
+    )
     stream = streams("tm-exp-consumer")
     stream.send(consumer_settings("tm-exp", "tm-topic"))
     exponential = stream.next().settings.backoff_policy.exponential_backoff
     assert (exponential.initial.seconds, exponential.max.seconds, exponential.multiplier) == (
-        1, 60, 2.0)
+        1,
+        60,
+        2.0,
+    )
     stream.send(consumer_settings("tm-default-group", "tm-topic"))
     policy = stream.next().settings.backoff_policy
     delays_s = [d.seconds for d in policy.customized_backoff.next]
@@ -284,8 +326,12 @@ class _Listener(MessageListener):
 def test_official_push_consumer_gets_its_settings(broker_process) -> None:
     admin(broker_process.endpoint, "CreateGroup", name="tm-push-fifo", fifo=True)
     admin(broker_process.endpoint, "CreateTopic", name="tm-push")
-    consumer = PushConsumer(ClientConfiguration(broker_process.endpoint, Credentials()),
-                            "tm-push-fifo", _Listener(), {"tm-push": FilterExpression()})
+    consumer = PushConsumer(
+        ClientConfiguration(broker_process.endpoint, Credentials()),
+        "tm-push-fifo",
+        _Listener(),
+        {"tm-push": FilterExpression()},
+    )
     consumer.startup()  # waits for the server's settings; fails after 10 s without them
     try:
         assert consumer.fifo
@@ -298,8 +344,9 @@ def test_official_push_consumer_gets_its_settings(broker_process) -> None:
 
 
 def assignment(stub: Any, client_id: str, group: str, topic: str) -> Any:
-    request = service_pb2.QueryAssignmentRequest(topic=pb.Resource(name=topic),
-                                                 group=pb.Resource(name=group))  # fmt: skip
+    request = service_pb2.QueryAssignmentRequest(
+        topic=pb.Resource(name=topic), group=pb.Resource(name=group)
+    )
     return stub.QueryAssignment(request, metadata=meta(client_id), timeout=TIMEOUT_S)
 
 
@@ -336,9 +383,11 @@ def test_assignment_registers_an_unknown_consumer(broker_process, stub) -> None:
 def test_assignment_of_bad_requests(stub) -> None:
     assert assignment(stub, "as-x", "as-group", "as-missing").status.code == Code.TOPIC_NOT_FOUND
     assert assignment(stub, "as-x", "bad group", "as-topic").status.code == (
-        Code.ILLEGAL_CONSUMER_GROUP)
-    request = service_pb2.QueryAssignmentRequest(topic=pb.Resource(name="as-topic"),
-                                                 group=pb.Resource(name="as-group"))  # fmt: skip
+        Code.ILLEGAL_CONSUMER_GROUP
+    )
+    request = service_pb2.QueryAssignmentRequest(
+        topic=pb.Resource(name="as-topic"), group=pb.Resource(name="as-group")
+    )
     assert stub.QueryAssignment(request, timeout=TIMEOUT_S).status.code == Code.BAD_REQUEST
 
 
@@ -346,8 +395,11 @@ def test_termination_retires_the_stream(stub, streams) -> None:
     stream = streams("nt-producer")
     stream.send(producer_settings("nt-topic"))
     assert stream.next().status.code == Code.OK
-    reply = stub.NotifyClientTermination(service_pb2.NotifyClientTerminationRequest(),
-                                         metadata=meta("nt-producer"), timeout=TIMEOUT_S)
+    reply = stub.NotifyClientTermination(
+        service_pb2.NotifyClientTerminationRequest(),
+        metadata=meta("nt-producer"),
+        timeout=TIMEOUT_S,
+    )
     assert reply.status.code == Code.OK
     ended = threading.Event()
 
@@ -360,6 +412,9 @@ def test_termination_retires_the_stream(stub, streams) -> None:
     threading.Thread(target=drain, daemon=True).start()
     assert ended.wait(15), "the server did not end a terminated client's stream"
     assert time.monotonic() - started < 10
-    again = stub.NotifyClientTermination(service_pb2.NotifyClientTerminationRequest(),
-                                         metadata=meta("nt-producer"), timeout=TIMEOUT_S)
+    again = stub.NotifyClientTermination(
+        service_pb2.NotifyClientTerminationRequest(),
+        metadata=meta("nt-producer"),
+        timeout=TIMEOUT_S,
+    )
     assert again.status.code == Code.OK  # idempotent

@@ -39,11 +39,23 @@ from tests.server.test_pull_and_offsets import (
 Code = pb.Code
 
 TOPICS = {  # topic -> number of messages stored before start (bodies "<topic>-<i>")
-    "sc-basic": 5, "sc-redeliver": 1, "sc-change": 1, "sc-stale": 2, "sc-garbage": 0,
-    "sc-empty": 0, "sc-share": 40, "sc-tags": 6, "sc-sql": 6, "sc-dlq": 1,
+    "sc-basic": 5,
+    "sc-redeliver": 1,
+    "sc-change": 1,
+    "sc-stale": 2,
+    "sc-garbage": 0,
+    "sc-empty": 0,
+    "sc-share": 40,
+    "sc-tags": 6,
+    "sc-sql": 6,
+    "sc-dlq": 1,
     # filled by the official producer during the tests
-    "osc-basic": 0, "osc-redeliver": 0, "osc-filter": 0, "osc-share": 0, "osc-leave": 0,
-}  # fmt: skip
+    "osc-basic": 0,
+    "osc-redeliver": 0,
+    "osc-filter": 0,
+    "osc-share": 0,
+    "osc-leave": 0,
+}
 
 
 def duration(ms: int) -> Duration:
@@ -58,8 +70,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         for i in range(count):
             tag = "A" if i % 2 == 0 else "B"
             messages.append(msg(topic, f"{topic}-{i}".encode(), tag=tag, n=str(i)))
-    prefill(workdir, messages, topics=[TopicConfig(t, 2, 2) for t in TOPICS],
-            groups=[GroupConfig("g-garbage")])  # acks need an existing group
+    prefill(
+        workdir,
+        messages,
+        topics=[TopicConfig(t, 2, 2) for t in TOPICS],
+        groups=[GroupConfig("g-garbage")],
+    )  # acks need an existing group
     proc = start_broker(workdir)
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
@@ -71,14 +87,27 @@ def stub(broker: BrokerProcess) -> Iterator[service_pb2_grpc.MessagingServiceStu
         yield service_pb2_grpc.MessagingServiceStub(channel)
 
 
-def receive(stub: Any, topic: str, group: str, *, batch: int = 32, poll_ms: int = 0,
-            invisible_ms: int | None = 30_000, flt: pb.FilterExpression | None = None,
-            timeout_s: float = 10, auto_renew: bool = False) -> list[Any]:  # fmt: skip
+def receive(
+    stub: Any,
+    topic: str,
+    group: str,
+    *,
+    batch: int = 32,
+    poll_ms: int = 0,
+    invisible_ms: int | None = 30_000,
+    flt: pb.FilterExpression | None = None,
+    timeout_s: float = 10,
+    auto_renew: bool = False,
+) -> list[Any]:
     """The whole ReceiveMessage stream."""
     request = service_pb2.ReceiveMessageRequest(
-        group=pb.Resource(name=group), message_queue=mq(topic, 0), batch_size=batch,
-        filter_expression=flt, long_polling_timeout=duration(poll_ms), auto_renew=auto_renew,
-    )  # fmt: skip
+        group=pb.Resource(name=group),
+        message_queue=mq(topic, 0),
+        batch_size=batch,
+        filter_expression=flt,
+        long_polling_timeout=duration(poll_ms),
+        auto_renew=auto_renew,
+    )
     if invisible_ms is not None:
         request.invisible_duration.CopyFrom(duration(invisible_ms))
     return list(stub.ReceiveMessage(request, timeout=timeout_s))
@@ -101,17 +130,20 @@ def ack_entry(m: Any) -> service_pb2.AckMessageEntry:
 
 def ack(stub: Any, topic: str, group: str, *messages_or_handles: Any) -> Any:
     request = service_pb2.AckMessageRequest(
-        group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+        group=pb.Resource(name=group),
+        topic=pb.Resource(name=topic),
         entries=[ack_entry(m) for m in messages_or_handles],
-    )  # fmt: skip
+    )
     return stub.AckMessage(request, timeout=5)
 
 
 def change_invisible(stub: Any, topic: str, group: str, handle: str, invisible_ms: int) -> Any:
     request = service_pb2.ChangeInvisibleDurationRequest(
-        group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle=handle,
+        group=pb.Resource(name=group),
+        topic=pb.Resource(name=topic),
+        receipt_handle=handle,
         invisible_duration=duration(invisible_ms),
-    )  # fmt: skip
+    )
     return stub.ChangeInvisibleDuration(request, timeout=5)
 
 
@@ -201,7 +233,8 @@ def test_consumers_of_one_group_share_while_another_group_gets_everything(stub) 
     def consume(name: str) -> None:
         while True:
             statuses, messages, _ = split_stream(
-                receive(stub, "sc-share", "g-share", batch=3, poll_ms=300))
+                receive(stub, "sc-share", "g-share", batch=3, poll_ms=300)
+            )
             if statuses[0].code == Code.MESSAGE_NOT_FOUND:
                 return
             got[name] += [m.body for m in messages]
@@ -237,10 +270,13 @@ def test_receive_with_sql_filter(stub) -> None:
 def test_forward_to_dead_letter_queue(stub) -> None:
     [m] = received(stub, "sc-dlq", "sc-dlq-group")
     request = service_pb2.ForwardMessageToDeadLetterQueueRequest(
-        group=pb.Resource(name="sc-dlq-group"), topic=pb.Resource(name="sc-dlq"),
+        group=pb.Resource(name="sc-dlq-group"),
+        topic=pb.Resource(name="sc-dlq"),
         receipt_handle=m.system_properties.receipt_handle,
-        message_id=m.system_properties.message_id, delivery_attempt=1, max_delivery_attempts=3,
-    )  # fmt: skip
+        message_id=m.system_properties.message_id,
+        delivery_attempt=1,
+        max_delivery_attempts=3,
+    )
     assert stub.ForwardMessageToDeadLetterQueue(request, timeout=5).status.code == Code.OK
     again = stub.ForwardMessageToDeadLetterQueue(request, timeout=5)
     assert again.status.code == Code.INVALID_RECEIPT_HANDLE
@@ -274,19 +310,23 @@ def test_bad_receive_requests_get_their_code(stub, kwargs, code) -> None:
 
 def test_auto_renew_without_invisible_duration_is_accepted(stub) -> None:
     statuses, _, _ = split_stream(
-        receive(stub, "sc-empty", "g-renew", invisible_ms=None, auto_renew=True))
+        receive(stub, "sc-empty", "g-renew", invisible_ms=None, auto_renew=True)
+    )
     assert [s.code for s in statuses] == [Code.MESSAGE_NOT_FOUND]
 
 
 def test_acks_name_an_existing_group_and_topic(stub) -> None:
     assert ack(stub, "sc-basic", "never-seen-group", "x").status.code == (
-        Code.CONSUMER_GROUP_NOT_FOUND)
+        Code.CONSUMER_GROUP_NOT_FOUND
+    )
     assert ack(stub, "no-such-topic", "g-garbage", "x").status.code == Code.TOPIC_NOT_FOUND
-    empty = service_pb2.AckMessageRequest(group=pb.Resource(name="g-garbage"),
-                                          topic=pb.Resource(name="sc-basic"))
+    empty = service_pb2.AckMessageRequest(
+        group=pb.Resource(name="g-garbage"), topic=pb.Resource(name="sc-basic")
+    )
     assert stub.AckMessage(empty, timeout=5).status.code == Code.BAD_REQUEST
     missing = service_pb2.ChangeInvisibleDurationRequest(
-        group=pb.Resource(name="g-garbage"), topic=pb.Resource(name="sc-basic"), receipt_handle="x")
+        group=pb.Resource(name="g-garbage"), topic=pb.Resource(name="sc-basic"), receipt_handle="x"
+    )
     assert stub.ChangeInvisibleDuration(missing, timeout=5).status.code == Code.BAD_REQUEST
 
 
@@ -307,10 +347,15 @@ def consumers(broker: BrokerProcess) -> Iterator[Any]:
     """``make(group, topic, filter=None, await_s=2)`` → a started SimpleConsumer."""
     started: list[SimpleConsumer] = []
 
-    def make(group: str, topic: str, flt: FilterExpression | None = None,
-             await_s: int = 2) -> SimpleConsumer:  # fmt: skip
-        consumer = SimpleConsumer(ClientConfiguration(broker.endpoint, Credentials()), group,
-                                  {topic: flt or FilterExpression()}, await_duration=await_s)
+    def make(
+        group: str, topic: str, flt: FilterExpression | None = None, await_s: int = 2
+    ) -> SimpleConsumer:
+        consumer = SimpleConsumer(
+            ClientConfiguration(broker.endpoint, Credentials()),
+            group,
+            {topic: flt or FilterExpression()},
+            await_duration=await_s,
+        )
         consumer.startup()
         started.append(consumer)
         return consumer
@@ -320,8 +365,9 @@ def consumers(broker: BrokerProcess) -> Iterator[Any]:
         consumer.shutdown()
 
 
-def receive_all(consumer: SimpleConsumer, count: int, invisible_s: int = 20,
-                timeout_s: float = 15) -> list[Any]:  # fmt: skip
+def receive_all(
+    consumer: SimpleConsumer, count: int, invisible_s: int = 20, timeout_s: float = 15
+) -> list[Any]:
     got: list[Any] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < count and time.monotonic() < deadline:
@@ -330,9 +376,12 @@ def receive_all(consumer: SimpleConsumer, count: int, invisible_s: int = 20,
 
 
 def test_official_simple_consumer_receive_and_ack(producer, consumers) -> None:
-    receipts = [producer.send(client_message("osc-basic", f"b{i}".encode(), tag="T",
-                                             keys=[f"k{i}"], n=str(i)))
-                for i in range(3)]  # fmt: skip
+    receipts = [
+        producer.send(
+            client_message("osc-basic", f"b{i}".encode(), tag="T", keys=[f"k{i}"], n=str(i))
+        )
+        for i in range(3)
+    ]
     consumer = consumers("osc-g-basic", "osc-basic")
     got = sorted(receive_all(consumer, 3), key=lambda m: m.body)
     assert [m.body for m in got] == [b"b0", b"b1", b"b2"]
@@ -362,18 +411,21 @@ def test_official_redelivery_change_invisible_and_ack(producer, consumers) -> No
 
 def test_official_tag_and_sql_filters(producer, consumers) -> None:
     for i in range(6):
-        producer.send(client_message("osc-filter", f"f{i}".encode(), tag="A" if i % 2 else "B",
-                                     n=str(i)))  # fmt: skip
+        producer.send(
+            client_message("osc-filter", f"f{i}".encode(), tag="A" if i % 2 else "B", n=str(i))
+        )
     tags = consumers("osc-g-tag", "osc-filter", FilterExpression("A"))
-    sql = consumers("osc-g-sql", "osc-filter", FilterExpression("n > 2 AND TAGS = 'B'",
-                                                                FilterType.SQL))
+    sql = consumers(
+        "osc-g-sql", "osc-filter", FilterExpression("n > 2 AND TAGS = 'B'", FilterType.SQL)
+    )
     assert sorted(m.body for m in receive_all(tags, 3)) == [b"f1", b"f3", b"f5"]
     assert [m.body for m in receive_all(sql, 1)] == [b"f4"]
     assert tags.receive(16, 20) == [] and sql.receive(16, 20) == []
 
 
-def test_official_consumers_of_one_group_share_and_another_group_gets_all(producer,
-                                                                          consumers) -> None:
+def test_official_consumers_of_one_group_share_and_another_group_gets_all(
+    producer, consumers
+) -> None:
     expected = sorted(f"s{i}".encode() for i in range(20))
     for body in expected:
         producer.send(client_message("osc-share", body))
@@ -399,9 +451,12 @@ def test_official_consumers_of_one_group_share_and_another_group_gets_all(produc
 def test_client_leaving_during_the_long_poll_gets_its_message_released(producer, stub) -> None:
     """A receive whose client gave up does not keep a message invisible for 60 s."""
     request = service_pb2.ReceiveMessageRequest(
-        group=pb.Resource(name="osc-g-leave"), message_queue=mq("osc-leave"), batch_size=1,
-        invisible_duration=duration(60_000), long_polling_timeout=duration(8_000),
-    )  # fmt: skip
+        group=pb.Resource(name="osc-g-leave"),
+        message_queue=mq("osc-leave"),
+        batch_size=1,
+        invisible_duration=duration(60_000),
+        long_polling_timeout=duration(8_000),
+    )
     call = stub.ReceiveMessage(request, timeout=10)
     time.sleep(0.3)  # parked in the broker now
     call.cancel()

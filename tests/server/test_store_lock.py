@@ -19,10 +19,21 @@ RMQ = Path(sys.executable).with_name("rmq")
 
 def start(store: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [str(RMQ), "broker", "start", "--listen", "127.0.0.1:0", "--store-dir", str(store),
-         "--flush", "sync"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            str(RMQ),
+            "broker",
+            "start",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-dir",
+            str(store),
+            "--flush",
+            "sync",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def ready(proc: subprocess.Popen[str]) -> str:

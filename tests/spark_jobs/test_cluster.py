@@ -36,22 +36,41 @@ def client(broker: BrokerProcess) -> Iterator[RocketMQClient]:
         yield c
 
 
-def run_both_jobs(cluster: StandaloneCluster, broker: BrokerProcess, client: RocketMQClient,
-                  work: Path) -> Path:  # fmt: skip
+def run_both_jobs(
+    cluster: StandaloneCluster, broker: BrokerProcess, client: RocketMQClient, work: Path
+) -> Path:
     """Submit order_events and archive; check order_events' results; return archive's output."""
     source, sink = new_topic(client, "orders"), new_topic(client, "stats")
     client.send_batch(source, [OutgoingMessage(event(i, *e)) for i, e in enumerate(EVENTS)])
-    done = cluster.submit(ROOT / "spark_jobs" / "order_events.py", "--endpoints",
-                          broker.endpoint, "--input-topic", source, "--output-topic", sink,
-                          "--checkpoint", str(work / "ckpt-orders"))  # fmt: skip
+    done = cluster.submit(
+        ROOT / "spark_jobs" / "order_events.py",
+        "--endpoints",
+        broker.endpoint,
+        "--input-topic",
+        source,
+        "--output-topic",
+        sink,
+        "--checkpoint",
+        str(work / "ckpt-orders"),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
-    got = {(r["window_start"], r["status"]): (r["orders"], r["revenue_cents"])
-           for r in results(client, sink)}  # fmt: skip
+    got = {
+        (r["window_start"], r["status"]): (r["orders"], r["revenue_cents"])
+        for r in results(client, sink)
+    }
     assert got == EXPECTED
     out = work / "archive"
-    done = cluster.submit(ROOT / "spark_jobs" / "archive.py", "--endpoints", broker.endpoint,
-                          "--topic", source, "--output", str(out),
-                          "--checkpoint", str(work / "ckpt-archive"))  # fmt: skip
+    done = cluster.submit(
+        ROOT / "spark_jobs" / "archive.py",
+        "--endpoints",
+        broker.endpoint,
+        "--topic",
+        source,
+        "--output",
+        str(out),
+        "--checkpoint",
+        str(work / "ckpt-archive"),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     apps = cluster.state()["completedapps"]
     assert len(apps) == 2 and all(a["state"] == "FINISHED" for a in apps), apps
@@ -61,8 +80,9 @@ def run_both_jobs(cluster: StandaloneCluster, broker: BrokerProcess, client: Roc
 
 
 @pytest.mark.slow
-def test_jobs_on_a_two_worker_cluster(broker: BrokerProcess, client: RocketMQClient,
-                                      tmp_path: Path) -> None:
+def test_jobs_on_a_two_worker_cluster(
+    broker: BrokerProcess, client: RocketMQClient, tmp_path: Path
+) -> None:
     cluster = StandaloneCluster(tmp_path / "spark", workers=2)
     try:
         cluster.start()
@@ -71,6 +91,6 @@ def test_jobs_on_a_two_worker_cluster(broker: BrokerProcess, client: RocketMQCli
         cluster.stop()
     rows = pq.read_table(out).to_pylist()  # pyarrow skips _spark_metadata
     assert sorted(json.loads(r["body"])["order_id"] for r in rows) == sorted(
-        f"o-{i}" for i in range(len(EVENTS)))
+        f"o-{i}" for i in range(len(EVENTS))
+    )
     assert len({(r["queueId"], r["queueOffset"]) for r in rows}) == len(EVENTS)
-

@@ -32,9 +32,17 @@ def small_config(store_dir: Path, **overrides: Any) -> StoreConfig:
 
 def make_message(i: int, topic: str = "orders", queue_id: int = 0, size: int = 0) -> Message:
     body = f"message-{i}|".encode() + bytes(size or (i * 37) % 900)
-    return Message(topic, body, queue_id=queue_id,
-                   properties={"TAGS": "even" if i % 2 == 0 else "odd", "KEYS": f"key-{i}",
-                               "UNIQ_KEY": f"ID{i:010d}", "n": str(i)})
+    return Message(
+        topic,
+        body,
+        queue_id=queue_id,
+        properties={
+            "TAGS": "even" if i % 2 == 0 else "odd",
+            "KEYS": f"key-{i}",
+            "UNIQ_KEY": f"ID{i:010d}",
+            "n": str(i),
+        },
+    )
 
 
 @pytest.fixture

@@ -17,8 +17,11 @@ from tests.store.conftest import make_message, small_config
 
 def main() -> None:
     store_dir, mode, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    store = MessageStore(small_config(store_dir, flush_mode=mode, flush_interval_ms=60_000,
-                                      derived_flush_interval_ms=60_000))  # fmt: skip
+    store = MessageStore(
+        small_config(
+            store_dir, flush_mode=mode, flush_interval_ms=60_000, derived_flush_interval_ms=60_000
+        )
+    )
     store.open()
     for i in range(count):
         msg = make_message(i, queue_id=i % 2)

@@ -66,11 +66,13 @@ def test_put_many_stops_when_full_and_refuses_going_back(tmp_path: Path) -> None
 def test_torn_batch_put_is_rolled_back(tmp_path: Path) -> None:
     """A crash after the entries and slots of a batch, before its header: open undoes it."""
     index = IndexFile.create(tmp_path / "20240101000000000", 2, 50)
-    index.put_many(np.array([key_hash("a"), key_hash("b")], np.uint32),
-                   np.array([0, 1], np.int64), T0)  # fmt: skip
+    index.put_many(
+        np.array([key_hash("a"), key_hash("b")], np.uint32), np.array([0, 1], np.int64), T0
+    )
     header = bytes(index._map()[: HEADER.size])
-    index.put_many(np.array([key_hash(k) for k in "abcab"], np.uint32),
-                   np.arange(2, 7, dtype=np.int64), T0)  # fmt: skip
+    index.put_many(
+        np.array([key_hash(k) for k in "abcab"], np.uint32), np.arange(2, 7, dtype=np.int64), T0
+    )
     index._map()[: HEADER.size] = header  # the header write never happened
     index.flush()
     index.close()
@@ -91,8 +93,9 @@ def test_service_put_batch_rolls_files(tmp_path: Path, messages: int) -> None:
     assert len(svc.file_names) == -(-2 * messages // 30)
     for i in range(messages):
         assert svc.query(f"id{i}", T0, T0, 5) == [100 * i]
-    assert svc.query("k0", T0, T0, 100) == [100 * i for i in range(messages - 1, -1, -1)
-                                            if i % 3 == 0]  # fmt: skip
+    assert svc.query("k0", T0, T0, 100) == [
+        100 * i for i in range(messages - 1, -1, -1) if i % 3 == 0
+    ]
     svc.close()
 
 

@@ -19,8 +19,12 @@ HOUR_MS = 3_600_000
 
 def fill(store: MessageStore, count: int) -> None:
     for start in range(0, count, 50):
-        store.put_messages([make_message(i, queue_id=i % 2, size=700)
-                            for i in range(start, min(count, start + 50))])  # fmt: skip
+        store.put_messages(
+            [
+                make_message(i, queue_id=i % 2, size=700)
+                for i in range(start, min(count, start + 50))
+            ]
+        )
     assert store.wait_dispatched()
     store.commitlog.flush()
 
@@ -73,10 +77,14 @@ def test_disk_pressure_deletes_oldest_first_until_below_the_ratio(open_store: Op
     segments = store.commitlog.segments()
     ratios = iter([0.95, 0.95, 0.5])  # full, still full after one deletion, then fine
     service = CleanupService(
-        store.commitlog, store.queues, store.index, file_reserved_hours=1000,
-        disk_max_used_ratio=0.9, safe_offset=lambda: store.commitlog.flushed_offset,
+        store.commitlog,
+        store.queues,
+        store.index,
+        file_reserved_hours=1000,
+        disk_max_used_ratio=0.9,
+        safe_offset=lambda: store.commitlog.flushed_offset,
         disk_ratio=lambda: next(ratios),
-    )  # fmt: skip
+    )
     report = service.run_once(int(time.time() * 1000))
     assert report.deleted_segments == [segments[0].path.name, segments[1].path.name]
 

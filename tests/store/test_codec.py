@@ -23,11 +23,17 @@ def sealed(msg: Message, phys: int = 4096) -> bytearray:
 
 def sample() -> Message:
     return Message(
-        "orders", b"payload-bytes", queue_id=3, flag=5, sys_flag=0,
+        "orders",
+        b"payload-bytes",
+        queue_id=3,
+        flag=5,
+        sys_flag=0,
         properties={"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ABC", "user": "v"},
-        born_timestamp_ms=1_700_000_000_000, born_host=("192.168.1.9", 5555),
-        reconsume_times=2, prepared_transaction_offset=99,
-    )  # fmt: skip
+        born_timestamp_ms=1_700_000_000_000,
+        born_host=("192.168.1.9", 5555),
+        reconsume_times=2,
+        prepared_transaction_offset=99,
+    )
 
 
 def test_round_trip_keeps_every_field() -> None:

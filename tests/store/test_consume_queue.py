@@ -24,8 +24,12 @@ def filled(tmp_path: Path, count: int, start: int = 0) -> ConsumeQueue:
 def test_units_are_twenty_bytes_at_offset_times_twenty(tmp_path: Path) -> None:
     cq = filled(tmp_path, 25)
     assert UNIT_SIZE == 20
-    assert [cq.get_unit(n) for n in (0, 9, 10, 24)] == [(0, 100, 0), (900, 100, 4),
-                                                       (1000, 100, 0), (2400, 100, 4)]
+    assert [cq.get_unit(n) for n in (0, 9, 10, 24)] == [
+        (0, 100, 0),
+        (900, 100, 4),
+        (1000, 100, 0),
+        (2400, 100, 4),
+    ]
     files = sorted(p.name for p in cq.directory.iterdir())
     assert files == [f"{i * PER_FILE * 20:020d}" for i in range(3)]
     raw = (cq.directory / files[1]).read_bytes()

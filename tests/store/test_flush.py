@@ -63,8 +63,9 @@ def test_group_commit_one_fdatasync_covers_many_appenders(
     started once its bytes were written, and fdatasyncs are shared (fewer than one per 4
     messages on any load; the goal of one per 16 is measured by ``bench store-append``,
     whose ``sync_fdatasyncs`` a loaded machine cannot make flaky here)."""
-    store = open_store(flush_mode="sync", segment_size_bytes=8 << 20,
-                       derived_flush_interval_ms=600_000)  # fmt: skip
+    store = open_store(
+        flush_mode="sync", segment_size_bytes=8 << 20, derived_flush_interval_ms=600_000
+    )
     real_fdatasync = os.fdatasync
     durable = [0]  # the log's end before the last completed fdatasync began
     syncs = [0]

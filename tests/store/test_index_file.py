@@ -259,13 +259,17 @@ def test_open_rejects_broken_chain_and_slot(tmp_path: Path) -> None:
     assert info.value.position == HEADER.size
 
 
-@pytest.mark.parametrize(("field", "offset", "value", "text"), [
-    ("prev", 16, SLOT.pack(0), "links to"),
-    ("phys", 4, struct.pack(">q", 1), "phys offset"),
-    ("diff", 12, struct.pack(">i", 0), "time diff"),
-])  # fmt: skip
-def test_open_names_the_first_entry_out_of_line(tmp_path: Path, field: str, offset: int,
-                                                value: bytes, text: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "offset", "value", "text"),
+    [
+        ("prev", 16, SLOT.pack(0), "links to"),
+        ("phys", 4, struct.pack(">q", 1), "phys offset"),
+        ("diff", 12, struct.pack(">i", 0), "time diff"),
+    ],
+)
+def test_open_names_the_first_entry_out_of_line(
+    tmp_path: Path, field: str, offset: int, value: bytes, text: str
+) -> None:
     index = new_file(tmp_path, slots=4)
     for i in range(60):
         index.put(f"k{i % 6}", 100 + i, T0 + i)

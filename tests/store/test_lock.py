@@ -58,8 +58,9 @@ def test_lock_of_a_killed_process_is_released(tmp_path: Path) -> None:
         "print('held', flush=True)\n"
         "time.sleep(60)\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
-                             text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "held"
         with pytest.raises(StoreLockedError, match=rf"pid {child.pid}\)"):

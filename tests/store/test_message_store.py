@@ -59,8 +59,9 @@ def test_tag_code_filter_and_message_filter(open_store: Open) -> None:
     got = store.get_messages("orders", 0, 0, 100, tag_filter=lambda code: code == even)
     assert [int(m.properties["n"]) for m in got.messages] == list(range(0, 40, 2))
     assert got.filtered == 20 and got.next_offset == 40
-    got = store.get_messages("orders", 0, 0, 3,
-                             message_filter=lambda m: int(m.properties["n"]) > 30)
+    got = store.get_messages(
+        "orders", 0, 0, 3, message_filter=lambda m: int(m.properties["n"]) > 30
+    )
     assert [int(m.properties["n"]) for m in got.messages] == [31, 32, 33]
     assert got.next_offset == 34
 
@@ -149,8 +150,12 @@ def test_flow_control_when_dispatch_falls_behind(open_store: Open) -> None:
 
 def test_transaction_prepared_units_stay_out_of_queues(open_store: Open) -> None:
     store = open_store()
-    half = Message("orders", b"half", sys_flag=layout.SYSFLAG_TRANSACTION_PREPARED,
-                   properties={"KEYS": "half-key"})
+    half = Message(
+        "orders",
+        b"half",
+        sys_flag=layout.SYSFLAG_TRANSACTION_PREPARED,
+        properties={"KEYS": "half-key"},
+    )
     store.put_messages([half, make_message(1)])
     assert store.wait_dispatched()
     assert [m.body for m in store.get_messages("orders", 0, 0, 10).messages] == [

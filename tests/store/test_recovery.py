@@ -24,8 +24,10 @@ def crash_child(store_dir: Path, mode: str, count: int, kill_after_acks: int) ->
     """Run the child, SIGKILL it after ``kill_after_acks`` acks; return the acked ids."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.store.crash_child", str(store_dir), mode, str(count)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     acked: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -74,8 +76,10 @@ def damage(path: Path, how: str, seed: int = 7) -> None:
 
 
 def snapshot_reads(store: MessageStore) -> dict[int, list[bytes]]:
-    return {q: [m.body for m in store.get_messages("orders", q, 0, 10_000).messages]
-            for q in store.queue_ids("orders")}  # fmt: skip
+    return {
+        q: [m.body for m in store.get_messages("orders", q, 0, 10_000).messages]
+        for q in store.queue_ids("orders")
+    }
 
 
 @pytest.mark.parametrize("how", ["garbage", "zero-page", "truncate", "delete"])
@@ -138,8 +142,7 @@ def test_lost_checkpoint_rebuilds_everything(open_store: Open, tmp_path: Path) -
     store.close()
     for name in ("checkpoint", "checkpoint.bak"):
         (tmp_path / "store" / name).unlink(missing_ok=True)
-    damage(sorted((tmp_path / "store" / "consumequeue" / "orders" / "2").iterdir())[0],
-           "garbage")
+    damage(sorted((tmp_path / "store" / "consumequeue" / "orders" / "2").iterdir())[0], "garbage")
     store = open_store()
     assert snapshot_reads(store) == before
     assert store.query_by_key("key-42")[0].properties["n"] == "42"

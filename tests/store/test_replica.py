@@ -80,8 +80,9 @@ def test_a_gap_is_refused(open_store: OpenStore, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("where", ["crc", "offset-field", "garbage"])
-def test_a_unit_that_does_not_verify_stores_nothing_of_it(open_store: OpenStore, tmp_path,
-                                                          where: str) -> None:  # fmt: skip
+def test_a_unit_that_does_not_verify_stores_nothing_of_it(
+    open_store: OpenStore, tmp_path, where: str
+) -> None:
     master = open_store(tmp_path / "master")
     data = master_log(master, 100)
     size = int.from_bytes(data[:4], "big")
@@ -98,8 +99,9 @@ def test_a_unit_that_does_not_verify_stores_nothing_of_it(open_store: OpenStore,
     assert slave.commitlog.max_offset == size  # the first unit verified and stays
 
 
-def test_an_empty_store_starts_at_the_masters_first_segment(open_store: OpenStore,
-                                                            tmp_path) -> None:  # fmt: skip
+def test_an_empty_store_starts_at_the_masters_first_segment(
+    open_store: OpenStore, tmp_path
+) -> None:
     master = open_store(tmp_path / "master")
     data = master_log(master, 400)
     seg = master.commitlog.segment_size
@@ -110,8 +112,11 @@ def test_an_empty_store_starts_at_the_masters_first_segment(open_store: OpenStor
     assert slave.commitlog.min_offset == seg
     assert slave.wait_dispatched()
     got = slave.get_messages("orders", 0, slave.min_offset("orders", 0), 1000).messages
-    assert got and got[-1].body == master.get_messages(
-        "orders", 0, master.max_offset("orders", 0) - 1, 1).messages[0].body
+    assert (
+        got
+        and got[-1].body
+        == master.get_messages("orders", 0, master.max_offset("orders", 0) - 1, 1).messages[0].body
+    )
 
 
 def test_a_slave_store_refuses_client_writes(open_store: OpenStore) -> None:

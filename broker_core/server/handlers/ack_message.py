@@ -44,14 +44,15 @@ def require_group_and_topic(ctx: ServerContext, request: Any) -> tuple[str, str]
 
 def _ack_one(ctx: ServerContext, group: str, topic: str, entry: Any, client_id: str) -> Any:
     try:
-        ctx.broker.ack(group, topic, entry.receipt_handle, client_id=client_id,
-                       lite_topic=entry.lite_topic)  # fmt: skip
+        ctx.broker.ack(
+            group, topic, entry.receipt_handle, client_id=client_id, lite_topic=entry.lite_topic
+        )
         status = ok()
     except RocketMQError as exc:
         status = status_of(exc)
-    return service_pb2.AckMessageResultEntry(message_id=entry.message_id,
-                                             receipt_handle=entry.receipt_handle,
-                                             status=status)  # fmt: skip
+    return service_pb2.AckMessageResultEntry(
+        message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
+    )
 
 
 def owner_of(ctx: ServerContext, receipt_handle: str) -> str | None:
@@ -66,24 +67,33 @@ def owner_of(ctx: ServerContext, receipt_handle: str) -> str | None:
     return None if name == ctx.broker_name else name
 
 
-def _forward(ctx: ServerContext, broker_name: str, request: Any, entries: list[Any],
-             context: grpc.ServicerContext) -> list[Any]:  # fmt: skip
+def _forward(
+    ctx: ServerContext,
+    broker_name: str,
+    request: Any,
+    entries: list[Any],
+    context: grpc.ServicerContext,
+) -> list[Any]:
     """The result entries of ``entries`` acked by broker group ``broker_name``."""
     assert ctx.forwarder is not None
-    sub = service_pb2.AckMessageRequest(group=request.group, topic=request.topic,
-                                        entries=entries)  # fmt: skip
+    sub = service_pb2.AckMessageRequest(group=request.group, topic=request.topic, entries=entries)
     try:
-        reply = ctx.forwarder.call(broker_name, "AckMessage", sub,
-                                   context.invocation_metadata())  # fmt: skip
+        reply = ctx.forwarder.call(broker_name, "AckMessage", sub, context.invocation_metadata())
     except RocketMQError as exc:
-        return [service_pb2.AckMessageResultEntry(
-            message_id=e.message_id, receipt_handle=e.receipt_handle, status=status_of(exc))
-            for e in entries]  # fmt: skip
+        return [
+            service_pb2.AckMessageResultEntry(
+                message_id=e.message_id, receipt_handle=e.receipt_handle, status=status_of(exc)
+            )
+            for e in entries
+        ]
     if len(reply.entries) == len(entries):
         return list(reply.entries)
-    return [service_pb2.AckMessageResultEntry(message_id=e.message_id,
-                                              receipt_handle=e.receipt_handle,
-                                              status=reply.status) for e in entries]  # fmt: skip
+    return [
+        service_pb2.AckMessageResultEntry(
+            message_id=e.message_id, receipt_handle=e.receipt_handle, status=reply.status
+        )
+        for e in entries
+    ]
 
 
 def _results(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> list[Any]:

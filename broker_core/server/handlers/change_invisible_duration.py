@@ -28,8 +28,9 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
     owner = owner_of(ctx, request.receipt_handle)
     if owner is not None and ctx.forwarder is not None:
         try:
-            return ctx.forwarder.call(owner, "ChangeInvisibleDuration", request,
-                                      context.invocation_metadata())  # fmt: skip
+            return ctx.forwarder.call(
+                owner, "ChangeInvisibleDuration", request, context.invocation_metadata()
+            )
         except RocketMQError as exc:
             return service_pb2.ChangeInvisibleDurationResponse(status=status_of(exc))
     group, topic = require_group_and_topic(ctx, request)
@@ -38,7 +39,11 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
             status=bad_request("invisible_duration is required")
         )
     new_handle = ctx.broker.change_invisible_duration(
-        group, topic, request.receipt_handle, ms_of_duration(request.invisible_duration),
-        client_id=sessions.client_id_of(context, required=False), lite_topic=request.lite_topic,
+        group,
+        topic,
+        request.receipt_handle,
+        ms_of_duration(request.invisible_duration),
+        client_id=sessions.client_id_of(context, required=False),
+        lite_topic=request.lite_topic,
     )
     return service_pb2.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=new_handle)

@@ -40,6 +40,10 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
             f"resolution must be COMMIT or ROLLBACK, got {request.resolution}"
         )
     from_check = request.source == pb.TransactionSource.SOURCE_SERVER_CHECK
-    ctx.broker.end_transaction(request.message_id, request.transaction_id,
-                               _RESOLUTIONS[request.resolution], from_check=from_check)  # fmt: skip
+    ctx.broker.end_transaction(
+        request.message_id,
+        request.transaction_id,
+        _RESOLUTIONS[request.resolution],
+        from_check=from_check,
+    )
     return service_pb2.EndTransactionResponse(status=ok())

@@ -23,7 +23,11 @@ from broker_core.server.handlers.ack_message import require_group_and_topic
 def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
     """Dead-letter the delivery; OK, or the mapped error (stale handle, unknown group…)."""
     group, topic = require_group_and_topic(ctx, request)
-    ctx.broker.forward_to_dead_letter(group, topic, request.receipt_handle,
-                                      client_id=sessions.client_id_of(context, required=False),
-                                      lite_topic=request.lite_topic)  # fmt: skip
+    ctx.broker.forward_to_dead_letter(
+        group,
+        topic,
+        request.receipt_handle,
+        client_id=sessions.client_id_of(context, required=False),
+        lite_topic=request.lite_topic,
+    )
     return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok())

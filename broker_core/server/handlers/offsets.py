@@ -40,8 +40,10 @@ def read_queue(ctx: ServerContext, message_queue: Any) -> tuple[str, int]:
     config = ctx.broker.topics.for_read(topic)
     queue_id = message_queue.id
     if not 0 <= queue_id < config.read_queue_nums:
-        raise InvalidArgumentError(f"queue {queue_id} of topic {topic} does not exist "
-                                   f"(it has {config.read_queue_nums} read queues)")  # fmt: skip
+        raise InvalidArgumentError(
+            f"queue {queue_id} of topic {topic} does not exist "
+            f"(it has {config.read_queue_nums} read queues)"
+        )
     return topic, queue_id
 
 

@@ -44,22 +44,35 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> I
         yield Response(status=bad_request(f"batch_size must be ≥ 1, got {request.batch_size}"))
         return
     flt = message_filter(request.filter_expression)
-    requested = (ms_of_duration(request.long_polling_timeout)
-                 if request.HasField("long_polling_timeout") else 0)  # fmt: skip
-    result = ctx.broker.pull(group, topic, request.message_queue.id, request.offset,
-                             request.batch_size, filter=flt,
-                             timeout_ms=polling_budget_ms(context, requested))  # fmt: skip
+    requested = (
+        ms_of_duration(request.long_polling_timeout)
+        if request.HasField("long_polling_timeout")
+        else 0
+    )
+    result = ctx.broker.pull(
+        group,
+        topic,
+        request.message_queue.id,
+        request.offset,
+        request.batch_size,
+        filter=flt,
+        timeout_ms=polling_budget_ms(context, requested),
+    )
     if result.status is PullStatus.FOUND:
         if ctx.metrics is not None:
-            ctx.metrics.messages_out(topic, group, len(result.messages),
-                                     sum(len(m.body) for m in result.messages))
+            ctx.metrics.messages_out(
+                topic, group, len(result.messages), sum(len(m.body) for m in result.messages)
+            )
         yield Response(status=ok())
         for msg in result.messages:
             yield Response(message=to_pb_message(msg))
     elif result.error is not None:
         yield Response(status=status_of(result.error))
     else:
-        reason = "no new message" if result.status is PullStatus.NO_NEW_MESSAGE else (
-            "no message matched the filter")  # fmt: skip
+        reason = (
+            "no new message"
+            if result.status is PullStatus.NO_NEW_MESSAGE
+            else ("no message matched the filter")
+        )
         yield Response(status=status_of(MessageNotFoundError(reason)))
     yield Response(next_offset=result.next_offset)

@@ -52,7 +52,8 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
         _ensure_member(ctx, group, topic, client_id)
         queues = assignment_queues(ctx, group, topic, client_id, namespace, access_point)
         return service_pb2.QueryAssignmentResponse(
-            status=ok(), assignments=[pb.Assignment(message_queue=q) for q in queues])
+            status=ok(), assignments=[pb.Assignment(message_queue=q) for q in queues]
+        )
     config = ctx.broker.topic_for_read(topic)
     _ensure_member(ctx, group, topic, client_id)
     broker = broker_proto(ctx, access_point)

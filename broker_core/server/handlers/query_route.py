@@ -32,9 +32,13 @@ from broker_core.server.context import ServerContext
 Type = pb.MessageType
 ACCEPTED_TYPES: Final[dict[str, tuple[int, ...]]] = {
     MIXED: (Type.NORMAL, Type.FIFO, Type.DELAY, Type.TRANSACTION, Type.PRIORITY),
-    "NORMAL": (Type.NORMAL,), "FIFO": (Type.FIFO,), "DELAY": (Type.DELAY,),
-    "TRANSACTION": (Type.TRANSACTION,), "PRIORITY": (Type.PRIORITY,), "LITE": (Type.LITE,),
-}  # fmt: skip
+    "NORMAL": (Type.NORMAL,),
+    "FIFO": (Type.FIFO,),
+    "DELAY": (Type.DELAY,),
+    "TRANSACTION": (Type.TRANSACTION,),
+    "PRIORITY": (Type.PRIORITY,),
+    "LITE": (Type.LITE,),
+}
 _WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "::", "[::]", ""})
 
 
@@ -56,8 +60,9 @@ def broker_endpoints(ctx: ServerContext, access_point: Any | None = None) -> Any
     dialled = access_point is not None and access_point.addresses
     if (host in _WILDCARD_HOSTS or dialled_group) and dialled:
         return access_point
-    return pb.Endpoints(scheme=scheme_of(host), addresses=[pb.Address(host=host.strip("[]"),
-                                                                    port=port)])  # fmt: skip
+    return pb.Endpoints(
+        scheme=scheme_of(host), addresses=[pb.Address(host=host.strip("[]"), port=port)]
+    )
 
 
 def broker_proto(ctx: ServerContext, access_point: Any | None = None) -> Any:
@@ -76,14 +81,17 @@ def permission(config: TopicConfig, queue_id: int) -> int:
     return int(pb.Permission.WRITE if writable else pb.Permission.NONE)
 
 
-def message_queue_proto(config: TopicConfig, queue_id: int, broker: Any,
-                        namespace: str = "") -> Any:  # fmt: skip
+def message_queue_proto(
+    config: TopicConfig, queue_id: int, broker: Any, namespace: str = ""
+) -> Any:
     """One queue of the topic as the protocol's ``MessageQueue``."""
     return pb.MessageQueue(
-        topic=pb.Resource(name=config.name, resource_namespace=namespace), id=queue_id,
-        permission=permission(config, queue_id), broker=broker,
+        topic=pb.Resource(name=config.name, resource_namespace=namespace),
+        id=queue_id,
+        permission=permission(config, queue_id),
+        broker=broker,
         accept_message_types=ACCEPTED_TYPES[config.message_type],
-    )  # fmt: skip
+    )
 
 
 def topic_for_route(ctx: ServerContext, name: str) -> TopicConfig:
@@ -101,12 +109,16 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
         from broker_core.server.cluster_view import route_queues
 
         validate_topic_name(request.topic.name)
-        return service_pb2.QueryRouteResponse(status=ok(), message_queues=route_queues(
-            ctx, request.topic.name, namespace, access_point))  # fmt: skip
+        return service_pb2.QueryRouteResponse(
+            status=ok(),
+            message_queues=route_queues(ctx, request.topic.name, namespace, access_point),
+        )
     config = topic_for_route(ctx, request.topic.name)
     broker = broker_proto(ctx, access_point)
-    queues = [message_queue_proto(config, q, broker, namespace)
-              for q in range(max(config.read_queue_nums, config.write_queue_nums))]  # fmt: skip
+    queues = [
+        message_queue_proto(config, q, broker, namespace)
+        for q in range(max(config.read_queue_nums, config.write_queue_nums))
+    ]
     return service_pb2.QueryRouteResponse(
         status=ok(), message_queues=[q for q in queues if q.permission != pb.Permission.NONE]
     )

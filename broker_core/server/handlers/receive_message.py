@@ -67,8 +67,11 @@ POLL_SLICE_MS = 1_000  # how often a long poll checks that its client is still t
 
 Response = service_pb2.ReceiveMessageResponse
 
-_FILTER_TYPES = {pb.FilterType.FILTER_TYPE_UNSPECIFIED: TAG, pb.FilterType.TAG: TAG,
-                 pb.FilterType.SQL: SQL92}  # fmt: skip
+_FILTER_TYPES = {
+    pb.FilterType.FILTER_TYPE_UNSPECIFIED: TAG,
+    pb.FilterType.TAG: TAG,
+    pb.FilterType.SQL: SQL92,
+}
 
 
 def message_filter(expression: Any) -> MessageFilter | None:
@@ -120,11 +123,22 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> I
         yield Response(status=bad_request(f"batch_size must be ≥ 1, got {request.batch_size}"))
         return
     flt = message_filter(request.filter_expression)
-    requested = (ms_of_duration(request.long_polling_timeout)
-                 if request.HasField("long_polling_timeout") else None)  # fmt: skip
+    requested = (
+        ms_of_duration(request.long_polling_timeout)
+        if request.HasField("long_polling_timeout")
+        else None
+    )
     client_id = sessions.client_id_of(context, required=False)  # broadcasting groups need it
-    popped = _long_poll(ctx, context, (group, client_id), topic, request.batch_size,
-                        invisible_ms, flt, polling_budget_ms(context, requested))  # fmt: skip
+    popped = _long_poll(
+        ctx,
+        context,
+        (group, client_id),
+        topic,
+        request.batch_size,
+        invisible_ms,
+        flt,
+        polling_budget_ms(context, requested),
+    )
     if not popped:
         yield Response(status=status_of(MessageNotFoundError("no new message")))
         yield Response(delivery_timestamp=now_timestamp())
@@ -138,23 +152,37 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> I
 Consumer = tuple[str, str]  # (group, client id)
 
 
-def _long_poll(ctx: ServerContext, context: grpc.ServicerContext, consumer: Consumer, topic: str,
-               batch_size: int, invisible_ms: int, flt: MessageFilter | None,
-               budget_ms: int) -> list[PoppedMessage]:  # fmt: skip
+def _long_poll(
+    ctx: ServerContext,
+    context: grpc.ServicerContext,
+    consumer: Consumer,
+    topic: str,
+    batch_size: int,
+    invisible_ms: int,
+    flt: MessageFilter | None,
+    budget_ms: int,
+) -> list[PoppedMessage]:
     """``Broker.receive`` in slices of :data:`POLL_SLICE_MS`, so a client that gives up
     stops the poll within a slice instead of having messages popped for nobody."""
     deadline_ms = time.monotonic_ns() // 1_000_000 + budget_ms
     while True:
         remaining_ms = max(0, deadline_ms - time.monotonic_ns() // 1_000_000)
-        popped = ctx.broker.receive(consumer[0], topic, max_count=batch_size,
-                                    invisible_ms=invisible_ms, filter=flt, client_id=consumer[1],
-                                    timeout_ms=min(remaining_ms, POLL_SLICE_MS))  # fmt: skip
+        popped = ctx.broker.receive(
+            consumer[0],
+            topic,
+            max_count=batch_size,
+            invisible_ms=invisible_ms,
+            filter=flt,
+            client_id=consumer[1],
+            timeout_ms=min(remaining_ms, POLL_SLICE_MS),
+        )
         if popped or remaining_ms <= POLL_SLICE_MS or not context.is_active():
             return popped
 
 
-def _stream(ctx: ServerContext, consumer: Consumer, popped: list[PoppedMessage],
-            invisible_ms: int) -> Iterator[Any]:  # fmt: skip
+def _stream(
+    ctx: ServerContext, consumer: Consumer, popped: list[PoppedMessage], invisible_ms: int
+) -> Iterator[Any]:
     """Status, messages, delivery timestamp; undelivered messages are nacked on a break."""
     sent = 0
     try:
@@ -165,8 +193,9 @@ def _stream(ctx: ServerContext, consumer: Consumer, popped: list[PoppedMessage],
         yield Response(delivery_timestamp=now_timestamp())
     finally:
         if ctx.metrics is not None and sent:
-            ctx.metrics.messages_out(popped[0].topic, consumer[0], sent,
-                                     sum(len(p.message.body) for p in popped[:sent]))
+            ctx.metrics.messages_out(
+                popped[0].topic, consumer[0], sent, sum(len(p.message.body) for p in popped[:sent])
+            )
         if sent < len(popped):
             _nack(ctx, consumer, popped[sent:])
 
@@ -175,7 +204,12 @@ def _nack(ctx: ServerContext, consumer: Consumer, popped: Sequence[PoppedMessage
     """Make deliveries the client did not get visible again soon (best effort)."""
     for item in popped:
         try:
-            ctx.broker.change_invisible_duration(consumer[0], item.topic, item.receipt_handle,
-                                                 NACK_INVISIBLE_MS, client_id=consumer[1])
+            ctx.broker.change_invisible_duration(
+                consumer[0],
+                item.topic,
+                item.receipt_handle,
+                NACK_INVISIBLE_MS,
+                client_id=consumer[1],
+            )
         except RocketMQError as exc:  # it stays invisible until its own deadline
             log.info("could not release undelivered message %s: %s", item.message_id, exc)

@@ -74,12 +74,20 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
             ctx.metrics.messages_in(m.topic, 1, len(m.body))
     if group is not None:
         sessions.note_publishing(ctx, sessions.client_id_of(context, required=False), group)
-    return _answer(ids, [r.queue_offset for r in results], [r.transaction_id for r in results],
-                   [r.recall_handle for r in results])  # fmt: skip
+    return _answer(
+        ids,
+        [r.queue_offset for r in results],
+        [r.transaction_id for r in results],
+        [r.recall_handle for r in results],
+    )
 
 
-def _answer(ids: list[str], offsets: list[int], transaction_ids: Sequence[str] = (),
-            recall_handles: Sequence[str] = ()) -> Any:  # fmt: skip
+def _answer(
+    ids: list[str],
+    offsets: list[int],
+    transaction_ids: Sequence[str] = (),
+    recall_handles: Sequence[str] = (),
+) -> Any:
     """One OK entry per message, in request order."""
     status = ok()
     response = service_pb2.SendMessageResponse(status=status)
@@ -88,8 +96,14 @@ def _answer(ids: list[str], offsets: list[int], transaction_ids: Sequence[str] =
         for message_id, offset in zip(ids, offsets, strict=True):
             add(status=status, message_id=message_id, offset=offset)
         return response
-    for message_id, offset, tx_id, handle in zip(ids, offsets, transaction_ids, recall_handles,
-                                                 strict=True):  # fmt: skip
-        add(status=status, message_id=message_id, transaction_id=tx_id, offset=offset,
-            recall_handle=handle)  # fmt: skip
+    for message_id, offset, tx_id, handle in zip(
+        ids, offsets, transaction_ids, recall_handles, strict=True
+    ):
+        add(
+            status=status,
+            message_id=message_id,
+            transaction_id=tx_id,
+            offset=offset,
+            recall_handle=handle,
+        )
     return response

@@ -26,6 +26,7 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> A
     """Apply the subscription change; see the module docstring for the statuses."""
     group = validate_group_name(request.group.name)
     topic = validate_topic_name(request.topic.name)
-    ctx.broker.sync_lite_subscription(group, sessions.client_id_of(context), topic,
-                                      request.action, list(request.lite_topic_set))  # fmt: skip
+    ctx.broker.sync_lite_subscription(
+        group, sessions.client_id_of(context), topic, request.action, list(request.lite_topic_set)
+    )
     return service_pb2.SyncLiteSubscriptionResponse(status=ok())

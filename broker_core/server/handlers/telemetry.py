@@ -65,9 +65,13 @@ def retry_policy_proto(policy: RetryPolicy) -> Any:
     proto = pb.RetryPolicy(max_attempts=policy.max_retries + 1)
     backoff = policy.backoff
     if isinstance(backoff, ExponentialBackoff):
-        proto.exponential_backoff.CopyFrom(pb.ExponentialBackoff(
-            initial=duration(backoff.initial_ms), max=duration(backoff.max_ms),
-            multiplier=backoff.multiplier))  # fmt: skip
+        proto.exponential_backoff.CopyFrom(
+            pb.ExponentialBackoff(
+                initial=duration(backoff.initial_ms),
+                max=duration(backoff.max_ms),
+                multiplier=backoff.multiplier,
+            )
+        )
     elif isinstance(backoff, CustomBackoff):
         proto.customized_backoff.next.extend(duration(ms) for ms in backoff.delays_ms)
     else:
@@ -83,11 +87,16 @@ def producer_settings(ctx: ServerContext, settings: Any) -> Any:
     out.CopyFrom(settings)
     out.publishing.max_body_size = ctx.broker.store.config.max_body_bytes
     out.publishing.validate_message_type = True
-    out.backoff_policy.CopyFrom(pb.RetryPolicy(
-        max_attempts=PRODUCER_MAX_ATTEMPTS,
-        exponential_backoff=pb.ExponentialBackoff(
-            initial=duration(PRODUCER_BACKOFF_INITIAL_MS), max=duration(PRODUCER_BACKOFF_MAX_MS),
-            multiplier=PRODUCER_BACKOFF_MULTIPLIER)))  # fmt: skip
+    out.backoff_policy.CopyFrom(
+        pb.RetryPolicy(
+            max_attempts=PRODUCER_MAX_ATTEMPTS,
+            exponential_backoff=pb.ExponentialBackoff(
+                initial=duration(PRODUCER_BACKOFF_INITIAL_MS),
+                max=duration(PRODUCER_BACKOFF_MAX_MS),
+                multiplier=PRODUCER_BACKOFF_MULTIPLIER,
+            ),
+        )
+    )
     out.metric.CopyFrom(pb.Metric(on=False))
     return out
 
@@ -124,8 +133,13 @@ def on_settings(ctx: ServerContext, session: sessions.Session, settings: Any) ->
         profile = sessions.Profile("consumer", group, topics)
         reply = consumer_settings(ctx, settings, group)
     sessions.set_profile(ctx, session, profile)
-    log.info("client %s (%s) settings: %s %s", session.client_id, session.peer, kind,
-             profile.group or sorted(profile.topics))  # fmt: skip
+    log.info(
+        "client %s (%s) settings: %s %s",
+        session.client_id,
+        session.peer,
+        kind,
+        profile.group or sorted(profile.topics),
+    )
     return reply
 
 
@@ -162,16 +176,21 @@ def _read(ctx: ServerContext, session: sessions.Session, requests: Iterable[Any]
         session.close()
 
 
-def handle(ctx: ServerContext, requests: Iterable[Any],
-           context: grpc.ServicerContext) -> Iterator[Any]:  # fmt: skip
+def handle(
+    ctx: ServerContext, requests: Iterable[Any], context: grpc.ServicerContext
+) -> Iterator[Any]:
     """Serve one Telemetry stream: a reader thread answers, this generator writes."""
     session = sessions.Session(sessions.client_id_of(context), peer=context.peer())
     sessions.attach(ctx, session)
     finished = threading.Event()
     context.add_callback(session.close)
     context.add_callback(finished.set)
-    reader = threading.Thread(target=_read, args=(ctx, session, requests), daemon=True,
-                              name=f"telemetry-{session.client_id}")  # fmt: skip
+    reader = threading.Thread(
+        target=_read,
+        args=(ctx, session, requests),
+        daemon=True,
+        name=f"telemetry-{session.client_id}",
+    )
     reader.start()
     try:
         yield from session.outgoing(context.is_active)

@@ -34,8 +34,10 @@ def main() -> None:
                 msg.set_body(f"b-{i}")
                 msgs.append(msg)
             result = producer.send_batch(msgs)
-            print(json.dumps({"batch": start, "status": int(result.status),
-                              "msg_id": result.msg_id}), flush=True)
+            print(
+                json.dumps({"batch": start, "status": int(result.status), "msg_id": result.msg_id}),
+                flush=True,
+            )
     finally:
         producer.shutdown()
     consumer = PullConsumer("cpp-pull-group")
@@ -43,8 +45,10 @@ def main() -> None:
     consumer.start()
     try:
         for msg in consumer.pull(args.topic, "TagA"):
-            print(json.dumps({"body": msg.body.decode(), "q": msg.queue_id,
-                              "o": msg.queue_offset}), flush=True)
+            print(
+                json.dumps({"body": msg.body.decode(), "q": msg.queue_id, "o": msg.queue_offset}),
+                flush=True,
+            )
     finally:
         consumer.shutdown()
 
