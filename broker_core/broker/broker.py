@@ -38,7 +38,7 @@ from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService, monotonic_ms
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop import PopConfig, PoppedMessage, PopService
-from broker_core.broker.pull import DEFAULT_PULL_MAX_BYTES, PullRequest, PullResult, PullService
+from broker_core.broker.pull import PullRequest, PullResult, PullService
 from broker_core.broker.put_rate import PutRate, stored_total
 from broker_core.broker.rebalance import MessageQueue
 from broker_core.broker.retry import delay_level_ms, is_retry_topic
@@ -497,69 +497,45 @@ class Broker:
 
     # ---- pull consumers -------------------------------------------------------------------
 
-    def pull(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        *,
-        filter: MessageFilter | None = None,
-        timeout_ms: int = 0,
-        raw: bool = False,
-        max_bytes: int = DEFAULT_PULL_MAX_BYTES,
-    ) -> PullResult:
-        """Offset-based pull; with ``timeout_ms`` it long-polls for new messages.
+    def pull(self, group: str, request: PullRequest, *, timeout_ms: int = 0) -> PullResult:
+        """Offset-based pull for ``group``; with ``timeout_ms`` it long-polls for new messages.
 
-        ``raw`` pulls hand out the stored units (``PullResult.raw``) for bulk readers, up
-        to ``max_raw_pull_batch`` of them; decoded pulls stop at ``max_pull_batch``.
+        ``request.raw`` pulls hand out the stored units (``PullResult.raw``) for bulk
+        readers, up to ``max_raw_pull_batch`` of them; decoded pulls stop at
+        ``max_pull_batch``. Raises for an unknown group or topic, an unreadable topic, or a
+        queue the topic does not have.
         """
-        self.group(group)
-        config = self.topics.for_read(topic)
-        if not 0 <= queue_id < config.read_queue_nums:
-            raise InvalidArgumentError(f"queue {queue_id} of topic {topic} does not exist")
-        cap = self.config.max_raw_pull_batch if raw else self.config.max_pull_batch
-        max_count = min(max_count, cap)
+        request = self._checked_pull(group, request)
         if timeout_ms <= 0:
-            return self.pulls.pull(
-                topic, queue_id, offset, max_count, filter=filter, max_bytes=max_bytes, raw=raw
-            )
-        return self.long_polling.pull_blocking(
-            topic,
-            queue_id,
-            offset,
-            max_count,
-            filter=filter,
-            max_bytes=max_bytes,
-            raw=raw,
-            timeout_ms=min(timeout_ms, self.config.max_long_polling_ms),
-        )
+            return self.pulls.execute(request)
+        wait_ms = min(timeout_ms, self.config.max_long_polling_ms)
+        return self.long_polling.pull_blocking(request, timeout_ms=wait_ms)
 
     def pull_async(
         self,
         group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
+        request: PullRequest,
         callback: Callable[[PullResult], None],
         *,
-        filter: MessageFilter | None = None,
         timeout_ms: int = 0,
     ) -> None:
         """:meth:`pull` for event-driven servers: ``callback(result)`` runs once, at once on
         this thread when there is something (or ``timeout_ms`` is 0), else on the long-polling
         thread when messages arrive or the wait ends. Bad arguments raise here."""
-        self.group(group)
-        config = self.topics.for_read(topic)
-        if not 0 <= queue_id < config.read_queue_nums:
-            raise InvalidArgumentError(f"queue {queue_id} of topic {topic} does not exist")
-        request = PullRequest(
-            topic, queue_id, offset, min(max_count, self.config.max_pull_batch), filter
-        )
+        request = self._checked_pull(group, request)
         wait_ms = min(max(timeout_ms, 0), self.config.max_long_polling_ms)
         self.long_polling.pull_or_park(request, monotonic_ms() + wait_ms, callback)
+
+    def _checked_pull(self, group: str, request: PullRequest) -> PullRequest:
+        """``request`` capped at the broker's batch limit, once group, topic and queue pass."""
+        self.group(group)
+        config = self.topics.for_read(request.topic)
+        if not 0 <= request.queue_id < config.read_queue_nums:
+            raise InvalidArgumentError(
+                f"queue {request.queue_id} of topic {request.topic} does not exist"
+            )
+        cap = self.config.max_raw_pull_batch if request.raw else self.config.max_pull_batch
+        return request.capped(cap)
 
     def message_at(self, physical_offset: int) -> StoredMessage:
         """The stored message at a commitlog offset (4.x clients name messages so)."""

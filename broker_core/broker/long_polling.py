@@ -39,7 +39,7 @@ again from their offsets. Stop this service before closing its store.
 >>> polling.start()
 >>> timer = threading.Timer(0.05, store.put_messages, [[Message("t", b"late")]])
 >>> timer.start()
->>> [m.body for m in polling.pull_blocking("t", 0, 0, timeout_ms=5_000).messages]
+>>> [m.body for m in polling.pull_blocking(PullRequest("t", 0, 0), timeout_ms=5_000).messages]
 [b'late']
 >>> polling.stop(); store.close()
 """
@@ -54,16 +54,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker_core.broker.pull import (
-    DEFAULT_PULL_MAX_BYTES,
-    DEFAULT_PULL_MAX_COUNT,
-    PullRequest,
-    PullResult,
-    PullService,
-    PullStatus,
-)
+from broker_core.broker.pull import PullRequest, PullResult, PullService, PullStatus
 from broker_core.errors import RocketMQError
-from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
 from broker_core.store.message_store import MessageStore
 
@@ -217,25 +209,13 @@ class LongPollingService:
             return None
         return self.park(request.at(result.next_offset), deadline_ms, callback)
 
-    def pull_blocking(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = DEFAULT_PULL_MAX_COUNT,
-        *,
-        filter: MessageFilter | None = None,
-        max_bytes: int = DEFAULT_PULL_MAX_BYTES,
-        raw: bool = False,
-        timeout_ms: int,
-    ) -> PullResult:
+    def pull_blocking(self, request: PullRequest, *, timeout_ms: int) -> PullResult:
         """Pull, waiting up to ``timeout_ms`` for messages (thread-per-request servers).
 
         The caller's thread is woken by dispatch itself and pulls again at once: the
         answer to a parked pull costs one thread switch after the message is dispatched.
         """
         deadline_ms = self._clock_ms() + timeout_ms
-        request = PullRequest(topic, queue_id, offset, max_count, filter, max_bytes, raw)
         while True:
             result = self._pull.execute(request)
             if not result.status.empty or self._clock_ms() >= deadline_ms:

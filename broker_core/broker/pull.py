@@ -1,10 +1,11 @@
 """Offset pull: read one queue from an offset, filtered on the broker, RocketMQ's way.
 
 A pull names ``(topic, queue_id, offset)``, a batch size and optionally a subscription
-filter. Tag filters are checked first against the 8-byte tag hash in each consume-queue
-unit (the commitlog is not touched for a unit whose hash cannot match), then confirmed on
-the decoded message, because hashes can collide; SQL92 filters are evaluated on the
-decoded message's properties.
+filter: one frozen :class:`PullRequest`, which every layer passes on whole (the broker's
+checks, long polling, the gRPC and remoting front ends). Tag filters are checked first
+against the 8-byte tag hash in each consume-queue unit (the commitlog is not touched for
+a unit whose hash cannot match), then confirmed on the decoded message, because hashes
+can collide; SQL92 filters are evaluated on the decoded message's properties.
 
 Statuses and the corrected offset (:func:`classify_offset`, a pure function)::
 
@@ -44,16 +45,18 @@ method may be called from any thread (the store is thread-safe, the service is s
 >>> _ = store.put_messages([Message("t", b"a", properties={"TAGS": "A"}),
 ...                         Message("t", b"b", properties={"TAGS": "B"})])
 >>> _ = store.wait_dispatched()
->>> result = PullService(store).pull("t", 0, 0, 10, filter=MessageFilter("TAG", "B"))
+>>> only_b = MessageFilter("TAG", "B")
+>>> result = PullService(store).execute(PullRequest("t", 0, 0, 10, filter=only_b))
 >>> result.status.name, [m.body for m in result.messages], result.next_offset
 ('FOUND', [b'b'], 2)
->>> PullService(store).pull("t", 0, 7, 10).status.name
+>>> PullService(store).execute(PullRequest("t", 0, 7, 10)).status.name
 'OFFSET_OVERFLOW_BADLY'
 >>> store.close()
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 
@@ -115,8 +118,12 @@ class PullRequest:
 
     def at(self, offset: int) -> PullRequest:
         """The same request from another offset."""
-        return PullRequest(
-            self.topic, self.queue_id, offset, self.max_count, self.filter, self.max_bytes, self.raw
+        return dataclasses.replace(self, offset=offset)
+
+    def capped(self, max_count: int) -> PullRequest:
+        """The same request asking for at most ``max_count`` messages."""
+        return (
+            self if self.max_count <= max_count else dataclasses.replace(self, max_count=max_count)
         )
 
 
@@ -187,22 +194,9 @@ class PullService:
     def __init__(self, store: MessageStore) -> None:
         self._store = store
 
-    def pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int = DEFAULT_PULL_MAX_COUNT,
-        *,
-        filter: MessageFilter | None = None,
-        max_bytes: int = DEFAULT_PULL_MAX_BYTES,
-        raw: bool = False,
-    ) -> PullResult:
-        """Pull up to ``max_count`` messages (and about ``max_bytes``) from ``offset``."""
-        return self.execute(PullRequest(topic, queue_id, offset, max_count, filter, max_bytes, raw))
-
     def execute(self, request: PullRequest) -> PullResult:
-        """Run one :class:`PullRequest` (the form long polling re-runs)."""
+        """Pull up to ``request.max_count`` messages (and about ``request.max_bytes``) from
+        ``request.offset``: the one way in, which long polling re-runs."""
         tag_filter, message_filter = store_filters(request.filter)
         read = self._store.get_raw if request.raw else self._store.get_messages
         try:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from broker_core.broker.pull import PullResult, PullStatus
+from broker_core.broker.pull import PullRequest, PullResult, PullStatus
 from broker_core.errors import FilterSyntaxError, RemotingError
 from broker_core.protocol.filters import MessageFilter
 from broker_core.remoting.channel import Channel
@@ -103,16 +103,8 @@ def handle_pull(
         except RemotingError as exc:
             log.info("pull answer to %r not sent: %s", channel, exc)
 
-    ctx.broker.pull_async(
-        group,
-        topic,
-        queue_id,
-        offset,
-        max_count,
-        deliver,
-        filter=message_filter,
-        timeout_ms=timeout_ms,
-    )
+    request = PullRequest(topic, queue_id, offset, max_count, message_filter)
+    ctx.broker.pull_async(group, request, deliver, timeout_ms=timeout_ms)
     return state.detach()
 
 

@@ -5,7 +5,7 @@ is what RocketMQ clients expect and what costs most when a reader wants a millio
 (building the protobuf, then taking it apart again). Our own client's bulk path (the
 Spark source, backlog drains) asks this service instead and decodes the units as columns
 (``broker_core.client.columnar``); the same broker checks, filters and long polling
-apply, through ``Broker.pull(..., raw=True)``.
+apply, through ``Broker.pull`` with a raw ``PullRequest``.
 
 Request: one UTF-8 JSON object (unknown fields are BAD_REQUEST)::
 
@@ -43,7 +43,7 @@ from typing import Any, Final
 
 import grpc
 
-from broker_core.broker.pull import PullResult, PullStatus
+from broker_core.broker.pull import PullRequest, PullResult, PullStatus
 from broker_core.errors import InvalidArgumentError, MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.protocol.bulk_send import SEND_METHOD
@@ -97,17 +97,16 @@ def _pull(ctx: ServerContext, args: Args, context: grpc.ServicerContext) -> Pull
     max_count = args.integer("max_count", required=True, minimum=1)
     max_bytes = args.integer("max_bytes", minimum=1) or DEFAULT_MAX_BYTES
     requested_ms = args.integer("long_polling_timeout_ms", minimum=0) or 0
-    return ctx.broker.pull(
-        group,
+    request = PullRequest(
         topic,
         queue_id,
         offset,
         max_count,
         filter=_filter(args),
-        timeout_ms=polling_budget_ms(context, requested_ms),
-        raw=True,
         max_bytes=min(max_bytes, MAX_BYTES_LIMIT),
+        raw=True,
     )
+    return ctx.broker.pull(group, request, timeout_ms=polling_budget_ms(context, requested_ms))
 
 
 def _frame(header: dict[str, Any], sizes: bytes = b"", units: bytes = b"") -> bytes:

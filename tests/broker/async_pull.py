@@ -10,25 +10,11 @@ from __future__ import annotations
 import asyncio
 
 from broker_core.broker.long_polling import LongPollingService, ParkedPull, monotonic_ms
-from broker_core.broker.pull import (
-    DEFAULT_PULL_MAX_BYTES,
-    DEFAULT_PULL_MAX_COUNT,
-    PullRequest,
-    PullResult,
-)
-from broker_core.protocol.filters import MessageFilter
+from broker_core.broker.pull import PullRequest, PullResult
 
 
 async def pull_async(
-    polling: LongPollingService,
-    topic: str,
-    queue_id: int,
-    offset: int,
-    max_count: int = DEFAULT_PULL_MAX_COUNT,
-    *,
-    filter: MessageFilter | None = None,
-    max_bytes: int = DEFAULT_PULL_MAX_BYTES,
-    timeout_ms: int,
+    polling: LongPollingService, request: PullRequest, *, timeout_ms: int
 ) -> PullResult:
     """Pull, waiting up to ``timeout_ms`` for messages, without blocking the event loop.
 
@@ -38,7 +24,6 @@ async def pull_async(
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[PullResult] = loop.create_future()
-    request = PullRequest(topic, queue_id, offset, max_count, filter, max_bytes)
     deadline_ms = monotonic_ms() + timeout_ms
 
     def deliver(result: PullResult) -> None:

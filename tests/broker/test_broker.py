@@ -10,7 +10,7 @@ import pytest
 
 from broker_core.broker.broker import Broker
 from broker_core.broker.groups import GroupConfig
-from broker_core.broker.pull import PullStatus
+from broker_core.broker.pull import PullRequest, PullStatus
 from broker_core.broker.topics import Perm, TopicConfig
 from broker_core.broker.transaction import CheckRequest
 from broker_core.config import BrokerConfig
@@ -58,7 +58,7 @@ def msg(topic: str, body: bytes, queue_id: int = 0, **props: str) -> Message:
 
 def bodies(broker: Broker, topic: str, queue_id: int = 0) -> list[bytes]:
     broker.store.wait_dispatched()
-    return [m.body for m in broker.pull("g", topic, queue_id, 0, 100).messages]
+    return [m.body for m in broker.pull("g", PullRequest(topic, queue_id, 0, 100)).messages]
 
 
 def test_send_auto_creates_the_topic_and_pull_reads_it(broker: Broker) -> None:
@@ -87,7 +87,7 @@ def test_long_polling_pull_is_answered_when_a_message_arrives(broker: Broker) ->
     result = {}
 
     def poll() -> None:
-        result["r"] = broker.pull("g", "events", 0, 1, 10, timeout_ms=20_000)
+        result["r"] = broker.pull("g", PullRequest("events", 0, 1, 10), timeout_ms=20_000)
         answered.set()
 
     threading.Thread(target=poll).start()
@@ -100,7 +100,7 @@ def test_long_polling_pull_is_answered_when_a_message_arrives(broker: Broker) ->
 def test_tag_filter_on_pull(broker: Broker) -> None:
     broker.send([msg("t", b"a", TAGS="A"), msg("t", b"b", TAGS="B"), msg("t", b"c", TAGS="A")])
     broker.store.wait_dispatched()
-    got = broker.pull("g", "t", 0, 0, 10, filter=MessageFilter("TAG", "A"))
+    got = broker.pull("g", PullRequest("t", 0, 0, 10, filter=MessageFilter("TAG", "A")))
     assert [m.body for m in got.messages] == [b"a", b"c"]
 
 

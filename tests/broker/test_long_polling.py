@@ -136,7 +136,9 @@ def test_pull_blocking_returns_when_a_message_arrives(
 ) -> None:
     box: list[PullResult] = []
     waiter = threading.Thread(
-        target=lambda: box.append(polling.pull_blocking("t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
+        target=lambda: box.append(
+            polling.pull_blocking(PullRequest("t", 0, 0), timeout_ms=LONG_TIMEOUT_MS)
+        )
     )
     started = time.monotonic()
     waiter.start()
@@ -157,7 +159,7 @@ def test_blocked_pull_is_woken_by_dispatch_itself(store: MessageStore) -> None:
     tag_b = MessageFilter("TAG", "B")
     waiter = threading.Thread(
         target=lambda: box.append(
-            service.pull_blocking("t", 0, 0, filter=tag_b, timeout_ms=LONG_TIMEOUT_MS)
+            service.pull_blocking(PullRequest("t", 0, 0, filter=tag_b), timeout_ms=LONG_TIMEOUT_MS)
         )
     )
     waiter.start()
@@ -174,7 +176,9 @@ def test_blocked_pull_is_woken_by_dispatch_itself(store: MessageStore) -> None:
     assert time.monotonic() - started < LONG_TIMEOUT_MS / 1000 / 2
     assert [m.body for m in box[0].messages] == [b"wanted"] and box[0].next_offset == 2
     assert service.parked_count == 0
-    timed = service.pull_blocking("t", 0, 2, timeout_ms=50)  # no hold thread, still ends
+    timed = service.pull_blocking(
+        PullRequest("t", 0, 2), timeout_ms=50
+    )  # no hold thread, still ends
     assert timed.status is PullStatus.NO_NEW_MESSAGE and timed.next_offset == 2
     service.stop()
 
@@ -184,12 +188,12 @@ def test_pull_blocking_answers_at_once_when_messages_exist(
 ) -> None:
     store.put_messages([msg("A")])
     assert store.wait_dispatched()
-    result = polling.pull_blocking("t", 0, 0, timeout_ms=LONG_TIMEOUT_MS)
+    result = polling.pull_blocking(PullRequest("t", 0, 0), timeout_ms=LONG_TIMEOUT_MS)
     assert result.status is PullStatus.FOUND and polling.parked_count == 0
 
 
 def test_pull_blocking_returns_illegal_offsets_at_once(polling: LongPollingService) -> None:
-    result = polling.pull_blocking("t", 0, 5, timeout_ms=LONG_TIMEOUT_MS)
+    result = polling.pull_blocking(PullRequest("t", 0, 5), timeout_ms=LONG_TIMEOUT_MS)
     assert result.status is PullStatus.OFFSET_OVERFLOW_BADLY and result.next_offset == 0
 
 
@@ -210,7 +214,7 @@ def test_non_matching_messages_do_not_answer_a_filtered_pull(
 
 def test_timeout_answers_with_no_new_message(polling: LongPollingService) -> None:
     started = time.monotonic()
-    result = polling.pull_blocking("t", 0, 0, timeout_ms=100)
+    result = polling.pull_blocking(PullRequest("t", 0, 0), timeout_ms=100)
     elapsed_s = time.monotonic() - started
     assert result.status is PullStatus.NO_NEW_MESSAGE and result.messages == []
     assert result.next_offset == 0
@@ -275,7 +279,9 @@ def test_pull_async_is_answered_when_a_message_arrives(
     async def scenario() -> tuple[PullResult, float]:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        task = asyncio.create_task(pull_async(polling, "t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
+        task = asyncio.create_task(
+            pull_async(polling, PullRequest("t", 0, 0), timeout_ms=LONG_TIMEOUT_MS)
+        )
         await asyncio.sleep(0)  # let the task start its first pull
         await loop.run_in_executor(None, store.put_messages, [msg("A", body=b"async")])
         result = await asyncio.wait_for(task, LONG_TIMEOUT_MS / 1000)
@@ -287,13 +293,16 @@ def test_pull_async_is_answered_when_a_message_arrives(
 
 
 def test_pull_async_times_out(polling: LongPollingService) -> None:
-    result = asyncio.run(pull_async(polling, "t", 0, 0, timeout_ms=100))
+    result = asyncio.run(pull_async(polling, PullRequest("t", 0, 0), timeout_ms=100))
     assert result.status is PullStatus.NO_NEW_MESSAGE
 
 
 def test_many_async_pulls_share_one_loop(store: MessageStore, polling: LongPollingService) -> None:
     async def scenario() -> list[PullResult]:
-        pulls = [pull_async(polling, "t", qid, 0, timeout_ms=LONG_TIMEOUT_MS) for qid in range(20)]
+        pulls = [
+            pull_async(polling, PullRequest("t", qid, 0), timeout_ms=LONG_TIMEOUT_MS)
+            for qid in range(20)
+        ]
         tasks = [asyncio.create_task(p) for p in pulls]
         await asyncio.sleep(0)
         loop = asyncio.get_running_loop()
@@ -308,7 +317,9 @@ def test_many_async_pulls_share_one_loop(store: MessageStore, polling: LongPolli
 
 def test_cancelled_async_pull_is_unparked(polling: LongPollingService) -> None:
     async def scenario() -> None:
-        task = asyncio.create_task(pull_async(polling, "t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
+        task = asyncio.create_task(
+            pull_async(polling, PullRequest("t", 0, 0), timeout_ms=LONG_TIMEOUT_MS)
+        )
         async with asyncio.timeout(5):
             while polling.parked_count == 0:  # yields to the loop each turn
                 await asyncio.sleep(0.001)
@@ -324,7 +335,9 @@ def test_async_pull_cancelled_during_its_first_pull_is_unparked(
     polling: LongPollingService,
 ) -> None:
     async def scenario() -> None:
-        task = asyncio.create_task(pull_async(polling, "t", 0, 0, timeout_ms=LONG_TIMEOUT_MS))
+        task = asyncio.create_task(
+            pull_async(polling, PullRequest("t", 0, 0), timeout_ms=LONG_TIMEOUT_MS)
+        )
         await asyncio.sleep(0)  # the task is now waiting for its first pull in the executor
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -457,7 +470,7 @@ def test_restart_in_the_middle_loses_nothing(tmp_path: Path) -> None:
     polling = LongPollingService(store)
     polling.start()
     store.put_messages([msg("A", body=f"m{i}".encode()) for i in range(3)])
-    first = polling.pull_blocking("t", 0, 0, timeout_ms=LONG_TIMEOUT_MS)
+    first = polling.pull_blocking(PullRequest("t", 0, 0), timeout_ms=LONG_TIMEOUT_MS)
     assert [m.body for m in first.messages] == [b"m0", b"m1", b"m2"]
     answers = Answers()
     far_ms = time.monotonic_ns() // 10**6 + LONG_TIMEOUT_MS
@@ -472,7 +485,9 @@ def test_restart_in_the_middle_loses_nothing(tmp_path: Path) -> None:
     polling = LongPollingService(store)
     polling.start()
     try:
-        again = polling.pull_blocking("t", 0, answers.only.next_offset, timeout_ms=LONG_TIMEOUT_MS)
+        again = polling.pull_blocking(
+            PullRequest("t", 0, answers.only.next_offset), timeout_ms=LONG_TIMEOUT_MS
+        )
         assert [m.body for m in again.messages] == [b"m3"]
         later = Answers()
         polling.pull_or_park(

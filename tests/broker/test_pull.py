@@ -139,37 +139,42 @@ def test_malformed_requests_raise(kwargs: dict[str, int]) -> None:
 def test_pull_ranges(store: MessageStore) -> None:
     put(store, [make_message(i) for i in range(10)])
     pull = PullService(store)
-    first = pull.pull("orders", 0, 0, 4)
+    first = pull.execute(PullRequest("orders", 0, 0, 4))
     assert first.status is PullStatus.FOUND
     assert [m.queue_offset for m in first.messages] == [0, 1, 2, 3]
     assert (first.next_offset, first.min_offset, first.max_offset) == (4, 0, 10)
-    rest = pull.pull("orders", 0, first.next_offset, 100)
+    rest = pull.execute(PullRequest("orders", 0, first.next_offset, 100))
     assert [m.properties["n"] for m in rest.messages] == [str(i) for i in range(4, 10)]
     assert rest.next_offset == 10 and rest.error is None and rest.problem == ""
-    end = pull.pull("orders", 0, 10, 100)
+    end = pull.execute(PullRequest("orders", 0, 10, 100))
     assert end.status is PullStatus.NO_NEW_MESSAGE
     assert (end.next_offset, end.messages) == (10, [])
 
 
 def test_pull_respects_max_bytes_but_always_returns_one(store: MessageStore) -> None:
     put(store, [make_message(i, size=1000) for i in range(5)])
-    result = PullService(store).pull("orders", 0, 0, 100, max_bytes=10)
+    result = PullService(store).execute(PullRequest("orders", 0, 0, 100, max_bytes=10))
     assert [m.queue_offset for m in result.messages] == [0] and result.next_offset == 1
-    two = PullService(store).pull("orders", 0, 0, 100, max_bytes=2500)
+    two = PullService(store).execute(PullRequest("orders", 0, 0, 100, max_bytes=2500))
     assert len(two.messages) == 2
 
 
 def test_queues_are_separate(store: MessageStore) -> None:
     put(store, [make_message(i, queue_id=i % 3) for i in range(9)])
-    result = PullService(store).pull("orders", 2, 0, 100)
+    result = PullService(store).execute(PullRequest("orders", 2, 0, 100))
     assert [m.properties["n"] for m in result.messages] == ["2", "5", "8"]
-    assert PullService(store).pull("other", 0, 0, 10).status is PullStatus.NO_NEW_MESSAGE
+    assert (
+        PullService(store).execute(PullRequest("other", 0, 0, 10)).status
+        is PullStatus.NO_NEW_MESSAGE
+    )
 
 
 def test_tag_filter(store: MessageStore) -> None:
     tags = ["TagA", "TagB", "TagC", None, "TagA", "taga", "TagB || TagA", "TagC"]
     put(store, [tagged(t) for t in tags])
-    result = PullService(store).pull("t", 0, 0, 100, filter=MessageFilter("TAG", "TagA || TagB"))
+    result = PullService(store).execute(
+        PullRequest("t", 0, 0, 100, filter=MessageFilter("TAG", "TagA || TagB"))
+    )
     assert result.status is PullStatus.FOUND
     assert [m.tag for m in result.messages] == ["TagA", "TagB", "TagA"]
     assert [m.queue_offset for m in result.messages] == [0, 1, 4]
@@ -181,7 +186,9 @@ def test_tag_filter_honours_max_count_and_resumes(store: MessageStore) -> None:
     pull, only_a = PullService(store), MessageFilter("TAG", "A")
     offsets: list[int] = []
     offset = 0
-    while (result := pull.pull("t", 0, offset, 4, filter=only_a)).status is PullStatus.FOUND:
+    while (
+        result := pull.execute(PullRequest("t", 0, offset, 4, filter=only_a))
+    ).status is PullStatus.FOUND:
         offsets += [m.queue_offset for m in result.messages]
         offset = result.next_offset
     assert offsets == list(range(0, 30, 3))
@@ -197,7 +204,9 @@ def test_tag_hash_collision_is_confirmed_on_the_real_tag(store: MessageStore) ->
     wanted, twin = COLLIDING_TAGS
     assert tag_hash(wanted) == tag_hash(twin) and wanted != twin
     put(store, [tagged(twin), tagged(wanted), tagged(twin)])
-    result = PullService(store).pull("t", 0, 0, 10, filter=MessageFilter("TAG", wanted))
+    result = PullService(store).execute(
+        PullRequest("t", 0, 0, 10, filter=MessageFilter("TAG", wanted))
+    )
     assert [m.tag for m in result.messages] == [wanted]
     assert result.filtered == 2
 
@@ -206,7 +215,7 @@ def test_sql92_filter(store: MessageStore) -> None:
     cases = [(a, b) for a in (0, 5, 6, 9) for b in ("x", "y")]
     put(store, [tagged("T", a=str(a), b=b) for a, b in cases] + [tagged("T", b="x")])
     sql = MessageFilter("SQL92", "a > 5 AND b = 'x'")
-    result = PullService(store).pull("t", 0, 0, 100, filter=sql)
+    result = PullService(store).execute(PullRequest("t", 0, 0, 100, filter=sql))
     assert [(m.properties["a"], m.properties["b"]) for m in result.messages] == [
         ("6", "x"),
         ("9", "x"),
@@ -216,13 +225,17 @@ def test_sql92_filter(store: MessageStore) -> None:
 
 def test_sql92_sees_the_tag(store: MessageStore) -> None:
     put(store, [tagged("A", a="1"), tagged("B", a="1")])
-    result = PullService(store).pull("t", 0, 0, 10, filter=MessageFilter("SQL92", "TAGS = 'B'"))
+    result = PullService(store).execute(
+        PullRequest("t", 0, 0, 10, filter=MessageFilter("SQL92", "TAGS = 'B'"))
+    )
     assert [m.tag for m in result.messages] == ["B"]
 
 
 def test_no_matched_message(store: MessageStore) -> None:
     put(store, [tagged("TagC") for _ in range(6)])
-    result = PullService(store).pull("t", 0, 2, 10, filter=MessageFilter("TAG", "TagA"))
+    result = PullService(store).execute(
+        PullRequest("t", 0, 2, 10, filter=MessageFilter("TAG", "TagA"))
+    )
     assert result.status is PullStatus.NO_MATCHED_MESSAGE
     assert (result.messages, result.next_offset, result.max_offset) == ([], 6, 6)
     assert (result.scanned, result.filtered) == (4, 4)
@@ -230,7 +243,7 @@ def test_no_matched_message(store: MessageStore) -> None:
 
 def test_offset_overflow_badly(store: MessageStore) -> None:
     put(store, [make_message(i) for i in range(5)])
-    result = PullService(store).pull("orders", 0, 42, 10)
+    result = PullService(store).execute(PullRequest("orders", 0, 42, 10))
     assert result.status is PullStatus.OFFSET_OVERFLOW_BADLY and result.status.offset_illegal
     assert (result.next_offset, result.min_offset, result.max_offset) == (5, 0, 5)
     assert isinstance(result.error, OffsetOutOfRangeError)
@@ -238,7 +251,7 @@ def test_offset_overflow_badly(store: MessageStore) -> None:
 
 
 def test_offset_overflow_on_an_unknown_queue_goes_back_to_zero(store: MessageStore) -> None:
-    result = PullService(store).pull("nobody", 3, 7, 10)
+    result = PullService(store).execute(PullRequest("nobody", 3, 7, 10))
     assert result.status is PullStatus.OFFSET_OVERFLOW_BADLY
     assert (result.next_offset, result.min_offset, result.max_offset) == (0, 0, 0)
 
@@ -255,11 +268,11 @@ def test_offset_too_small_after_retention(open_store: Open) -> None:
     low = store.min_offset("orders", 0)
     assert low > 0
     pull = PullService(store)
-    result = pull.pull("orders", 0, 0, 10)
+    result = pull.execute(PullRequest("orders", 0, 0, 10))
     assert result.status is PullStatus.OFFSET_TOO_SMALL and result.status.offset_illegal
     assert (result.next_offset, result.min_offset, result.max_offset) == (low, low, 300)
     assert f"min is {low}" in result.problem and result.messages == []
-    resumed = pull.pull("orders", 0, result.next_offset, 10)
+    resumed = pull.execute(PullRequest("orders", 0, result.next_offset, 10))
     assert resumed.status is PullStatus.FOUND and resumed.messages[0].queue_offset == low
 
 
@@ -274,7 +287,9 @@ def test_pull_after_restart(tmp_path: Path) -> None:
     store = MessageStore(config)
     store.open()
     try:
-        result = PullService(store).pull("t", 0, 3, 100, filter=MessageFilter("TAG", "A"))
+        result = PullService(store).execute(
+            PullRequest("t", 0, 3, 100, filter=MessageFilter("TAG", "A"))
+        )
         assert [m.queue_offset for m in result.messages] == [3, 5, 7, 9]
         assert result.next_offset == 10
     finally:
@@ -289,17 +304,19 @@ def test_byte_budget_trims_and_next_pull_resumes(
 ) -> None:
     put(store, [make_message(0, size=1000) for _ in range(5)])  # all the same size
     pull = PullService(store)
-    unit_bytes = pull.pull("orders", 0, 0, 1).messages[0].stored_size
+    unit_bytes = pull.execute(PullRequest("orders", 0, 0, 1)).messages[0].stored_size
     max_bytes = max(1, int(unit_bytes * budget_units))
-    result = pull.pull("orders", 0, 0, 100, max_bytes=max_bytes)
+    result = pull.execute(PullRequest("orders", 0, 0, 100, max_bytes=max_bytes))
     assert [m.queue_offset for m in result.messages] == list(range(kept))
     assert result.next_offset == kept and result.scanned == kept
-    rest = pull.pull("orders", 0, result.next_offset, 100)
+    rest = pull.execute(PullRequest("orders", 0, result.next_offset, 100))
     assert [m.queue_offset for m in rest.messages] == list(range(kept, 5))
 
 
 def test_byte_budget_with_a_filter_counts_scanned_units(store: MessageStore) -> None:
     put(store, [tagged("A" if i % 2 else "B") for i in range(10)])  # A at odd offsets
-    one = PullService(store).pull("t", 0, 0, 100, max_bytes=1, filter=MessageFilter("TAG", "A"))
+    one = PullService(store).execute(
+        PullRequest("t", 0, 0, 100, max_bytes=1, filter=MessageFilter("TAG", "A"))
+    )
     assert [m.queue_offset for m in one.messages] == [1]
     assert (one.next_offset, one.scanned, one.filtered) == (2, 2, 1)

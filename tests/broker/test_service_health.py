@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from broker_core.broker.broker import Broker
+from broker_core.broker.pull import PullRequest
 from broker_core.config import BrokerConfig
 from broker_core.message import Message
 from broker_core.service_thread import ServiceThread
@@ -135,4 +136,6 @@ def test_the_broker_works_while_a_service_is_dead(
     wait_until(lambda: not thread.is_alive(), "the timer thread to die")
     broker.send([Message("t", b"still served")], producer_group="pg")
     broker.store.wait_dispatched()
-    assert [m.body for m in broker.pull("g", "t", 0, 0, 10).messages] == [b"still served"]
+    assert [m.body for m in broker.pull("g", PullRequest("t", 0, 0, 10)).messages] == [
+        b"still served"
+    ]

@@ -15,6 +15,7 @@ import pytest
 
 from broker_core.broker.broker import Broker
 from broker_core.broker.offsets import ConsumerOffsetManager
+from broker_core.broker.pull import PullRequest
 from broker_core.broker.system_topics import TRANS_HALF_TOPIC
 from broker_core.broker.transaction import TransactionService, half_message
 from broker_core.broker.transaction_check import CheckRequest
@@ -57,7 +58,7 @@ class Node:
 
     def delivered(self) -> list[bytes]:
         self.broker.store.wait_dispatched()
-        return [m.body for m in self.broker.pull("g", "pay", 0, 0, 100).messages]
+        return [m.body for m in self.broker.pull("g", PullRequest("pay", 0, 0, 100)).messages]
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """``PullMessage`` (server streaming): offset-based read of one queue for pull consumers.
 
-Request → ``Broker.pull(group, topic, queue_id, offset, batch_size, filter=…,
+Request → ``Broker.pull(group, PullRequest(topic, queue_id, offset, batch_size, filter=…),
 timeout_ms=…)``. Nothing is made invisible and no offset is committed: the consumer
 keeps its position (and may store it with UpdateOffset). The stream, as RocketMQ's
 proxy writes it (``PullMessageResponseStreamWriter``)::
@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.broker.pull import PullStatus
+from broker_core.broker.pull import PullRequest, PullStatus
 from broker_core.errors import MessageNotFoundError
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.protocol.status import bad_request, ok, status_of
@@ -49,15 +49,10 @@ def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> I
         if request.HasField("long_polling_timeout")
         else 0
     )
-    result = ctx.broker.pull(
-        group,
-        topic,
-        request.message_queue.id,
-        request.offset,
-        request.batch_size,
-        filter=flt,
-        timeout_ms=polling_budget_ms(context, requested),
+    wanted = PullRequest(
+        topic, request.message_queue.id, request.offset, request.batch_size, filter=flt
     )
+    result = ctx.broker.pull(group, wanted, timeout_ms=polling_budget_ms(context, requested))
     if result.status is PullStatus.FOUND:
         if ctx.metrics is not None:
             ctx.metrics.messages_out(
