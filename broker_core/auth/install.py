@@ -20,7 +20,7 @@ AUTH_FILE = "auth.json"
 def install_auth(server: BrokerServer, config: AuthConfig) -> AuthStore:
     """Open the user table (config users written in), add the user/ACL admin verbs, and,
     when ``config.enabled``, check every call's signature and rights."""
-    from broker_core.server.admin_auth import register_auth_methods
+    from broker_core.server.admin import register_auth_methods
     from broker_core.server.guard import Guard
 
     store = AuthStore(server.broker.store.config.config_dir / AUTH_FILE)

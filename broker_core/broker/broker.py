@@ -54,7 +54,12 @@ from broker_core.broker.transaction import (
     TransactionService,
 )
 from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.errors import GroupNotFoundError, InvalidArgumentError, NotMasterError
+from broker_core.errors import (
+    GroupNotFoundError,
+    InvalidArgumentError,
+    NotMasterError,
+    TopicNotFoundError,
+)
 from broker_core.ha.group import Replication
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
@@ -784,6 +789,24 @@ class Broker:
         return found[:max_results]
 
     # ---- administration -------------------------------------------------------------------------
+
+    @property
+    def store_config(self) -> StoreConfig:
+        """The store's settings (the front ends check its message limits before a send)."""
+        return self.store.config
+
+    def commitlog_offsets(self) -> tuple[int, int, int]:
+        """(min, max, flushed) physical offset of the commitlog, for health reports."""
+        commitlog = self.store.commitlog
+        return commitlog.min_offset, commitlog.max_offset, commitlog.flushed_offset
+
+    def delete_topic(self, topic: str) -> None:
+        """Forget a topic: its config, its queues and the offsets committed in it (its
+        messages' bytes age out with retention). TopicNotFoundError when it does not exist."""
+        if not self.topics.delete(topic):
+            raise TopicNotFoundError(f"topic {topic!r} does not exist")
+        self.store.delete_topic(topic)
+        self.offsets.remove_topic(topic)
 
     def topic_status(self, topic: str) -> list[tuple[int, int, int]]:
         """(queue id, min offset, max offset) of every read queue."""

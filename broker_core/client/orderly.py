@@ -3,7 +3,7 @@
 RocketMQ's orderly consumers lock each queue at the broker (``lockBatchMQ``) before
 consuming it, so that while a rebalance moves queues between the clients of a group no
 two of them consume one queue at the same time. :class:`OrderlyPuller` does the same
-over the admin service's ``LockQueues`` / ``UnlockQueues`` (``server/admin_locks.py``):
+over the admin service's ``LockQueues`` / ``UnlockQueues`` (``server/handlers/admin_locks.py``):
 
 * :meth:`OrderlyPuller.pull` reads a queue from where this client stands, which is the
   group's committed offset whenever it (re)gains the queue's lock. It locks the queue

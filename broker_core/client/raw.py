@@ -1,5 +1,5 @@
 """The client side of ``rmq.bulk.v1.Bulk/PullRaw`` (the wire format is drawn in
-``broker_core.server.raw_pull``): response bytes → :class:`RawPullBatch` or an error."""
+``broker_core.server.handlers.pull``): response bytes → :class:`RawPullBatch` or an error."""
 
 from __future__ import annotations
 

@@ -39,10 +39,10 @@ from broker_core.metrics import logs
 from broker_core.metrics.install import install_metrics
 from broker_core.server import sessions
 from broker_core.server.admin import admin_handler
+from broker_core.server.bulk import bulk_handler
 from broker_core.server.context import ServerContext
 from broker_core.server.gate import Gate
 from broker_core.server.health import HealthReporter
-from broker_core.server.raw_pull import bulk_handler
 from broker_core.server.service import MessagingService
 
 if TYPE_CHECKING:  # cluster code loads only for a broker started with --namesrv

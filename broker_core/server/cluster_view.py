@@ -25,7 +25,7 @@ from broker_core.broker.topics import MIXED, Perm, TopicConfig
 from broker_core.cluster.routes import BrokerQueues
 from broker_core.errors import RocketMQError, TopicNotFoundError
 from broker_core.server.context import ServerContext
-from broker_core.server.handlers.query_route import broker_proto, message_queue_proto, scheme_of
+from broker_core.server.handlers.common import broker_proto, message_queue_proto, scheme_of
 
 log = logging.getLogger(__name__)
 

@@ -55,9 +55,9 @@ def _refusal(service: str, method: str) -> Refuse:
     if service == ADMIN:
         return lambda exc, context: {"status": _json_status(exc), "result": None}
     if service == BULK:
-        from broker_core.server.raw_pull import _frame  # the bulk service's answer framing
+        from broker_core.server.handlers.pull import raw_frame  # the bulk service's framing
 
-        return lambda exc, context: _frame({"status": _json_status(exc), "count": 0})
+        return lambda exc, context: raw_frame({"status": _json_status(exc), "count": 0})
     return _abort
 
 

@@ -2,7 +2,7 @@
 
 RocketMQ 5's cluster-mode proxy idea for one broker group: the official client is given
 every broker's endpoint (``"h:p1;h:p2"``) and QueryRoute answers with exactly that access
-point (``query_route.broker_endpoints``), so the client keeps one channel to the whole group
+point (``handlers/common.broker_endpoints``), so the client keeps one channel to the whole group
 and never learns which broker is master. Whichever broker the channel reaches answers:
 the master stores the message, a slave sends the call on, once, to the master it knows
 from etcd (``ControllerAgent.master_endpoint``) with ``x-mq-forwarded-by`` set.

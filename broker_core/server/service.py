@@ -1,7 +1,7 @@
-"""``apache.rocketmq.v2.MessagingService``: one handler module per RPC, one error wrapper.
+"""``apache.rocketmq.v2.MessagingService``: the RPC → handler table, one error wrapper.
 
-Handlers live in ``broker_core.server.handlers``; each exposes
-``handle(ctx: ServerContext, request, context: grpc.ServicerContext)`` returning the
+Handlers live in ``broker_core.server.handlers``, one module per RPC family; each is
+``f(ctx: ServerContext, request, context: grpc.ServicerContext)`` returning the
 response (or, for streaming RPCs, an iterator of responses). The wrapper here turns any
 exception into a response whose ``status`` carries the mapped code (``status.py``), so
 a bad request never kills the server and never leaves a client without an answer.
@@ -19,8 +19,18 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.errors import RocketMQError
 from broker_core.protocol.status import status_of
-from broker_core.server import handlers as h
 from broker_core.server.context import ServerContext
+from broker_core.server.handlers import (
+    clients,
+    delivery,
+    held,
+    offsets,
+    pull,
+    receive,
+    route,
+    send,
+    telemetry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,23 +40,23 @@ Handler = Callable[[ServerContext, Any, grpc.ServicerContext], Any]
 
 
 HANDLERS: dict[str, Handler] = {
-    "QueryRoute": h.query_route.handle,
-    "Heartbeat": h.heartbeat.handle,
-    "SendMessage": h.send_message.handle,
-    "QueryAssignment": h.query_assignment.handle,
-    "ReceiveMessage": h.receive_message.handle,
-    "AckMessage": h.ack_message.handle,
-    "ForwardMessageToDeadLetterQueue": h.forward_to_dlq.handle,
-    "PullMessage": h.pull_message.handle,
-    "UpdateOffset": h.offsets.update_offset,
-    "GetOffset": h.offsets.get_offset,
-    "QueryOffset": h.offsets.query_offset,
-    "EndTransaction": h.end_transaction.handle,
-    "Telemetry": h.telemetry.handle,
-    "NotifyClientTermination": h.notify_client_termination.handle,
-    "ChangeInvisibleDuration": h.change_invisible_duration.handle,
-    "RecallMessage": h.recall_message.handle,
-    "SyncLiteSubscription": h.sync_lite_subscription.handle,
+    "QueryRoute": route.query_route,
+    "QueryAssignment": route.query_assignment,
+    "SendMessage": send.send_message,
+    "EndTransaction": held.end_transaction,
+    "RecallMessage": held.recall_message,
+    "ReceiveMessage": receive.receive_message,
+    "AckMessage": delivery.ack_message,
+    "ChangeInvisibleDuration": delivery.change_invisible_duration,
+    "ForwardMessageToDeadLetterQueue": delivery.forward_to_dlq,
+    "PullMessage": pull.pull_message,
+    "UpdateOffset": offsets.update_offset,
+    "GetOffset": offsets.get_offset,
+    "QueryOffset": offsets.query_offset,
+    "Heartbeat": clients.heartbeat,
+    "NotifyClientTermination": clients.notify_client_termination,
+    "SyncLiteSubscription": clients.sync_lite_subscription,
+    "Telemetry": telemetry.telemetry,
 }
 
 

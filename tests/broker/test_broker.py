@@ -19,6 +19,7 @@ from broker_core.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
     StaleReceiptHandleError,
+    TopicNotFoundError,
 )
 from broker_core.message import Message
 from broker_core.protocol.filters import MessageFilter
@@ -287,3 +288,24 @@ def test_queue_count_change_asks_consumers_to_rebalance(broker: Broker) -> None:
     broker.update_topic(TopicConfig("orders", read_queue_nums=4, write_queue_nums=4))
     assert told == ["g", "g"]
     assert len(broker.assignment("g", "orders", "c1")) == 4
+
+
+def test_delete_topic_forgets_config_queues_and_offsets(broker: Broker) -> None:
+    broker.send([msg("doomed", b"a"), msg("doomed", b"b", queue_id=1)])
+    broker.store.wait_dispatched()
+    broker.commit_offset("g", "doomed", 0, 1)
+    broker.delete_topic("doomed")
+    assert broker.topics.get("doomed") is None
+    assert broker.committed_offset("g", "doomed", 0) is None
+    assert broker.queue_bounds("doomed", 1) == (0, 0)
+    with pytest.raises(TopicNotFoundError, match="doomed"):
+        broker.delete_topic("doomed")
+
+
+def test_commitlog_offsets_cover_what_was_stored(broker: Broker) -> None:
+    low, high, _ = broker.commitlog_offsets()
+    broker.send([msg("orders", b"x" * 100)])
+    broker.store.commitlog.flush()
+    after = broker.commitlog_offsets()
+    assert after[0] == low and after[1] > high and after[2] == after[1]
+    assert broker.store_config.max_body_bytes > 100

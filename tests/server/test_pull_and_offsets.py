@@ -7,6 +7,8 @@ no producer RPC. ``prefill`` and the stub helpers are shared by the consumer tes
 from __future__ import annotations
 
 import hashlib
+import json
+import struct
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,6 +25,7 @@ from rocketmq.v5.model import Message as ClientMessage
 from broker_core.broker.broker import Broker, SendResult
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.topics import TopicConfig
+from broker_core.client.raw import RAW_PULL_METHOD
 from broker_core.config import BrokerConfig, StoreConfig
 from broker_core.message import Message
 from tests.server.conftest import DEFAULT_CONFIG, BrokerProcess, start_broker
@@ -250,6 +253,42 @@ def test_pull_with_sql_filter(stub) -> None:
 def test_bad_filter_is_refused(stub, flt, code) -> None:
     [response] = pull(stub, offset=0, flt=flt)
     assert response.status.code == code, response.status.message
+
+
+def pull_raw_header(broker: BrokerProcess, fields: dict[str, Any]) -> dict[str, Any]:
+    """The JSON header of one ``rmq.bulk.v1.Bulk/PullRaw`` answer (pull-group, queue 0)."""
+    request = {"group": "pull-group", "topic": TOPIC, "queue_id": 0, "offset": 0, "max_count": 8}
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        call = channel.unary_unary(RAW_PULL_METHOD)
+        response = call(json.dumps({**request, **fields}).encode(), timeout=10)
+    (length,) = struct.unpack_from(">I", response, 0)
+    header: dict[str, Any] = json.loads(response[4 : 4 + length])
+    return header
+
+
+@pytest.mark.parametrize(
+    ("pull_message_filter", "pull_raw_fields"),
+    [
+        (pb.FilterExpression(type=7, expression="x"), {"filter_type": "XML"}),
+        (sql_filter(""), {"filter_type": "SQL", "filter_expression": " "}),
+        (tag_filter("A ||"), {"filter_type": "TAG", "filter_expression": "A ||"}),
+    ],
+)
+def test_both_pull_paths_refuse_a_bad_filter_with_the_same_code(
+    stub, broker, pull_message_filter, pull_raw_fields
+) -> None:
+    [response] = pull(stub, offset=0, flt=pull_message_filter)
+    raw_status = pull_raw_header(broker, pull_raw_fields)["status"]
+    assert response.status.code == Code.ILLEGAL_FILTER_EXPRESSION, response.status.message
+    assert raw_status["code"] == Code.ILLEGAL_FILTER_EXPRESSION, raw_status["message"]
+
+
+def test_pull_raw_with_a_good_filter_finds_what_pull_message_finds(stub, broker) -> None:
+    _, messages, rest = split_stream(pull(stub, offset=0, flt=tag_filter("B")))
+    header = pull_raw_header(broker, {"filter_type": "tag", "filter_expression": "B"})
+    assert header["status"]["code"] == Code.OK, header["status"]["message"]
+    assert [m.body for m in messages] == [f"order-{i}".encode() for i in (1, 3, 5, 7, 9)]
+    assert (header["count"], header["next_offset"]) == (len(messages), rest[0])
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""``UpdateOffset``, ``GetOffset`` and ``QueryOffset``: consumer and queue offsets.
+"""The offset family: ``UpdateOffset``, ``GetOffset`` and ``QueryOffset``, consumer and
+queue offsets.
 
 - UpdateOffset commits ``offset`` as the group's position in one queue (everything
   below it is consumed). Offsets are logical queue offsets, ≥ 0 (ILLEGAL_OFFSET
@@ -17,8 +18,6 @@ queues (BAD_REQUEST otherwise).
 
 from __future__ import annotations
 
-from typing import Any
-
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
@@ -30,7 +29,7 @@ from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import ms_of_timestamp
 
 
-def read_queue(ctx: ServerContext, message_queue: Any) -> tuple[str, int]:
+def read_queue(ctx: ServerContext, message_queue: pb.MessageQueue) -> tuple[str, int]:
     """``(topic, queue_id)`` of a protobuf MessageQueue that names a readable queue.
 
     Raises InvalidTopicError, TopicNotFoundError, PermissionDeniedError, or
@@ -47,7 +46,9 @@ def read_queue(ctx: ServerContext, message_queue: Any) -> tuple[str, int]:
     return topic, queue_id
 
 
-def update_offset(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
+def update_offset(
+    ctx: ServerContext, request: service_pb2.UpdateOffsetRequest, context: grpc.ServicerContext
+) -> service_pb2.UpdateOffsetResponse:
     """Commit the group's offset in one queue."""
     group = validate_group_name(request.group.name)
     topic, queue_id = read_queue(ctx, request.message_queue)
@@ -55,7 +56,9 @@ def update_offset(ctx: ServerContext, request: Any, context: grpc.ServicerContex
     return service_pb2.UpdateOffsetResponse(status=ok())
 
 
-def get_offset(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
+def get_offset(
+    ctx: ServerContext, request: service_pb2.GetOffsetRequest, context: grpc.ServicerContext
+) -> service_pb2.GetOffsetResponse:
     """The group's committed offset in one queue (or where the group starts)."""
     group = validate_group_name(request.group.name)
     topic, queue_id = read_queue(ctx, request.message_queue)
@@ -63,21 +66,22 @@ def get_offset(ctx: ServerContext, request: Any, context: grpc.ServicerContext) 
     return service_pb2.GetOffsetResponse(status=ok(), offset=offset)
 
 
-def query_offset(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
+def query_offset(
+    ctx: ServerContext, request: service_pb2.QueryOffsetRequest, context: grpc.ServicerContext
+) -> service_pb2.QueryOffsetResponse:
     """A queue's minimum, maximum, or first offset at a time."""
     topic, queue_id = read_queue(ctx, request.message_queue)
-    store = ctx.broker.store
     policy = request.query_offset_policy
     if policy == pb.QueryOffsetPolicy.BEGINNING:
-        offset = store.min_offset(topic, queue_id)
+        offset = ctx.broker.queue_bounds(topic, queue_id)[0]
     elif policy == pb.QueryOffsetPolicy.END:
-        offset = store.max_offset(topic, queue_id)
+        offset = ctx.broker.queue_bounds(topic, queue_id)[1]
     elif policy == pb.QueryOffsetPolicy.TIMESTAMP:
         if not request.HasField("timestamp"):
             return service_pb2.QueryOffsetResponse(
                 status=bad_request("query_offset_policy TIMESTAMP needs a timestamp")
             )
-        offset = store.offset_for_timestamp(topic, queue_id, ms_of_timestamp(request.timestamp))
+        offset = ctx.broker.offset_at(topic, queue_id, ms_of_timestamp(request.timestamp))
     else:
         return service_pb2.QueryOffsetResponse(
             status=bad_request(f"unknown query_offset_policy {policy}")

@@ -1,4 +1,4 @@
-"""Telemetry: the bidirectional session stream of a client.
+"""The session family: ``Telemetry``, the bidirectional session stream of a client.
 
 The client opens the stream and sends its ``settings``; we answer each settings command
 with the server's settings (its own, merged with what the broker decides) and register
@@ -14,7 +14,7 @@ What the server decides, as RocketMQ's proxy does:
   long polling timeout (``max_long_polling_ms``), and the group's retry policy as
   ``backoff_policy`` (max attempts = max retries + 1).
 
-Threads: the response side runs on the gRPC worker that called ``handle``; a daemon
+Threads: the response side runs on the gRPC worker that called :func:`telemetry`; a daemon
 thread per stream reads the client's commands. A bad settings command is answered with a
 status (and no settings), never by ending the stream.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Final
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -56,7 +56,7 @@ _IGNORED: Final = frozenset({"thread_stack_trace", "verify_message_result"})
 CALL_SETTLE_S: Final = 1.0  # how long an ended call may take to finish after a cancel
 
 
-def retry_policy_proto(policy: RetryPolicy) -> Any:
+def retry_policy_proto(policy: RetryPolicy) -> pb.RetryPolicy:
     """The group's retry policy as the protocol's ``RetryPolicy``.
 
     Delay-level backoff (RocketMQ's default) becomes the customized list of its delays
@@ -81,11 +81,11 @@ def retry_policy_proto(policy: RetryPolicy) -> Any:
     return proto
 
 
-def producer_settings(ctx: ServerContext, settings: Any) -> Any:
+def producer_settings(ctx: ServerContext, settings: pb.Settings) -> pb.Settings:
     """The client's settings with the server's publishing limits and send retry policy."""
     out = pb.Settings()
     out.CopyFrom(settings)
-    out.publishing.max_body_size = ctx.broker.store.config.max_body_bytes
+    out.publishing.max_body_size = ctx.broker.store_config.max_body_bytes
     out.publishing.validate_message_type = True
     out.backoff_policy.CopyFrom(
         pb.RetryPolicy(
@@ -101,7 +101,7 @@ def producer_settings(ctx: ServerContext, settings: Any) -> Any:
     return out
 
 
-def consumer_settings(ctx: ServerContext, settings: Any, group: str) -> Any:
+def consumer_settings(ctx: ServerContext, settings: pb.Settings, group: str) -> pb.Settings:
     """The client's settings with the group's FIFO flag, polling limits and retry policy.
 
     Creates the group when auto-creation is on (GroupNotFoundError otherwise).
@@ -119,7 +119,9 @@ def consumer_settings(ctx: ServerContext, settings: Any, group: str) -> Any:
     return out
 
 
-def on_settings(ctx: ServerContext, session: sessions.Session, settings: Any) -> Any:
+def on_settings(
+    ctx: ServerContext, session: sessions.Session, settings: pb.Settings
+) -> pb.Settings:
     """Register the client from its settings; return the settings to answer with."""
     kind = sessions.kind_of(settings.client_type)
     if kind == "producer":
@@ -143,7 +145,9 @@ def on_settings(ctx: ServerContext, session: sessions.Session, settings: Any) ->
     return reply
 
 
-def on_command(ctx: ServerContext, session: sessions.Session, command: Any) -> Any | None:
+def on_command(
+    ctx: ServerContext, session: sessions.Session, command: service_pb2.TelemetryCommand
+) -> service_pb2.TelemetryCommand | None:
     """The answer to one command from the client, or None when it needs none."""
     which = command.WhichOneof("command")
     if which == "settings":
@@ -161,7 +165,11 @@ def on_command(ctx: ServerContext, session: sessions.Session, command: Any) -> A
     )
 
 
-def _read(ctx: ServerContext, session: sessions.Session, requests: Iterable[Any]) -> None:
+def _read(
+    ctx: ServerContext,
+    session: sessions.Session,
+    requests: Iterable[service_pb2.TelemetryCommand],
+) -> None:
     """Answer the client's commands until it closes its side; then end ours."""
     try:
         for command in requests:
@@ -176,9 +184,11 @@ def _read(ctx: ServerContext, session: sessions.Session, requests: Iterable[Any]
         session.close()
 
 
-def handle(
-    ctx: ServerContext, requests: Iterable[Any], context: grpc.ServicerContext
-) -> Iterator[Any]:
+def telemetry(
+    ctx: ServerContext,
+    requests: Iterable[service_pb2.TelemetryCommand],
+    context: grpc.ServicerContext,
+) -> Iterator[service_pb2.TelemetryCommand]:
     """Serve one Telemetry stream: a reader thread answers, this generator writes."""
     session = sessions.Session(sessions.client_id_of(context), peer=context.peer())
     sessions.attach(ctx, session)

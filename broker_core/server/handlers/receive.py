@@ -1,4 +1,5 @@
-"""``ReceiveMessage`` (server streaming): POP receive for SimpleConsumer and PushConsumer.
+"""The receive family: ``ReceiveMessage`` (server streaming), the POP receive of
+SimpleConsumer and PushConsumer.
 
 Request → ``Broker.receive(group, topic, max_count=batch_size, invisible_ms=…,
 filter=…, timeout_ms=…)`` over every read queue of the topic (and the group's retry
@@ -21,9 +22,9 @@ BAD_REQUEST. Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue us
 same header to find the client's delivery.
 
 Timing: ``long_polling_timeout`` bounds the wait (default: as long as the gRPC deadline
-allows); the answer always goes out :data:`ANSWER_MARGIN_MS` before the deadline, so a
+allows); the answer always goes out ``common.ANSWER_MARGIN_MS`` before the deadline, so a
 client never times out waiting for it, and a deadline too close for any wait gets a
-single non-blocking look.
+single non-blocking look (``common.polling_budget_ms``).
 
 Invisible time: ``invisible_duration`` when given; with ``auto_renew`` and no duration
 (what the PushConsumer sends) :data:`AUTO_RENEW_INVISIBLE_MS`, RocketMQ's renew slice.
@@ -42,76 +43,39 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import grpc
-from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.broker.pop import PoppedMessage
-from broker_core.errors import FilterSyntaxError, MessageNotFoundError, RocketMQError
+from broker_core.errors import MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
-from broker_core.protocol.filters import SQL92, TAG, MessageFilter
+from broker_core.protocol.filters import MessageFilter
 from broker_core.protocol.status import bad_request, ok, status_of
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import ms_of_duration, now_timestamp, popped_to_pb
+from broker_core.server.handlers.common import message_filter, polling_budget_ms
 
 log = logging.getLogger(__name__)
 
-ANSWER_MARGIN_MS = 1_000  # answer this long before the client's deadline
-DEFAULT_POLLING_MS = 20_000  # without a deadline or a long_polling_timeout
 AUTO_RENEW_INVISIBLE_MS = 60_000
 NACK_INVISIBLE_MS = 1_000
 POLL_SLICE_MS = 1_000  # how often a long poll checks that its client is still there
 
 Response = service_pb2.ReceiveMessageResponse
 
-_FILTER_TYPES = {
-    pb.FilterType.FILTER_TYPE_UNSPECIFIED: TAG,
-    pb.FilterType.TAG: TAG,
-    pb.FilterType.SQL: SQL92,
-}
 
-
-def message_filter(expression: Any) -> MessageFilter | None:
-    """Our filter for a protobuf ``FilterExpression``; None when it accepts everything.
-
-    An unspecified type means TAG and an empty expression means ``*``. Raises
-    FilterSyntaxError (ILLEGAL_FILTER_EXPRESSION) for an unknown type or a bad expression.
-    """
-    kind = _FILTER_TYPES.get(expression.type)
-    if kind is None:
-        raise FilterSyntaxError(f"unknown filter type {expression.type}; expected TAG or SQL")
-    if kind == SQL92 and not expression.expression.strip():
-        raise FilterSyntaxError("an SQL filter needs an expression")
-    flt = MessageFilter(kind, expression.expression)
-    return None if flt.match_all else flt
-
-
-def polling_budget_ms(context: grpc.ServicerContext, requested_ms: int | None) -> int:
-    """How long a long poll may wait and still answer before the client's deadline.
-
-    ``requested_ms`` is the request's long-polling timeout (None: not given). The result
-    is ≥ 0; 0 means look once without waiting.
-    """
-    remaining_s = context.time_remaining()
-    if remaining_s is None:
-        return max(0, DEFAULT_POLLING_MS if requested_ms is None else requested_ms)
-    remaining_ms = int(remaining_s * 1_000)
-    margin_ms = min(ANSWER_MARGIN_MS, remaining_ms // 2)
-    allowed_ms = max(0, remaining_ms - margin_ms)
-    return allowed_ms if requested_ms is None else max(0, min(requested_ms, allowed_ms))
-
-
-def _invisible_ms(request: Any) -> int | None:
+def _invisible_ms(request: service_pb2.ReceiveMessageRequest) -> int | None:
     """The invisible time the request asks for; None when it names none (a bad request)."""
     if request.HasField("invisible_duration"):
         return ms_of_duration(request.invisible_duration)
     return AUTO_RENEW_INVISIBLE_MS if request.auto_renew else None
 
 
-def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+def receive_message(
+    ctx: ServerContext, request: service_pb2.ReceiveMessageRequest, context: grpc.ServicerContext
+) -> Iterator[service_pb2.ReceiveMessageResponse]:
     """Stream the answer to one ReceiveMessageRequest (see the module docstring)."""
     group = validate_group_name(request.group.name)
     topic = validate_topic_name(request.message_queue.topic.name)
@@ -182,7 +146,7 @@ def _long_poll(
 
 def _stream(
     ctx: ServerContext, consumer: Consumer, popped: list[PoppedMessage], invisible_ms: int
-) -> Iterator[Any]:
+) -> Iterator[service_pb2.ReceiveMessageResponse]:
     """Status, messages, delivery timestamp; undelivered messages are nacked on a break."""
     sent = 0
     try:

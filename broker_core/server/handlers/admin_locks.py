@@ -1,13 +1,14 @@
 """Admin methods ``LockQueues`` / ``UnlockQueues``: queue locks for orderly pull consumers.
 
-RocketMQ's ``lockBatchMQ`` / ``unlockBatchMQ`` over the admin service (see ``admin.py``
-for the framing). Request fields: ``group``, ``client_id``, ``topic`` and ``queue_ids``
-(a list of read-queue ids of the topic). ``LockQueues`` answers ``{"locked": [...]}``:
-the asked queues the client now holds (newly, refreshed, or taken over from a client
-whose lock expired); queues another client holds live are left out, which is not an
-error. ``UnlockQueues`` answers ``{"unlocked": [...]}``: the asked queues the client
-held and released (queues it does not hold are left alone). An unknown topic is
-TOPIC_NOT_FOUND; a queue id the topic does not have, or a malformed field, BAD_REQUEST.
+RocketMQ's ``lockBatchMQ`` / ``unlockBatchMQ`` over the admin service (see
+``server/admin.py`` for the framing). Request fields: ``group``, ``client_id``,
+``topic`` and ``queue_ids`` (a list of read-queue ids of the topic). ``LockQueues``
+answers ``{"locked": [...]}``: the asked queues the client now holds (newly, refreshed,
+or taken over from a client whose lock expired); queues another client holds live are
+left out, which is not an error. ``UnlockQueues`` answers ``{"unlocked": [...]}``: the
+asked queues the client held and released (queues it does not hold are left alone). An
+unknown topic is TOPIC_NOT_FOUND; a queue id the topic does not have, or a malformed
+field, BAD_REQUEST.
 
 The remoting protocol's LOCK_BATCH_MQ can call :func:`lock_queues` and
 :func:`unlock_queues` with the same arguments.
@@ -17,17 +18,15 @@ Threads: as every admin handler; ``QueueLockManager`` is thread-safe.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final
 
 from broker_core.broker.rebalance import MessageQueue
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import validate_group_name
 from broker_core.server.context import ServerContext
+from broker_core.server.json_args import Args, Verb
 
-if TYPE_CHECKING:
-    from broker_core.server.admin import Args
-
-FIELDS = frozenset({"group", "client_id", "topic", "queue_ids"})
+FIELDS: Final = frozenset({"group", "client_id", "topic", "queue_ids"})
 
 
 def _queues(ctx: ServerContext, args: Args) -> tuple[str, str, list[MessageQueue]]:
@@ -61,3 +60,9 @@ def unlock_queues(ctx: ServerContext, args: Args) -> dict[str, list[int]]:
     group, client_id, queues = _queues(ctx, args)
     released = ctx.broker.unlock_queues(group, client_id, queues)
     return {"unlocked": sorted(mq.queue_id for mq in released)}
+
+
+VERBS: Final = {
+    "LockQueues": Verb(lock_queues, FIELDS),
+    "UnlockQueues": Verb(unlock_queues, FIELDS),
+}

@@ -1,4 +1,6 @@
-"""SendMessage: store a request's messages (one or many) and say where each went.
+"""The send family: ``SendMessage`` (MessagingService) and ``SendBulk`` (our Bulk service).
+
+**SendMessage** stores a request's messages (one or many) and says where each went.
 
 Every message is converted and validated first (``convert_in``); any bad message fails
 the whole request with its code (ILLEGAL_TOPIC, MESSAGE_BODY_TOO_LARGE,
@@ -15,24 +17,35 @@ timed message.
 Transactional messages are prepared under their topic as producer group (RocketMQ 5
 producers have none; RocketMQ's proxy does the same), so the check-back goes to a live
 producer of that topic. All transactional messages of one request must share a topic.
+
+**SendBulk** (``rmq.bulk.v1.Bulk/SendBulk``): a batch of plain messages sent as columns
+(see :mod:`broker_core.protocol.bulk_send` for the frames). Decoded and checked by
+``convert_bulk``, then stored by ``Broker.send_columns`` — the path SendMessage's plain
+batches take — so a bulk send and a SendMessage of the same messages store the same
+bytes. No exception escapes: errors become the response status.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from typing import Any
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.errors import InvalidArgumentError
+from broker_core.errors import InvalidArgumentError, RocketMQError
 from broker_core.message import PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, Message
-from broker_core.protocol.status import ok
+from broker_core.protocol.bulk_send import decode_request, encode_response
+from broker_core.protocol.status import ok, status_of
 from broker_core.server import master_forward, sessions
 from broker_core.server.context import ServerContext
+from broker_core.server.convert_bulk import to_column_batch
 from broker_core.server.convert_columns import to_columns
 from broker_core.server.convert_in import Limits, peer_address, to_messages
+from broker_core.server.json_args import status_json
 from broker_core.store.message_store import now_ms
+
+log = logging.getLogger(__name__)
 
 # Below this many messages the fast lane's numpy set-up costs more than it saves.
 FAST_LANE_MIN_MESSAGES = 32
@@ -48,14 +61,21 @@ def transaction_group(messages: Sequence[Message]) -> str | None:
     return topics.pop() if topics else None
 
 
-def handle(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
+def message_limits(ctx: ServerContext) -> Limits:
+    """The store's limits on one message, which every send checks before storing."""
+    config = ctx.broker.store_config
+    return Limits(config.max_body_bytes, config.max_properties_bytes)
+
+
+def send_message(
+    ctx: ServerContext, request: service_pb2.SendMessageRequest, context: grpc.ServicerContext
+) -> service_pb2.SendMessageResponse:
     """Validate every message, send them in one batch, answer one entry per message."""
     if not request.messages:
         raise InvalidArgumentError("SendMessage carries no message")
     if master_forward.should_forward(ctx):
         return master_forward.forward_send(ctx, request, context)
-    store_config = ctx.broker.store.config
-    limits = Limits(store_config.max_body_bytes, store_config.max_properties_bytes)
+    limits = message_limits(ctx)
     peer, now = peer_address(context.peer()), now_ms()
     batch = None
     if len(request.messages) >= FAST_LANE_MIN_MESSAGES:
@@ -87,7 +107,7 @@ def _answer(
     offsets: list[int],
     transaction_ids: Sequence[str] = (),
     recall_handles: Sequence[str] = (),
-) -> Any:
+) -> service_pb2.SendMessageResponse:
     """One OK entry per message, in request order."""
     status = ok()
     response = service_pb2.SendMessageResponse(status=status)
@@ -107,3 +127,21 @@ def _answer(
             recall_handle=handle,
         )
     return response
+
+
+def send_bulk(ctx: ServerContext, request: bytes, context: grpc.ServicerContext) -> bytes:
+    """Store one SendBulk batch whole, or refuse it whole; answer its queue offsets."""
+    try:
+        batch = to_column_batch(
+            decode_request(request),
+            limits=message_limits(ctx),
+            peer=peer_address(context.peer()),
+            now_ms=now_ms(),
+        )
+        return encode_response(status_json(ok()), ctx.broker.send_columns(batch))
+    except Exception as exc:
+        if isinstance(exc, RocketMQError):
+            log.info("SendBulk refused: %s", exc)
+        else:
+            log.exception("SendBulk failed")
+        return encode_response(status_json(status_of(exc)), [])

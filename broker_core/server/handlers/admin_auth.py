@@ -1,4 +1,5 @@
-"""Admin methods for users and ACLs (super users only when auth is on; see resources.py).
+"""Admin verbs for users and ACLs (super users only when auth is on; see
+``auth/resources.py``); ``server/admin.register_auth_methods`` adds them (``auth/install.py``).
 
 ==========  =================================================================================
 CreateUser  user, secret_key, superuser?, update? → {"user", "superuser", "created"}
@@ -13,13 +14,13 @@ ListAcls    user? → [{"user", "resource", "actions", "decision", "source_ips"}
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from broker_core.auth.acl import Rule
 from broker_core.auth.store import AuthStore
 from broker_core.errors import InvalidArgumentError, UnsupportedError
-from broker_core.server.admin import Args, Json, register
 from broker_core.server.context import ServerContext
+from broker_core.server.json_args import Args, Json, Verb
 
 
 def _store(ctx: ServerContext) -> AuthStore:
@@ -90,21 +91,17 @@ def list_acls(ctx: ServerContext, args: Args) -> list[Json]:
     ]
 
 
-def register_auth_methods() -> None:
-    """Add the user and ACL verbs to the admin service (idempotent)."""
-    register(
-        "CreateUser",
-        create_user,
-        frozenset({"user", "secret_key", "superuser", "update"}),
-        change=True,
-    )
-    register("DeleteUser", delete_user, frozenset({"user"}), change=True)
-    register("ListUsers", list_users, frozenset(), change=False)
-    register(
-        "CreateAcl",
+VERBS: Final = {
+    "CreateUser": Verb(
+        create_user, frozenset({"user", "secret_key", "superuser", "update"}), change=True
+    ),
+    "DeleteUser": Verb(delete_user, frozenset({"user"}), change=True),
+    "ListUsers": Verb(list_users, frozenset()),
+    "CreateAcl": Verb(
         create_acl,
         frozenset({"user", "resource", "actions", "decision", "source_ips"}),
         change=True,
-    )
-    register("DeleteAcl", delete_acl, frozenset({"user", "resource"}), change=True)
-    register("ListAcls", list_acls, frozenset({"user"}), change=False)
+    ),
+    "DeleteAcl": Verb(delete_acl, frozenset({"user", "resource"}), change=True),
+    "ListAcls": Verb(list_acls, frozenset({"user"})),
+}
