@@ -16,7 +16,6 @@ this broker knows them (the official clients heartbeat every broker of their rou
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
@@ -30,13 +29,13 @@ from broker_core.server.handlers.common import broker_proto, message_queue_proto
 log = logging.getLogger(__name__)
 
 
-def _endpoints(addr: str) -> Any:
+def _endpoints(addr: str) -> pb.Endpoints:
     host, _, port = addr.rpartition(":")
     host = host.strip("[]")
     return pb.Endpoints(scheme=scheme_of(host), addresses=[pb.Address(host=host, port=int(port))])
 
 
-def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, Any]]:
+def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, pb.Broker]]:
     """(config, Broker proto) of every broker group holding ``topic``; TopicNotFoundError
     when none does."""
     assert ctx.routes is not None
@@ -49,7 +48,7 @@ def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, Any]]:
     except RocketMQError as exc:  # NameServers unreachable: serve our own share
         log.debug("route of %s from the NameServers failed (%s); answering locally", topic, exc)
         remote = []
-    groups: list[tuple[TopicConfig, Any]] = []
+    groups: list[tuple[TopicConfig, pb.Broker]] = []
     if local is not None:
         groups.append((local, None))
     for b in remote:
@@ -65,8 +64,8 @@ def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, Any]]:
 
 
 def route_queues(
-    ctx: ServerContext, topic: str, namespace: str, access_point: Any | None
-) -> list[Any]:
+    ctx: ServerContext, topic: str, namespace: str, access_point: pb.Endpoints | None
+) -> list[pb.MessageQueue]:
     """Every readable or writable queue of ``topic`` in the cluster, as ``MessageQueue``s.
 
     Queues are interleaved across broker groups (queue 0 of each group, then queue 1,
@@ -91,8 +90,8 @@ def assignment_queues(
     topic: str,
     client_id: str,
     namespace: str,
-    access_point: Any | None,
-) -> list[Any]:
+    access_point: pb.Endpoints | None,
+) -> list[pb.MessageQueue]:
     """``client_id``'s share of the readable queues of every broker group of ``topic``."""
     groups = _groups(ctx, topic)
     by_name = {}

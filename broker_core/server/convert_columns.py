@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from broker_core.errors import RocketMQError
 from broker_core.message import (
@@ -41,6 +41,9 @@ from broker_core.server.convert_in import (
 )
 from broker_core.store.columns import ColumnBatch, encode_columns
 
+if TYPE_CHECKING:  # annotations only (the generated classes carry no types)
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+
 _PLAIN_TYPES: Final = (MessageType.NORMAL, MessageType.MESSAGE_TYPE_UNSPECIFIED)
 _PLAIN_BODY: Final = (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED)
 _MAX_PROPERTY_KEY_CHARS: Final = 1024
@@ -55,7 +58,7 @@ def _plain(text: str, max_chars: int) -> bool:
 
 
 def to_columns(
-    protos: Sequence[Any], *, limits: Limits, peer: tuple[str, int], now_ms: int
+    protos: Sequence[pb.Message], *, limits: Limits, peer: tuple[str, int], now_ms: int
 ) -> ColumnBatch | None:
     """The request's messages as one column batch, or None to take the general path."""
     if not protos:

@@ -54,7 +54,7 @@ import re
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from broker_core.broker.lite import validate_lite_topic
 from broker_core.errors import (
@@ -96,6 +96,11 @@ from broker_core.protocol.properties import (
     SYSTEM_PROPERTY_KEYS,
 )
 
+if TYPE_CHECKING:  # annotations only (the generated classes carry no types)
+    from google.protobuf.duration_pb2 import Duration
+    from google.protobuf.timestamp_pb2 import Timestamp
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+
 MAX_MESSAGE_GROUP_CHARS: Final = 64  # RocketMQ proxy's default maxMessageGroupSize
 MAX_MESSAGE_ID_CHARS: Final = 128
 MAX_TAG_CHARS: Final = 255
@@ -125,7 +130,7 @@ class Limits:
 # ---- small conversions -------------------------------------------------------------------
 
 
-def timestamp_ms(ts: Any) -> int:
+def timestamp_ms(ts: Timestamp) -> int:
     """A protobuf Timestamp in ms since the epoch (see the module note on the Python client).
 
     Raises InvalidArgumentError for a time before the epoch.
@@ -138,7 +143,7 @@ def timestamp_ms(ts: Any) -> int:
     return seconds * 1000 + nanos // 1_000_000
 
 
-def duration_ms(d: Any) -> int:
+def duration_ms(d: Duration) -> int:
     """A protobuf Duration in ms; InvalidArgumentError when it is negative."""
     ms = int(d.seconds) * 1000 + int(d.nanos) // 1_000_000
     if ms < 0:
@@ -176,7 +181,7 @@ def body_digest(body: bytes, digest_type: int) -> str:
     raise InvalidArgumentError(f"unknown body digest type {digest_type}")
 
 
-def verify_digest(body: bytes, digest: Any, message_id: str) -> None:
+def verify_digest(body: bytes, digest: pb.Digest, message_id: str) -> None:
     """Raise MessageCorruptedError (MESSAGE_CORRUPTED) when the body fails its digest."""
     if digest.type == DigestType.DIGEST_TYPE_UNSPECIFIED:
         return
@@ -248,7 +253,7 @@ def user_properties(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _system_properties(sp: Any) -> dict[str, str]:
+def _system_properties(sp: pb.SystemProperties) -> dict[str, str]:
     """Tag, keys, message id and message group as broker properties (validated)."""
     props: dict[str, str] = {}
     message_id = sp.message_id
@@ -329,7 +334,7 @@ _PLAIN_BODY: Final = (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED)
 
 
 def to_messages(
-    protos: Iterable[Any], *, limits: Limits, peer: tuple[str, int], now_ms: int
+    protos: Iterable[pb.Message], *, limits: Limits, peer: tuple[str, int], now_ms: int
 ) -> list[Message]:
     """Convert and validate every protobuf message of a request, in order.
 

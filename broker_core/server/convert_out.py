@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -169,7 +168,7 @@ def user_properties(msg: StoredMessage) -> dict[str, str]:
     return {k: v for k, v in msg.properties.items() if k not in SYSTEM_KEYS}
 
 
-def to_pb_message(msg: StoredMessage, *, topic: str | None = None) -> Any:
+def to_pb_message(msg: StoredMessage, *, topic: str | None = None) -> pb.Message:
     """The protobuf ``Message`` for ``msg`` (as an offset pull returns it).
 
     ``topic`` overrides the topic shown to the client (a retry copy shows its original
@@ -187,7 +186,7 @@ def to_pb_message(msg: StoredMessage, *, topic: str | None = None) -> Any:
     )
 
 
-def popped_to_pb(popped: PoppedMessage, invisible_ms: int) -> Any:
+def popped_to_pb(popped: PoppedMessage, invisible_ms: int) -> pb.Message:
     """The protobuf ``Message`` for one POP delivery: receipt handle, attempt, invisible time.
 
     ``invisible_ms`` is how long this delivery stays invisible (what the receive asked for).

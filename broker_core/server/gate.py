@@ -13,7 +13,7 @@ handler to use (the same one to leave the call alone).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import NoReturn
 
 import grpc
 
@@ -22,9 +22,10 @@ Wrapper = Callable[[str, grpc.RpcMethodHandler], grpc.RpcMethodHandler]
 _ALWAYS_OPEN = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
-def _refuse(code: grpc.StatusCode, message: str) -> Callable[..., Any]:
-    def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
+def _refuse(code: grpc.StatusCode, message: str) -> Callable[..., NoReturn]:
+    def behaviour(request: object, context: grpc.ServicerContext) -> NoReturn:
         context.abort(code, message)
+        raise AssertionError("unreachable: ServicerContext.abort raises")
 
     return behaviour
 
@@ -61,8 +62,10 @@ class Gate(grpc.ServerInterceptor):
         self.ready = False
 
     def intercept_service(
-        self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails
-    ) -> Any:
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
         handler = continuation(details)
         if handler is None:
             return None

@@ -19,10 +19,11 @@ from __future__ import annotations
 import logging
 import urllib.parse
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import NoReturn, TypeAlias
 
 import grpc
 from google.protobuf import message_factory
+from google.protobuf.message import Message as ProtoMessage
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.auth import audit
@@ -31,11 +32,16 @@ from broker_core.auth.authority import Authority
 from broker_core.auth.resources import ADMIN, BULK, MESSAGING
 from broker_core.errors import RocketMQError, UnauthorizedError
 from broker_core.protocol.status import status_of
+from broker_core.server.json_args import Json, status_json
 
 log = logging.getLogger(__name__)
 
 _SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
-Refuse = Callable[[RocketMQError, grpc.ServicerContext], Any]
+# What a call takes and answers: a generated message (MessagingService), the raw bytes of
+# our own services (Bulk; Admin requests), or the Admin service's JSON before encoding.
+Request: TypeAlias = ProtoMessage | bytes
+Answer: TypeAlias = ProtoMessage | bytes | Json
+Refuse: TypeAlias = Callable[[RocketMQError, grpc.ServicerContext], Answer]
 
 
 def peer_ip(peer: str) -> str | None:
@@ -61,18 +67,18 @@ def _refusal(service: str, method: str) -> Refuse:
     return _abort
 
 
-def _json_status(exc: RocketMQError) -> dict[str, Any]:
-    status = status_of(exc)
-    return {"code": int(status.code), "message": status.message}
+def _json_status(exc: RocketMQError) -> Json:
+    return status_json(status_of(exc))
 
 
-def _abort(exc: RocketMQError, context: grpc.ServicerContext) -> Any:
+def _abort(exc: RocketMQError, context: grpc.ServicerContext) -> NoReturn:
     code = (
         grpc.StatusCode.UNAUTHENTICATED
         if isinstance(exc, UnauthorizedError)
         else grpc.StatusCode.PERMISSION_DENIED
     )
     context.abort(code, str(exc))
+    raise AssertionError("unreachable: ServicerContext.abort raises")
 
 
 class Guard:
@@ -89,7 +95,9 @@ class Guard:
             wrapped = self._cache[key] = self._wrap(method, handler)
         return wrapped
 
-    def check(self, service: str, method: str, request: Any, context: grpc.ServicerContext) -> User:
+    def check(
+        self, service: str, method: str, request: Request | None, context: grpc.ServicerContext
+    ) -> User:
         """The caller, allowed to make this call; UnauthorizedError/AccessDeniedError."""
         peer = context.peer()
         try:
@@ -132,9 +140,14 @@ class Guard:
         )
 
     def _unary(
-        self, service: str, method: str, inner: Callable[..., Any], refuse: Refuse, inspect: bool
-    ) -> Callable[..., Any]:
-        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
+        self,
+        service: str,
+        method: str,
+        inner: Callable[..., Answer],
+        refuse: Refuse,
+        inspect: bool,
+    ) -> Callable[..., Answer]:
+        def behaviour(request: Request, context: grpc.ServicerContext) -> Answer:
             try:
                 self.check(service, method, request if inspect else None, context)
             except RocketMQError as exc:
@@ -145,9 +158,9 @@ class Guard:
         return behaviour
 
     def _stream(
-        self, service: str, method: str, inner: Callable[..., Iterator[Any]], refuse: Refuse
-    ) -> Callable[..., Iterator[Any]]:
-        def behaviour(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        self, service: str, method: str, inner: Callable[..., Iterator[Answer]], refuse: Refuse
+    ) -> Callable[..., Iterator[Answer]]:
+        def behaviour(request: Request, context: grpc.ServicerContext) -> Iterator[Answer]:
             try:
                 self.check(service, method, request, context)
             except RocketMQError as exc:
@@ -159,11 +172,13 @@ class Guard:
         return behaviour
 
     def _session(
-        self, service: str, method: str, inner: Callable[..., Iterator[Any]], refuse: Refuse
-    ) -> Callable[..., Iterator[Any]]:
+        self, service: str, method: str, inner: Callable[..., Iterator[Answer]], refuse: Refuse
+    ) -> Callable[..., Iterator[Answer]]:
         """Telemetry: the signature of the stream's opening call decides for its life."""
 
-        def behaviour(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        def behaviour(
+            requests: Iterator[ProtoMessage], context: grpc.ServicerContext
+        ) -> Iterator[Answer]:
             try:
                 self.check(service, method, None, context)
             except RocketMQError as exc:

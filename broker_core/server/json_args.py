@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
@@ -51,24 +51,39 @@ class Args:
             raise InvalidArgumentError(f"{self.method}: {name!r} must be {what}, got {value!r}")
         return value
 
-    def text(self, name: str, *, required: bool = False) -> Any:
+    @overload
+    def text(self, name: str, *, required: Literal[True]) -> str: ...
+    @overload
+    def text(self, name: str, *, required: bool = False) -> str | None: ...
+    def text(self, name: str, *, required: bool = False) -> str | None:
         """The string field ``name`` (None when absent and not required)."""
-        return self._get(name, (str,), "a string", required)
+        value: str | None = self._get(name, (str,), "a string", required)
+        return value
 
-    def integer(self, name: str, *, required: bool = False, minimum: int | None = None) -> Any:
+    @overload
+    def integer(self, name: str, *, required: Literal[True], minimum: int | None = None) -> int: ...
+    @overload
+    def integer(
+        self, name: str, *, required: bool = False, minimum: int | None = None
+    ) -> int | None: ...
+    def integer(
+        self, name: str, *, required: bool = False, minimum: int | None = None
+    ) -> int | None:
         """The integer field ``name`` (not a bool), at least ``minimum`` when given."""
-        value = self._get(name, (int,), "an integer", required)
+        value: int | None = self._get(name, (int,), "an integer", required)
         if value is not None and minimum is not None and value < minimum:
             raise InvalidArgumentError(f"{self.method}: {name!r} must be >= {minimum}")
         return value
 
-    def flag(self, name: str) -> Any:
+    def flag(self, name: str) -> bool | None:
         """The boolean field ``name`` (None when absent)."""
-        return self._get(name, (bool,), "true or false", False)
+        value: bool | None = self._get(name, (bool,), "true or false", False)
+        return value
 
-    def obj(self, name: str) -> Any:
+    def obj(self, name: str) -> Json | None:
         """The JSON object field ``name`` (None when absent)."""
-        return self._get(name, (dict,), "an object", False)
+        value: Json | None = self._get(name, (dict,), "an object", False)
+        return value
 
 
 def parse_request(method: str, raw: bytes) -> Mapping[str, Any]:

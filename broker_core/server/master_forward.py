@@ -15,10 +15,10 @@ did not answer; PROXY_TIMEOUT, which the client retries) — never a partial ans
 from __future__ import annotations
 
 import threading
-from typing import Any, Final
+from typing import Final
 
 import grpc
-from rocketmq.grpc_protocol import service_pb2_grpc
+from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.cluster.forward import FORWARDED_BY, was_forwarded
 from broker_core.errors import BrokerNotReachableError, NotMasterError
@@ -27,10 +27,10 @@ from broker_core.server.context import ServerContext
 FORWARD_SEND_TIMEOUT_S: Final = 5.0
 
 _lock = threading.Lock()
-_stubs: dict[str, Any] = {}
+_stubs: dict[str, service_pb2_grpc.MessagingServiceStub] = {}
 
 
-def _stub(addr: str) -> Any:
+def _stub(addr: str) -> service_pb2_grpc.MessagingServiceStub:
     with _lock:
         stub = _stubs.get(addr)
         if stub is None:
@@ -43,7 +43,9 @@ def should_forward(ctx: ServerContext) -> bool:
     return ctx.master_endpoint is not None and ctx.broker.replication.is_slave
 
 
-def forward_send(ctx: ServerContext, request: Any, context: grpc.ServicerContext) -> Any:
+def forward_send(
+    ctx: ServerContext, request: service_pb2.SendMessageRequest, context: grpc.ServicerContext
+) -> service_pb2.SendMessageResponse:
     """Send ``request`` (a SendMessageRequest) on to the group's master; see the module."""
     assert ctx.master_endpoint is not None
     metadata = list(context.invocation_metadata())

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TypeAlias
 
 import grpc
 from google.protobuf import message_factory
+from google.protobuf.message import Message as ProtoMessage
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.errors import RocketMQError
@@ -36,7 +37,12 @@ log = logging.getLogger(__name__)
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 
-Handler = Callable[[ServerContext, Any, grpc.ServicerContext], Any]
+# (ctx, request, context) → response, or an iterator of responses for streaming RPCs; each
+# handler names its generated request and response classes (handlers/__init__.py).
+Handler: TypeAlias = Callable[
+    [ServerContext, ProtoMessage, grpc.ServicerContext],
+    ProtoMessage | Iterator[ProtoMessage],
+]
 
 
 HANDLERS: dict[str, Handler] = {
@@ -60,7 +66,7 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def _response_class(method: str) -> type:
+def _response_class(method: str) -> type[ProtoMessage]:
     return message_factory.GetMessageClass(SERVICE.methods_by_name[method].output_type)
 
 
@@ -71,10 +77,12 @@ def _log_failure(method: str, exc: BaseException) -> None:
         log.exception("%s failed", method)
 
 
-def _unary(method: str, handler: Handler) -> Callable[..., Any]:
+def _unary(method: str, handler: Handler) -> Callable[..., ProtoMessage]:
     response = _response_class(method)
 
-    def call(self: MessagingService, request: Any, context: grpc.ServicerContext) -> Any:
+    def call(
+        self: MessagingService, request: ProtoMessage, context: grpc.ServicerContext
+    ) -> ProtoMessage:
         try:
             return handler(self.ctx, request, context)
         except Exception as exc:
@@ -84,10 +92,12 @@ def _unary(method: str, handler: Handler) -> Callable[..., Any]:
     return call
 
 
-def _streaming(method: str, handler: Handler) -> Callable[..., Iterator[Any]]:
+def _streaming(method: str, handler: Handler) -> Callable[..., Iterator[ProtoMessage]]:
     response = _response_class(method)
 
-    def call(self: MessagingService, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def call(
+        self: MessagingService, request: ProtoMessage, context: grpc.ServicerContext
+    ) -> Iterator[ProtoMessage]:
         try:
             yield from handler(self.ctx, request, context)
         except Exception as exc:

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -102,7 +102,9 @@ class Session:
     profile: Profile | None = None  # None until the client's settings arrived
     closed_at_s: float | None = None  # monotonic time the stream ended
     sent_to: set[str] = field(default_factory=set)  # topics it sent transactions to
-    _outbox: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
+    _outbox: queue.SimpleQueue[service_pb2.TelemetryCommand | None] = field(
+        default_factory=queue.SimpleQueue
+    )
     _closed: threading.Event = field(default_factory=threading.Event)
     _linger_until_s: float | None = None
 
@@ -110,7 +112,7 @@ class Session:
     def open(self) -> bool:
         return not self._closed.is_set()
 
-    def send(self, command: Any) -> bool:
+    def send(self, command: service_pb2.TelemetryCommand) -> bool:
         """Queue a TelemetryCommand for the client; False when the stream has ended."""
         if self._closed.is_set():
             return False
@@ -131,7 +133,7 @@ class Session:
     def _lingered_out(self) -> bool:
         return self._linger_until_s is not None and time.monotonic() > self._linger_until_s
 
-    def outgoing(self, is_active: Callable[[], bool]) -> Iterator[Any]:
+    def outgoing(self, is_active: Callable[[], bool]) -> Iterator[service_pb2.TelemetryCommand]:
         """Commands to write to the stream, until it is closed, retired, or ``is_active`` fails."""
         while True:
             try:
@@ -304,7 +306,7 @@ def check_transaction(ctx: ServerContext, request: CheckRequest) -> None:
     )
 
 
-def half_to_proto(half: StoredMessage, message_id: str) -> Any:
+def half_to_proto(half: StoredMessage, message_id: str) -> pb.Message:
     """The half message as its producer sent it: the real topic and queue, the client's id,
     tag, keys and user properties (what the client's TransactionChecker is shown)."""
     proto = to_pb_message(half, topic=half.properties.get(PROPERTY_REAL_TOPIC, half.topic))

@@ -14,7 +14,7 @@ ListAcls    user? → [{"user", "resource", "actions", "decision", "source_ips"}
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from broker_core.auth.acl import Rule
 from broker_core.auth.store import AuthStore
@@ -53,7 +53,7 @@ def list_users(ctx: ServerContext, args: Args) -> list[Json]:
     ]
 
 
-def _actions(raw: Any) -> list[str]:
+def _actions(raw: object) -> list[str]:
     if isinstance(raw, str):
         return [a for a in raw.split(",") if a.strip()]
     if isinstance(raw, list) and all(isinstance(a, str) for a in raw):

@@ -74,7 +74,7 @@ def query_message(ctx: ServerContext, args: Args) -> list[Json]:
     if message_id is not None:
         found = [ctx.broker.query_by_id(message_id, topic)]
     else:
-        if topic is None:
+        if key is None or topic is None:  # key is given: exactly one of the two is
             raise InvalidArgumentError("QueryMessage: a query by 'key' needs 'topic'")
         ctx.broker.topics.require(topic)
         found = ctx.broker.query_by_key(topic, key, max_results=min(max_results, MAX_QUERY_RESULTS))

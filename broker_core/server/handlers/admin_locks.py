@@ -18,7 +18,7 @@ Threads: as every admin handler; ``QueueLockManager`` is thread-safe.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from broker_core.broker.rebalance import MessageQueue
 from broker_core.errors import InvalidArgumentError
@@ -36,7 +36,7 @@ def _queues(ctx: ServerContext, args: Args) -> tuple[str, str, list[MessageQueue
     if not client_id.strip():
         raise InvalidArgumentError(f"{args.method}: 'client_id' must not be empty")
     topic = args.text("topic", required=True)
-    ids: Any = args.data.get("queue_ids")
+    ids: object = args.data.get("queue_ids")
     if not isinstance(ids, list) or any(isinstance(q, bool) or not isinstance(q, int) for q in ids):
         raise InvalidArgumentError(f"{args.method}: 'queue_ids' must be a list of integers")
     readable = {mq.queue_id: mq for mq in ctx.broker.read_queues(topic)}

@@ -38,8 +38,9 @@ def create_topic(ctx: ServerContext, args: Args) -> Json:
     ):
         if args.has(field):
             values[key] = args.integer(field)
-    if args.has("message_type"):
-        values["message_type"] = args.text("message_type").upper()
+    message_type = args.text("message_type")
+    if message_type is not None:
+        values["message_type"] = message_type.upper()
     if args.has("attributes"):
         values["attributes"] = args.obj("attributes")
     change = ctx.broker.administer_topic(

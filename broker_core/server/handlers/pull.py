@@ -191,7 +191,10 @@ def pull_raw(ctx: ServerContext, request: bytes, context: grpc.ServicerContext) 
         result = _raw_pull(ctx, args, context)
         if ctx.metrics is not None and result.raw is not None and result.raw.count:
             ctx.metrics.messages_out(
-                args.text("topic"), args.text("group"), result.raw.count, len(result.raw.data)
+                args.text("topic", required=True),
+                args.text("group", required=True),
+                result.raw.count,
+                len(result.raw.data),
             )  # bulk pulls count stored bytes
         return raw_answer(result)
     except Exception as exc:
