@@ -427,7 +427,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         server.start()
     except OSError as exc:
         raise StoreError(
-            f"cannot open the store at {server.broker.store.config.store_dir}: {exc}"
+            f"cannot open the store at {server.broker.store_config.store_dir}: {exc}"
         ) from exc
     _raise_open_files_limit()
     _tune_garbage_collector()
