@@ -48,7 +48,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.broker.pop import PoppedMessage
+from broker_core.broker.pop.pop import PoppedMessage
 from broker_core.errors import FilterSyntaxError, MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.protocol.filters import SQL92, TAG, MessageFilter

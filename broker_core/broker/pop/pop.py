@@ -14,13 +14,13 @@ A message popped from a dead-letter (or any non-retry) topic is delivered, and a
 under that topic; retry copies under their original one.
 
 Expiry (``run_revive``): a delivery not acked by its deadline is revived as decided by
-``pop_policy.revive_decision``: a copy to the retry topic (non-FIFO), the same offset
+``policy.revive_decision``: a copy to the retry topic (non-FIFO), the same offset
 visible again (FIFO), or a copy to ``%DLQ%{group}`` once retries are exhausted. FIFO
 groups deliver a message group's next message only after the previous one is acked or
 dead-lettered; other message groups in the queue flow (at most ``max_withheld_per_queue``
 messages are held back per queue while scanning past busy groups).
 
-Durability (details in ``pop_state.py``): each checkpoint, ack, invisible change and
+Durability (details in ``state.py``): each checkpoint, ack, invisible change and
 revive is a record in ``REVIVE_TOPIC`` written before the call returns; the consume
 offset of each (group, topic, queue) and the revive replay start are committed to the
 ConsumerOffsetManager as they advance (``close()`` persists it). ``open()`` replays the
@@ -62,11 +62,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from broker_core.broker.offsets import ConsumerOffsetManager
-from broker_core.broker.pop_log import PopRecord, QueueKey, RecordKind, ReviveLog
-from broker_core.broker.pop_revive import Reviver, resolution
-from broker_core.broker.pop_scan import QueuePlan, QueueScanner
-from broker_core.broker.pop_state import InFlight, PopState, QueueState
-from broker_core.broker.receipt import ReceiptHandle, check_scope, decode_handle
+from broker_core.broker.pop.log import PopRecord, QueueKey, RecordKind, ReviveLog
+from broker_core.broker.pop.receipt import ReceiptHandle, check_scope, decode_handle
+from broker_core.broker.pop.revive import Reviver, resolution
+from broker_core.broker.pop.scan import QueuePlan, QueueScanner
+from broker_core.broker.pop.state import InFlight, PopState, QueueState
 from broker_core.broker.retry import DeadLetter, RetryPolicy, next_delivery, retry_topic
 from broker_core.broker.system_topics import REVIVE_TOPIC
 from broker_core.errors import (

@@ -8,8 +8,8 @@ impure step) and ``TIMER_DELIVER_MS``. The broker stores that message in the com
 :class:`TimerService` then, in each ``run_once(now_ms)``:
 
 1. *ingests* new ``TIMER_TOPIC`` messages from its ingest offset: each becomes a
-   schedule record in the timer log (``timer_log``), chained into the wheel slot of its
-   slot time ``ceil(deliver_ms / precision_ms) × precision_ms`` (``timer_wheel``). A
+   schedule record in the timer log (``log.py``), chained into the wheel slot of its
+   slot time ``ceil(deliver_ms / precision_ms) × precision_ms`` (``wheel.py``). A
    timer beyond the wheel's horizon goes to the farthest slot and is *rolled* (given a
    new record closer to its time) each time that slot fires. A timer whose slot time
    has already been fired is delivered at once.
@@ -53,17 +53,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_core.broker.schedule import restore_real_message
 from broker_core.broker.system_topics import TIMER_TOPIC
-from broker_core.broker.timer_log import FLAG_CANCEL, TimerLog, TimerRecord
-from broker_core.broker.timer_policy import (
+from broker_core.broker.timer.log import FLAG_CANCEL, TimerLog, TimerRecord
+from broker_core.broker.timer.policy import (
     TIMER_PROPERTIES,
     deliver_time_of,
     link_target_ms,
     plan_firing,
     to_timer_message,
 )
-from broker_core.broker.timer_wheel import TimingWheel
+from broker_core.broker.timer.schedule import restore_real_message
+from broker_core.broker.timer.wheel import TimingWheel
 from broker_core.errors import (
     ConfigError,
     CorruptionError,

@@ -23,8 +23,8 @@ import logging
 from dataclasses import dataclass, field
 
 from broker_core.broker.lite import PROPERTY_LITE_TOPIC
-from broker_core.broker.pop_policy import delivered_topic, delivery_attempt
-from broker_core.broker.pop_state import InFlight, PopState, QueueState
+from broker_core.broker.pop.policy import delivered_topic, delivery_attempt
+from broker_core.broker.pop.state import InFlight, PopState, QueueState
 from broker_core.errors import CorruptionError
 from broker_core.message import PROPERTY_MESSAGE_GROUP, StoredMessage
 from broker_core.protocol.filters import MessageFilter

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from broker_core.broker.retry import DELAY_LEVELS_MS
-from broker_core.broker.schedule import (
+from broker_core.broker.system_topics import SCHEDULE_TOPIC
+from broker_core.broker.timer.schedule import (
     SCHEDULE_PROPERTIES,
     ScheduleService,
     level_due_ms,
@@ -18,7 +19,6 @@ from broker_core.broker.schedule import (
     restore_real_message,
     to_schedule_message,
 )
-from broker_core.broker.system_topics import SCHEDULE_TOPIC
 from broker_core.errors import ConfigError, InvalidArgumentError
 from broker_core.message import Message, StoredMessage
 from broker_core.store.atomic_file import write_json_atomic

@@ -4,7 +4,7 @@ Each record says "the TIMER_TOPIC message at this commitlog offset is due at thi
 (a *schedule* record) or "the timer at this commitlog offset is recalled" (a *cancel*
 record), and links to the previous record that went into the same timing-wheel slot,
 so every slot's records form a chain walked backwards from the slot's last record
-(see ``timer_wheel``). Records are never rewritten; a timer that is rolled forward gets a
+(see ``wheel.py``). Records are never rewritten; a timer that is rolled forward gets a
 new record.
 
 Record layout (big-endian, :data:`RECORD`, 36 bytes)::

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_core.broker.receipt import (
+from broker_core.broker.pop.receipt import (
     CRC,
     FORMAT,
     HEADER,

@@ -1,6 +1,6 @@
 """Reviving POP deliveries: what happens when invisible time ends, or a client gives up.
 
-For each due delivery ``pop_policy.revive_decision`` picks a destination: a copy to
+For each due delivery ``policy.revive_decision`` picks a destination: a copy to
 ``%RETRY%{group}`` (non-FIFO), the same offset visible again (FIFO; in memory only: a
 restart re-derives it from the deadline), or a copy to ``%DLQ%{group}``. Copies and
 the resolution records that end the original deliveries go to the store in one
@@ -16,15 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from broker_core.broker.lite import split_lmq
-from broker_core.broker.pop_log import PopRecord, RecordKind, ReviveLog
-from broker_core.broker.pop_policy import (
+from broker_core.broker.pop.log import PopRecord, RecordKind, ReviveLog
+from broker_core.broker.pop.policy import (
     Destination,
     delivered_topic,
     revive_copy,
     revive_decision,
 )
-from broker_core.broker.pop_scan import QueueScanner
-from broker_core.broker.pop_state import InFlight, PopState, QueueState
+from broker_core.broker.pop.scan import QueueScanner
+from broker_core.broker.pop.state import InFlight, PopState, QueueState
 from broker_core.broker.retry import RetryPolicy
 from broker_core.message import Message
 

@@ -15,7 +15,7 @@ Records, big-endian::
     6      8    queue_offset   int64   the message's offset in (topic, queue_id)
     14     8    anchor         int64   CHECKPOINT: a replay must start at or before this
                                        revive offset to know the fate of every offset
-                                       above the message (see ``pop_state``); else -1
+                                       above the message (see ``state``); else -1
     22     8    resolves       int64   resolutions: version (checkpoint) they end; else -1
     30     8    time_ms        int64   CHECKPOINT: pop time; resolutions: when resolved
     38     8    invisible_ms   int64   CHECKPOINT: invisible duration from time_ms; else 0

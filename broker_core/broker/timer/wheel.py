@@ -3,7 +3,7 @@
 Slot ``i`` covers every *slot time* ``t`` (a multiple of ``precision_ms``) with
 ``(t // precision_ms) % wheel_slots == i``; the slot remembers which ``t`` it currently
 holds, so an entry left over from an earlier turn of the wheel is recognised as stale
-and never fired. A slot points into the timer log (``timer_log``): the first and last
+and never fired. A slot points into the timer log (``log.py``): the first and last
 record of its chain and how many records the chain has. Firing time ``t`` reads one slot
 and walks only its chain — the cost of a tick is the number of timers due in it.
 
@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from broker_core.broker.timer_log import NO_PREV, RECORD_BYTES, TimerLog, TimerRecord
+from broker_core.broker.timer.log import NO_PREV, RECORD_BYTES, TimerLog, TimerRecord
 from broker_core.errors import ConfigError, CorruptionError
 from broker_core.store.mapped_file import fdatasync_path
 

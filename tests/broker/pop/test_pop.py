@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from broker_core.broker.offsets import ConsumerOffsetManager
-from broker_core.broker.pop import REVIVE_GROUP, PopConfig, PoppedMessage, PopService
-from broker_core.broker.pop_log import PopRecord, RecordKind
-from broker_core.broker.pop_policy import (
+from broker_core.broker.pop.log import PopRecord, RecordKind
+from broker_core.broker.pop.policy import (
     Destination,
     original_topic,
     revive_copy,
     revive_decision,
 )
-from broker_core.broker.receipt import ReceiptHandle, decode_handle
+from broker_core.broker.pop.pop import REVIVE_GROUP, PopConfig, PoppedMessage, PopService
+from broker_core.broker.pop.receipt import ReceiptHandle, decode_handle
 from broker_core.broker.retry import RetryPolicy
 from broker_core.broker.system_topics import REVIVE_TOPIC
 from broker_core.errors import (

@@ -16,16 +16,7 @@ from broker_core.broker.system_topics import (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
 )
-from broker_core.broker.transaction import (
-    CheckRequest,
-    CheckRound,
-    PrepareResult,
-    Resolution,
-    TransactionService,
-    half_message,
-    real_message,
-)
-from broker_core.broker.transaction_check import (
+from broker_core.broker.transaction.check import (
     PROPERTY_CHECK_BASE_MS,
     PROPERTY_CHECK_IMMUNITY_S,
     CheckAction,
@@ -37,6 +28,15 @@ from broker_core.broker.transaction_check import (
     op_message,
     parse_op_body,
     recheck_message,
+)
+from broker_core.broker.transaction.transaction import (
+    CheckRequest,
+    CheckRound,
+    PrepareResult,
+    Resolution,
+    TransactionService,
+    half_message,
+    real_message,
 )
 from broker_core.errors import (
     InvalidArgumentError,

@@ -16,7 +16,7 @@ older), a commit may be delivered a second time if the producer confirms it agai
 at-least-once window RocketMQ has too, a few hundred bytes wide.
 
 Durability and restart: all state is derived from the half and op topics plus the check
-progress offsets kept in the ConsumerOffsetManager (see ``transaction_check``). ``open()``
+progress offsets kept in the ConsumerOffsetManager (see ``check.py``). ``open()``
 rebuilds it from the store once the store is open and recovered; unresolved halves are
 checked again and can still be ended; finished ones never come back. ``stop()`` persists
 the progress offsets; an older persisted progress only makes the next recovery read
@@ -66,7 +66,7 @@ from broker_core.broker.system_topics import (
     TRANS_OP_HALF_TOPIC,
     is_system_topic,
 )
-from broker_core.broker.transaction_check import (
+from broker_core.broker.transaction.check import (
     HALF_QUEUE_ID,
     OP_QUEUE_ID,
     PROPERTY_CHECK_BASE_MS,

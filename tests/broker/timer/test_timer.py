@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from broker_core.broker.system_topics import TIMER_TOPIC
-from broker_core.broker.timer import CHECKPOINT_FILE, LOG_FILE, WHEEL_FILE, TimerService
-from broker_core.broker.timer_log import (
+from broker_core.broker.timer.log import (
     FLAG_CANCEL,
     FLAG_SCHEDULE,
     RECORD_BYTES,
@@ -22,7 +21,7 @@ from broker_core.broker.timer_log import (
     decode_record,
     encode_record,
 )
-from broker_core.broker.timer_policy import (
+from broker_core.broker.timer.policy import (
     PROPERTY_TIMER_DELIVER_MS,
     deliver_time_of,
     link_target_ms,
@@ -30,7 +29,8 @@ from broker_core.broker.timer_policy import (
     slot_time_ms,
     to_timer_message,
 )
-from broker_core.broker.timer_wheel import SLOT_BYTES, TimingWheel
+from broker_core.broker.timer.timer import CHECKPOINT_FILE, LOG_FILE, WHEEL_FILE, TimerService
+from broker_core.broker.timer.wheel import SLOT_BYTES, TimingWheel
 from broker_core.errors import ConfigError, CorruptionError, InvalidArgumentError
 from broker_core.message import Message, StoredMessage
 from broker_core.store.message_store import MessageStore

@@ -33,7 +33,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker_core.broker.pop_log import PopRecord, QueueKey, RecordKind
+from broker_core.broker.pop.log import PopRecord, QueueKey, RecordKind
 
 
 @dataclass(slots=True)

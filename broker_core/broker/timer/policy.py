@@ -1,6 +1,6 @@
 """Pure timer policy: the timer message rewrite, slot times, link targets, firing plans.
 
-No I/O and no state: :mod:`broker_core.broker.timer` carries these decisions out over the
+No I/O and no state: :mod:`broker_core.broker.timer.timer` carries these decisions out over the
 timer log and the timing wheel. Everything here is table-tested.
 
 >>> slot_time_ms(1_500, 1_000), slot_time_ms(2_000, 1_000)
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from broker_core.broker.system_topics import TIMER_TOPIC
-from broker_core.broker.timer_log import FLAG_CANCEL, TimerRecord
+from broker_core.broker.timer.log import FLAG_CANCEL, TimerRecord
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import (
     PROPERTY_DELIVER_TIME_MS,
