@@ -11,11 +11,7 @@ import pytest
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop.pop import PopConfig, PoppedMessage, PopService
 from broker_core.broker.retry import RetryPolicy
-from broker_core.message import (
-    PROPERTY_MESSAGE_GROUP,
-    Message,
-    StoredMessage,
-)
+from broker_core.message import PROPERTY_MESSAGE_GROUP, Message, StoredMessage
 from broker_core.protocol.filters import MessageFilter
 from broker_core.store.message_store import MessageStore
 from tests.store.conftest import make_message, small_config

@@ -11,13 +11,8 @@ import pytest
 from broker_core.broker.pop.pop import PopConfig
 from broker_core.broker.pop.receipt import decode_handle
 from broker_core.broker.retry import RetryPolicy
-from broker_core.errors import (
-    StaleReceiptHandleError,
-)
-from broker_core.message import (
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
-)
+from broker_core.errors import StaleReceiptHandleError
+from broker_core.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from tests.broker.pop.conftest import INVISIBLE_MS, T0, Broker, S, ns
 from tests.store.conftest import make_message
 

@@ -6,17 +6,9 @@ from __future__ import annotations
 import pytest
 
 from broker_core.broker.pop.log import PopRecord, RecordKind
-from broker_core.broker.pop.policy import (
-    Destination,
-    original_topic,
-    revive_copy,
-    revive_decision,
-)
+from broker_core.broker.pop.policy import Destination, original_topic, revive_copy, revive_decision
 from broker_core.broker.retry import RetryPolicy
-from broker_core.errors import (
-    CorruptionError,
-    InvalidArgumentError,
-)
+from broker_core.errors import CorruptionError, InvalidArgumentError
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.broker.pop.policy import (
-    revive_copy,
-)
+from broker_core.broker.pop.policy import revive_copy
 from broker_core.broker.pop.pop import PopService
 from broker_core.broker.pop.receipt import ReceiptHandle, decode_handle
 from broker_core.errors import (

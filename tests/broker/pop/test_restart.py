@@ -11,13 +11,8 @@ import pytest
 from broker_core.broker.pop.pop import REVIVE_GROUP
 from broker_core.broker.retry import RetryPolicy
 from broker_core.broker.system_topics import REVIVE_TOPIC
-from broker_core.errors import (
-    StaleReceiptHandleError,
-)
-from broker_core.message import (
-    PROPERTY_MESSAGE_GROUP,
-    PROPERTY_UNIQ_KEY,
-)
+from broker_core.errors import StaleReceiptHandleError
+from broker_core.message import PROPERTY_MESSAGE_GROUP, PROPERTY_UNIQ_KEY
 from broker_core.protocol.filters import MessageFilter
 from tests.broker.pop.conftest import INVISIBLE_MS, T0, Broker, S, grouped, ns
 from tests.store.conftest import make_message
