@@ -12,14 +12,7 @@ from broker_core.message import key_hash
 from broker_core.store.index_file import IndexFile
 from broker_core.store.index_layout import ENTRY, HEADER, INT32_MAX, SLOT
 from broker_core.store.index_service import IndexService
-from tests.store.index_support import (
-    COLLIDE_A,
-    COLLIDE_B,
-    ENTRIES,
-    SLOTS,
-    T0,
-    new_file,
-)
+from tests.store.index_support import COLLIDE_A, COLLIDE_B, ENTRIES, SLOTS, T0, new_file
 
 
 def test_layout_sizes() -> None:

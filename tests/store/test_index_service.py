@@ -18,15 +18,7 @@ from broker_core.store.index_file import IndexFile
 from broker_core.store.index_layout import ENTRY, HEADER, INT32_MAX, SLOT
 from broker_core.store.index_manifest import MANIFEST_NAME, ms_for_name, name_for_ms, read_manifest
 from broker_core.store.index_service import IndexService
-from tests.store.index_support import (
-    COLLIDE_A,
-    COLLIDE_B,
-    T0,
-    entry_pos,
-    fill,
-    index_files,
-    patch,
-)
+from tests.store.index_support import COLLIDE_A, COLLIDE_B, T0, entry_pos, fill, index_files, patch
 
 # -- names -------------------------------------------------------------------------------
 

@@ -13,14 +13,7 @@ from broker_core.errors import CorruptionError
 from broker_core.message import key_hash
 from broker_core.store.index_file import IndexFile
 from broker_core.store.index_layout import ENTRY, HEADER, SLOT
-from tests.store.index_support import (
-    ENTRIES,
-    SLOTS,
-    T0,
-    entry_pos,
-    new_file,
-    patch,
-)
+from tests.store.index_support import ENTRIES, SLOTS, T0, entry_pos, new_file, patch
 
 
 def test_open_rejects_wrong_size(tmp_path: Path) -> None:
