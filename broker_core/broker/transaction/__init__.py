@@ -1,2 +1,3 @@
-"""Transactional messages: half and op records, commit/rollback (``transaction``) and the
-check-back of forgotten halves (``check``)."""
+"""Transactional messages: the service (``transaction``: prepare, commit/rollback, the check
+thread), the records it writes (``records``) and the check-back state and recovery
+(``check``)."""

@@ -12,7 +12,7 @@ Nothing here is durable by itself; it is all derived from two topics and two off
 * ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0 — one *op record* per finished half record
   (committed, rolled back, or superseded by its re-put copy): tag ``d``, body the half
   record's queue offset in ASCII decimal (RocketMQ 5 also joins several with commas,
-  which :func:`parse_op_body` accepts);
+  which ``records.parse_op_body`` accepts; the records themselves are built in ``records``);
 * the half progress ``P``: every half record below ``P`` is finished;
 * the op progress ``Q``: every op record below ``Q`` names a half record below ``P``.
 
@@ -45,13 +45,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from broker_core.broker.system_topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from broker_core.broker.transaction.records import HALF_QUEUE_ID, OP_QUEUE_ID, OP_TAG, parse_op_body
 from broker_core.errors import BusyError, InvalidArgumentError, StoreClosedError
 from broker_core.message import (
     PROPERTY_CHECK_TIMES,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_UNIQ_KEY,
-    Message,
     StoredMessage,
 )
 from broker_core.protocol.properties import PROPERTY_CHECK_BASE_MS, PROPERTY_CHECK_IMMUNITY_S
@@ -59,42 +59,7 @@ from broker_core.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
-OP_TAG = "d"  # RocketMQ's REMOVE_TAG: the named half record is finished
-HALF_QUEUE_ID = 0
-OP_QUEUE_ID = 0
 _READ_BATCH = 256
-
-
-# --------------------------------------------------------------------------- op records
-
-
-def op_message(half_offset: int, now_ms: int) -> Message:
-    """The op record finishing the half record at queue offset ``half_offset``."""
-    if half_offset < 0:
-        raise InvalidArgumentError(f"half offset must be >= 0, got {half_offset}")
-    return Message(
-        TRANS_OP_HALF_TOPIC,
-        str(half_offset).encode(),
-        OP_QUEUE_ID,
-        {"TAGS": OP_TAG},
-        born_timestamp_ms=now_ms,
-    )
-
-
-def parse_op_body(body: bytes) -> list[int]:
-    """Half offsets named by an op record body (``b"17"`` or ``b"17,18"``).
-
-    Raises InvalidArgumentError when the body is not comma-separated decimals >= 0.
-    """
-    try:
-        parts = body.decode("ascii").split(",")
-        offsets = [int(p) for p in parts if p.strip().isdigit()]
-    except UnicodeDecodeError:
-        offsets = []
-        parts = ["?"]
-    if not offsets or len(offsets) != len(parts):
-        raise InvalidArgumentError(f"op record body {body[:40]!r} is not a list of offsets")
-    return offsets
 
 
 # --------------------------------------------------------------------------- check policy
@@ -196,24 +161,6 @@ class CheckRound:
     rolled_back: list[str]  # message ids given up after max_check_times
     failed: list[str]  # message ids whose checker raised a RocketMQError (retried later)
     half_progress: int
-
-
-def recheck_message(half: StoredMessage, now_ms: int) -> Message:
-    """The copy of ``half`` a check re-puts: check times + 1, timeout counted from now."""
-    props = dict(half.properties)
-    props[PROPERTY_CHECK_TIMES] = str(int(props.get(PROPERTY_CHECK_TIMES) or 0) + 1)
-    props[PROPERTY_CHECK_BASE_MS] = str(now_ms)
-    return Message(
-        half.topic,
-        half.body,
-        half.queue_id,
-        props,
-        half.flag,
-        half.sys_flag,
-        half.born_timestamp_ms,
-        half.born_host,
-        half.reconsume_times,
-    )
 
 
 # --------------------------------------------------------------------------- the ledger

@@ -64,12 +64,8 @@ from broker_core.broker.system_topics import (
     TRANS_CHECK_GROUP,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
-    is_system_topic,
 )
 from broker_core.broker.transaction.check import (
-    HALF_QUEUE_ID,
-    OP_QUEUE_ID,
-    PROPERTY_CHECK_BASE_MS,
     CheckAction,
     Checker,
     CheckRequest,
@@ -79,14 +75,19 @@ from broker_core.broker.transaction.check import (
     admit_half,
     decide_check,
     live_half_from,
-    op_message,
-    recheck_message,
     recover_ledger,
+)
+from broker_core.broker.transaction.records import (
+    HALF_QUEUE_ID,
+    OP_QUEUE_ID,
+    half_message,
+    op_message,
+    real_message,
+    recheck_message,
 )
 from broker_core.errors import (
     CorruptionError,
     InvalidArgumentError,
-    InvalidTopicError,
     InvalidTransactionIdError,
     MessageNotFoundError,
     OffsetOutOfRangeError,
@@ -94,20 +95,9 @@ from broker_core.errors import (
     StoreClosedError,
 )
 from broker_core.message import (
-    PROPERTY_CHECK_TIMES,
-    PROPERTY_PRODUCER_GROUP,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_TRANSACTION_ID,
-    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
     Message,
-    StoredMessage,
-    new_message_id,
-    validate_group_name,
-    validate_topic_name,
 )
-from broker_core.protocol.unit import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
 from broker_core.service_thread import ServiceThread, describe
 from broker_core.store.message_store import MessageStore, PutResult
 
@@ -153,69 +143,6 @@ class TransactionStats:
     finished_held: int  # finished half offsets at or above half_progress kept in memory
     half_progress: int
     op_progress: int
-
-
-# --------------------------------------------------------------------------- rewrites
-
-
-def half_message(msg: Message, producer_group: str, transaction_id: str, now_ms: int) -> Message:
-    """The half record for ``msg``: invisible, with the real destination in properties."""
-    validate_topic_name(msg.topic)
-    if is_system_topic(msg.topic):
-        raise InvalidTopicError(f"cannot send a transactional message to system topic {msg.topic}")
-    validate_group_name(producer_group)
-    if not transaction_id:
-        raise InvalidTransactionIdError("transaction id is empty")
-    if msg.queue_id < 0:
-        raise InvalidArgumentError(f"queue id must be >= 0, got {msg.queue_id}")
-    props = dict(msg.properties)
-    props.pop(PROPERTY_CHECK_TIMES, None)
-    props[PROPERTY_UNIQ_KEY] = props.get(PROPERTY_UNIQ_KEY) or new_message_id()
-    props.update(
-        {
-            PROPERTY_REAL_TOPIC: msg.topic,
-            PROPERTY_REAL_QUEUE_ID: str(msg.queue_id),
-            PROPERTY_TRANSACTION_PREPARED: "true",
-            PROPERTY_PRODUCER_GROUP: producer_group,
-            PROPERTY_TRANSACTION_ID: transaction_id,
-            PROPERTY_CHECK_BASE_MS: str(now_ms),
-        }
-    )
-    return Message(
-        TRANS_HALF_TOPIC,
-        msg.body,
-        HALF_QUEUE_ID,
-        props,
-        msg.flag,
-        msg.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
-        msg.born_timestamp_ms,
-        msg.born_host,
-        msg.reconsume_times,
-    )
-
-
-def real_message(half: StoredMessage) -> Message:
-    """The committed message: the half's body and user properties, at its real destination."""
-    props = dict(half.properties)
-    topic = props.pop(PROPERTY_REAL_TOPIC, "")
-    queue_id = props.pop(PROPERTY_REAL_QUEUE_ID, "")
-    if not topic or not queue_id.isdigit():
-        raise InvalidArgumentError(f"half message {half.message_id} has no real topic/queue")
-    for key in (PROPERTY_TRANSACTION_PREPARED, PROPERTY_CHECK_TIMES, PROPERTY_CHECK_BASE_MS):
-        props.pop(key, None)
-    sys_flag = (half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_COMMIT
-    return Message(
-        topic,
-        half.body,
-        int(queue_id),
-        props,
-        half.flag,
-        sys_flag,
-        half.born_timestamp_ms,
-        half.born_host,
-        half.reconsume_times,
-        prepared_transaction_offset=half.physical_offset,
-    )
 
 
 # --------------------------------------------------------------------------- the service

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker_core.broker.system_topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from broker_core.broker.transaction.check import recheck_message
+from broker_core.broker.transaction.records import recheck_message
 from broker_core.broker.transaction.transaction import CheckRound, Resolution
 from broker_core.errors import MessageNotFoundError
 from broker_core.message import Message

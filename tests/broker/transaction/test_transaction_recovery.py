@@ -17,7 +17,8 @@ from broker_core.broker.broker import Broker
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.system_topics import TRANS_HALF_TOPIC
 from broker_core.broker.transaction.check import CheckRequest
-from broker_core.broker.transaction.transaction import TransactionService, half_message
+from broker_core.broker.transaction.records import half_message
+from broker_core.broker.transaction.transaction import TransactionService
 from broker_core.config import BrokerConfig
 from broker_core.errors import StoreClosedError
 from broker_core.message import Message

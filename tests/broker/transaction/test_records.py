@@ -1,17 +1,18 @@
-"""The message rewrites of transactions: half messages, real messages, re-checks and op records."""
+"""Tests for broker_core.broker.transaction.records: half records, real messages, re-put
+copies and op records."""
 
 from __future__ import annotations
 
 import pytest
 
 from broker_core.broker.system_topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from broker_core.broker.transaction.check import (
-    PROPERTY_CHECK_BASE_MS,
+from broker_core.broker.transaction.records import (
+    half_message,
     op_message,
     parse_op_body,
+    real_message,
     recheck_message,
 )
-from broker_core.broker.transaction.transaction import half_message, real_message
 from broker_core.errors import InvalidArgumentError, InvalidGroupError, InvalidTopicError
 from broker_core.message import (
     PROPERTY_CHECK_TIMES,
@@ -24,6 +25,7 @@ from broker_core.message import (
     PROPERTY_UNIQ_KEY,
     Message,
 )
+from broker_core.protocol.properties import PROPERTY_CHECK_BASE_MS
 from broker_core.protocol.unit import (
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_MASK,
