@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, settings
 
 from broker_core.client import ReceivedMessage, RocketMQClient
 from broker_core.server.launcher import BrokerProcess, launch_broker
+from tests.send_loop import send_numbered
 from tests.server.conftest import DEFAULT_CONFIG
 
 READER_GROUP = "chaos-reader"
@@ -149,6 +150,20 @@ class AckLog:
     def snapshot(self) -> dict[bytes, Ack]:
         with self._cond:
             return dict(self.acks)
+
+    def send_until(
+        self,
+        stop: threading.Event,
+        prefix: bytes,
+        send: Callable[[bytes], str],
+        retry_pause_s: float,
+    ) -> None:
+        """``send_numbered`` into this log: ``send(body)`` returns the body's message id."""
+
+        def on_ack(body: bytes, _started_s: float, message_id: str) -> None:
+            self.record(body, message_id)
+
+        send_numbered(stop, prefix, send, on_ack, self.record_failure, retry_pause_s)
 
 
 def read_back(client: RocketMQClient, topic: str) -> list[ReceivedMessage]:

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import itertools
 import random
-import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from broker_core.client import OutgoingMessage, RocketMQClient
 from broker_core.client.in_flight import PendingSend
 from tests.chaos.load import AckLog, ChaosBroker, audit, dropped_bytes, read_back
+from tests.send_loop import LoopThreads
 
 TOPIC = "chaos-kill"
 SEED = 20_240_607
@@ -62,51 +61,23 @@ class Producers:
     def __init__(self, endpoint: str, acks: AckLog) -> None:
         self.endpoint = endpoint
         self.acks = acks
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.threads = [
-            threading.Thread(target=self._guard, args=(run,), name=name)
-            for name, run in (
-                ("official", self._official),
-                ("batch", self._batch),
-                ("bulk", self._bulk),
-            )
-        ]
-
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-
-    def join(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in self.threads), "a producer thread hung"
-        assert not self.errors, f"producer thread failed: {self.errors!r}"
-
-    def _guard(self, run: Callable[[], None]) -> None:
-        try:
-            run()
-        except BaseException as exc:  # reported by join(), not lost in a thread
-            self.errors.append(exc)
+        self.threads = LoopThreads(
+            [("official", self._official), ("batch", self._batch), ("bulk", self._bulk)]
+        )
+        self.stop = self.threads.stop
+        self.start, self.join = self.threads.start, self.threads.join
 
     def _official(self) -> None:
         producer = Producer(ClientConfiguration(self.endpoint, Credentials()), [TOPIC])
         producer.startup()
-        try:
-            seq = 0
-            while not self.stop.is_set():
-                body = b"A-%08d" % seq
-                seq += 1
-                msg = Message()
-                msg.topic, msg.body = TOPIC, body
-                try:
-                    receipt = producer.send(msg)
-                except Exception as exc:  # broker down or killed mid-request: not acked
-                    self.acks.record_failure(exc)
-                    time.sleep(RETRY_PAUSE_S)
-                    continue
-                self.acks.record(body, receipt.message_id)
+
+        def send_one(body: bytes) -> str:
+            msg = Message()
+            msg.topic, msg.body = TOPIC, body
+            return str(producer.send(msg).message_id)
+
+        try:  # a send failing while the broker is down or killed mid-request: not acked
+            self.acks.send_until(self.stop, b"A", send_one, RETRY_PAUSE_S)
         finally:
             producer.shutdown()
 
