@@ -34,21 +34,8 @@ from broker_core.broker.timer.wheel import SLOT_BYTES, TimingWheel
 from broker_core.errors import ConfigError, CorruptionError, InvalidArgumentError
 from broker_core.message import Message, StoredMessage
 from broker_core.store.message_store import MessageStore
+from tests.broker.timer.conftest import T0, Clock, S
 from tests.store.conftest import make_message, small_config
-
-T0 = 1_700_000_000_000
-S = 1_000
-
-
-class Clock:
-    """A settable clock shared by the store and the service."""
-
-    def __init__(self, now_ms: int) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
 
 # --------------------------------------------------------------------------- pure policy
 
