@@ -269,39 +269,30 @@ class PopService:
     def _deliver(self, plans: list[QueuePlan], now: int, invisible_ms: int) -> list[PoppedMessage]:
         """Record the plans' checkpoints, then apply them; returns what was picked."""
         records: list[PopRecord] = []
+        fresh: list[list[InFlight]] = []  # per plan, a delivery per pick (version set below)
         for plan in plans:
-            group, topic, qid = plan.qs.key
-            records += [
-                PopRecord(
-                    RecordKind.CHECKPOINT,
-                    group,
-                    topic,
-                    qid,
+            entries = [
+                InFlight(
+                    plan.qs.key,
                     p.message.queue_offset,
-                    anchor=p.anchor,
-                    time_ms=now,
-                    invisible_ms=invisible_ms,
-                    attempt=p.attempt,
-                    message_group=p.message_group,
+                    -1,
+                    p.anchor,
+                    now,
+                    invisible_ms,
+                    p.attempt,
+                    p.message_group,
                 )
                 for p in plan.picks
             ]
+            fresh.append(entries)
+            records += [entry.checkpoint() for entry in entries]
             records += [resolution(RecordKind.DROPPED, e, now) for e in plan.gone]
         versions = iter(self._log.append(records) if records else [])
         out: list[PoppedMessage] = []
-        for plan in plans:
+        for plan, entries in zip(plans, fresh, strict=True):
             self._scanner.apply(plan)
-            for pick in plan.picks:
-                entry = InFlight(
-                    plan.qs.key,
-                    pick.message.queue_offset,
-                    next(versions),
-                    pick.anchor,
-                    now,
-                    invisible_ms,
-                    pick.attempt,
-                    pick.message_group,
-                )
+            for pick, entry in zip(plan.picks, entries, strict=True):
+                entry.version = next(versions)
                 self._state.deliver(plan.qs, entry)
                 out.append(
                     PoppedMessage(
@@ -481,31 +472,17 @@ class PopService:
 
     def _extend(self, qs: QueueState, entry: InFlight, invisible_ms: int) -> InFlight:
         """A new delivery version of ``entry``, invisible for ``invisible_ms`` from now."""
-        now = self._clock_ms()
-        group, topic, qid = qs.key
-        record = PopRecord(
-            RecordKind.CHECKPOINT,
-            group,
-            topic,
-            qid,
-            entry.offset,
-            anchor=entry.anchor,
-            time_ms=now,
-            invisible_ms=invisible_ms,
-            attempt=entry.attempt,
-            message_group=entry.message_group,
-        )
-        (version,) = self._log.append([record])
         new = InFlight(
             qs.key,
             entry.offset,
-            version,
+            -1,
             entry.anchor,
-            now,
+            self._clock_ms(),
             invisible_ms,
             entry.attempt,
             entry.message_group,
         )
+        (new.version,) = self._log.append([new.checkpoint()])
         self._state.deliver(qs, new)
         return new
 

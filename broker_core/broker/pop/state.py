@@ -54,6 +54,22 @@ class InFlight:
     def deadline_ms(self) -> int:
         return self.pop_time_ms + self.invisible_ms
 
+    def checkpoint(self) -> PopRecord:
+        """The CHECKPOINT record that starts this delivery (its revive offset is ``version``)."""
+        group, topic, qid = self.key
+        return PopRecord(
+            RecordKind.CHECKPOINT,
+            group,
+            topic,
+            qid,
+            self.offset,
+            anchor=self.anchor,
+            time_ms=self.pop_time_ms,
+            invisible_ms=self.invisible_ms,
+            attempt=self.attempt,
+            message_group=self.message_group,
+        )
+
 
 @dataclass(slots=True)
 class Withheld:
