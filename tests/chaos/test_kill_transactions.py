@@ -25,7 +25,6 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -41,7 +40,7 @@ from rocketmq import (
 )
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from tests.chaos.load import AckLog, ChaosBroker, audit, read_back
+from tests.chaos.load import AckLog, ChaosBroker, KillPlan, audit, kill_cycles, read_back
 from tests.connector.test_exactly_once import bodies, live_halves, wait_for
 from tests.send_loop import LoopThreads
 
@@ -50,15 +49,8 @@ RETRY_PAUSE_S = 0.05
 RESOLVE_TIMEOUT_S = 90.0
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    kills: int
-    min_acks: int  # acknowledged commits between a restart and the next kill: drawn
-    max_acks: int  # from [min_acks, max_acks]
-
-
-SHORT = Plan(kills=2, min_acks=20, max_acks=60)
-FULL = Plan(kills=10, min_acks=50, max_acks=400)
+SHORT = KillPlan(kills=2, min_acks=20, max_acks=60, ack_timeout_s=90)
+FULL = KillPlan(kills=10, min_acks=50, max_acks=400, ack_timeout_s=90)
 
 
 class CommitAll(TransactionChecker):
@@ -93,20 +85,6 @@ def transactional_producer(endpoint: str, topic: str, acks: AckLog) -> LoopThrea
     return threads
 
 
-def kill_cycles(broker: ChaosBroker, plan: Plan, acks: AckLog) -> None:
-    rng = random.Random(SEED)
-    for cycle in range(plan.kills):
-        target = acks.count() + rng.randint(plan.min_acks, plan.max_acks)
-        assert acks.wait_for_count(target, 90), (
-            f"cycle {cycle}: commits stalled at {acks.count()} (wanted {target})\n"
-            + broker.log_tail()
-        )
-        time.sleep(rng.uniform(0, 0.03))
-        assert broker.alive(), f"broker died on its own in cycle {cycle}\n{broker.log_tail()}"
-        broker.kill()
-        broker.start()
-
-
 @pytest.mark.parametrize(
     ("flush", "plan"),
     [
@@ -116,7 +94,7 @@ def kill_cycles(broker: ChaosBroker, plan: Plan, acks: AckLog) -> None:
     ],
 )
 def test_official_transactions_survive_sigkill(
-    tmp_path: Path, flush: str, plan: Plan, chaos_figures
+    tmp_path: Path, flush: str, plan: KillPlan, chaos_figures
 ) -> None:
     topic = "chaos-tx"
     broker = ChaosBroker(tmp_path, flush=flush)
@@ -128,9 +106,9 @@ def test_official_transactions_survive_sigkill(
         with RocketMQClient(broker.endpoint) as admin:
             admin.create_topic(topic, queues=2, message_type="TRANSACTION")
         producer.start()
-        kill_cycles(broker, plan, acks)
+        kill_cycles(broker, plan, acks, SEED)
         after_last_restart = acks.count()
-        assert acks.wait_for_count(after_last_restart + plan.min_acks, 90), (
+        assert acks.wait_for_count(after_last_restart + plan.min_acks, plan.ack_timeout_s), (
             "no commit was acknowledged after the last restart\n" + broker.log_tail()
         )
         producer.join()
