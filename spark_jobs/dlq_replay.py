@@ -7,7 +7,7 @@ with their body, tag, keys, user properties and message group, to their original
 with ``df.write.format("rocketmq")`` (a ``topic`` column per row).
 
 The original topic: a dead-lettered copy stores it in its ``RETRY_TOPIC`` property
-(``broker_core.broker.pop_policy.revive_copy``); the broker hands it out as the message's
+(``broker_core.broker.pop.policy.revive_copy``); the broker hands it out as the message's
 ``dead_letter_queue.topic`` system property, not as a user property. The job takes it from
 the ``properties`` column when present (``RETRY_TOPIC``, ``DLQ_ORIGIN_TOPIC``,
 ``REAL_TOPIC``), else looks it up on the driver with one raw PullMessage pass over the DLQ

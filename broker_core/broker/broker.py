@@ -37,17 +37,17 @@ from broker_core.broker.lite import (
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService, monotonic_ms
 from broker_core.broker.offsets import ConsumerOffsetManager
-from broker_core.broker.pop import PopConfig, PoppedMessage, PopService
+from broker_core.broker.pop.pop import PopConfig, PoppedMessage, PopService
 from broker_core.broker.pull import PullRequest, PullResult, PullService
 from broker_core.broker.put_rate import PutRate, stored_total
 from broker_core.broker.rebalance import MessageQueue
 from broker_core.broker.retry import delay_level_ms, is_retry_topic
-from broker_core.broker.schedule import ScheduleService
-from broker_core.broker.timer import TimerService
+from broker_core.broker.timer.schedule import ScheduleService
+from broker_core.broker.timer.timer import TimerService
 from broker_core.broker.topic_admin import TopicChange, plan_change
 from broker_core.broker.topic_waiter import TopicWaiter
 from broker_core.broker.topics import TopicConfig, TopicManager, select_write_queue
-from broker_core.broker.transaction import (
+from broker_core.broker.transaction.transaction import (
     CheckRequest,
     EndResult,
     Resolution,

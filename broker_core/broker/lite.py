@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Final
 
-from broker_core.broker.receipt import decode_handle
+from broker_core.broker.pop.receipt import decode_handle
 from broker_core.broker.topics import TopicConfig
 from broker_core.errors import (
     InvalidArgumentError,

@@ -63,8 +63,9 @@ from dataclasses import dataclass, field
 from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
 from broker_core.message import StoredMessage
 from broker_core.protocol.filters import MessageFilter
-from broker_core.store.message_store import GetResult, MessageStore, TagCodeFilter
-from broker_core.store.message_store import MessageFilter as StoredMessageFilter
+from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import GetResult, TagCodeFilter
+from broker_core.store.queue_read import MessageFilter as StoredMessageFilter
 from broker_core.store.raw_read import RawUnits
 
 DEFAULT_PULL_MAX_COUNT = 32

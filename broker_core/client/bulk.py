@@ -21,9 +21,10 @@ from typing import Final
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from broker_core.client.convert import local_host
 from broker_core.client.errors import check
+from broker_core.client.message_ids import ID_BLOCKS
 from broker_core.client.model import SendReceipt
-from broker_core.client.wire import _ids, local_host
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import KEY_SEPARATOR
 from broker_core.protocol.bulk_send import (
@@ -64,7 +65,7 @@ def encode_bulk(
     for name, column in (("tags", tags), ("keys", keys), ("properties", properties)):
         if column is not None and len(column) != count:
             raise InvalidArgumentError(f"{name} has {len(column)} entries for {count} bodies")
-    prefix, first = _ids.reserve(count)
+    prefix, first = ID_BLOCKS.reserve(count)
     head = prefix.decode()
     ids = [f"{head}{(first + i) & 0xFFFFFFFF:08X}" for i in range(count)]
     if tags is None and keys is None and properties is None:

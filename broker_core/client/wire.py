@@ -14,7 +14,7 @@ system properties below. Each call stamps fresh message ids (same format as
 ``broker_core.message.new_message_id``) and one born timestamp for the whole batch.
 
 Wire layout (field numbers and wire types are read from the generated descriptors at
-import, and checked there; fields appear in field-number order)::
+import and checked there, in ``pb_fields``; fields appear in field-number order)::
 
     SendMessageRequest   { 0A len Message }*                    messages = 1
     Message              0A len Resource                        topic = 1
@@ -36,8 +36,8 @@ import, and checked there; fields appear in field-number order)::
                                                                    recovery_duration
     Timestamp, Duration  [08 seconds] [10 nanos]                zero fields are omitted
 
-``len`` is a varint; strings are UTF-8. Stateless apart from the id counter (which is
-per process and thread-safe): any thread may call it.
+``len`` is a varint; strings are UTF-8. Stateless apart from the id counter
+(``message_ids``: per process and thread-safe): any thread may call it.
 
 >>> from rocketmq.grpc_protocol import service_pb2
 >>> raw = encode_send_request("orders", [b"hello"], tags=["TagA"])
@@ -48,176 +48,51 @@ per process and thread-safe): any thread may call it.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Final, NamedTuple
 
-from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
-from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2
-
 from broker_core.client.convert import local_host
+from broker_core.client.message_ids import ID_BLOCKS, MESSAGE_ID_CHARS, sequence
 from broker_core.client.model import OutgoingMessage
+from broker_core.client.pb_fields import (
+    DIGEST_CHECKSUM,
+    DIGEST_TYPE,
+    ENTRY_KEY,
+    ENTRY_VALUE,
+    MESSAGE_BODY,
+    MESSAGE_PROPERTY,
+    MESSAGE_SYSTEM,
+    MESSAGE_TOPIC,
+    REQUEST_MESSAGE,
+    RESOURCE_NAME,
+    RESOURCE_NAMESPACE,
+    SMALL_LIMIT,
+    SMALL_VARINTS,
+    SYS_BORN_HOST,
+    SYS_BORN_TIME,
+    SYS_DELIVERY_TIME,
+    SYS_DIGEST,
+    SYS_ENCODING,
+    SYS_GROUP,
+    SYS_ID,
+    SYS_KEY,
+    SYS_RECOVERY,
+    SYS_TAG,
+    SYS_TYPE,
+    len_field,
+    literal,
+    seconds_nanos,
+    timestamp,
+    utf8,
+    varint,
+    vlen,
+)
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import validate_topic_name
 from broker_core.pb_enums import DigestType, Encoding, MessageType
-
-# --------------------------------------------------------------------------- varints and tags
-
-_VARINT, _LEN = 0, 2  # protobuf wire types
-_WIRE_TYPE: Final = {
-    FieldDescriptor.TYPE_STRING: _LEN,
-    FieldDescriptor.TYPE_BYTES: _LEN,
-    FieldDescriptor.TYPE_MESSAGE: _LEN,
-    FieldDescriptor.TYPE_ENUM: _VARINT,
-    FieldDescriptor.TYPE_INT32: _VARINT,
-    FieldDescriptor.TYPE_INT64: _VARINT,
-}
-
-
-def varint(value: int) -> bytes:
-    """Protobuf's base-128 varint; a negative value as its 64-bit two's complement."""
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SMALL_LIMIT: Final = 1 << 14  # every varint of one or two bytes
-_SMALL: Final = tuple(varint(n) for n in range(_SMALL_LIMIT))
-
-
-def _vlen(length: int) -> bytes:
-    return _SMALL[length] if length < _SMALL_LIMIT else varint(length)
-
-
-def _tag(message: Any, name: str, wire_type: int) -> bytes:
-    """The key bytes of field ``name``, checked against the generated descriptor."""
-    field = message.DESCRIPTOR.fields_by_name[name]
-    if _WIRE_TYPE.get(field.type) != wire_type:
-        raise ImportError(f"{message.DESCRIPTOR.full_name}.{name} is not wire type {wire_type}")
-    return varint(field.number << 3 | wire_type)
-
-
-_Sys = pb.SystemProperties
-REQUEST_MESSAGE: Final = _tag(service_pb2.SendMessageRequest, "messages", _LEN)
-MESSAGE_TOPIC: Final = _tag(pb.Message, "topic", _LEN)
-MESSAGE_PROPERTY: Final = _tag(pb.Message, "user_properties", _LEN)
-MESSAGE_SYSTEM: Final = _tag(pb.Message, "system_properties", _LEN)
-MESSAGE_BODY: Final = _tag(pb.Message, "body", _LEN)
-_Entry = pb.Message.UserPropertiesEntry
-ENTRY_KEY: Final = _tag(_Entry, "key", _LEN)
-ENTRY_VALUE: Final = _tag(_Entry, "value", _LEN)
-RESOURCE_NAMESPACE: Final = _tag(pb.Resource, "resource_namespace", _LEN)
-RESOURCE_NAME: Final = _tag(pb.Resource, "name", _LEN)
-SYS_TAG: Final = _tag(_Sys, "tag", _LEN)
-SYS_KEY: Final = _tag(_Sys, "keys", _LEN)
-SYS_ID: Final = _tag(_Sys, "message_id", _LEN)
-SYS_DIGEST: Final = _tag(_Sys, "body_digest", _LEN)
-SYS_ENCODING: Final = _tag(_Sys, "body_encoding", _VARINT)
-SYS_TYPE: Final = _tag(_Sys, "message_type", _VARINT)
-SYS_BORN_TIME: Final = _tag(_Sys, "born_timestamp", _LEN)
-SYS_BORN_HOST: Final = _tag(_Sys, "born_host", _LEN)
-SYS_DELIVERY_TIME: Final = _tag(_Sys, "delivery_timestamp", _LEN)
-SYS_GROUP: Final = _tag(_Sys, "message_group", _LEN)
-SYS_RECOVERY: Final = _tag(_Sys, "orphaned_transaction_recovery_duration", _LEN)
-DIGEST_TYPE: Final = _tag(pb.Digest, "type", _VARINT)
-DIGEST_CHECKSUM: Final = _tag(pb.Digest, "checksum", _LEN)
-TIME_SECONDS: Final = _tag(Timestamp, "seconds", _VARINT)
-TIME_NANOS: Final = _tag(Timestamp, "nanos", _VARINT)
-if (_tag(Duration, "seconds", _VARINT), _tag(Duration, "nanos", _VARINT)) != (
-    TIME_SECONDS,
-    TIME_NANOS,
-):
-    raise ImportError("Duration and Timestamp no longer share their field numbers")
-
-MESSAGE_ID_CHARS: Final = 34
-# protobuf's Timestamp range (0001-01-01 .. 9999-12-31), checked as FromMilliseconds does.
-_TIMESTAMP_SECONDS: Final = (-62135596800, 253402300799)
-
-
-def _field(tag: bytes, payload: bytes) -> bytes:
-    return tag + _vlen(len(payload)) + payload
-
-
-def _utf8(text: Any) -> bytes:
-    if type(text) is not str:
-        raise TypeError(f"expected a str, got {type(text).__name__}: {text!r:.40}")
-    return text.encode("utf-8")
-
-
-def _seconds_nanos(ms: int) -> bytes:
-    """A Timestamp/Duration body for ``ms`` (floor seconds, non-negative nanos)."""
-    seconds, rest_ms = divmod(ms, 1000)
-    nanos = rest_ms * 1_000_000
-    return (TIME_SECONDS + varint(seconds) if seconds else b"") + (
-        TIME_NANOS + varint(nanos) if nanos else b""
-    )
-
-
-def _timestamp(ms: int) -> bytes:
-    seconds = ms // 1000
-    if not _TIMESTAMP_SECONDS[0] <= seconds <= _TIMESTAMP_SECONDS[1]:
-        raise ValueError(
-            f"Timestamp is not valid: Seconds {seconds} must be in range "
-            f"[{_TIMESTAMP_SECONDS[0]}, {_TIMESTAMP_SECONDS[1]}]."
-        )
-    return _seconds_nanos(ms)
-
-
-def _lit(data: bytes) -> bytes:
-    """``data`` as a literal inside a ``%``-template (its 0x25 bytes doubled)."""
-    return data.replace(b"%", b"%%")
-
-
-# --------------------------------------------------------------------------- message ids
-
-
-class _IdBlocks:
-    """Message ids as ``new_message_id`` shapes them, handed out a batch at a time.
-
-    ``"01"`` + 12 random hex + 4 hex pid + 8 hex epoch ms + 8 hex sequence (34 chars).
-    The random part is drawn per process (again after a fork, so a forked worker
-    never repeats its parent's ids); within a process the sequence makes ids unique.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pid = -1
-        self._prefix = b""
-        self._next_seq = 0
-
-    def reserve(self, count: int) -> tuple[bytes, int]:
-        """(the ids' first 26 chars, first sequence number) for ``count`` ids."""
-        pid = os.getpid()
-        with self._lock:
-            if pid != self._pid:
-                self._pid = pid
-                self._prefix = b"01%s%04X" % (os.urandom(6).hex().upper().encode(), pid & 0xFFFF)
-            first = self._next_seq
-            self._next_seq = (first + count) & 0xFFFFFFFF
-        millis = time.time_ns() // 1_000_000 & 0xFFFFFFFF
-        return b"%s%08X" % (self._prefix, millis), first
-
-
-_ids = _IdBlocks()
-
-
-def _sequence(first: int, count: int) -> Iterable[int]:
-    if first + count <= 0x1_0000_0000:
-        return range(first, first + count)
-    return [(first + i) & 0xFFFFFFFF for i in range(count)]  # the 32-bit counter wraps
-
 
 # --------------------------------------------------------------------------- the batch
 
@@ -226,30 +101,29 @@ def _type_tail(message_type: int, born: bytes, host: bytes) -> bytes:
     """System-property fields 5..8: encoding, type, born time, born host."""
     tail = SYS_ENCODING + varint(Encoding.IDENTITY) if Encoding.IDENTITY else b""
     tail += SYS_TYPE + varint(message_type) if message_type else b""
-    return tail + _field(SYS_BORN_TIME, born) + (_field(SYS_BORN_HOST, host) if host else b"")
+    return tail + len_field(SYS_BORN_TIME, born) + (len_field(SYS_BORN_HOST, host) if host else b"")
 
 
 class _Batch:
     """What every message of one request shares, encoded once."""
 
     def __init__(self, topic: str, namespace: str, count: int) -> None:
-        resource = (_field(RESOURCE_NAMESPACE, _utf8(namespace)) if namespace else b"") + _field(
-            RESOURCE_NAME, _utf8(topic)
-        )
-        self.topic_field = _field(MESSAGE_TOPIC, resource)
-        id_prefix, first = _ids.reserve(count)
-        self.seqs = _sequence(first, count)
+        namespace_field = len_field(RESOURCE_NAMESPACE, utf8(namespace)) if namespace else b""
+        resource = namespace_field + len_field(RESOURCE_NAME, utf8(topic))
+        self.topic_field = len_field(MESSAGE_TOPIC, resource)
+        id_prefix, first = ID_BLOCKS.reserve(count)
+        self.seqs = sequence(first, count)
         # message_id (3) up to its sequence number, then body_digest (4) up to the CRC
-        self.id_head = _lit(SYS_ID + varint(MESSAGE_ID_CHARS) + id_prefix)
+        self.id_head = literal(SYS_ID + varint(MESSAGE_ID_CHARS) + id_prefix)
         digest = DIGEST_TYPE + varint(DigestType.CRC32) + DIGEST_CHECKSUM + varint(8)
-        self.digest_head = _lit(SYS_DIGEST + varint(len(digest) + 8) + digest)  # + 8 hex
-        self._born = _seconds_nanos(time.time_ns() // 1_000_000)
-        self._host = _utf8(local_host())
+        self.digest_head = literal(SYS_DIGEST + varint(len(digest) + 8) + digest)  # + 8 hex
+        self._born = seconds_nanos(time.time_ns() // 1_000_000)
+        self._host = utf8(local_host())
 
     def middle(self, message_type: int, suffix: bytes = b"") -> bytes:
         """Template of system-property fields 3..8 (+ ``suffix``): fill (seq, crc32)."""
         tail = _type_tail(message_type, self._born, self._host) + suffix
-        return self.id_head + b"%08X" + self.digest_head + b"%08X" + _lit(tail)
+        return self.id_head + b"%08X" + self.digest_head + b"%08X" + literal(tail)
 
 
 def _plain(batch: _Batch, bodies: Sequence[Any], message_type: int, suffix: bytes) -> bytes | None:
@@ -259,21 +133,21 @@ def _plain(batch: _Batch, bodies: Sequence[Any], message_type: int, suffix: byte
     fixed = (
         len(batch.topic_field)
         + len(MESSAGE_SYSTEM)
-        + len(_vlen(system_len))
+        + len(vlen(system_len))
         + system_len
         + len(MESSAGE_BODY)
     )
-    if fixed + max(map(len, bodies)) + 2 >= _SMALL_LIMIT:
+    if fixed + max(map(len, bodies)) + 2 >= SMALL_LIMIT:
         return None  # a length needs a varint longer than the table's
     template = (
-        _lit(REQUEST_MESSAGE)
+        literal(REQUEST_MESSAGE)
         + b"%s"
-        + _lit(batch.topic_field + MESSAGE_SYSTEM + _vlen(system_len))
+        + literal(batch.topic_field + MESSAGE_SYSTEM + vlen(system_len))
         + middle
-        + _lit(MESSAGE_BODY)
+        + literal(MESSAGE_BODY)
         + b"%s"
     )
-    small = _SMALL
+    small = SMALL_VARINTS
     heads = [  # message length, sequence, CRC32, body length
         template % (small[fixed + size + (1 if size < 0x80 else 2)], seq, crc, small[size])
         for seq, size, crc in zip(
@@ -297,9 +171,9 @@ def _general(batch: _Batch, bodies: Sequence[Any], columns: _Columns, suffix: by
     rows = zip(batch.seqs, bodies, kinds, *columns.encoded(), strict=False)
     for seq, body, kind, before, after, props in rows:
         system = before + middles[kind] % (seq, zlib.crc32(body)) + after + suffix
-        inner = props + MESSAGE_SYSTEM + _vlen(len(system)) + system + MESSAGE_BODY
-        inner += _vlen(len(body))
-        append(REQUEST_MESSAGE + _vlen(len(topic) + len(inner) + len(body)) + topic + inner)
+        inner = props + MESSAGE_SYSTEM + vlen(len(system)) + system + MESSAGE_BODY
+        inner += vlen(len(body))
+        append(REQUEST_MESSAGE + vlen(len(topic) + len(inner) + len(body)) + topic + inner)
         append(body)
     return b"".join(out)
 
@@ -367,7 +241,7 @@ class _Columns(NamedTuple):
                 None
                 if self.delivery_ms is None
                 else [
-                    b"" if d is None else _field(SYS_DELIVERY_TIME, _timestamp(d))
+                    b"" if d is None else len_field(SYS_DELIVERY_TIME, timestamp(d))
                     for d in self.delivery_ms
                 ]
             )
@@ -392,12 +266,12 @@ def _strings(tag: bytes, column: Sequence[str | None] | None) -> list[bytes] | N
     """An optional string field per row, absent where falsy; each distinct value once."""
     if column is None:
         return None
-    encoded = {v: _field(tag, v.encode()) for v in set(column) if v}
+    encoded = {v: len_field(tag, v.encode()) for v in set(column) if v}
     return [encoded[v] if v else b"" for v in column]
 
 
 def _keys(keys: Iterable[str]) -> bytes:
-    return b"".join([SYS_KEY + _vlen(len(k)) + k for k in [k.encode() for k in keys]])
+    return b"".join([SYS_KEY + vlen(len(k)) + k for k in [k.encode() for k in keys]])
 
 
 def _properties(props: Mapping[str, str]) -> bytes:
@@ -405,8 +279,8 @@ def _properties(props: Mapping[str, str]) -> bytes:
     out = []
     for key, value in props.items():
         k, v = key.encode(), value.encode()
-        entry = ENTRY_KEY + _vlen(len(k)) + k + ENTRY_VALUE + _vlen(len(v)) + v
-        out.append(MESSAGE_PROPERTY + _vlen(len(entry)) + entry)
+        entry = ENTRY_KEY + vlen(len(k)) + k + ENTRY_VALUE + vlen(len(v)) + v
+        out.append(MESSAGE_PROPERTY + vlen(len(entry)) + entry)
     return b"".join(out)
 
 
@@ -464,7 +338,7 @@ def encode_send_request(
     suffix = (
         b""
         if transaction_recovery_ms is None
-        else _field(SYS_RECOVERY, _seconds_nanos(transaction_recovery_ms))
+        else len_field(SYS_RECOVERY, seconds_nanos(transaction_recovery_ms))
     )
     if all(column is None for column in columns[:5]):
         kind = MessageType.TRANSACTION if columns.transactional else MessageType.NORMAL

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from broker_core.broker.transaction import CheckRequest
+from broker_core.broker.transaction.transaction import CheckRequest
 from broker_core.errors import NotFoundError, RemotingError
 from broker_core.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, offset_message_id
 from broker_core.remoting.codes import RequestCode

@@ -36,7 +36,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.broker.transaction_check import CheckRequest
+from broker_core.broker.transaction.check import CheckRequest
 from broker_core.errors import (
     InvalidArgumentError,
     NotFoundError,

@@ -29,14 +29,15 @@ File format (all integers big-endian; one ``struct.Struct`` per record)::
 
     file size = 40 + 4*slot_count + 20*max_entries (ftruncate + posix_fallocate, then mmap)
     file name = creation time, UTC, 17 digits yyyyMMddHHmmssSSS (bumped to stay unique
-                and increasing); ``manifest.json`` lists the sealed files (see below)
+                and increasing); ``manifest.json`` lists the sealed files (``index_manifest``)
 
-Invariants (all checked by :meth:`IndexFile.open`): entries are numbered 1..index_count
-in append order; phys offsets and stored times never decrease from one entry to the next
-(a store time earlier than the previous entry's -- the wall clock stepped back -- is
-recorded as the previous entry's time); ``prev_entry`` of entry n is the newest earlier
-entry in the same slot; a slot holds the newest entry in it; the header agrees with
-entry 1 and the newest entry.
+Invariants: entries are numbered 1..index_count in append order; phys offsets and stored
+times never decrease from one entry to the next (a store time earlier than the previous
+entry's -- the wall clock stepped back -- is recorded as the previous entry's time);
+``prev_entry`` of entry n is the newest earlier entry in the same slot; a slot holds the
+newest entry in it; the header agrees with entry 1 and the newest entry.
+:meth:`IndexFile.open` checks them all (``index_validate``); the ``struct`` records and
+byte positions are in ``index_layout``.
 
 Crash contract:
 
@@ -47,9 +48,9 @@ Crash contract:
 * ``put`` (``put_many``) writes the entry (entries), then the slot heads, then the
   header. A process killed before the header write leaves the entries of that one put
   (maybe already linked into their slots) past ``index_count``; ``open`` rolls them back
-  (``repaired_tail``). Bytes past ``index_count``
-  must otherwise be zero. Any other damage (power loss reordering mmap pages, a crash in
-  ``truncate_from``, disk corruption) fails validation. Pages reach disk on ``flush``
+  (``repaired_tail``). Bytes past ``index_count`` must otherwise be zero. Any other
+  damage (power loss reordering mmap pages, a crash in ``truncate_from``, disk
+  corruption) fails validation. Pages reach disk on ``flush``
   (fdatasync), when a file is sealed, or whenever the kernel writes them back.
 
 Threads: :class:`IndexFile` is not thread-safe; its owner, ``index_service.IndexService``,
@@ -61,74 +62,27 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-import re
-import struct
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from broker_core.errors import (
-    ConfigError,
-    CorruptionError,
-    DiskFullError,
-    InvalidOffsetError,
-    StoreClosedError,
-)
+from broker_core.errors import CorruptionError, DiskFullError, InvalidOffsetError, StoreClosedError
 from broker_core.message import key_hash
+from broker_core.store.index_layout import (
+    ENTRY,
+    ENTRY_DTYPE,
+    HEADER,
+    INT32_MAX,
+    SLOT,
+    Header,
+    Layout,
+    chain,
+    check_dimensions,
+)
+from broker_core.store.index_validate import roll_back_torn_put, validate
 from broker_core.store.mapped_file import fdatasync_path
 
-HEADER = struct.Struct(">qqqqii")
-SLOT = struct.Struct(">i")
-ENTRY = struct.Struct(">Iqii")
-_ENTRY_DTYPE = np.dtype([("hash", ">u4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
-
-# Byte offsets of the header fields, for CorruptionError positions.
-OFF_BEGIN_TS, OFF_END_TS, OFF_BEGIN_PHYS, OFF_END_PHYS = 0, 8, 16, 24
-OFF_SLOTS_USED, OFF_COUNT = 32, 36
-# Byte offsets of the fields inside one entry.
-ENTRY_OFF_PHYS, ENTRY_OFF_DIFF, ENTRY_OFF_PREV = 4, 12, 16
-
-INT32_MAX = 2**31 - 1
 _HEADER_SIZE, _SLOT_SIZE, _ENTRY_SIZE = HEADER.size, SLOT.size, ENTRY.size
-MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
-NAME_RE = re.compile(r"^\d{17}$")
-_CHUNK = 65536  # entries or slots decoded per read while validating
-
-
-@dataclass(slots=True)
-class _Header:
-    begin_timestamp_ms: int = 0
-    end_timestamp_ms: int = 0
-    begin_phys_offset: int = 0
-    end_phys_offset: int = 0
-    hash_slot_count_used: int = 0
-    index_count: int = 0
-
-    @classmethod
-    def unpack_from(cls, buf: mmap.mmap) -> _Header:
-        return cls(*HEADER.unpack_from(buf, 0))
-
-    def pack_into(self, buf: mmap.mmap) -> None:
-        HEADER.pack_into(
-            buf,
-            0,
-            self.begin_timestamp_ms,
-            self.end_timestamp_ms,
-            self.begin_phys_offset,
-            self.end_phys_offset,
-            self.hash_slot_count_used,
-            self.index_count,
-        )
-
-
-def _check_dimensions(slot_count: int, max_entries: int) -> None:
-    if not 1 <= slot_count <= INT32_MAX:
-        raise ConfigError(f"index slot_count must be in [1, {INT32_MAX}], got {slot_count}")
-    if not 1 <= max_entries <= INT32_MAX:
-        raise ConfigError(f"index max_entries must be in [1, {INT32_MAX}], got {max_entries}")
 
 
 def _reserve(fd: int, size: int, path: Path) -> None:
@@ -144,27 +98,6 @@ def _reserve(fd: int, size: int, path: Path) -> None:
             raise
 
 
-def _chain(
-    slots: np.ndarray, numbers: np.ndarray, heads: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Link entries ``numbers`` (ascending) into their hash ``slots``, vectorised.
-
-    ``heads[s]`` is slot s's newest entry before these. Returns each entry's ``prev``
-    (the entry before it in its slot), the slots touched and the newest entry of each.
-    """
-    order = np.argsort(slots, kind="stable")
-    by_slot, by_number = slots[order], numbers[order]
-    follows = np.zeros(len(order), np.bool_)
-    follows[1:] = by_slot[1:] == by_slot[:-1]
-    prev = np.empty(len(order), np.int64)
-    prev[order] = np.where(
-        follows, np.concatenate(([0], by_number[:-1])), heads[by_slot].astype(np.int64)
-    )
-    ends_run = np.ones(len(order), np.bool_)
-    ends_run[:-1] = ~follows[1:]
-    return prev, by_slot[ends_run], by_number[ends_run]
-
-
 class IndexFile:
     """One fixed-size index file. Build with :meth:`create` or :meth:`open`."""
 
@@ -173,8 +106,9 @@ class IndexFile:
         self._slot_count = slot_count
         self._max_entries = max_entries
         self._mm: mmap.mmap | None = mm
-        self._h = _Header.unpack_from(mm)
-        self._entries_at = HEADER.size + slot_count * SLOT.size
+        self._h = Header.unpack_from(mm)
+        self._layout = Layout(slot_count, max_entries)
+        self._entries_at = self._layout.entries_at
         self._dirty = False
         self.repaired_tail = False  # open() rolled back a put a crash interrupted
 
@@ -182,12 +116,12 @@ class IndexFile:
 
     @staticmethod
     def file_size(slot_count: int, max_entries: int) -> int:
-        return HEADER.size + slot_count * SLOT.size + max_entries * ENTRY.size
+        return Layout(slot_count, max_entries).file_size
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], slot_count: int, max_entries: int) -> IndexFile:
         """Create a new, empty file; FileExistsError if ``path`` exists."""
-        _check_dimensions(slot_count, max_entries)
+        check_dimensions(slot_count, max_entries)
         p = Path(path)
         size = cls.file_size(slot_count, max_entries)
         fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -205,7 +139,7 @@ class IndexFile:
     @classmethod
     def open(cls, path: str | os.PathLike[str], slot_count: int, max_entries: int) -> IndexFile:
         """Map an existing file and validate it; CorruptionError if it is not sound."""
-        _check_dimensions(slot_count, max_entries)
+        check_dimensions(slot_count, max_entries)
         p = Path(path)
         size = cls.file_size(slot_count, max_entries)
         fd = os.open(p, os.O_RDWR)
@@ -223,8 +157,8 @@ class IndexFile:
             os.close(fd)
         index = cls(p, slot_count, max_entries, mm)
         try:
-            index._roll_back_torn_put()
-            index._validate()
+            index.repaired_tail = roll_back_torn_put(mm, index._layout, index._h)
+            validate(mm, index._layout, index._h, p)
         except BaseException:
             index.close()
             raise
@@ -291,189 +225,17 @@ class IndexFile:
             raise StoreClosedError(f"index file {self._path} is closed")
         return self._mm
 
-    def _slot_pos(self, slot: int) -> int:
-        return HEADER.size + slot * SLOT.size
-
-    def _entry_pos(self, number: int) -> int:
-        return self._entries_at + (number - 1) * ENTRY.size
-
     def _read_slot(self, slot: int) -> int:
-        value: int = SLOT.unpack_from(self._map(), self._slot_pos(slot))[0]
-        return value
+        return self._layout.read_slot(self._map(), slot)
 
     def _write_slot(self, slot: int, number: int) -> None:
-        SLOT.pack_into(self._map(), self._slot_pos(slot), number)
+        self._layout.write_slot(self._map(), slot, number)
 
     def _read_entry(self, number: int) -> tuple[int, int, int, int]:
-        khash, phys, diff, prev = ENTRY.unpack_from(self._map(), self._entry_pos(number))
-        return khash, phys, diff, prev
+        return self._layout.read_entry(self._map(), number)
 
     def _write_entry(self, number: int, khash: int, phys: int, diff: int, prev: int) -> None:
-        ENTRY.pack_into(self._map(), self._entry_pos(number), khash, phys, diff, prev)
-
-    def _iter_entries(self) -> Iterator[tuple[int, tuple[int, int, int, int]]]:
-        """Yield ``(number, (hash, phys, diff, prev))`` for entries 1..index_count."""
-        mm = self._map()
-        number, count = 1, self._h.index_count
-        while number <= count:
-            stop = min(count, number + _CHUNK - 1)
-            raw = mm[self._entry_pos(number) : self._entry_pos(stop + 1)]
-            for fields in ENTRY.iter_unpack(raw):
-                yield number, fields
-                number += 1
-
-    def _corrupt(self, message: str, position: int) -> CorruptionError:
-        return CorruptionError(message, path=str(self._path), position=position)
-
-    # -- validation ----------------------------------------------------------------------
-
-    def _roll_back_torn_put(self) -> None:
-        """Undo a put a crash cut short: its entries (and maybe slots) written, not its header.
-
-        A batch put (``put_many``) may leave several entries past ``index_count``; they
-        are unlinked newest first, so each slot gets back the head it had before.
-        """
-        count = self._h.index_count
-        if not 0 <= count < self._max_entries:
-            return  # a full file has no tail; a count out of range fails validation
-        torn: list[int] = []
-        while count + len(torn) < self._max_entries:
-            if self._read_entry(count + len(torn) + 1) == (0, 0, 0, 0):
-                break
-            torn.append(count + len(torn) + 1)
-        for number in reversed(torn):
-            khash, _phys, _diff, prev = self._read_entry(number)
-            slot = khash % self._slot_count
-            if self._read_slot(slot) == number:
-                if not 0 <= prev < number:
-                    return  # not a put we wrote; validation will reject the slot
-                self._write_slot(slot, prev)
-            self._write_entry(number, 0, 0, 0, 0)
-            self.repaired_tail = True
-
-    def _validate(self) -> None:
-        self._check_header()
-        heads = self._check_entries()
-        self._check_slots(heads)
-        self._check_unused_zero()
-
-    def _check_header(self) -> None:
-        h = self._h
-        if not 0 <= h.index_count <= self._max_entries:
-            raise self._corrupt(
-                f"index_count {h.index_count} outside [0, {self._max_entries}]", OFF_COUNT
-            )
-        if h.index_count == 0:
-            if h != _Header():
-                raise self._corrupt("empty index file has non-zero header fields", 0)
-            return
-        if h.begin_phys_offset < 0:
-            raise self._corrupt(f"begin_phys_offset {h.begin_phys_offset} < 0", OFF_BEGIN_PHYS)
-        if h.end_phys_offset < h.begin_phys_offset:
-            raise self._corrupt("end_phys_offset before begin_phys_offset", OFF_END_PHYS)
-        if not 0 <= h.end_timestamp_ms - h.begin_timestamp_ms <= INT32_MAX:
-            raise self._corrupt("end_timestamp_ms outside [begin, begin + 2^31)", OFF_END_TS)
-        if not 1 <= h.hash_slot_count_used <= min(h.index_count, self._slot_count):
-            raise self._corrupt(
-                f"hash_slot_count_used {h.hash_slot_count_used} impossible", OFF_SLOTS_USED
-            )
-
-    def _check_entries(self) -> list[int]:
-        """Check every entry against the header and its chain; return the slot heads.
-
-        Vectorised over chunks of entries (a startup reads millions of them): each
-        entry's ``prev`` must be the previous entry of its slot, physical offsets and
-        time diffs must never go back and stay within the header's range.
-        """
-        h = self._h
-        span = h.end_timestamp_ms - h.begin_timestamp_ms
-        heads = np.zeros(self._slot_count, np.int64)
-        last_phys, last_diff = h.begin_phys_offset, 0
-        mm = self._map()
-        for first in range(1, h.index_count + 1, _CHUNK):
-            stop = min(h.index_count, first + _CHUNK - 1)
-            raw = mm[self._entry_pos(first) : self._entry_pos(stop + 1)]
-            entries = np.frombuffer(raw, _ENTRY_DTYPE)
-            numbers = np.arange(first, stop + 1, dtype=np.int64)
-            slots = entries["hash"].astype(np.int64) % self._slot_count
-            expected, touched, newest = _chain(slots, numbers, heads)
-            phys = entries["phys"].astype(np.int64)
-            diff = entries["diff"].astype(np.int64)
-            before_phys = np.concatenate(([last_phys], phys[:-1]))
-            before_diff = np.concatenate(([last_diff], diff[:-1]))
-            bad_phys = (phys < before_phys) | (phys > h.end_phys_offset)
-            bad_diff = (diff < before_diff) | (diff > span)
-            if first == 1:
-                bad_phys[0] |= bool(phys[0] != last_phys)
-                bad_diff[0] |= bool(diff[0] != 0)
-            self._raise_first_bad(first, entries, expected, bad_phys, bad_diff)
-            heads[touched] = newest
-            last_phys, last_diff = int(phys[-1]), int(diff[-1])
-        if h.index_count and (last_phys != h.end_phys_offset or last_diff != span):
-            raise self._corrupt("header end fields disagree with the newest entry", OFF_END_TS)
-        return [int(head) for head in heads.tolist()]
-
-    def _raise_first_bad(
-        self,
-        first: int,
-        entries: np.ndarray,
-        expected: np.ndarray,
-        bad_phys: np.ndarray,
-        bad_diff: np.ndarray,
-    ) -> None:
-        """CorruptionError for the first entry of a chunk that fails a check, if any."""
-        bad_prev = entries["prev"] != expected
-        failing = np.flatnonzero(bad_prev | bad_phys | bad_diff)
-        if not len(failing):
-            return
-        i = int(failing[0])
-        number, pos = first + i, self._entry_pos(first + i)
-        if bad_prev[i]:
-            raise self._corrupt(
-                f"entry {number} links to {int(entries['prev'][i])}, expected {int(expected[i])}",
-                pos + ENTRY_OFF_PREV,
-            )
-        if bad_phys[i]:
-            raise self._corrupt(
-                f"entry {number} phys offset {int(entries['phys'][i])} out of order",
-                pos + ENTRY_OFF_PHYS,
-            )
-        raise self._corrupt(
-            f"entry {number} time diff {int(entries['diff'][i])} out of order", pos + ENTRY_OFF_DIFF
-        )
-
-    def _check_slots(self, heads: list[int]) -> None:
-        mm = self._map()
-        for start in range(0, self._slot_count, _CHUNK):
-            stop = min(self._slot_count, start + _CHUNK)
-            raw = mm[self._slot_pos(start) : self._slot_pos(stop)]
-            want = struct.pack(f">{stop - start}i", *heads[start:stop])
-            if raw == want:
-                continue
-            for slot in range(start, stop):
-                value = self._read_slot(slot)
-                if value != heads[slot]:
-                    raise self._corrupt(
-                        f"hash slot {slot} holds {value}, expected {heads[slot]}",
-                        self._slot_pos(slot),
-                    )
-        used = sum(1 for head in heads if head)
-        if used != self._h.hash_slot_count_used:
-            raise self._corrupt(
-                f"hash_slot_count_used {self._h.hash_slot_count_used}, slots say {used}",
-                OFF_SLOTS_USED,
-            )
-
-    def _check_unused_zero(self) -> None:
-        """Entries past index_count are never written except by an in-flight put."""
-        mm = self._map()
-        step = _CHUNK * ENTRY.size
-        zeros = bytes(step)
-        for start in range(self._entry_pos(self._h.index_count + 1), len(mm), step):
-            raw = mm[start : start + step]
-            if raw != zeros[: len(raw)]:
-                first = start + next(i for i, b in enumerate(raw) if b)
-                raise self._corrupt(f"non-zero bytes past entry {self._h.index_count}", first)
+        self._layout.write_entry(self._map(), number, khash, phys, diff, prev)
 
     # -- operations ----------------------------------------------------------------------
 
@@ -561,11 +323,11 @@ class IndexFile:
         slots = hashes[:take].astype(np.int64) % self._slot_count
         heads = np.frombuffer(mm, ">i4", self._slot_count, HEADER.size)
         try:
-            prev, touched, newest = _chain(slots, numbers, heads)
-            entries = np.empty(take, _ENTRY_DTYPE)
+            prev, touched, newest = chain(slots, numbers, heads)
+            entries = np.empty(take, ENTRY_DTYPE)
             entries["hash"], entries["phys"] = hashes[:take], phys[:take]
             entries["diff"], entries["prev"] = stored - begin, prev
-            start = self._entry_pos(count + 1)
+            start = self._layout.entry_pos(count + 1)
             mm[start : start + take * _ENTRY_SIZE] = entries.tobytes()
             h.hash_slot_count_used += int(np.count_nonzero(heads[touched] == 0))
             heads[touched] = newest
@@ -633,7 +395,7 @@ class IndexFile:
             self._write_entry(number, 0, 0, 0, 0)
         h.index_count = first - 1
         if h.index_count == 0:
-            self._h = _Header()
+            self._h = Header()
         else:
             _khash, phys, diff, _prev = self._read_entry(h.index_count)
             h.end_phys_offset, h.end_timestamp_ms = phys, h.begin_timestamp_ms + diff
@@ -664,6 +426,3 @@ class IndexFile:
             f"IndexFile({self.name}, entries={h.index_count}/{self._max_entries}, "
             f"phys=[{h.begin_phys_offset}, {h.end_phys_offset}])"
         )
-
-
-# -- file names and the manifest ---------------------------------------------------------

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,6 @@ from broker_core.config import FlushMode, StoreConfig
 from broker_core.errors import (
     BusyError,
     CorruptionError,
-    InvalidOffsetError,
     MessageNotFoundError,
     NotMasterError,
     OffsetOutOfRangeError,
@@ -54,20 +53,25 @@ from broker_core.store import codec
 from broker_core.store.cleanup import CleanupReport, CleanupService, disk_used_ratio
 from broker_core.store.columns import ColumnBatch
 from broker_core.store.commitlog import CommitLog
-from broker_core.store.consume_queue import UNIT, ConsumeQueue, ConsumeQueueSet
+from broker_core.store.consume_queue import ConsumeQueueSet
 from broker_core.store.dispatch import Dispatcher, Listener
 from broker_core.store.flush import Checkpoint, CommitLogFlusher, DerivedFlusher
 from broker_core.store.index_service import IndexService
 from broker_core.store.lock import StoreLock
-from broker_core.store.raw_read import RawUnits, queue_units, read_spans, within_bytes
+from broker_core.store.queue_read import (
+    GetResult,
+    MessageFilter,
+    TagCodeFilter,
+    raw_of,
+    read_messages,
+    read_raw,
+    start_read,
+)
+from broker_core.store.raw_read import RawUnits
 from broker_core.store.recovery import RecoveryReport, recover
 from broker_core.store.replica import append_replica
 
 log = logging.getLogger(__name__)
-
-TagCodeFilter = Callable[[int], bool]
-MessageFilter = Callable[[StoredMessage], bool]
-_MAX_SCAN_UNITS = 16_384  # units a filtered read inspects before returning what it found
 
 
 def now_ms() -> int:
@@ -95,25 +99,6 @@ class PutResult:
     def message_id(self) -> str:
         """The client-visible id: the producer's UNIQ_KEY, else the offset id."""
         return self.uniq_key or self.offset_message_id
-
-
-@dataclass(slots=True)
-class GetResult:
-    """A read from one queue: matching messages and where the next read starts."""
-
-    messages: list[StoredMessage]
-    next_offset: int
-    min_offset: int
-    max_offset: int
-    scanned: int = 0
-    filtered: int = 0
-    total_bytes: int = field(default=0)
-    raw: RawUnits | None = None  # set by get_raw: the units instead of decoded messages
-
-    @property
-    def found(self) -> int:
-        """Messages delivered, decoded or raw."""
-        return self.raw.count if self.raw is not None else len(self.messages)
 
 
 class MessageStore:
@@ -387,18 +372,11 @@ class MessageStore:
         queue's minimum or above its maximum raise OffsetOutOfRangeError; ``offset ==
         max`` returns no messages. ``next_offset`` is where the following read starts.
         """
-        cq, result = self._start_read(topic, queue_id, offset, max_count)
-        if cq is None or offset == result.max_offset:
-            return result
-        hi = result.max_offset
-        while result.next_offset < hi and len(result.messages) < max_count:
-            if result.scanned >= _MAX_SCAN_UNITS or result.total_bytes >= max_bytes:
-                break
-            raw = cq.read_units(result.next_offset, min(max_count * 4, 4096))
-            if not raw or self._read_units(
-                raw, result, max_count, max_bytes, tag_filter, message_filter
-            ):
-                break
+        cq, result = start_read(self.queues, topic, queue_id, offset, max_count)
+        if cq is not None and offset < result.max_offset:
+            read_messages(
+                cq, self.commitlog, result, max_count, max_bytes, tag_filter, message_filter
+            )
         return result
 
     def get_raw(
@@ -427,76 +405,13 @@ class MessageStore:
                 tag_filter=tag_filter,
                 message_filter=message_filter,
             )
-            phys = np.array([m.physical_offset for m in got.messages], np.int64)
-            sizes = np.array([m.stored_size for m in got.messages], np.int32)
-            got.raw = RawUnits(read_spans(self.commitlog, phys, sizes), sizes)
-            got.messages = []
-            return got
-        cq, result = self._start_read(topic, queue_id, offset, max_count)
+            return raw_of(self.commitlog, got)
+        cq, result = start_read(self.queues, topic, queue_id, offset, max_count)
         if cq is None or offset == result.max_offset:
             result.raw = RawUnits.empty()
-            return result
-        units = queue_units(cq, offset, min(max_count, result.max_offset - offset))
-        units = units[: within_bytes(units["size"], max_bytes)]
-        sizes = units["size"].astype(np.int32)
-        result.raw = RawUnits(read_spans(self.commitlog, units["phys"], sizes), sizes)
-        result.scanned = len(units)
-        result.next_offset = offset + len(units)
-        result.total_bytes = len(result.raw.data)
+        else:
+            read_raw(cq, self.commitlog, result, max_count, max_bytes)
         return result
-
-    def _start_read(
-        self, topic: str, queue_id: int, offset: int, max_count: int
-    ) -> tuple[ConsumeQueue | None, GetResult]:
-        """The queue and an empty result for a read at ``offset``; raises if it is illegal."""
-        if offset < 0 or max_count < 1:
-            raise InvalidOffsetError(f"bad read: offset {offset}, max_count {max_count}")
-        cq = self.queues.get(topic, queue_id)
-        lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
-        if offset < lo or offset > hi:
-            raise OffsetOutOfRangeError(
-                f"offset out of range (min is {lo}, max is {hi}): "
-                f"{topic}:{queue_id} offset {offset}",
-                min_offset=lo,
-                max_offset=hi,
-            )
-        return cq, GetResult([], offset, lo, hi)
-
-    def _read_units(
-        self,
-        raw: bytes,
-        result: GetResult,
-        max_count: int,
-        max_bytes: int,
-        tag_filter: TagCodeFilter | None,
-        message_filter: MessageFilter | None,
-    ) -> bool:
-        """Read units into ``result``; True when a count or byte limit stopped it, or a unit
-        that does not verify after some messages were read (they are served first)."""
-        for phys, size, tag_code in UNIT.iter_unpack(raw):
-            if len(result.messages) >= max_count:
-                return True
-            if result.messages and result.total_bytes + size > max_bytes:
-                return True
-            result.scanned += 1
-            result.next_offset += 1
-            if tag_filter is not None and not tag_filter(tag_code):
-                result.filtered += 1
-                continue
-            try:
-                msg = self.commitlog.read_message(phys, size)
-            except CorruptionError:
-                if not result.messages:
-                    raise  # the read starts at the bad unit: the caller must hear of it
-                result.scanned -= 1  # serve what came before it; the next read starts there
-                result.next_offset -= 1
-                return True
-            if message_filter is not None and not message_filter(msg):
-                result.filtered += 1
-                continue
-            result.messages.append(msg)
-            result.total_bytes += size
-        return False
 
     def read_message(self, physical_offset: int, size: int = 0) -> StoredMessage:
         """The message at a commitlog offset (verified)."""

@@ -12,7 +12,7 @@ from broker_core.broker.broker import Broker
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.pull import PullRequest, PullStatus
 from broker_core.broker.topics import Perm, TopicConfig
-from broker_core.broker.transaction import CheckRequest
+from broker_core.broker.transaction.transaction import CheckRequest
 from broker_core.config import BrokerConfig
 from broker_core.errors import (
     GroupNotFoundError,

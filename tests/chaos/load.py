@@ -4,6 +4,8 @@
   and one store directory, so it can be SIGKILLed and started again where clients
   expect it (they reconnect by themselves).
 * :class:`AckLog` records what a producer was told was stored: the test's ground truth.
+  ``AckLog.send_until`` runs a numbered send loop into it (``tests/send_loop.py``).
+* :func:`kill_cycles` SIGKILLs and restarts the broker as a :class:`KillPlan` says.
 * :func:`read_back` reads every queue of a topic by offset, checking no offset is skipped.
 * :func:`process_stats` and :func:`open_fd_kinds` sample a process's memory and open
   descriptors from ``/proc``, telling the store's mapped files apart from the rest.
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import socket
 import threading
@@ -27,6 +30,7 @@ from hypothesis import HealthCheck, settings
 
 from broker_core.client import ReceivedMessage, RocketMQClient
 from broker_core.server.launcher import BrokerProcess, launch_broker
+from tests.send_loop import send_numbered
 from tests.server.conftest import DEFAULT_CONFIG
 
 READER_GROUP = "chaos-reader"
@@ -149,6 +153,48 @@ class AckLog:
     def snapshot(self) -> dict[bytes, Ack]:
         with self._cond:
             return dict(self.acks)
+
+    def send_until(
+        self,
+        stop: threading.Event,
+        prefix: bytes,
+        send: Callable[[bytes], str],
+        retry_pause_s: float,
+    ) -> None:
+        """``send_numbered`` into this log: ``send(body)`` returns the body's message id."""
+
+        def on_ack(body: bytes, _started_s: float, message_id: str) -> None:
+            self.record(body, message_id)
+
+        send_numbered(stop, prefix, send, on_ack, self.record_failure, retry_pause_s)
+
+
+@dataclass(frozen=True, slots=True)
+class KillPlan:
+    kills: int
+    min_acks: int  # acknowledgements between a restart and the next kill: drawn from
+    max_acks: int  # [min_acks, max_acks]
+    ack_timeout_s: float = 60.0  # how long those acknowledgements may take
+
+
+def kill_cycles(broker: ChaosBroker, plan: KillPlan, acks: AckLog, seed: int) -> list[float]:
+    """SIGKILL and restart ``broker`` ``plan.kills`` times under load, each after a seeded
+    random number of new acknowledgements and a few ms of jitter (to land between two
+    acknowledgements, not on one); returns the kill times (``time.monotonic()``)."""
+    rng = random.Random(seed)
+    kills: list[float] = []
+    for cycle in range(plan.kills):
+        target = acks.count() + rng.randint(plan.min_acks, plan.max_acks)
+        assert acks.wait_for_count(target, plan.ack_timeout_s), (
+            f"cycle {cycle}: acknowledgements stalled at {acks.count()} (wanted {target})\n"
+            + broker.log_tail()
+        )
+        time.sleep(rng.uniform(0, 0.03))
+        assert broker.alive(), f"broker died on its own in cycle {cycle}\n{broker.log_tail()}"
+        broker.kill()
+        kills.append(time.monotonic())
+        broker.start()
+    return kills
 
 
 def read_back(client: RocketMQClient, topic: str) -> list[ReceivedMessage]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import re
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from broker_core.client import RocketMQClient
-from broker_core.errors import RocketMQError
 from tests.chaos.conftest import Recorder
 from tests.ha.conftest import FAST_HA, commitlog_bytes, wait_until
-from tests.ha.controller_procs import ETCD, ControllerGroup, EtcdProcess, FailoverSender
+from tests.ha.controller_procs import ETCD, ControllerGroup, FailoverSender, running_group
+from tests.send_loop import SendLoop
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,39 +45,14 @@ BODY = re.compile(rb"a-\d-\d{8}")
 SENDERS = 2
 
 
-class Load:
+class Load(SendLoop):
     """``SENDERS`` threads send ``a-<t>-<n>`` continuously; records every acknowledged
     body and when (several in flight, so the slave has a tail to miss)."""
 
     def __init__(self, endpoints: list[str]) -> None:
-        self.endpoints = endpoints
-        self.acked: dict[bytes, float] = {}
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, args=(t,), daemon=True) for t in range(SENDERS)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self, thread: int) -> None:
-        sender, n = FailoverSender(self.endpoints), 0
-        while not self._stop.is_set():
-            body = b"a-%d-%08d" % (thread, n)
-            n += 1  # a failed send is never reused: an unacked body may still be stored
-            try:
-                sender.send(TOPIC, body, deadline_s=60)
-            except RocketMQError:
-                continue
-            self.acked[body] = time.monotonic()
-        sender.close()
-
-    def acks_after(self, t: float) -> int:
-        return sum(1 for at in list(self.acked.values()) if at > t)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(90)
+        super().__init__(
+            lambda: FailoverSender(endpoints, deadline_s=60), TOPIC, b"a-", senders=SENDERS
+        )
 
 
 def read_checked(endpoint: str) -> list[bytes]:
@@ -105,16 +79,8 @@ def read_checked(endpoint: str) -> list[bytes]:
 
 @pytest.fixture
 def group(tmp_path: Path) -> Iterator[ControllerGroup]:
-    etcd = EtcdProcess.start(tmp_path / "etcd")
-    grp = ControllerGroup(etcd, tmp_path, broker=ASYNC)
-    try:
-        for member in ("a", "b"):
-            grp.start(member)
-        wait_until(lambda: len(grp.state().in_sync) == 2, 30, "both in sync")  # type: ignore[union-attr]
+    with running_group(tmp_path, ASYNC) as grp:
         yield grp
-    finally:
-        grp.stop_all()
-        etcd.stop()
 
 
 def _failover(
@@ -135,7 +101,7 @@ def _failover(
         for node, proc in grp.procs.items():
             print(f"--- {node} (exit {proc.process.poll()})\n{''.join(proc.output[-25:])}")
         raise
-    acked_before = {b: at for b, at in list(load.acked.items()) if at <= killed_at}
+    acked_before = {a.body: a.acked_s for a in list(load.acked) if a.acked_s <= killed_at}
     stored = set(read_checked(grp.master().endpoint))
     lost = [at for b, at in acked_before.items() if b not in stored]
     grp.procs[old.master].process.wait(10)
@@ -190,7 +156,7 @@ def test_async_failover_loss_is_bounded_and_never_corrupt(
         lost_acked_s_after_previous_kill=after_prev_s,
         max_loss_window_ms=round(max(windows), 1),
         bound_ms=BOUND_MS,
-        unacked_stored=len(stored - set(load.acked)),
+        unacked_stored=len(stored - set(load.bodies())),
         retried_duplicates=len(bodies) - len(stored),
     )
     assert max(windows) <= BOUND_MS, f"lost acks {max(windows):.0f} ms before a kill"

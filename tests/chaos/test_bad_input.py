@@ -29,7 +29,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 from rocketmq.v5.exception import BadRequestException, IllegalArgumentException, NotFoundException
 
-from broker_core.broker.receipt import ReceiptHandle, decode_handle
+from broker_core.broker.pop.receipt import ReceiptHandle, decode_handle
 from broker_core.client import RocketMQClient
 from broker_core.errors import (
     ConfigError,

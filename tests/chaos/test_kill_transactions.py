@@ -25,7 +25,6 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -41,23 +40,17 @@ from rocketmq import (
 )
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from tests.chaos.load import AckLog, ChaosBroker, audit, read_back
+from tests.chaos.load import AckLog, ChaosBroker, KillPlan, audit, kill_cycles, read_back
 from tests.connector.test_exactly_once import bodies, live_halves, wait_for
+from tests.send_loop import LoopThreads
 
 SEED = 20_261_123
 RETRY_PAUSE_S = 0.05
 RESOLVE_TIMEOUT_S = 90.0
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    kills: int
-    min_acks: int  # acknowledged commits between a restart and the next kill: drawn
-    max_acks: int  # from [min_acks, max_acks]
-
-
-SHORT = Plan(kills=2, min_acks=20, max_acks=60)
-FULL = Plan(kills=10, min_acks=50, max_acks=400)
+SHORT = KillPlan(kills=2, min_acks=20, max_acks=60, ack_timeout_s=90)
+FULL = KillPlan(kills=10, min_acks=50, max_acks=400, ack_timeout_s=90)
 
 
 class CommitAll(TransactionChecker):
@@ -67,63 +60,29 @@ class CommitAll(TransactionChecker):
         return TransactionResolution.COMMIT
 
 
-class TransactionalProducer:
-    """One thread: begin → send half → commit, recording commits that returned OK."""
+def transactional_producer(endpoint: str, topic: str, acks: AckLog) -> LoopThreads:
+    """One thread: begin → send half → commit, recording commits that returned OK (a
+    failure — broker down, or killed mid-transaction — is counted and retried)."""
 
-    def __init__(self, endpoint: str, topic: str, acks: AckLog) -> None:
-        self.endpoint, self.topic, self.acks = endpoint, topic, acks
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._guard, name="tx-producer")
-
-    def _guard(self) -> None:
-        try:
-            self._run()
-        except BaseException as exc:  # reported by join()
-            self.errors.append(exc)
-
-    def _run(self) -> None:
-        config = ClientConfiguration(self.endpoint, Credentials())
-        producer = Producer(config, [self.topic], CommitAll())
+    def run(stop: threading.Event) -> None:
+        producer = Producer(ClientConfiguration(endpoint, Credentials()), [topic], CommitAll())
         producer.startup()
+
+        def commit_one(body: bytes) -> str:
+            msg = Message()
+            msg.topic, msg.body = topic, body
+            transaction = producer.begin_transaction()
+            receipt = producer.send(msg, transaction)
+            transaction.commit()
+            return str(receipt.message_id)
+
         try:
-            seq = 0
-            while not self.stop.is_set():
-                body = b"T-%08d" % seq
-                seq += 1
-                msg = Message()
-                msg.topic, msg.body = self.topic, body
-                try:
-                    transaction = producer.begin_transaction()
-                    receipt = producer.send(msg, transaction)
-                    transaction.commit()
-                except Exception as exc:  # broker down, or killed mid-transaction
-                    self.acks.record_failure(exc)
-                    time.sleep(RETRY_PAUSE_S)
-                    continue
-                self.acks.record(body, receipt.message_id)
+            acks.send_until(stop, b"T", commit_one, RETRY_PAUSE_S)
         finally:
             producer.shutdown()
 
-    def join(self) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the transactional producer hung"
-        assert not self.errors, f"producer thread failed: {self.errors!r}"
-
-
-def kill_cycles(broker: ChaosBroker, plan: Plan, acks: AckLog) -> None:
-    rng = random.Random(SEED)
-    for cycle in range(plan.kills):
-        target = acks.count() + rng.randint(plan.min_acks, plan.max_acks)
-        assert acks.wait_for_count(target, 90), (
-            f"cycle {cycle}: commits stalled at {acks.count()} (wanted {target})\n"
-            + broker.log_tail()
-        )
-        time.sleep(rng.uniform(0, 0.03))
-        assert broker.alive(), f"broker died on its own in cycle {cycle}\n{broker.log_tail()}"
-        broker.kill()
-        broker.start()
+    threads = LoopThreads([("tx-producer", lambda: run(threads.stop))])
+    return threads
 
 
 @pytest.mark.parametrize(
@@ -135,21 +94,21 @@ def kill_cycles(broker: ChaosBroker, plan: Plan, acks: AckLog) -> None:
     ],
 )
 def test_official_transactions_survive_sigkill(
-    tmp_path: Path, flush: str, plan: Plan, chaos_figures
+    tmp_path: Path, flush: str, plan: KillPlan, chaos_figures
 ) -> None:
     topic = "chaos-tx"
     broker = ChaosBroker(tmp_path, flush=flush)
     broker.start()
     acks = AckLog()
-    producer = TransactionalProducer(broker.endpoint, topic, acks)
+    producer = transactional_producer(broker.endpoint, topic, acks)
     started_s = time.monotonic()
     try:
         with RocketMQClient(broker.endpoint) as admin:
             admin.create_topic(topic, queues=2, message_type="TRANSACTION")
-        producer.thread.start()
-        kill_cycles(broker, plan, acks)
+        producer.start()
+        kill_cycles(broker, plan, acks, SEED)
         after_last_restart = acks.count()
-        assert acks.wait_for_count(after_last_restart + plan.min_acks, 90), (
+        assert acks.wait_for_count(after_last_restart + plan.min_acks, plan.ack_timeout_s), (
             "no commit was acknowledged after the last restart\n" + broker.log_tail()
         )
         producer.join()

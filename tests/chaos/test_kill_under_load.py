@@ -20,12 +20,8 @@ messages are allowed (at least once) and reported.
 from __future__ import annotations
 
 import itertools
-import random
-import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,7 +29,16 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from broker_core.client import OutgoingMessage, RocketMQClient
 from broker_core.client.in_flight import PendingSend
-from tests.chaos.load import AckLog, ChaosBroker, audit, dropped_bytes, read_back
+from tests.chaos.load import (
+    AckLog,
+    ChaosBroker,
+    KillPlan,
+    audit,
+    dropped_bytes,
+    kill_cycles,
+    read_back,
+)
+from tests.send_loop import LoopThreads
 
 TOPIC = "chaos-kill"
 SEED = 20_240_607
@@ -43,16 +48,8 @@ LOSS_SLACK_S = 0.5  # scheduling slack on a shared 2-core machine
 RETRY_PAUSE_S = 0.02  # between failed sends while the broker is down
 
 
-@dataclass(frozen=True, slots=True)
-class KillPlan:
-    cycles: int
-    min_acks: int  # acknowledgements between a restart and the next kill: drawn from
-    max_acks: int  # [min_acks, max_acks]
-    cycle_timeout_s: float = 60.0
-
-
-SHORT = KillPlan(cycles=2, min_acks=30, max_acks=200)
-FULL = KillPlan(cycles=30, min_acks=50, max_acks=1_500)
+SHORT = KillPlan(kills=2, min_acks=30, max_acks=200)
+FULL = KillPlan(kills=30, min_acks=50, max_acks=1_500)
 
 
 class Producers:
@@ -62,51 +59,23 @@ class Producers:
     def __init__(self, endpoint: str, acks: AckLog) -> None:
         self.endpoint = endpoint
         self.acks = acks
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.threads = [
-            threading.Thread(target=self._guard, args=(run,), name=name)
-            for name, run in (
-                ("official", self._official),
-                ("batch", self._batch),
-                ("bulk", self._bulk),
-            )
-        ]
-
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-
-    def join(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in self.threads), "a producer thread hung"
-        assert not self.errors, f"producer thread failed: {self.errors!r}"
-
-    def _guard(self, run: Callable[[], None]) -> None:
-        try:
-            run()
-        except BaseException as exc:  # reported by join(), not lost in a thread
-            self.errors.append(exc)
+        self.threads = LoopThreads(
+            [("official", self._official), ("batch", self._batch), ("bulk", self._bulk)]
+        )
+        self.stop = self.threads.stop
+        self.start, self.join = self.threads.start, self.threads.join
 
     def _official(self) -> None:
         producer = Producer(ClientConfiguration(self.endpoint, Credentials()), [TOPIC])
         producer.startup()
-        try:
-            seq = 0
-            while not self.stop.is_set():
-                body = b"A-%08d" % seq
-                seq += 1
-                msg = Message()
-                msg.topic, msg.body = TOPIC, body
-                try:
-                    receipt = producer.send(msg)
-                except Exception as exc:  # broker down or killed mid-request: not acked
-                    self.acks.record_failure(exc)
-                    time.sleep(RETRY_PAUSE_S)
-                    continue
-                self.acks.record(body, receipt.message_id)
+
+        def send_one(body: bytes) -> str:
+            msg = Message()
+            msg.topic, msg.body = TOPIC, body
+            return str(producer.send(msg).message_id)
+
+        try:  # a send failing while the broker is down or killed mid-request: not acked
+            self.acks.send_until(self.stop, b"A", send_one, RETRY_PAUSE_S)
         finally:
             producer.shutdown()
 
@@ -157,24 +126,6 @@ class Producers:
             self.acks.record(body, receipt.message_id)
 
 
-def run_kill_cycles(broker: ChaosBroker, plan: KillPlan, acks: AckLog) -> list[float]:
-    """Kill and restart ``plan.cycles`` times under load; returns the kill times."""
-    rng = random.Random(SEED)
-    kills: list[float] = []
-    for cycle in range(plan.cycles):
-        target = acks.count() + rng.randint(plan.min_acks, plan.max_acks)
-        assert acks.wait_for_count(target, plan.cycle_timeout_s), (
-            f"cycle {cycle}: producers stalled at {acks.count()} acks (wanted {target})\n"
-            + broker.log_tail()
-        )
-        time.sleep(rng.uniform(0, 0.03))  # land between acknowledgements, not on one
-        assert broker.alive(), f"broker died on its own in cycle {cycle}\n{broker.log_tail()}"
-        broker.kill()
-        kills.append(time.monotonic())
-        broker.start()
-    return kills
-
-
 def loss_window_s(acked_at_s: float, kills: list[float]) -> float:
     """Seconds between an acknowledgement and the first kill after it."""
     return min((k - acked_at_s for k in kills if k >= acked_at_s), default=float("inf"))
@@ -213,8 +164,8 @@ def test_acknowledged_messages_survive_sigkill(
         with RocketMQClient(broker.endpoint) as admin:
             admin.create_topic(TOPIC, queues=4)
         producers.start()
-        kills = run_kill_cycles(broker, plan, acks)
-        assert acks.wait_for_count(acks.count() + plan.min_acks, plan.cycle_timeout_s), (
+        kills = kill_cycles(broker, plan, acks, SEED)
+        assert acks.wait_for_count(acks.count() + plan.min_acks, plan.ack_timeout_s), (
             "producers did not resume after the last restart\n" + broker.log_tail()
         )
         producers.join()
@@ -244,9 +195,9 @@ def test_acknowledged_messages_survive_sigkill(
         recovered_dropped_bytes=dropped_bytes(summaries),
         seconds=round(time.monotonic() - started_s, 1),
     )
-    assert len(kills) == plan.cycles
+    assert len(kills) == plan.kills
     assert all(s.startswith("abnormal shutdown: True") for s in summaries[1:]), summaries
-    assert result.acknowledged > plan.cycles * plan.min_acks
+    assert result.acknowledged > plan.kills * plan.min_acks
     if flush == "sync":
         assert result.lost == [], f"{len(result.lost)} acknowledged messages lost"
     else:

@@ -27,7 +27,8 @@ from rocketmq.grpc_protocol import service_pb2
 from broker_core import errors
 from broker_core.client import OutgoingMessage, RocketMQClient
 from broker_core.client.in_flight import receipts_of
-from broker_core.client.wire import encode_messages, encode_send_request, varint
+from broker_core.client.pb_fields import varint
+from broker_core.client.wire import encode_messages, encode_send_request
 from broker_core.message import new_message_id
 from tests.client.pb_reference import batch_to_protobuf
 

@@ -23,7 +23,7 @@ from rocketmq import (
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
-from broker_core.broker.receipt import ReceiptHandle
+from broker_core.broker.pop.receipt import ReceiptHandle
 from broker_core.cli import cli
 from broker_core.client import OutgoingMessage, RocketMQClient
 from broker_core.cluster.local import LocalCluster

@@ -3,11 +3,8 @@ to the NameServer drops); an official producer keeps sending through the survivo
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
-
-from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from broker_core.client import RocketMQClient
 from broker_core.cluster.local import start_namesrv
@@ -15,42 +12,25 @@ from broker_core.errors import TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
 from tests.cluster.conftest import NAMESRV_ARGS, start_cluster
 from tests.cluster.test_cluster import create_everywhere, held, route_brokers, wait_for
+from tests.send_loop import OfficialProducer, SendLoop
 
 
-class SteadyProducer:
-    """Sends one message at a time through ``endpoint`` until stopped; counts failures."""
+class SteadyProducer(SendLoop):
+    """Sends one message at a time through ``endpoint`` with the official Producer until the
+    ``with`` block ends; ``errors`` lists the sends that failed."""
 
     def __init__(self, endpoint: str, topic: str) -> None:
-        self.topic = topic
-        self.producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
-        self.sent = 0
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            message = Message()
-            message.topic, message.body = self.topic, b"s-%d" % self.sent
-            try:
-                self.producer.send(message)
-                self.sent += 1
-            except Exception as exc:  # the test asserts there are none
-                self.errors.append(repr(exc))
+        super().__init__(lambda: OfficialProducer(endpoint, topic), topic, b"s")
 
     def __enter__(self) -> SteadyProducer:
-        self.producer.startup()
-        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        self.producer.shutdown()
+        self.stop(30)
 
     def wait_sent(self, more: int, timeout_s: float = 20) -> None:
-        target = self.sent + more
-        wait_for(lambda: self.sent >= target, timeout_s, f"{more} more sends")
+        target = len(self.acked) + more
+        wait_for(lambda: len(self.acked) >= target, timeout_s, f"{more} more sends")
 
 
 def route_of(ns: NameServerClient, topic: str) -> set[str]:

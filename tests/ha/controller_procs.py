@@ -13,6 +13,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,13 +206,15 @@ class ControllerGroup:
 class FailoverSender:
     """Sends to whichever broker of the group acknowledges, trying each in turn."""
 
-    def __init__(self, endpoints: list[str]) -> None:
+    def __init__(self, endpoints: list[str], deadline_s: float = 30) -> None:
         self._clients = [RocketMQClient(e, max_attempts=1, timeout_s=3) for e in endpoints]
         self._at = 0
+        self._deadline_s = deadline_s
 
-    def send(self, topic: str, body: bytes, deadline_s: float = 30) -> int:
-        """Send until acknowledged; returns the index of the broker that acked."""
-        end = time.monotonic() + deadline_s
+    def send(self, topic: str, body: bytes) -> int:
+        """Send until acknowledged (RocketMQError after ``deadline_s``); returns the index of
+        the broker that acked."""
+        end = time.monotonic() + self._deadline_s
         while True:
             client = self._clients[self._at]
             try:
@@ -225,3 +229,25 @@ class FailoverSender:
     def close(self) -> None:
         for client in self._clients:
             client.close()
+
+
+@contextmanager
+def running_group(
+    tmp_path: Path, broker: dict[str, Any], members: Sequence[str] = ("a", "b")
+) -> Iterator[ControllerGroup]:
+    """A fresh etcd under ``tmp_path`` and the brokers ``members`` of one group (config
+    ``broker``), all in sync; every process is stopped at exit."""
+    etcd = EtcdProcess.start(tmp_path / "etcd")
+    grp = ControllerGroup(etcd, tmp_path, broker=broker)
+    try:
+        for member in members:
+            grp.start(member)
+        wait_until(
+            lambda: (state := grp.state()) is not None and len(state.in_sync) == len(members),
+            30,
+            f"all {len(members)} brokers in sync",
+        )
+        yield grp
+    finally:
+        grp.stop_all()
+        etcd.stop()

@@ -36,6 +36,7 @@ from tests.ha.controller_procs import (
     EtcdProcess,
     FailoverSender,
 )
+from tests.send_loop import SendLoop
 
 pytestmark = pytest.mark.skipif(
     not Path(ETCD).exists(), reason="etcd is not installed (./dev installs etcd-server)"
@@ -68,41 +69,18 @@ def _state(grp: ControllerGroup):  # type: ignore[no-untyped-def]
     return state
 
 
-class Producer:
-    """Sends ``p-<n>`` continuously; records every acknowledged body and when."""
+class Producer(SendLoop):
+    """Sends ``p0-<n>`` continuously through a FailoverSender; records every acknowledged
+    body, when, and which broker acknowledged it."""
 
     def __init__(self, endpoints: list[str]) -> None:
-        self.sender = FailoverSender(endpoints)
+        super().__init__(lambda: FailoverSender(endpoints, deadline_s=60), TOPIC, b"p")
         self.endpoints = endpoints
-        self.acked: list[tuple[bytes, float, str]] = []  # body, when, which broker
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            body = f"p-{n:08d}".encode()
-            try:
-                at = self.sender.send(TOPIC, body, deadline_s=60)
-            except RocketMQError:
-                continue  # not acknowledged: may or may not be stored, never counted
-            self.acked.append((body, time.monotonic(), self.endpoints[at]))
-            n += 1
-
-    def acks_after(self, t: float) -> int:
-        return sum(1 for _, at, _ in self.acked if at > t)
 
     def first_ack_after(self, t: float, not_by: str) -> float:
         """Seconds from ``t`` to the first ack after it by a broker other than ``not_by``
         (an ack of the killed master may still arrive just after the kill)."""
-        return min(at for _, at, by in self.acked if at > t and by != not_by) - t
-
-    def stop(self) -> list[bytes]:
-        self._stop.set()
-        self._thread.join(90)
-        self.sender.close()
-        return [body for body, _, _ in self.acked]
+        return min(a.acked_s for a in self.acked_after(t) if self.endpoints[a.by] != not_by) - t
 
 
 def _kill_and_recover(

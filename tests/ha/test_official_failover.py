@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,8 @@ import pytest
 
 from broker_core.client import RocketMQClient
 from tests.ha.conftest import pull_all, wait_until
-from tests.ha.controller_procs import ETCD, ControllerGroup, EtcdProcess
+from tests.ha.controller_procs import ETCD, ControllerGroup, running_group
+from tests.send_loop import OfficialProducer, SendLoop
 
 pytestmark = pytest.mark.skipif(not Path(ETCD).exists(), reason="etcd is not installed")
 
@@ -29,59 +29,10 @@ SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000, "ha_catch_u
 TOPIC = "OfficialFailover"
 
 
-class OfficialSender:
-    """Sends ``o-<n>`` with the official Producer; records (body, started, acked) per ack."""
-
-    def __init__(self, endpoints: str) -> None:
-        from rocketmq import ClientConfiguration, Credentials, Producer
-
-        self._producer = Producer(ClientConfiguration(endpoints, Credentials()), (TOPIC,))
-        self._producer.startup()
-        self.acked: list[tuple[bytes, float, float]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        from rocketmq import Message
-
-        n = 0
-        while not self._stop.is_set():
-            message = Message()
-            message.topic, message.body = TOPIC, b"o-%08d" % n
-            started = time.monotonic()
-            try:
-                self._producer.send(message)
-            except Exception as exc:  # the official client raises plain exceptions
-                self.errors.append(repr(exc)[:200])
-                time.sleep(0.05)
-                continue
-            self.acked.append((message.body, started, time.monotonic()))
-            n += 1
-
-    def acks_started_after(self, t: float) -> list[tuple[bytes, float, float]]:
-        return [a for a in self.acked if a[1] > t]
-
-    def stop(self) -> list[bytes]:
-        self._stop.set()
-        self._thread.join(60)
-        self._producer.shutdown()
-        return [body for body, _, _ in self.acked]
-
-
 @pytest.fixture
 def group(tmp_path: Path) -> Iterator[ControllerGroup]:
-    etcd = EtcdProcess.start(tmp_path / "etcd")
-    grp = ControllerGroup(etcd, tmp_path, broker=SYNC)
-    try:
-        for member in ("a", "b"):
-            grp.start(member)
-        wait_until(lambda: len(grp.state().in_sync) == 2, 30, "both brokers in sync")  # type: ignore[union-attr]
+    with running_group(tmp_path, SYNC) as grp:
         yield grp
-    finally:
-        grp.stop_all()
-        etcd.stop()
 
 
 def test_official_producer_keeps_sending_across_a_failover(group: ControllerGroup) -> None:
@@ -89,7 +40,8 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
     assert old is not None
     with RocketMQClient(group.procs[old.master].endpoint) as client:
         client.create_topic(TOPIC, queues=4)
-    sender = OfficialSender(";".join(e for e in group.endpoints()))
+    endpoints = ";".join(e for e in group.endpoints())
+    sender = SendLoop(lambda: OfficialProducer(endpoints, TOPIC), TOPIC, b"o", retry_pause_s=0.05)
     try:
         wait_until(lambda: len(sender.acked) > 20, 30, "official sends flowing")
         killed_at = time.monotonic()
@@ -98,13 +50,13 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
             lambda: (s := group.state()) is not None and s.epoch > old.epoch, 30, "a new master"
         )
         wait_until(
-            lambda: len(sender.acks_started_after(killed_at)) >= 20,
+            lambda: len(sender.started_after(killed_at)) >= 20,
             40,
             f"official sends acknowledged after the kill (errors: {sender.errors[-3:]})",
         )
     finally:
         acked = sender.stop()
-    first_s = min(a[2] for a in sender.acks_started_after(killed_at)) - killed_at
+    first_s = min(a.acked_s for a in sender.started_after(killed_at)) - killed_at
     print(
         f"\nofficial client failover: kill → first acknowledged send {first_s:.2f} s; "
         f"{len(acked)} acknowledged, {len(sender.errors)} send errors"
@@ -115,6 +67,6 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
         stored = collections.Counter(pull_all(client, TOPIC, 4))
     missing = [b for b in acked if b not in stored]
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
-    in_flight = {b for b, started, done in sender.acked if started < killed_at < done}
+    in_flight = {a.body for a in sender.acked if a.started_s < killed_at < a.acked_s}
     twice = {b for b in acked if stored[b] > 1}
     assert twice <= in_flight, f"stored more than once: {sorted(twice - in_flight)[:5]}"

@@ -9,31 +9,17 @@ runs in a Python process the driver JVM starts, imports ``pyspark_rocketmq`` too
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from tests.connector.conftest import BrokerProcess, new_topic, start_broker
+from tests.connector.conftest import BrokerProcess, new_topic
 from tests.spark_cluster import StandaloneCluster
 from tests.spark_jobs.test_jobs import EVENTS, EXPECTED, event, results
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("cluster-broker"))
-    yield proc
-    assert proc.stop() == 0, "".join(proc.output[-50:])
-
-
-@pytest.fixture(scope="module")
-def client(broker: BrokerProcess) -> Iterator[RocketMQClient]:
-    with RocketMQClient(broker.endpoint) as c:
-        yield c
 
 
 def run_both_jobs(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -16,24 +15,11 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient
 from spark_jobs import dlq_replay
-from tests.connector.conftest import BrokerProcess, new_topic, start_broker
+from tests.connector.conftest import BrokerProcess, new_topic
 from tests.server.test_simple_consumer import received
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = [json.dumps({"n": i}).encode() for i in range(3)]
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("dlq-broker"))
-    yield proc
-    assert proc.stop() == 0, "".join(proc.output[-50:])
-
-
-@pytest.fixture(scope="module")
-def client(broker: BrokerProcess) -> Iterator[RocketMQClient]:
-    with RocketMQClient(broker.endpoint) as c:
-        yield c
 
 
 def dead_letter(endpoint: str, topic: str, group: str, count: int) -> None:

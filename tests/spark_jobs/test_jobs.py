@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,22 +13,9 @@ from pyspark.sql import SparkSession
 
 from broker_core.client import OutgoingMessage, RocketMQClient
 from spark_jobs import archive, order_events
-from tests.connector.conftest import BrokerProcess, new_topic, start_broker
+from tests.connector.conftest import BrokerProcess, new_topic
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = start_broker(tmp_path_factory.mktemp("jobs-broker"))
-    yield proc
-    assert proc.stop() == 0, "".join(proc.output[-50:])
-
-
-@pytest.fixture(scope="module")
-def client(broker: BrokerProcess) -> Iterator[RocketMQClient]:
-    with RocketMQClient(broker.endpoint) as c:
-        yield c
 
 
 def event(i: int, status: str, cents: int, at: str) -> bytes:

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from broker_core.errors import InvalidOffsetError
 from broker_core.message import key_hash
 from broker_core.store.consume_queue import UNIT_DTYPE, ConsumeQueue
-from broker_core.store.index_file import HEADER, IndexFile
+from broker_core.store.index_file import IndexFile
+from broker_core.store.index_layout import HEADER
 from broker_core.store.index_service import IndexService
 
 T0 = 1_700_000_000_000

@@ -8,22 +8,16 @@ import json
 import os
 from pathlib import Path
 
-from broker_core.store.index_service import (
+from broker_core.store.index_manifest import (
     MANIFEST_NAME,
-    IndexService,
     SealedFile,
     read_manifest,
     write_manifest,
 )
+from broker_core.store.index_service import IndexService
+from tests.store.index_support import fill
 
-T0 = 1_700_000_000_000
 BAK = MANIFEST_NAME + ".bak"
-
-
-def fill(svc: IndexService, count: int, start: int = 0) -> None:
-    """Message i at phys 100*i, time T0 + i, keys: its id and the shared key 'all'."""
-    for i in range(start, start + count):
-        svc.put_keys([f"id{i}", "all"], 100 * i, T0 + i)
 
 
 def sealed_service(directory: Path, messages: int) -> list[str]:

@@ -35,7 +35,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.broker.receipt import decode_handle
+from broker_core.broker.pop.receipt import decode_handle
 from broker_core.errors import RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.protocol.status import bad_request, ok, status_of

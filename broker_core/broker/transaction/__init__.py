@@ -1,0 +1,3 @@
+"""Transactional messages: the service (``transaction``: prepare, commit/rollback, the check
+thread), the records it writes (``records``) and the check-back state and recovery
+(``check``)."""

@@ -1,0 +1,130 @@
+"""The byte layout of one index file: records, positions, and the slot-chain arithmetic.
+
+The table of fields is in :mod:`broker_core.store.index_file`. This module holds what both
+the file (``index_file``) and its validation (``index_validate``) need: the ``struct``
+records, the byte offsets of fields (for ``CorruptionError`` positions), the header as a
+value, where slot ``s`` and entry ``n`` live in a file of given dimensions, and the
+vectorised linking of new entries into their hash slots. No I/O; safe from any thread.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from broker_core.errors import ConfigError
+
+HEADER = struct.Struct(">qqqqii")
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">Iqii")
+ENTRY_DTYPE = np.dtype([("hash", ">u4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+
+# Byte offsets of the header fields, for CorruptionError positions.
+OFF_BEGIN_TS, OFF_END_TS, OFF_BEGIN_PHYS, OFF_END_PHYS = 0, 8, 16, 24
+OFF_SLOTS_USED, OFF_COUNT = 32, 36
+# Byte offsets of the fields inside one entry.
+ENTRY_OFF_PHYS, ENTRY_OFF_DIFF, ENTRY_OFF_PREV = 4, 12, 16
+
+INT32_MAX = 2**31 - 1
+CHUNK = 65536  # entries or slots decoded per read while validating
+
+
+@dataclass(slots=True)
+class Header:
+    """The 40-byte header; all zero for an empty file."""
+
+    begin_timestamp_ms: int = 0
+    end_timestamp_ms: int = 0
+    begin_phys_offset: int = 0
+    end_phys_offset: int = 0
+    hash_slot_count_used: int = 0
+    index_count: int = 0
+
+    @classmethod
+    def unpack_from(cls, buf: mmap.mmap) -> Header:
+        return cls(*HEADER.unpack_from(buf, 0))
+
+    def pack_into(self, buf: mmap.mmap) -> None:
+        HEADER.pack_into(
+            buf,
+            0,
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_phys_offset,
+            self.end_phys_offset,
+            self.hash_slot_count_used,
+            self.index_count,
+        )
+
+
+def check_dimensions(slot_count: int, max_entries: int) -> None:
+    """ConfigError unless both dimensions are in ``[1, INT32_MAX]``."""
+    if not 1 <= slot_count <= INT32_MAX:
+        raise ConfigError(f"index slot_count must be in [1, {INT32_MAX}], got {slot_count}")
+    if not 1 <= max_entries <= INT32_MAX:
+        raise ConfigError(f"index max_entries must be in [1, {INT32_MAX}], got {max_entries}")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where things are in a file of ``slot_count`` slots and ``max_entries`` entries."""
+
+    slot_count: int
+    max_entries: int
+
+    @property
+    def entries_at(self) -> int:
+        """Byte position of entry 1."""
+        return HEADER.size + self.slot_count * SLOT.size
+
+    @property
+    def file_size(self) -> int:
+        return self.entries_at + self.max_entries * ENTRY.size
+
+    def slot_pos(self, slot: int) -> int:
+        return HEADER.size + slot * SLOT.size
+
+    def entry_pos(self, number: int) -> int:
+        """Byte position of entry ``number`` (1-based)."""
+        return self.entries_at + (number - 1) * ENTRY.size
+
+    def read_slot(self, mm: mmap.mmap, slot: int) -> int:
+        value: int = SLOT.unpack_from(mm, self.slot_pos(slot))[0]
+        return value
+
+    def write_slot(self, mm: mmap.mmap, slot: int, number: int) -> None:
+        SLOT.pack_into(mm, self.slot_pos(slot), number)
+
+    def read_entry(self, mm: mmap.mmap, number: int) -> tuple[int, int, int, int]:
+        """``(key_hash, phys_offset, time_diff_ms, prev_entry)`` of entry ``number``."""
+        khash, phys, diff, prev = ENTRY.unpack_from(mm, self.entry_pos(number))
+        return khash, phys, diff, prev
+
+    def write_entry(
+        self, mm: mmap.mmap, number: int, khash: int, phys: int, diff: int, prev: int
+    ) -> None:
+        ENTRY.pack_into(mm, self.entry_pos(number), khash, phys, diff, prev)
+
+
+def chain(
+    slots: np.ndarray, numbers: np.ndarray, heads: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Link entries ``numbers`` (ascending) into their hash ``slots``, vectorised.
+
+    ``heads[s]`` is slot s's newest entry before these. Returns each entry's ``prev``
+    (the entry before it in its slot), the slots touched and the newest entry of each.
+    """
+    order = np.argsort(slots, kind="stable")
+    by_slot, by_number = slots[order], numbers[order]
+    follows = np.zeros(len(order), np.bool_)
+    follows[1:] = by_slot[1:] == by_slot[:-1]
+    prev = np.empty(len(order), np.int64)
+    prev[order] = np.where(
+        follows, np.concatenate(([0], by_number[:-1])), heads[by_slot].astype(np.int64)
+    )
+    ends_run = np.ones(len(order), np.bool_)
+    ends_run[:-1] = ~follows[1:]
+    return prev, by_slot[ends_run], by_number[ends_run]
