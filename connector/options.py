@@ -1,8 +1,11 @@
 """Read options of the ``rocketmq`` source: parsed once, checked completely, named in errors.
 
-Names mirror Spark's Kafka source where the two overlap. Spark hands options over
-case-insensitively; every error is a :class:`~broker_core.errors.ConfigError` whose
-message starts with the option's name, and an unknown option is an error too.
+Names mirror Spark's Kafka source where the two overlap, and Kafka's own names are
+accepted as aliases (``subscribe``, ``subscribePattern``, ``maxOffsetsPerTrigger``,
+``minOffsetsPerTrigger``, ``maxRecordsPerPartition``: :mod:`connector.option_names`).
+Spark hands options over lower-cased; every error is a
+:class:`~broker_core.errors.ConfigError` whose message starts with the option's name, and
+an unknown option is an error too (with the closest known name suggested).
 
 ==========================  =======================================================  ========
 option                      value                                                     default
@@ -12,16 +15,28 @@ namesrv                     ``host:port[;host:port]``: NameServers; each topic's
                             names its broker groups, each queue is read from the
                             master of the group that owns it
 topic / topics /            exactly one: a topic, a comma list, or a regex matched
-topicPattern                against the whole name of every topic the brokers list
-startingOffsets             ``earliest``, ``latest`` or JSON per queue                 batch
+topicPattern / assign       against the whole name of every topic the brokers list,
+                            or JSON ``{"t": ["broker-a:0", "broker-a:3"]}``: only
+                            those queues
+startingOffsets             ``earliest``, ``latest``, ``group`` or JSON per queue      batch
                             ``{"t": {"broker-a:0": 12}}`` (-2 earliest, -1 latest)      earliest,
                             queues not named start at the default                     stream
                                                                                       latest
 startingTimestamp           epoch ms: each queue starts at its first message stored
                             at or after it (not with startingOffsets)
+startingOffsetsByTimestamp  JSON epoch ms per queue ``{"t": {"broker-a:0": ms}}``
+startingOffsetsByTimestamp  a starting time after a queue's last message: ``error``    see
+Strategy                    or ``latest`` (error for …ByTimestamp, latest for          left
+                            startingTimestamp)
+groupFallback               with ``startingOffsets=group`` (needs consumerGroup): a    earliest
+                            queue the group never committed starts at ``earliest``,
+                            ``latest``, or fails (``error``)
 endingOffsets               batch only: ``latest`` or JSON as above                    latest
 endingTimestamp             batch only: epoch ms, end before the first message
                             stored at or after it (not with endingOffsets)
+endingOffsetsByTimestamp    batch only: JSON epoch ms per queue
+minPartitions               split queue ranges so a read has at least N partitions
+maxMessagesPerPartition     cut ranges longer than N offsets (connector.partitioning)
 maxMessagesPerTrigger       stream only: at most N messages per micro-batch, split
                             across queues by backlog
 minMessagesPerTrigger       stream only: wait for N messages before a micro-batch …
