@@ -113,11 +113,13 @@ def canonical_names(options: Mapping[str, str]) -> GivenOptions:
             raise ConfigError(f"option {alias or name!r}: must have a value")
         text = str(value)
         if name in given.values and given.values[name] != text:
-            first = given.written.get(name, name)
+            kafka = alias or given.written.get(name)
+            if kafka is None:  # one name twice, spelled differently
+                raise ConfigError(f"option {name!r}: given twice with different values")
             raise ConfigError(
-                f"option {alias or name!r}: {alias or name} and {first} are the same option "
-                f"({name}) but were given different values ({text!r} and "
-                f"{given.values[name]!r}); give one of them"
+                f"option {kafka!r}: {kafka} (Kafka's name) and {name} are the same option "
+                f"but were given different values ({text!r} and {given.values[name]!r}); "
+                f"give one of them"
             )
         given.values[name] = text
         if alias:

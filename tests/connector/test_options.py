@@ -289,7 +289,7 @@ def test_kafka_aliases_mean_our_options() -> None:
 def test_alias_conflicts_and_bad_values_name_the_alias() -> None:
     with pytest.raises(ConfigError, match=r"option 'maxOffsetsPerTrigger'.*different values"):
         stream(maxMessagesPerTrigger="5", maxOffsetsPerTrigger="6")
-    with pytest.raises(ConfigError, match=r"option 'topics'.*subscribe.*different values"):
+    with pytest.raises(ConfigError, match=r"option 'subscribe'.*topics.*different values"):
         parse_read_options({"endpoints": "h:1", "subscribe": "a", "topics": "b"}, streaming=False)
     with pytest.raises(ConfigError, match=r"option 'maxOffsetsPerTrigger': must be a positive"):
         stream(maxOffsetsPerTrigger="0")
@@ -420,3 +420,8 @@ def test_split_ranges_read_each_offset_once(
         pieces.extend(cut)
     if min_partitions is not None and sum(sizes) >= min_partitions:
         assert len([p for p in pieces if p[1] > p[0]]) >= min_partitions
+
+
+def test_one_option_twice_in_different_case_with_different_values() -> None:
+    with pytest.raises(ConfigError, match=r"option 'topic': given twice"):
+        parse_read_options({"endpoints": "h:1", "topic": "a", "TOPIC": "b"}, streaming=False)
