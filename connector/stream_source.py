@@ -113,6 +113,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict | None:
+        """Every queue's end as the last :meth:`latestOffset` saw it (None before the
+        first): Spark shows it as the source's ``latestOffset`` in the query progress, so
+        the backlog per queue is ``latestOffset - endOffset``."""
         return None if self._latest is None else to_json(self._latest)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:

@@ -88,6 +88,8 @@ def test_kafka_names_in_a_stream(
         subscribe=topic,
         startingOffsets="earliest",
         maxOffsetsPerTrigger="4",
+        minOffsetsPerTrigger="3",  # waits for 3 messages, but never holds availableNow back
+        maxTriggerDelay="1h",
     )
     run = run_available_now(stream, tmp_path / "cp")
     assert run.input_rows == [4, 4, 2]
