@@ -67,10 +67,13 @@ def parse_label(topic: str, label: str, *, what: str) -> QueueRef:
     return QueueRef(topic, broker, int(queue))
 
 
-def from_json(value: Any, *, what: str, allow_special: bool = False) -> Offsets:
+def from_json(
+    value: Any, *, what: str, allow_special: bool = False, value_name: str = "offset"
+) -> Offsets:
     """Offsets from a JSON text or an already decoded dict.
 
-    ``what`` names the origin (an option, or "checkpointed offset") in every error.
+    ``what`` names the origin (an option, or "checkpointed offset") in every error, and
+    ``value_name`` what the numbers are (``timestamp`` for the ``…ByTimestamp`` options).
     With ``allow_special``, -2 (earliest) and -1 (latest) are accepted as well.
     """
     if isinstance(value, str):
@@ -80,7 +83,7 @@ def from_json(value: Any, *, what: str, allow_special: bool = False) -> Offsets:
             raise ConfigError(f"{what}: not valid JSON ({exc})") from None
     if not isinstance(value, dict):
         raise ConfigError(
-            f"{what}: expected an object {{topic: {{'broker:queueId': offset}}}}, "
+            f"{what}: expected an object {{topic: {{'broker:queueId': {value_name}}}}}, "
             f"got {type(value).__name__}"
         )
     lowest = EARLIEST if allow_special else 0
@@ -88,7 +91,7 @@ def from_json(value: Any, *, what: str, allow_special: bool = False) -> Offsets:
     for topic, queues in value.items():
         if not isinstance(queues, dict):
             raise ConfigError(
-                f"{what}: topic {topic!r} must map to an object of 'broker:queueId' → offset"
+                f"{what}: topic {topic!r} must map to an object of 'broker:queueId' → {value_name}"
             )
         for label, offset in queues.items():
             ref = parse_label(topic, label, what=what)
@@ -98,7 +101,9 @@ def from_json(value: Any, *, what: str, allow_special: bool = False) -> Offsets:
                     if allow_special
                     else ("an integer ≥ 0")
                 )
-                raise ConfigError(f"{what}: offset of {ref} must be {allowed}, got {offset!r}")
+                raise ConfigError(
+                    f"{what}: {value_name} of {ref} must be {allowed}, got {offset!r}"
+                )
             offsets[ref] = offset
     return offsets
 

@@ -1,8 +1,11 @@
 """Read options of the ``rocketmq`` source: parsed once, checked completely, named in errors.
 
-Names mirror Spark's Kafka source where the two overlap. Spark hands options over
-case-insensitively; every error is a :class:`~broker_core.errors.ConfigError` whose
-message starts with the option's name, and an unknown option is an error too.
+Names mirror Spark's Kafka source where the two overlap, and Kafka's own names are
+accepted as aliases (``subscribe``, ``subscribePattern``, ``maxOffsetsPerTrigger``,
+``minOffsetsPerTrigger``, ``maxRecordsPerPartition``: :mod:`connector.option_names`).
+Spark hands options over lower-cased; every error is a
+:class:`~broker_core.errors.ConfigError` whose message starts with the option's name, and
+an unknown option is an error too (with the closest known name suggested).
 
 ==========================  =======================================================  ========
 option                      value                                                     default
@@ -12,16 +15,28 @@ namesrv                     ``host:port[;host:port]``: NameServers; each topic's
                             names its broker groups, each queue is read from the
                             master of the group that owns it
 topic / topics /            exactly one: a topic, a comma list, or a regex matched
-topicPattern                against the whole name of every topic the brokers list
-startingOffsets             ``earliest``, ``latest`` or JSON per queue                 batch
+topicPattern / assign       against the whole name of every topic the brokers list,
+                            or JSON ``{"t": ["broker-a:0", "broker-a:3"]}``: only
+                            those queues
+startingOffsets             ``earliest``, ``latest``, ``group`` or JSON per queue      batch
                             ``{"t": {"broker-a:0": 12}}`` (-2 earliest, -1 latest)      earliest,
                             queues not named start at the default                     stream
                                                                                       latest
 startingTimestamp           epoch ms: each queue starts at its first message stored
                             at or after it (not with startingOffsets)
+startingOffsetsByTimestamp  JSON epoch ms per queue ``{"t": {"broker-a:0": ms}}``
+startingOffsetsByTimestamp  a starting time after a queue's last message: ``error``    see
+Strategy                    or ``latest`` (error for …ByTimestamp, latest for          left
+                            startingTimestamp)
+groupFallback               with ``startingOffsets=group`` (needs consumerGroup): a    earliest
+                            queue the group never committed starts at ``earliest``,
+                            ``latest``, or fails (``error``)
 endingOffsets               batch only: ``latest`` or JSON as above                    latest
 endingTimestamp             batch only: epoch ms, end before the first message
                             stored at or after it (not with endingOffsets)
+endingOffsetsByTimestamp    batch only: JSON epoch ms per queue
+minPartitions               split queue ranges so a read has at least N partitions
+maxMessagesPerPartition     cut ranges longer than N offsets (connector.partitioning)
 maxMessagesPerTrigger       stream only: at most N messages per micro-batch, split
                             across queues by backlog
 minMessagesPerTrigger       stream only: wait for N messages before a micro-batch …
@@ -50,7 +65,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from broker_core.client import parse_endpoint
@@ -60,36 +75,15 @@ from broker_core.protocol.durations import parse_duration_ms
 from broker_core.protocol.filters import TagFilter, compile_sql
 from connector import credentials
 from connector.credentials import NO_ACCESS, Access
-from connector.offsets import EARLIEST, LATEST, Offsets, from_json
+from connector.offset_options import OffsetSpec, parse_assign, parse_offset_spec
+from connector.offsets import QueueRef
+from connector.option_names import KNOWN_OPTIONS, canonical_names
+
+__all__ = ["KNOWN_OPTIONS", "OffsetSpec", "ReadOptions", "parse_read_options"]
 
 DEFAULT_GROUP: Final = "spark-rocketmq-source"
 DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60_000
 
-KNOWN_OPTIONS: Final = {
-    name.lower(): name
-    for name in (
-        "endpoints",
-        "namesrv",
-        "topic",
-        "topics",
-        "topicPattern",
-        "startingOffsets",
-        "startingTimestamp",
-        "endingOffsets",
-        "endingTimestamp",
-        "maxMessagesPerTrigger",
-        "minMessagesPerTrigger",
-        "maxTriggerDelay",
-        "maxBytesPerTrigger",
-        "tagExpression",
-        "sqlFilter",
-        "failOnDataLoss",
-        "consumerGroup",
-        "commitOffsets",
-        "includeProperties",
-        *credentials.OPTIONS,
-    )
-}
 STREAM_ONLY: Final = (
     "maxMessagesPerTrigger",
     "minMessagesPerTrigger",
@@ -97,7 +91,7 @@ STREAM_ONLY: Final = (
     "maxBytesPerTrigger",
     "commitOffsets",
 )
-BATCH_ONLY: Final = ("endingOffsets", "endingTimestamp")
+BATCH_ONLY: Final = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 _BYTE_UNITS: Final = {
     "": 1,
     "b": 1,
@@ -109,23 +103,6 @@ _BYTE_UNITS: Final = {
     "gb": 1 << 30,
 }
 _BYTES_RE: Final = re.compile(r"(\d+)\s*([a-z]*)")
-
-SpecKind = Literal["earliest", "latest", "offsets", "timestamp"]
-
-
-@dataclass(frozen=True)
-class OffsetSpec:
-    """Where reading starts or ends: a policy, explicit offsets, or a store timestamp.
-
-    ``offsets`` (kind ``offsets``) may hold -2/-1 for earliest/latest per queue;
-    queues it does not name use ``default`` (``earliest`` or ``latest``).
-    """
-
-    kind: SpecKind
-    offsets: Offsets = field(default_factory=dict)
-    timestamp_ms: int | None = None
-    default: Literal["earliest", "latest"] = "latest"
-    option: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,13 +127,23 @@ class ReadOptions:
     commit_offsets: bool = False
     include_properties: bool = True
     access: Access = NO_ACCESS  # accessKey/secretKey/tls/caFile (connector/credentials.py)
+    assigned: frozenset[QueueRef] | None = None  # assign: the only queues read
+    min_partitions: int | None = None
+    max_messages_per_partition: int | None = None
 
     def matches_topic(self, topic: str) -> bool:
-        """Whether ``topic`` is subscribed (by name or by ``topicPattern``)."""
+        """Whether ``topic`` is subscribed (by name, by ``topicPattern`` or by ``assign``)."""
         if self.topics is not None:
             return topic in self.topics
         pattern = self.topic_pattern
         return pattern is not None and re.fullmatch(pattern, topic) is not None
+
+    def reads_queue(self, ref: QueueRef) -> bool:
+        """Whether the queue ``ref`` is read: its topic is subscribed, and it is assigned
+        when ``assign`` names queues."""
+        if self.assigned is not None:
+            return ref in self.assigned
+        return self.matches_topic(ref.topic)
 
 
 def _error(option: str, problem: str) -> ConfigError:
@@ -167,13 +154,6 @@ def _positive_int(option: str, text: str) -> int:
     value = text.strip()
     if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise _error(option, f"must be a positive integer, got {text!r}")
-    return int(value)
-
-
-def _epoch_ms(option: str, text: str) -> int:
-    value = text.strip()
-    if not (value.isascii() and value.isdigit()):
-        raise _error(option, f"must be epoch milliseconds (a non-negative integer), got {text!r}")
     return int(value)
 
 
@@ -236,59 +216,29 @@ def _topic_names(option: str, text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _subscription(given: Mapping[str, str]) -> tuple[tuple[str, ...] | None, str | None]:
-    chosen = [name for name in ("topic", "topics", "topicPattern") if name in given]
+def _subscription(
+    given: Mapping[str, str],
+) -> tuple[tuple[str, ...] | None, str | None, frozenset[QueueRef] | None]:
+    """(topics, pattern, assigned queues): from exactly one of topic / topics /
+    topicPattern / assign (Kafka: subscribe = topics, subscribePattern = topicPattern)."""
+    chosen = [name for name in ("topic", "topics", "topicPattern", "assign") if name in given]
     if len(chosen) != 1:
         raise ConfigError(
-            "option 'topic' / 'topics' / 'topicPattern': exactly one is "
-            f"required, got {chosen or 'none'}"
+            "option 'topic' / 'topics' / 'topicPattern' / 'assign' (Kafka's subscribe = "
+            f"topics, subscribePattern = topicPattern): exactly one is required, got "
+            f"{chosen or 'none'}"
         )
     name = chosen[0]
+    if name == "assign":
+        queues = parse_assign(given[name])
+        return tuple(sorted({ref.topic for ref in queues})), None, queues
     if name != "topicPattern":
-        return _topic_names(name, given[name]), None
+        return _topic_names(name, given[name]), None, None
     try:
         re.compile(given[name])
     except re.error as exc:
         raise _error(name, f"not a valid regular expression: {exc}") from None
-    return None, given[name]
-
-
-def _offset_spec(given: Mapping[str, str], *, start: bool, streaming: bool) -> OffsetSpec:
-    """startingOffsets/startingTimestamp (``start``) or endingOffsets/endingTimestamp."""
-    offsets_opt, ts_opt = (
-        ("startingOffsets", "startingTimestamp") if start else ("endingOffsets", "endingTimestamp")
-    )
-    default: Literal["earliest", "latest"] = "earliest" if start and not streaming else "latest"
-    if offsets_opt in given and ts_opt in given:
-        raise _error(offsets_opt, f"give either {offsets_opt} or {ts_opt}, not both")
-    if ts_opt in given:
-        return OffsetSpec(
-            "timestamp",
-            timestamp_ms=_epoch_ms(ts_opt, given[ts_opt]),
-            default=default,
-            option=ts_opt,
-        )
-    text = given.get(offsets_opt, default).strip()
-    forbidden = "latest" if start and not streaming else ("earliest" if not start else "")
-    if text.lower() in ("earliest", "latest"):
-        if text.lower() == forbidden:
-            raise _error(
-                offsets_opt,
-                f"{text!r} is not allowed in a {'batch' if not streaming else 'stream'} query",
-            )
-        return OffsetSpec(text.lower(), default=default, option=offsets_opt)  # type: ignore[arg-type]
-    if not text.startswith("{"):
-        raise _error(
-            offsets_opt,
-            f"must be earliest, latest or a JSON object "
-            f"{{topic: {{'broker:queueId': offset}}}}, got {text!r}",
-        )
-    offsets = from_json(text, what=f"option {offsets_opt!r}", allow_special=True)
-    bad = LATEST if forbidden == "latest" else (EARLIEST if forbidden == "earliest" else None)
-    for ref, value in offsets.items():
-        if value == bad:
-            raise _error(offsets_opt, f"{value} ({forbidden}) is not allowed for {ref} here")
-    return OffsetSpec("offsets", offsets=offsets, default=default, option=offsets_opt)
+    return None, given[name], None
 
 
 def _filter(
@@ -311,22 +261,6 @@ def _filter(
     if parsed.match_all:
         return None, "TAG", None
     return parsed.expression, "TAG", parsed.tags
-
-
-def canonical_names(options: Mapping[str, str]) -> dict[str, str]:
-    """Options keyed by their documented spelling; ConfigError for an unknown one."""
-    given: dict[str, str] = {}
-    for key, value in options.items():
-        name = KNOWN_OPTIONS.get(key.lower())
-        if name is None:
-            raise ConfigError(
-                f"option {key!r}: unknown option of the rocketmq source; known "
-                f"options are {', '.join(KNOWN_OPTIONS.values())}"
-            )
-        if value is None:
-            raise _error(name, "must have a value")
-        given[name] = str(value)
-    return given
 
 
 def _check_mode(given: Mapping[str, str], streaming: bool) -> None:
@@ -360,18 +294,29 @@ def _optional(given: Mapping[str, str], name: str, parse: Callable[[str, str], i
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
-    """Parse and check every option of a batch (``streaming=False``) or stream read."""
-    given = canonical_names(options)
+    """Parse and check every option of a batch (``streaming=False``) or stream read.
+
+    ConfigError names the offending option as documented, or by its Kafka alias when the
+    user gave it that way (see :mod:`connector.option_names`).
+    """
+    names = canonical_names(options)
+    try:
+        return _parse(names.values, streaming)
+    except ConfigError as exc:
+        raise names.as_written(exc) from None
+
+
+def _parse(given: Mapping[str, str], streaming: bool) -> ReadOptions:
     _check_mode(given, streaming)
-    topics, pattern = _subscription(given)
+    topics, pattern, assigned = _subscription(given)
     expression, filter_type, tags = _filter(given)
     return ReadOptions(
         endpoints=parse_endpoints(given["endpoints"]) if "endpoints" in given else (),
         namesrv=parse_namesrv(given["namesrv"]) if "namesrv" in given else None,
         topics=topics,
         topic_pattern=pattern,
-        starting=_offset_spec(given, start=True, streaming=streaming),
-        ending=None if streaming else _offset_spec(given, start=False, streaming=False),
+        starting=parse_offset_spec(given, start=True, streaming=streaming),
+        ending=None if streaming else parse_offset_spec(given, start=False, streaming=False),
         max_messages_per_trigger=_optional(given, "maxMessagesPerTrigger", _positive_int),
         min_messages_per_trigger=_optional(given, "minMessagesPerTrigger", _positive_int),
         max_trigger_delay_ms=_optional(given, "maxTriggerDelay", _duration_ms)
@@ -385,4 +330,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         commit_offsets=_boolean("commitOffsets", given.get("commitOffsets", "false")),
         include_properties=_boolean("includeProperties", given.get("includeProperties", "true")),
         access=credentials.parse_access(given),
+        assigned=assigned,
+        min_partitions=_optional(given, "minPartitions", _positive_int),
+        max_messages_per_partition=_optional(given, "maxMessagesPerPartition", _positive_int),
     )

@@ -65,6 +65,7 @@ from broker_core.errors import ConfigError, InvalidArgumentError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
 from connector import credentials
 from connector.credentials import NO_ACCESS, Access
+from connector.option_names import suggestion
 from connector.options import parse_endpoints, parse_namesrv
 
 DEFAULT_BATCH_SIZE: Final = 1024  # a request costs a round trip (~0.7 ms): amortise it
@@ -146,7 +147,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             continue
         if low not in canonical:
             raise ConfigError(
-                f"unknown option '{key}' for the rocketmq sink; "
+                f"unknown option '{key}' for the rocketmq sink{suggestion(key, SINK_OPTIONS)}; "
                 f"known options: {', '.join(SINK_OPTIONS)}"
             )
         given[canonical[low]] = str(value)

@@ -47,10 +47,12 @@ from broker_core.errors import (
     RocketMQError,
     TopicNotFoundError,
 )
+from connector import positions
 from connector.arrow import arrow_schema_of, units_to_record_batch
 from connector.credentials import NO_ACCESS, Access
 from connector.offsets import EARLIEST, LATEST, Offsets, QueueRef
 from connector.options import OffsetSpec, ReadOptions
+from connector.partitioning import split_ranges
 
 log = logging.getLogger(__name__)
 
@@ -323,9 +325,10 @@ def resolve(spec: OffsetSpec, bounds: Bounds, brokers: BrokerSet) -> Offsets:
             f"option {spec.option!r}: {', '.join(map(str, unknown))} "
             f"is not a queue of the subscribed topics"
         )
-    if spec.kind == "timestamp":
-        assert spec.timestamp_ms is not None
-        return brokers.offsets_at(sorted(bounds), spec.timestamp_ms)
+    if spec.kind in ("timestamp", "timestamps"):
+        return positions.resolve_times(spec, bounds, brokers)
+    if spec.kind == "group":
+        return positions.resolve_group(spec, bounds, brokers)
     default = (
         EARLIEST
         if spec.kind == "earliest" or (spec.kind == "offsets" and spec.default == "earliest")
@@ -479,11 +482,12 @@ class RocketMQBatchReader(DataSourceReader):
         brokers = open_brokers(self.options)
         try:
             ranges = plan_batch(self.options, brokers)
-            return [
+            pruned = [
                 replace(r, filter_expression=expression, filter_type=filter_type)
                 for r in self._pruned(ranges)
                 if any_tag
             ]
+            return split_ranges(pruned, self.options)
         finally:
             brokers.close()
 
@@ -504,8 +508,7 @@ class RocketMQBatchReader(DataSourceReader):
 def plan_batch(options: ReadOptions, brokers: BrokerSet) -> list[QueueRange]:
     """The ranges a batch read covers; ConfigError for inconsistent start/end options."""
     assert options.ending is not None, "a batch read always has an ending"
-    topics = brokers.topics(options)
-    bounds = brokers.bounds(topics, explicit=options.topics is not None)
+    bounds = positions.discover(options, brokers, require_assigned=True)
     start = resolve(options.starting, bounds, brokers)
     end = resolve(options.ending, bounds, brokers)
     settings = settings_of(options)

@@ -42,9 +42,11 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
+from connector import positions
 from connector.arrow import arrow_schema_of, message_size_bytes
 from connector.offsets import Offsets, QueueRef, from_json, split_budget, to_json
 from connector.options import ReadOptions
+from connector.partitioning import split_ranges
 from connector.source import (
     Bounds,
     BrokerSet,
@@ -82,15 +84,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._brokers = open_brokers(self.options)
         return self._brokers
 
-    def _discover(self) -> Bounds:
-        topics = self.brokers.topics(self.options)
-        return self.brokers.bounds(topics, explicit=self.options.topics is not None)
+    def _discover(self, *, planning: bool = False) -> Bounds:
+        """Bounds of the queues read (``planning``: a new query, so an assigned queue
+        that is missing is an error rather than data loss)."""
+        return positions.discover(self.options, self.brokers, require_assigned=planning)
 
     # ---- offsets -----------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
         """Where a new query starts: ``startingOffsets`` / ``startingTimestamp`` resolved."""
-        return to_json(resolve(self.options.starting, self._discover(), self.brokers))
+        bounds = self._discover(planning=True)
+        return to_json(resolve(self.options.starting, bounds, self.brokers))
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Record every queue's current end: an available-now run reads no further."""
@@ -109,6 +113,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict | None:
+        """Every queue's end as the last :meth:`latestOffset` saw it (None before the
+        first): Spark shows it as the source's ``latestOffset`` in the query progress, so
+        the backlog per queue is ``latestOffset - endOffset``."""
         return None if self._latest is None else to_json(self._latest)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -249,10 +256,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---- planning and reading --------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        """One :class:`QueueRange` per queue that moved; a queue new in ``end`` starts at 0."""
+        """One :class:`QueueRange` per queue that moved (cut by ``minPartitions`` /
+        ``maxMessagesPerPartition``); a queue new in ``end`` starts at 0."""
         begin, stop = from_json(start, what=CHECKPOINT), from_json(end, what=CHECKPOINT)
         opts = self.options
-        return [
+        ranges = [
             QueueRange(
                 self.brokers.endpoint_of(ref.broker),
                 ref,
@@ -265,6 +273,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for ref, last in sorted(stop.items())
             if begin.get(ref, 0) < last
         ]
+        return split_ranges(ranges, opts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRange), f"not our partition: {partition!r}"

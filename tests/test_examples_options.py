@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from examples import batch_read, consumer_group, exactly_once, filters, stream_read, write
+from examples import (
+    batch_read,
+    consumer_group,
+    exactly_once,
+    filters,
+    kafka_habits,
+    stream_read,
+    write,
+)
 from tests.connector.conftest import spark  # noqa: F401
 
 
@@ -44,3 +52,11 @@ def test_consumer_group(spark: SparkSession, capsys: pytest.CaptureFixture[str])
     assert consumer_group.main(spark) == 0
     out = capsys.readouterr().out
     assert "total lag: 0" in out and "committed 6, lag 0" in out
+
+
+def test_kafka_habits(spark: SparkSession, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    assert kafka_habits.main(spark) == 0
+    out = capsys.readouterr().out
+    assert "subscribe + minPartitions=4: 4 partitions, 16 rows" in out
+    assert "assign broker-a:1: 8 rows from queues [1]" in out
+    assert "startingOffsets=group after a reset to latest: ['new-0', 'new-1']" in out

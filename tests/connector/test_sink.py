@@ -108,6 +108,11 @@ def test_bad_options_are_errors_naming_the_option(options: dict[str, str], named
         parse_sink_options(options)
 
 
+def test_unknown_sink_option_suggests_the_closest() -> None:
+    with pytest.raises(ConfigError, match=r"unknown option 'batchsise'.*did you mean 'batchSize'"):
+        parse_sink_options({**ENDPOINT_ONLY, "batchsise": "10"})
+
+
 def test_options_are_case_insensitive_and_spark_options_are_ignored() -> None:
     opts = parse_sink_options(
         {
