@@ -123,7 +123,7 @@ def _chunk_matches(
         .view(np.uint8)
         .reshape(-1, 4)
     )
-    return zlib.crc32(memoryview(out), _ZERO_REGISTER) == _MASK32
+    return zlib.crc32(out.data, _ZERO_REGISTER) == _MASK32
 
 
 def _chunks(lengths: np.ndarray, extra: int, *, sorted_: bool) -> list[slice]:
