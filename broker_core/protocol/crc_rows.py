@@ -136,7 +136,7 @@ def _chunks(lengths: np.ndarray, extra: int, *, sorted_: bool) -> list[slice]:
             stop = int(np.searchsorted(lengths, widest, side="right"))
         else:
             widest, stop = int(lengths.max()), count
-        stop = min(stop, first + max(64, CHUNK_BYTES // (widest + extra)))
+        stop = min(stop, first + max(1, CHUNK_BYTES // (widest + extra)))
         parts.append(slice(first, stop))
         first = stop
     return parts

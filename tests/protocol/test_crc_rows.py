@@ -67,13 +67,13 @@ def test_matching_rows_pass_and_each_damaged_row_is_returned(
 
 
 def test_small_chunks_localise_damage(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(crc_rows, "CHUNK_BYTES", 1)  # 64 rows a chunk
+    monkeypatch.setattr(crc_rows, "CHUNK_BYTES", 1)  # one row a chunk
     rng = random.Random(5)
     buf, starts, span_lengths, fixed, expected = _rows(rng, 1_000, [10, 11, 300], 8)
     damaged = buf.copy()
     damaged[starts[700]] ^= 0x10
     suspects = rows_to_recheck(damaged, starts, span_lengths, fixed, expected)
-    assert 700 in suspects.tolist() and len(suspects) <= 64
+    assert suspects.tolist() == [700]
 
 
 def test_verify_units_names_every_damaged_unit_in_a_large_batch() -> None:
@@ -97,3 +97,18 @@ def test_verify_units_names_every_damaged_unit_in_a_large_batch() -> None:
         damaged[pos] ^= 1 << rng.randrange(8)
         with pytest.raises(CorruptionError, match=f"queue offset {unit}\\b|length|size"):
             verify.verify_units(bytes(damaged), sizes)
+
+
+def test_large_spans_are_laid_out_a_few_rows_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    laid_out: list[int] = []
+    real = crc_rows._chunk_matches
+
+    def spy(*args: object) -> bool:
+        laid_out.append(len(args[1]))  # type: ignore[arg-type]
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(crc_rows, "_chunk_matches", spy)
+    rng = random.Random(3)
+    buf, starts, span_lengths, fixed, expected = _rows(rng, 6, [1 << 20], 0)
+    assert rows_to_recheck(buf, starts, span_lengths, fixed, expected).tolist() == []
+    assert max(laid_out) <= 2  # ~2 MiB a chunk, not a fixed number of rows
