@@ -42,6 +42,7 @@ from typing import Final
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.lib.stride_tricks import sliding_window_view
 
 from broker_core.errors import CorruptionError
 from broker_core.message import (
@@ -217,6 +218,56 @@ def offset_message_ids(cols: UnitColumns) -> pa.Array:
     )
 
 
+_ID_ONLY_HEAD: Final = np.frombuffer(
+    f"{PROPERTY_UNIQ_KEY}{codec.NAME_VALUE_SEP}".encode(), np.uint8
+)
+_SEPARATORS: Final = np.frombuffer(f"{codec.NAME_VALUE_SEP}{codec.PROPERTY_SEP}".encode(), np.uint8)
+
+
+def _ids_only(properties: pa.Array) -> pa.Array | None:
+    """The message ids when every unit's properties are exactly ``UNIQ_KEY \x01 id \x02``
+    (what a producer sending bodies alone stores), checked as arrays; None otherwise."""
+    count = len(properties)
+    _, offsets_buf, data_buf = properties.buffers()
+    if not count or offsets_buf is None or data_buf is None:
+        return None
+    offsets = np.frombuffer(offsets_buf, np.int32)[
+        properties.offset : properties.offset + count + 1
+    ]
+    data = np.frombuffer(data_buf, np.uint8)[: int(offsets[-1])]
+    starts, lengths = offsets[:-1].astype(np.int64), np.diff(offsets).astype(np.int64)
+    head = len(_ID_ONLY_HEAD)
+    if int(lengths.min()) < head + 1 or int(np.isin(data, _SEPARATORS).sum()) != 2 * count:
+        return None  # with one \x01 in the head and one \x02 at the end, no other pair fits
+    heads = sliding_window_view(data, head)[starts]
+    if (
+        not (heads == _ID_ONLY_HEAD).all()
+        or not (data[starts + lengths - 1] == _SEPARATORS[1]).all()
+    ):
+        return None
+    id_lengths = lengths - head - 1
+    id_offsets = np.zeros(count + 1, np.int32)
+    np.cumsum(id_lengths, out=id_offsets[1:])
+    text = gather_spans(data, starts + head, id_lengths)
+    return pa.Array.from_buffers(
+        pa.string(), count, [None, pa.py_buffer(id_offsets), pa.py_buffer(text)]
+    )
+
+
+def _id_only_columns(ids: pa.Array) -> PropertyColumns:
+    """The property columns of units whose only property is their message id."""
+    count = len(ids)
+    none = pa.array(np.zeros(count + 1, np.int32))
+    strings = pa.array([], pa.string())
+    return PropertyColumns(
+        tag=pa.nulls(count, pa.string()),
+        message_id=ids,
+        keys=pa.ListArray.from_arrays(none, strings),
+        message_group=pa.nulls(count, pa.string()),
+        user=pa.MapArray.from_arrays(none, strings, strings),
+    )
+
+
 def split_properties(cols: UnitColumns, system_keys: Iterable[str] = ()) -> PropertyColumns:
     """Tag, message id, keys, message group and user properties of every unit.
 
@@ -224,6 +275,9 @@ def split_properties(cols: UnitColumns, system_keys: Iterable[str] = ()) -> Prop
     message group, which always are).
     """
     n = cols.count
+    ids = _ids_only(cols.properties)
+    if ids is not None:
+        return _id_only_columns(ids)
     names, values, rows = _entries(cols.properties)
     uniq = _pick(names, values, rows, n, PROPERTY_UNIQ_KEY)
     message_id = (

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from broker_core.errors import CorruptionError
+from broker_core.protocol.crc_rows import rows_to_recheck
 from broker_core.protocol.unit import (
     CRC_START,
     HEADER_DTYPE,
@@ -105,6 +106,25 @@ def _u16_at(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
 def _check_crcs(
     data: bytes, starts: np.ndarray, ends: np.ndarray, head: np.ndarray, queue_offsets: np.ndarray
 ) -> None:
+    """Both CRCs of every unit: in bulk (:mod:`broker_core.protocol.crc_rows`), then one
+    by one for the units of any chunk not confirmed, to name the first bad unit."""
+    buf = np.frombuffer(data, np.uint8)
+    body_at = starts + HEADER_SIZE
+    body_length = head["body_length"].astype(np.int64)
+    tail_at = body_at + body_length
+    header_crc_bytes = head.view(np.uint8).reshape(-1, HEADER_SIZE)[:, CRC_START:]
+    suspects = np.union1d(
+        rows_to_recheck(buf, tail_at, ends - tail_at, header_crc_bytes, head["unit_crc"]),
+        rows_to_recheck(buf, body_at, body_length, None, head["body_crc"]),
+    )
+    if len(suspects):
+        _check_each(data, starts[suspects], ends[suspects], head[suspects], queue_offsets[suspects])
+
+
+def _check_each(
+    data: bytes, starts: np.ndarray, ends: np.ndarray, head: np.ndarray, queue_offsets: np.ndarray
+) -> None:
+    """The CRCs of the given units checked one ``zlib.crc32`` call each (the exact check)."""
     body_ends = (starts + HEADER_SIZE + head["body_length"]).tolist()
     crc32 = zlib.crc32
     for i, (start, body_end, end, unit_crc, body_crc) in enumerate(

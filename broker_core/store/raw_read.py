@@ -132,6 +132,19 @@ def read_spans(commitlog: CommitLog, phys: np.ndarray, sizes: np.ndarray) -> byt
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def _regions(commitlog: CommitLog, phys: np.ndarray, sizes: np.ndarray) -> Iterator[bytes]:
+    """The spans of one segment read a region of at most MAX_REGION_BYTES at a time (a
+    unit larger than that alone), so a large dense read never falls back to one read
+    call per unit."""
+    ends = phys + sizes
+    first = 0
+    while first < len(phys):
+        stop = int(np.searchsorted(ends, int(phys[first]) + MAX_REGION_BYTES, side="right"))
+        stop = max(stop, first + 1)
+        yield _read_in_segment(commitlog, phys[first:stop], sizes[first:stop])
+        first = stop
+
+
 def _read_in_segment(commitlog: CommitLog, phys: np.ndarray, sizes: np.ndarray) -> bytes:
     """:func:`read_spans` for spans that all lie in one segment."""
     first, end = int(phys[0]), int(phys[-1] + sizes[-1])
@@ -146,7 +159,9 @@ def _read_in_segment(commitlog: CommitLog, phys: np.ndarray, sizes: np.ndarray) 
     wanted = int(sizes.sum())
     if end - first == wanted:  # one contiguous run
         return seg.read(local, wanted)
-    if end - first <= DENSE_FACTOR * wanted and end - first <= MAX_REGION_BYTES:
+    if end - first <= DENSE_FACTOR * wanted:
+        if end - first > MAX_REGION_BYTES:  # dense but large: regions of at most that size
+            return b"".join(_regions(commitlog, phys, sizes))
         with _SCRATCH.view(end - first) as view:
             seg.read_into(local, view)
             return gather_spans(np.frombuffer(view, np.uint8), phys - first, sizes)

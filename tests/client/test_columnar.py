@@ -146,3 +146,28 @@ def test_placement_catches_foreign_and_disordered_units() -> None:
         check_placement(cols, "payments", 2, 10)
     with pytest.raises(CorruptionError, match="out of order"):
         check_placement(cols, "orders", 2, 11)
+
+
+def _general_split(cols: object, monkeypatch: pytest.MonkeyPatch) -> object:
+    from broker_core.client import columnar
+
+    with monkeypatch.context() as patch:
+        patch.setattr(columnar, "_ids_only", lambda properties: None)
+        return split_properties(cols)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("extra", [None, {"TAGS": "a"}, {"n": "1"}, {"KEYS": "k1 k2"}])
+def test_id_only_properties_take_the_fast_path_with_the_same_columns(
+    extra: dict[str, str] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = [Message("t", b"x", properties={"UNIQ_KEY": f"ID{i:05d}"}) for i in range(50)]
+    messages.append(Message("t", b"", properties={"UNIQ_KEY": ""}))
+    if extra is not None:  # one message with more than its id: the general path decides
+        messages[7] = Message("t", b"y", properties={"UNIQ_KEY": "ID-seven", **extra})
+    data, sizes = _units(messages)
+    cols = decode_units(data, sizes)
+    fast, general = split_properties(cols), _general_split(cols, monkeypatch)
+    for name in ("tag", "message_id", "keys", "message_group", "user"):
+        got, want = getattr(fast, name), getattr(general, name)
+        assert got.type == want.type and got.to_pylist() == want.to_pylist(), name
+    assert fast.message_id[0].as_py() == "ID00000"

@@ -56,3 +56,34 @@ def test_raw_reads_honour_counts_bytes_filters_and_bounds(open_store: Open) -> N
     assert end.raw is not None and end.raw.count == 0 and end.next_offset == 50
     with pytest.raises(OffsetOutOfRangeError):
         store.get_raw("orders", 0, 51, 10)
+
+
+def test_a_large_dense_read_is_cut_into_regions_not_read_unit_by_unit(
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from broker_core.store import raw_read
+    from broker_core.store.mapped_file import MappedFile
+
+    store = open_store()
+    store.put_messages([make_message(i, queue_id=i % 4) for i in range(400)])
+    assert store.wait_dispatched()
+    want = {qid: store.get_raw("orders", qid, 0, 1_000).raw for qid in range(4)}
+    unit_bytes = int(next(iter(want.values())).sizes[0])  # type: ignore[union-attr]
+    monkeypatch.setattr(raw_read, "MAX_REGION_BYTES", 10 * 4 * unit_bytes)  # ~10 units
+    reads: list[int] = []
+    real_read, real_into = MappedFile.read, MappedFile.read_into
+    monkeypatch.setattr(
+        MappedFile, "read", lambda self, pos, size: reads.append(size) or real_read(self, pos, size)
+    )
+    monkeypatch.setattr(
+        MappedFile,
+        "read_into",
+        lambda self, pos, out: reads.append(len(out)) or real_into(self, pos, out),
+    )
+    for qid in range(4):
+        reads.clear()
+        got = store.get_raw("orders", qid, 0, 1_000).raw
+        assert got is not None and want[qid] is not None
+        assert got.data == want[qid].data  # type: ignore[union-attr]
+        assert 0 < len(reads) < got.count // 2  # whole regions, not one read per unit
+        assert max(reads) <= raw_read.MAX_REGION_BYTES
