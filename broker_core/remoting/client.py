@@ -27,6 +27,7 @@ from broker_core.remoting.channel import Channel, RequestHandler
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RPC_ONEWAY, RemotingCommand
 from broker_core.remoting.server import parse_addr
+from broker_core.remoting.tls_stream import TlsStream
 
 
 def _not_supported(_channel: Channel, request: RemotingCommand) -> RemotingCommand:
@@ -99,9 +100,15 @@ class RemotingClient:
         except OSError as exc:
             raise RemotingConnectError(f"cannot connect to {self.addr}: {exc}") from None
         try:
+            stream: socket.socket | TlsStream = sock
             if self._ssl_context is not None:
-                sock = self._ssl_context.wrap_socket(sock, server_hostname=self._target[0])
-            channel = Channel(sock)
+                stream = TlsStream.connect(
+                    sock,
+                    self._ssl_context,
+                    server_hostname=self._target[0],
+                    timeout_s=self.timeout_s,
+                )
+            channel = Channel(stream)
         except OSError as exc:  # ssl.SSLError included: untrusted certificate, not TLS, ...
             sock.close()
             what = "TLS handshake with" if self._ssl_context is not None else "connection to"
