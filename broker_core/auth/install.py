@@ -28,7 +28,8 @@ def install_auth(server: BrokerServer, config: AuthConfig) -> AuthStore:
     server.broker.replication.reloaders[AUTH_FILE] = store.reload  # a slave's copy arrived
     register_auth_methods()
     if config.enabled:
-        server.gate.wrappers.append(Guard(Authority(store, config)))
+        server.authority = Authority(store, config)  # the remoting port checks with it too
+        server.gate.wrappers.append(Guard(server.authority))
         log.info(
             "authentication on: %d user(s), clock skew %d ms, local-time stamps %s",
             len(store.users()),
