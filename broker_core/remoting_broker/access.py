@@ -30,6 +30,7 @@ any other code                                        super users only
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -50,6 +51,8 @@ from broker_core.remoting.channel import Channel, RequestHandler
 from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting_broker.send import header_of
+
+log = logging.getLogger(__name__)
 
 A = Action
 C = RequestCode
@@ -179,6 +182,7 @@ class RemotingGuard:
             try:
                 access_key = self.check(req, host or None)
             except RocketMQError as exc:
+                log.info("request code %d from %s refused: %s", req.code, channel.peer, exc)
                 return req.response(ResponseCode.NO_PERMISSION, remark=str(exc))
             audit.set_caller(access_key, channel.peer)
             return handler(channel, req)
