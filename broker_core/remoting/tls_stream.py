@@ -48,6 +48,8 @@ class TlsStream:
         self._incoming, self._outgoing = bios
         self._ssl_lock = threading.Lock()
         self._send_lock = threading.Lock()
+        self._plain = bytearray()  # decrypted, not yet returned by recv (reader only)
+        self._eof = False  # the peer sent close_notify
 
     @classmethod
     def connect(
@@ -81,19 +83,18 @@ class TlsStream:
         without a TLS close_notify). Raises ``TimeoutError`` when the raw socket's timeout
         passes with no data (nothing is lost: a later call goes on), ``ssl.SSLError`` on a
         corrupt or forged record, ``OSError`` on a broken connection. One thread only."""
-        while True:
-            with self._ssl_lock:
-                data = self._read_plain(bufsize)
-                queued = self._outgoing.pending > 0
-            if queued:  # e.g. our answer to a key update: it must go out in order
-                self._flush()
-            if data is not None:
-                return data
+        while not self._plain and not self._eof:
+            self._decrypt()
+            if self._plain or self._eof:
+                break
             raw = self._sock.recv(RAW_CHUNK_BYTES)
             if not raw:
                 return b""
             with self._ssl_lock:
                 self._incoming.write(raw)
+        data = bytes(self._plain[:bufsize])
+        del self._plain[:bufsize]
+        return data
 
     def sendall(self, data: bytes) -> None:
         """Encrypt and send all of ``data``; ``ssl.SSLError``/``OSError`` if it cannot."""
@@ -123,15 +124,22 @@ class TlsStream:
     def close(self) -> None:
         self._sock.close()
 
-    def _read_plain(self, bufsize: int) -> bytes | None:
-        """Decrypt what has been fed in: plaintext, ``b""`` at close_notify, or None when
-        a whole record has not arrived yet. Caller holds ``_ssl_lock``."""
-        try:
-            return self._sslobj.read(bufsize)
-        except ssl.SSLWantReadError:
-            return None
-        except ssl.SSLZeroReturnError:
-            return b""
+    def _decrypt(self) -> None:
+        """Move every whole record fed in so far into ``_plain`` (one lock hold), note a
+        close_notify in ``_eof``, and send what the records made TLS queue for the peer
+        (e.g. our answer to a key update: it must go out in order). Reader thread only."""
+        with self._ssl_lock:
+            try:
+                while chunk := self._sslobj.read(RAW_CHUNK_BYTES):
+                    self._plain += chunk
+                self._eof = True  # read() returns b"" only once the peer has closed
+            except ssl.SSLWantReadError:
+                pass  # the rest of a record has not arrived yet
+            except ssl.SSLZeroReturnError:
+                self._eof = True
+            queued = self._outgoing.pending > 0
+        if queued:
+            self._flush()
 
     def _flush(self) -> None:
         with self._send_lock:
