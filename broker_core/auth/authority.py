@@ -7,7 +7,7 @@ from typing import Any
 
 from broker_core.auth.acl import User, decide, source_network
 from broker_core.auth.config import AuthConfig
-from broker_core.auth.resources import requirements
+from broker_core.auth.resources import Need, requirements
 from broker_core.auth.signature import Verifier
 from broker_core.auth.store import AuthStore
 from broker_core.errors import AccessDeniedError, UnauthorizedError
@@ -44,11 +44,20 @@ class Authority:
             raise AccessDeniedError(
                 f"{method} is for super users only; user {user.access_key!r} is not one"
             )
+        self.check_needs(user, needs, peer_ip, method)
+
+    def check_needs(
+        self, user: User, needs: Iterable[Need], peer_ip: str | None, what: str
+    ) -> None:
+        """AccessDeniedError unless ``user``'s rules allow every need (``what``: the call,
+        for the message); the gRPC and the remoting ports share this decision."""
+        if user.superuser:
+            return
         rules = self.store.rules_of(user.access_key)
         source = source_network(peer_ip)
         for kind, name, actions in needs:
             if not decide(user, rules, kind, name, actions, source):
                 wanted = " or ".join(a.value for a in actions)
                 raise AccessDeniedError(
-                    f"user {user.access_key!r} may not {wanted} on {kind}:{name} ({method})"
+                    f"user {user.access_key!r} may not {wanted} on {kind}:{name} ({what})"
                 )

@@ -7,14 +7,12 @@ from typing import TYPE_CHECKING
 
 from broker_core.auth.authority import Authority
 from broker_core.auth.config import AuthConfig
-from broker_core.auth.store import AuthStore
+from broker_core.auth.store import AUTH_FILE, AuthStore
 
 if TYPE_CHECKING:
     from broker_core.server.app import BrokerServer
 
 log = logging.getLogger(__name__)
-
-AUTH_FILE = "auth.json"
 
 
 def install_auth(server: BrokerServer, config: AuthConfig) -> AuthStore:
@@ -27,9 +25,11 @@ def install_auth(server: BrokerServer, config: AuthConfig) -> AuthStore:
     if config.users:
         store.bootstrap(config.users)
     server.ctx.auth = store
+    server.broker.replication.reloaders[AUTH_FILE] = store.reload  # a slave's copy arrived
     register_auth_methods()
     if config.enabled:
-        server.gate.wrappers.append(Guard(Authority(store, config)))
+        server.authority = Authority(store, config)  # the remoting port checks with it too
+        server.gate.wrappers.append(Guard(server.authority))
         log.info(
             "authentication on: %d user(s), clock skew %d ms, local-time stamps %s",
             len(store.users()),

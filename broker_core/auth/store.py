@@ -8,7 +8,9 @@ every start and cannot be deleted through the API (remove them from the file).
 
 A rule for a resource replaces the user's earlier rule for the same resource and
 decision; ``delete_acl`` removes a user's rules for one resource (or all of them).
-Thread-safe; reads are served from memory.
+Thread-safe; reads are served from memory. A slave copies its master's file with the
+other config tables and calls :meth:`AuthStore.reload` (``ha/metadata.py``), so a slave
+promoted to master enforces the same users and rules.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from broker_core.auth.acl import (
 from broker_core.errors import InvalidArgumentError, NotFoundError
 from broker_core.store.atomic_file import read_json_table, write_json_atomic
 
+AUTH_FILE = "auth.json"  # in the store's config directory
+
 
 class AuthStore:
     """The durable user and ACL table (see the module docstring)."""
@@ -38,14 +42,17 @@ class AuthStore:
         self._lock = threading.Lock()
         self._users: dict[str, User] = {}
         self._rules: dict[str, list[Rule]] = {}
-        self._configured: set[str] = set()
-        data = read_json_table(path, "users and ACLs").data or {}
-        for u in data.get("users", []):
-            self._users[u["access_key"]] = User(
-                u["access_key"], u["secret_key"], bool(u.get("superuser"))
-            )
-        for key, rules in data.get("acls", {}).items():
-            self._rules[key] = [Rule.from_dict(r) for r in rules]
+        self._configured: dict[str, User] = {}
+        self._users, self._rules = _load(path)
+
+    def reload(self) -> None:
+        """Re-read the file, which a slave has just replaced with its master's copy
+        (``ha/metadata.py``); this broker's config-file users still win, in memory only
+        (the file stays byte-equal to the master's). Readers see the old or the new table."""
+        users, rules = _load(self.path)
+        with self._lock:
+            users.update(self._configured)
+            self._users, self._rules = users, rules
 
     # ---- users --------------------------------------------------------------------------
 
@@ -54,7 +61,7 @@ class AuthStore:
         with self._lock:
             for user in users:
                 self._users[user.access_key] = user
-                self._configured.add(user.access_key)
+                self._configured[user.access_key] = user
             self._save()
 
     def user(self, access_key: str) -> User | None:
@@ -149,9 +156,24 @@ class AuthStore:
             ],
             "acls": {k: [r.to_dict() for r in v] for k, v in sorted(self._rules.items()) if v},
         }
-        old_umask = os.umask(0o077)
-        try:
-            write_json_atomic(self.path, data)
-        finally:
-            os.umask(old_umask)
-        os.chmod(self.path, 0o600)
+        write_private_json(self.path, data)
+
+
+def write_private_json(path: Path, data: Any) -> None:
+    """``write_json_atomic`` with the file readable by the broker's user only (0600)."""
+    old_umask = os.umask(0o077)
+    try:
+        write_json_atomic(path, data)
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+
+
+def _load(path: Path) -> tuple[dict[str, User], dict[str, list[Rule]]]:
+    data = read_json_table(path, "users and ACLs").data or {}
+    users = {
+        u["access_key"]: User(u["access_key"], u["secret_key"], bool(u.get("superuser")))
+        for u in data.get("users", [])
+    }
+    rules = {key: [Rule.from_dict(r) for r in v] for key, v in data.get("acls", {}).items()}
+    return users, rules

@@ -36,6 +36,9 @@ class Replication:
         self.slave: HASlave | None = None
         # Controller mode: "" while this master may acknowledge writes, else why not.
         self.fence: Callable[[], str] | None = None
+        # Config file name -> what re-reads it after a slave copied the master's version of
+        # a table the Broker does not own (the user/ACL table: ``auth/install.py``).
+        self.reloaders: dict[str, Callable[[], None]] = {}
         self.in_sync = InSyncSet(
             window_ms=cfg.ha_catch_up_window_ms, min_replicas=cfg.min_in_sync_replicas
         )
@@ -59,7 +62,7 @@ class Replication:
                 cfg.ha_master,
                 heartbeat_ms=cfg.ha_heartbeat_interval_ms,
                 metadata_interval_ms=cfg.ha_metadata_interval_ms,
-                apply_metadata=lambda body: metadata.apply(broker, body),
+                apply_metadata=lambda body: metadata.apply(broker, body, self.reloaders),
             )
             self.slave.start()
         elif cfg.ha_listen:

@@ -2,13 +2,18 @@
 
 What is copied (all under ``store_dir/config``): topics (``topics.json``), consumer
 groups (``subscriptionGroup.json``), consumer offsets (``consumerOffset.json``, which
-also holds the POP revive and transaction-op progress) and the delay-level progress
-(``delayOffset.json``). The slave asks every ``ha_metadata_interval_ms`` over its own
-short HA connection (``wire.METADATA_REQUEST``); the master answers with one JSON
-document ``{file name: file content}`` read from its durable files (offsets are
-persisted first). The slave writes the topic, group and delay files atomically and
-reloads them; offsets are adopted queue by queue (queues only the slave knows keep
-theirs) and persisted by the slave's own offset manager.
+also holds the POP revive and transaction-op progress), the delay-level progress
+(``delayOffset.json``) and the users and ACL rules (``auth.json``, ``auth/store.py``).
+The slave asks every ``ha_metadata_interval_ms`` over its own short HA connection
+(``wire.METADATA_REQUEST``); the master answers with one JSON document ``{file name:
+file content}`` read from its durable files (offsets are persisted first). The slave
+writes the topic, group and delay files atomically and reloads them; offsets are adopted
+queue by queue (queues only the slave knows keep theirs) and persisted by the slave's own
+offset manager. The user table is written mode 0600 and re-read through the reloader
+registered for it (``Replication.reloaders``), so a promoted slave authenticates and
+authorizes exactly as its master did. It holds secret keys in clear (HMAC needs them),
+so, like the messages themselves, it crosses the HA link unencrypted: the HA port
+belongs on a private network.
 
 Not copied: the timer wheel's own files (``timerwheel/``). Its messages are in the
 replicated commitlog, but a promoted slave rebuilds the wheel by ingesting the timer
@@ -18,9 +23,12 @@ topic from the start, so timers that had already fired may fire again (at-least-
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker_core.auth.store import AUTH_FILE as AUTH
+from broker_core.auth.store import write_private_json
 from broker_core.errors import ReplicationProtocolError
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 
@@ -39,12 +47,17 @@ def snapshot(broker: Broker) -> bytes:
     """The master's tables as one JSON document (``{file name: content or null}``)."""
     broker.offsets.persist()
     root = broker.store.config.config_dir
-    doc = {name: read_json_atomic(root / name).data for name in (TOPICS, GROUPS, OFFSETS, DELAY)}
+    doc = {
+        name: read_json_atomic(root / name).data for name in (TOPICS, GROUPS, OFFSETS, DELAY, AUTH)
+    }
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def apply(broker: Broker, body: bytes) -> None:
-    """Adopt a master's tables on a slave; ReplicationProtocolError if it is no snapshot."""
+def apply(
+    broker: Broker, body: bytes, reloaders: Mapping[str, Callable[[], None]] | None = None
+) -> None:
+    """Adopt a master's tables on a slave; ReplicationProtocolError if it is no snapshot.
+    ``reloaders``: file name -> what re-reads it, for tables the Broker does not own."""
     try:
         doc: dict[str, Any] = json.loads(body)
         if not isinstance(doc, dict):
@@ -57,14 +70,20 @@ def apply(broker: Broker, body: bytes) -> None:
     if _write_if_changed(root / GROUPS, doc.get(GROUPS)):
         broker.groups.reload()
     _write_if_changed(root / DELAY, doc.get(DELAY))
+    if _write_if_changed(root / AUTH, doc.get(AUTH), private=True):
+        (reloaders or {}).get(AUTH, _nothing)()
     offsets = doc.get(OFFSETS)
     if isinstance(offsets, dict):
         broker.offsets.adopt(offsets)
         broker.offsets.persist()
 
 
-def _write_if_changed(path: Path, content: Any) -> bool:
+def _write_if_changed(path: Path, content: Any, *, private: bool = False) -> bool:
     if not isinstance(content, dict) or read_json_atomic(path).data == content:
         return False
-    write_json_atomic(path, content)
+    (write_private_json if private else write_json_atomic)(path, content)
     return True
+
+
+def _nothing() -> None:
+    """No reloader: the file is read when the broker next starts."""

@@ -4,6 +4,8 @@ A channel owns a connected socket. One thread runs :meth:`Channel.run`, the read
 response completes the request waiting on its ``opaque``; a request goes to the
 ``on_request`` callback, whose answer is sent back (not for oneway requests). Any thread
 may call :meth:`send`, :meth:`request` and :meth:`close` (writes are serialised by a lock).
+The socket is a plain ``socket.socket`` or a :class:`TlsStream` (never an ``ssl.SSLSocket``:
+OpenSSL does not allow its concurrent read and write; ``remoting/tls_stream.py`` says how).
 
 A malformed frame is answered, best effort, with one ``SYSTEM_ERROR`` response (opaque 0,
 the reason in ``remark``) and then the channel closes: after a bad length the next frame
@@ -26,6 +28,7 @@ from broker_core.errors import RemotingConnectError, RemotingFrameError, Remotin
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RPC_TYPE_RESPONSE, RemotingCommand
 from broker_core.remoting.frame import MAX_FRAME_BYTES, encode_frame, read_frame
+from broker_core.remoting.tls_stream import TlsStream
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,7 @@ class Channel:
 
     def __init__(
         self,
-        sock: socket.socket,
+        sock: socket.socket | TlsStream,
         *,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         frame_timeout_s: float = FRAME_TIMEOUT_S,

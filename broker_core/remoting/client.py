@@ -22,11 +22,13 @@ import ssl
 import threading
 from dataclasses import replace
 
+from broker_core.auth.remoting_sign import signed_fields
 from broker_core.errors import RemotingConnectError
 from broker_core.remoting.channel import Channel, RequestHandler
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RPC_ONEWAY, RemotingCommand
 from broker_core.remoting.server import parse_addr
+from broker_core.remoting.tls_stream import TlsStream
 
 
 def _not_supported(_channel: Channel, request: RemotingCommand) -> RemotingCommand:
@@ -46,9 +48,13 @@ class RemotingClient:
         *,
         on_request: RequestHandler | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
-        """``ssl_context`` (see ``remoting/tls.py``): connect with TLS, else plain TCP."""
+        """``ssl_context`` (see ``remoting/tls.py``): connect with TLS, else plain TCP.
+        ``credentials`` (access key, secret key): sign every request as a 4.x client
+        with session credentials does (``auth/remoting_sign.py``)."""
         self._ssl_context = ssl_context
+        self._credentials = credentials
         self.addr = addr
         self.timeout_s = timeout_s
         self._target = parse_addr(addr)
@@ -63,13 +69,14 @@ class RemotingClient:
         Raises ``RemotingConnectError`` (cannot connect / connection broke),
         ``RemotingTimeoutError`` (no answer in ``timeout_s``, default the client's).
         """
+        cmd = self._signed(cmd)
         return self._connected().request(cmd, self.timeout_s if timeout_s is None else timeout_s)
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         """Send a request flagged oneway; no response is expected or awaited."""
         if not cmd.is_oneway:
             cmd = replace(cmd, flag=cmd.flag | RPC_ONEWAY)
-        self._connected().send(cmd)
+        self._connected().send(self._signed(cmd))
 
     @property
     def connected(self) -> bool:
@@ -85,6 +92,12 @@ class RemotingClient:
         if channel is not None:
             channel.close("client closed")
 
+    def _signed(self, cmd: RemotingCommand) -> RemotingCommand:
+        if self._credentials is None:
+            return cmd
+        fields = signed_fields(cmd.ext_fields, cmd.body, *self._credentials)
+        return replace(cmd, ext_fields=fields)
+
     def _connected(self) -> Channel:
         with self._lock:
             if self._closed:
@@ -99,9 +112,15 @@ class RemotingClient:
         except OSError as exc:
             raise RemotingConnectError(f"cannot connect to {self.addr}: {exc}") from None
         try:
+            stream: socket.socket | TlsStream = sock
             if self._ssl_context is not None:
-                sock = self._ssl_context.wrap_socket(sock, server_hostname=self._target[0])
-            channel = Channel(sock)
+                stream = TlsStream.connect(
+                    sock,
+                    self._ssl_context,
+                    server_hostname=self._target[0],
+                    timeout_s=self.timeout_s,
+                )
+            channel = Channel(stream)
         except OSError as exc:  # ssl.SSLError included: untrusted certificate, not TLS, ...
             sock.close()
             what = "TLS handshake with" if self._ssl_context is not None else "connection to"

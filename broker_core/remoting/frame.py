@@ -21,8 +21,8 @@ Example::
 
 from __future__ import annotations
 
-import socket
 import struct
+from typing import Protocol
 
 from broker_core.errors import RemotingConnectError, RemotingFrameError
 from broker_core.remoting.codes import SerializeType
@@ -109,9 +109,13 @@ def decode_frame(data: bytes, max_frame_bytes: int = MAX_FRAME_BYTES) -> Remotin
     return decode_payload(data[4:])
 
 
-def read_frame(
-    sock: socket.socket, max_frame_bytes: int = MAX_FRAME_BYTES
-) -> RemotingCommand | None:
+class ByteSource(Protocol):
+    """What frames are read from: a socket, or a ``TlsStream`` (same ``recv`` contract)."""
+
+    def recv(self, bufsize: int, /) -> bytes: ...
+
+
+def read_frame(sock: ByteSource, max_frame_bytes: int = MAX_FRAME_BYTES) -> RemotingCommand | None:
     """Read one frame from a socket; ``None`` on a clean close between frames.
 
     Between frames the read waits as long as it takes (a socket timeout there is retried);
@@ -129,7 +133,7 @@ def read_frame(
     return decode_payload(payload)
 
 
-def _recv_exact(sock: socket.socket, n: int, *, at_boundary: bool) -> bytes | None:
+def _recv_exact(sock: ByteSource, n: int, *, at_boundary: bool) -> bytes | None:
     buf = bytearray()
     while len(buf) < n:
         try:

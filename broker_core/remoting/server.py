@@ -36,6 +36,7 @@ from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting.frame import MAX_FRAME_BYTES
 from broker_core.remoting.tls import HANDSHAKE_TIMEOUT_S
+from broker_core.remoting.tls_stream import TlsStream
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +136,11 @@ class RemotingServer:
     def _open(self, conn: socket.socket) -> None:
         """Handshake (with TLS), make the channel and serve it; a failed handshake closes."""
         try:
+            stream: socket.socket | TlsStream = conn
             if self._ssl_context is not None:
-                conn.settimeout(HANDSHAKE_TIMEOUT_S)
-                conn = self._ssl_context.wrap_socket(conn, server_side=True)
+                stream = TlsStream.accept(conn, self._ssl_context, timeout_s=HANDSHAKE_TIMEOUT_S)
             channel = Channel(
-                conn, max_frame_bytes=self._max_frame_bytes, frame_timeout_s=self._frame_timeout_s
+                stream, max_frame_bytes=self._max_frame_bytes, frame_timeout_s=self._frame_timeout_s
             )
         except (OSError, ValueError) as exc:  # peer gone, or TLS refused (SSLError is OSError)
             log.warning("connection refused before serving: %s", exc)

@@ -6,6 +6,7 @@ optionally a CA to verify client certificates against). The client side trusts a
 is what :class:`NameServerClient` uses when not given a context: ``RMQ_CA_FILE`` (implies
 TLS) or ``RMQ_TLS=true``, with ``RMQ_CLIENT_CERT``/``RMQ_CLIENT_KEY``; so a broker started
 with those registers over TLS and the CLI reads routes over TLS, with no extra flags.
+The connections themselves run over ``tls_stream.TlsStream`` (renegotiation off).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def server_context(tls: TlsConfig) -> ssl.SSLContext:
     """A server context for ``tls``; ConfigError naming an unreadable or bad file."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_RENEGOTIATION  # TlsStream cannot renegotiate
     try:
         context.load_cert_chain(tls.cert_file, tls.key_file)
         if tls.client_ca_file:
@@ -45,6 +47,7 @@ def client_context(
     name, presenting ``cert_file``/``key_file`` when given; ConfigError on a bad file."""
     try:
         context = ssl.create_default_context(cafile=ca_file)
+        context.options |= ssl.OP_NO_RENEGOTIATION  # TlsStream cannot renegotiate
         if cert_file:
             context.load_cert_chain(cert_file, key_file)
     except (OSError, ssl.SSLError) as exc:

@@ -30,6 +30,7 @@ import logging
 import ssl
 from collections.abc import Callable
 
+from broker_core.auth.authority import Authority
 from broker_core.broker.broker import Broker
 from broker_core.errors import RemotingError, TopicNotFoundError
 from broker_core.remoting.channel import Channel, RequestHandler
@@ -37,6 +38,7 @@ from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting.server import RemotingServer
 from broker_core.remoting_broker import admin, admin_stats, consumer, pull, send, sendback
+from broker_core.remoting_broker.access import RemotingGuard
 from broker_core.remoting_broker.context import RemotingContext
 from broker_core.remoting_broker.transactions import chained_checker
 
@@ -94,10 +96,16 @@ class RemotingFrontEnd:
         *,
         broker_name: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        authority: Authority | None = None,
     ) -> None:
-        """``ssl_context`` (``remoting/tls.py``'s ``server_context``): serve TLS only."""
+        """``ssl_context`` (``remoting/tls.py``'s ``server_context``): serve TLS only.
+        ``authority`` (auth on): every request is signed and allowed or answered
+        NO_PERMISSION (``access.py``); an unknown code is still REQUEST_CODE_NOT_SUPPORTED."""
         self.ctx = RemotingContext(broker, broker_name or broker.config.broker_name)
         handlers = {code: _bound(self.ctx, h) for code, h in HANDLERS.items()}
+        if authority is not None:
+            guard = RemotingGuard(authority)
+            handlers = {code: guard.wrap(h) for code, h in handlers.items()}
         self._server = RemotingServer(
             listen, handlers, on_close=self._on_close, ssl_context=ssl_context
         )

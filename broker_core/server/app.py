@@ -29,6 +29,7 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker_core.address import parse_host_port
+from broker_core.auth.authority import Authority
 from broker_core.auth.config import TlsConfig, load_security
 from broker_core.auth.install import install_auth
 from broker_core.auth.tls import server_credentials
@@ -101,6 +102,7 @@ class BrokerServer:
         sessions.install_transaction_checker(self.ctx)
         self.cluster: ClusterMember | None = None
         self.remoting: RemotingFrontEnd | None = None
+        self.authority: Authority | None = None  # install_auth sets it when [auth] is on
 
         self.health = HealthReporter(broker)
         self.health.add_to(self._server)
@@ -114,13 +116,18 @@ class BrokerServer:
         binds now, so the registered ``brokerAddr`` is the real port. With
         ``any_port_if_taken`` (the default port, not one the operator asked for) a taken
         port falls back to a free one: clients find it through the NameServer. With ``tls``
-        (the broker's ``[tls]``) the listener serves TLS only."""
+        (the broker's ``[tls]``) the listener serves TLS only. With ``[auth]`` on (call
+        ``install_auth`` first) every request must be signed and allowed (``access.py``)."""
         from broker_core.remoting.tls import server_context
         from broker_core.remoting_broker.frontend import RemotingFrontEnd
 
         context = server_context(tls) if tls is not None else None
         self.remoting = RemotingFrontEnd(
-            self.broker, listen, broker_name=self.ctx.broker_name, ssl_context=context
+            self.broker,
+            listen,
+            broker_name=self.ctx.broker_name,
+            ssl_context=context,
+            authority=self.authority,
         )
         try:
             self.remoting.start()
@@ -130,7 +137,11 @@ class BrokerServer:
             host = listen.rpartition(":")[0]
             log.warning("remoting port %s taken (%s); using a free port", listen, exc)
             self.remoting = RemotingFrontEnd(
-                self.broker, f"{host}:0", ssl_context=context, broker_name=self.ctx.broker_name
+                self.broker,
+                f"{host}:0",
+                ssl_context=context,
+                broker_name=self.ctx.broker_name,
+                authority=self.authority,
             )
             self.remoting.start()
 

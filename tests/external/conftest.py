@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,12 +89,19 @@ class Cluster4x:
     grpc: str
 
 
-def start_cluster4x(directory: Path) -> Cluster4x:
+def start_cluster4x(directory: Path, extra_broker_args: Sequence[str] = ()) -> Cluster4x:
+    """``extra_broker_args`` go last (e.g. ``--config`` with an ``[auth]`` table)."""
     local = LocalCluster(
         directory,
         broker_config=DEFAULT_CONFIG,
         register_interval_ms=500,
-        broker_args=["--remoting-listen", "127.0.0.1:0", "--route-ttl-ms", "300"],
+        broker_args=[
+            "--remoting-listen",
+            "127.0.0.1:0",
+            "--route-ttl-ms",
+            "300",
+            *extra_broker_args,
+        ],
     )
     local.start(1, namesrv_args=["--scan-interval-ms", "200", "--broker-expiry-ms", "3000"])
     client = NameServerClient(local.namesrv)

@@ -25,11 +25,6 @@ from tests.security.conftest import start_with
 from tests.security.pki import Pki, make_pki, tls_toml
 from tests.server.conftest import BrokerProcess
 
-# Known defect (issue 16, open): over TLS the remoting channel reads on one thread while
-# others write, and these tests fail intermittently on this machine (a request times out
-# or the handshake ends in EOF). Kept in the slow suite, not hidden, until it is fixed.
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:

@@ -10,6 +10,8 @@ CreateAcl   user, resource, actions (list or "Pub,Sub"), decision? ("Allow"), so
 DeleteAcl   user, resource? → {"deleted": count} (all the user's rules without resource)
 ListAcls    user? → [{"user", "resource", "actions", "decision", "source_ips"}]
 ==========  =================================================================================
+
+A slave refuses the four changes (NotMasterError): its table is copied from its master.
 """
 
 from __future__ import annotations
@@ -29,8 +31,15 @@ def _store(ctx: ServerContext) -> AuthStore:
     return ctx.auth
 
 
+def _master_store(ctx: ServerContext) -> AuthStore:
+    """The table to change: NotMasterError on a slave, whose table is its master's copy
+    (a change there would be overwritten at the next copy, ``ha/metadata.py``)."""
+    ctx.broker.require_master()
+    return _store(ctx)
+
+
 def create_user(ctx: ServerContext, args: Args) -> Json:
-    user, created = _store(ctx).create_user(
+    user, created = _master_store(ctx).create_user(
         args.text("user", required=True),
         args.text("secret_key", required=True),
         superuser=bool(args.flag("superuser")),
@@ -41,7 +50,7 @@ def create_user(ctx: ServerContext, args: Args) -> Json:
 
 def delete_user(ctx: ServerContext, args: Args) -> Json:
     name = args.text("user", required=True)
-    _store(ctx).delete_user(name)
+    _master_store(ctx).delete_user(name)
     return {"deleted": name}
 
 
@@ -74,12 +83,12 @@ def create_acl(ctx: ServerContext, args: Args) -> Json:
         args.text("decision") or "Allow",
         ips,
     )
-    _store(ctx).create_acl(name, rule)
+    _master_store(ctx).create_acl(name, rule)
     return {"user": name, **rule.to_dict()}
 
 
 def delete_acl(ctx: ServerContext, args: Args) -> Json:
-    removed = _store(ctx).delete_acl(args.text("user", required=True), args.text("resource"))
+    removed = _master_store(ctx).delete_acl(args.text("user", required=True), args.text("resource"))
     return {"deleted": removed}
 
 

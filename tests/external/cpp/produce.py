@@ -3,11 +3,13 @@
 Run with the ``.venv-cpp`` interpreter (never the project's: both install ``rocketmq``)::
 
     produce.py NAMESRV TOPIC COUNT [--delay-every N] [--orderly-keys K] [--body-prefix P]
+               [--access-key AK --secret-key SK]
 
 Message ``i`` has body ``P-i``, key ``k-i``, tag ``TagA`` (even i) / ``TagB`` (i % 3 == 1) /
 none; every Nth message has delay level 1 (1 s). With ``--orderly-keys K`` messages go by
 ``send_orderly`` with sharding key ``i % K`` (so one key's messages share a queue).
-Prints one JSON line per message: ``{"i", "status", "msg_id", "offset"}``.
+Prints one JSON line per message: ``{"i", "status", "msg_id", "offset"}``. With
+``--access-key`` the producer signs its requests (``set_session_credentials``, 4.x ACL).
 """
 
 import argparse
@@ -25,9 +27,13 @@ def main() -> None:
     p.add_argument("--orderly-keys", type=int, default=0)
     p.add_argument("--body-prefix", default="m")
     p.add_argument("--group", default="cpp-producer")
+    p.add_argument("--access-key", default="")
+    p.add_argument("--secret-key", default="")
     args = p.parse_args()
     producer = Producer(args.group)
     producer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        producer.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
     producer.start()
     try:
         for i in range(args.count):

@@ -1,0 +1,123 @@
+"""ACL on the 4.x remoting port: requests signed as ``AclClientRPCHook`` signs them (our
+``RemotingClient(credentials=...)``), the same users and rules as the gRPC port, refusals
+answered NO_PERMISSION (16) with the reason, and nothing done for a refused request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker_core.client import RocketMQClient
+from broker_core.remoting.client import RemotingClient
+from broker_core.remoting.codes import RequestCode, ResponseCode
+from broker_core.remoting.command import RemotingCommand
+from broker_core.remoting_broker.msgcodec import decode_stored
+from tests.security.conftest import ADMIN_KEY, ADMIN_SECRET, AUTH_TOML, start_with
+from tests.server.conftest import BrokerProcess
+
+ALICE = ("alice", "alice-secret")  # Pub on orders only
+BOB = ("bob", "bob-secret")  # Pub+Sub on every topic, Deny Pub on payments, Sub on GID_*
+
+
+@pytest.fixture(scope="module")
+def remoting_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
+    proc = start_with(
+        Path(tmp_path_factory.mktemp("remoting-acl")),
+        extra_toml=AUTH_TOML,
+        extra_args=["--remoting-listen", "127.0.0.1:0"],
+    )
+    line = next(x for x in proc.output if "remoting (4.x clients) on" in x)
+    with RocketMQClient(proc.endpoint, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET) as admin:
+        for topic in ("orders", "payments"):
+            admin.create_topic(topic, queues=1)
+        admin.create_user(*ALICE)
+        admin.create_acl("alice", "Topic:orders", ["Pub"])
+        admin.create_user(*BOB)
+        admin.create_acl("bob", "Topic:*", ["Pub", "Sub"])
+        admin.create_acl("bob", "Topic:payments", ["Pub"], decision="Deny")
+        admin.create_acl("bob", "Group:GID_*", ["Sub"])
+    yield proc, line.rsplit(" ", 1)[1].strip()
+    assert proc.stop() == 0, "".join(proc.output[-50:])
+
+
+def _invoke(addr: str, credentials: tuple[str, str] | None, cmd: RemotingCommand):  # type: ignore[no-untyped-def]
+    client = RemotingClient(addr, timeout_s=10.0, credentials=credentials)
+    try:
+        return client.invoke(cmd)
+    finally:
+        client.close()
+
+
+def _send(topic: str, body: bytes) -> RemotingCommand:
+    return RemotingCommand.request(
+        RequestCode.SEND_MESSAGE_V2, {"a": "pg", "b": topic, "e": "0", "i": ""}, body
+    )
+
+
+def _pull(topic: str, group: str) -> RemotingCommand:
+    fields = {"consumerGroup": group, "topic": topic, "queueId": "0", "queueOffset": "0"}
+    return RemotingCommand.request(
+        RequestCode.PULL_MESSAGE, {**fields, "maxMsgNums": "32", "sysFlag": "0"}
+    )
+
+
+def _bodies(addr: str, topic: str) -> list[bytes]:
+    resp = _invoke(addr, (ADMIN_KEY, ADMIN_SECRET), _pull(topic, "GID_reader"))
+    if resp.code == ResponseCode.PULL_NOT_FOUND:
+        return []
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    return [m["body"] for m in decode_stored(resp.body)]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("credentials", "reason"),
+    [
+        (None, "not signed"),
+        (("alice", "wrong-secret"), "signature mismatch for access key 'alice'"),
+        (("mallory", "x"), "unknown access key 'mallory'"),
+    ],
+)
+def test_unsigned_and_badly_signed_requests_get_no_permission_and_store_nothing(
+    remoting_auth: tuple[BrokerProcess, str], credentials, reason
+) -> None:
+    _, addr = remoting_auth
+    before = _bodies(addr, "orders")
+    resp = _invoke(addr, credentials, _send("orders", b"forged"))
+    assert resp.code == ResponseCode.NO_PERMISSION
+    assert reason in resp.remark
+    assert _bodies(addr, "orders") == before
+
+
+def test_a_user_with_pub_on_orders_sends_there_only(
+    remoting_auth: tuple[BrokerProcess, str],
+) -> None:
+    _, addr = remoting_auth
+    assert _invoke(addr, ALICE, _send("orders", b"from alice")).code == ResponseCode.SUCCESS
+    assert b"from alice" in _bodies(addr, "orders")
+    denied = _invoke(addr, ALICE, _send("payments", b"never"))
+    assert denied.code == ResponseCode.NO_PERMISSION
+    assert "user 'alice' may not Pub on Topic:payments" in denied.remark
+    assert b"never" not in _bodies(addr, "payments")
+    pull = _invoke(addr, ALICE, _pull("orders", "GID_alice"))
+    assert pull.code == ResponseCode.NO_PERMISSION and "Sub on Topic:orders" in pull.remark
+    create = RemotingCommand.request(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        {"topic": "alice-made", "readQueueNums": "1", "writeQueueNums": "1"},
+    )
+    made = _invoke(addr, ALICE, create)
+    assert made.code == ResponseCode.NO_PERMISSION and "Topic:alice-made" in made.remark
+    assert _invoke(addr, (ADMIN_KEY, ADMIN_SECRET), create).code == ResponseCode.SUCCESS
+
+
+def test_deny_beats_allow_and_groups_are_checked(remoting_auth: tuple[BrokerProcess, str]) -> None:
+    _, addr = remoting_auth
+    assert _invoke(addr, BOB, _send("orders", b"from bob")).code == ResponseCode.SUCCESS
+    denied = _invoke(addr, BOB, _send("payments", b"denied"))
+    assert denied.code == ResponseCode.NO_PERMISSION and "Pub on Topic:payments" in denied.remark
+    assert _invoke(addr, BOB, _pull("orders", "GID_bob")).code == ResponseCode.SUCCESS
+    other = _invoke(addr, BOB, _pull("orders", "other-group"))
+    assert other.code == ResponseCode.NO_PERMISSION and "Group:other-group" in other.remark
+    unlisted = _invoke(addr, BOB, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
+    assert unlisted.code == ResponseCode.NO_PERMISSION and "List on Topic:*" in unlisted.remark
