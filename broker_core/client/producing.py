@@ -2,7 +2,8 @@
 
 ``send_batch_async``/``send_columns_async`` put a request in the client's window of
 requests in flight (:mod:`broker_core.client.in_flight`); plain messages go by SendBulk
-when the broker offers it (:mod:`broker_core.client.bulk`), others by SendMessage.
+when the broker offers it (:mod:`broker_core.client.bulk`), others by SendMessage (so do
+all messages to an endpoint without our services, :mod:`broker_core.client.standard`).
 The synchronous ``send_batch``/``send_columns`` are these plus ``result()``.
 """
 
@@ -14,10 +15,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from broker_core.client import bulk, wire
+from broker_core.client import bulk, standard, wire
 from broker_core.client.in_flight import PendingSend, SendWindow, receipts_of
 from broker_core.client.model import OutgoingMessage, SendReceipt
-from broker_core.errors import InvalidArgumentError, UnsupportedError
+from broker_core.errors import InvalidArgumentError, ServiceNotOfferedError, UnsupportedError
 
 T = TypeVar("T")
 
@@ -26,6 +27,7 @@ class AsyncSends(ABC):
     """What the client provides, and the sends built on it."""
 
     cluster: Any
+    endpoint: str
     namespace: str
     timeout_s: float
     bulk: bool
@@ -76,7 +78,8 @@ class AsyncSends(ABC):
         plain = not any(columns.get("message_groups") or ()) and not any(
             columns.get("delivery_ms") or ()
         )
-        if plain and self.bulk and not self.namespace and self._bulk_offered is not False:
+        offered = self._bulk_offered is not False and not standard.is_standard(self.endpoint)
+        if plain and self.bulk and not self.namespace and offered:
             pending = self._submit_bulk(
                 topic,
                 bodies,
@@ -128,7 +131,9 @@ class AsyncSends(ABC):
         if self._bulk_offered is None:
             try:
                 receipts = self._retrying("SendBulk", once)
-            except UnsupportedError:
+            except UnsupportedError as exc:
+                if isinstance(exc, ServiceNotOfferedError):  # no bulk service at all
+                    standard.mark_standard(self.endpoint)
                 self._bulk_offered = False
                 return None
             self._bulk_offered = True
