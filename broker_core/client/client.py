@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import grpc
+from google.protobuf.message import Message as ProtoMessage
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
@@ -73,6 +74,7 @@ from broker_core.client.model import (
     PullBatch,
     QueueInfo,
     RawPullBatch,
+    ReceivedMessage,
     SendReceipt,
 )
 from broker_core.client.producing import AsyncSends
@@ -203,8 +205,8 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         self._generated_id: tuple[int, str] | None = None  # (pid, id) made in that process
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
-        self._stub: Any = None
-        self._raw_methods: dict[str, Any] = {}  # per channel, like _stub
+        self._stub: service_pb2_grpc.MessagingServiceStub | None = None
+        self._raw_methods: dict[str, grpc.UnaryUnaryMultiCallable] = {}  # per channel, like _stub
         self._owner_pid = -1
         self.max_in_flight = max_in_flight
         self.bulk = bulk  # plain batches go by SendBulk when the broker offers it
@@ -248,7 +250,7 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
             return self._channel
 
     @property
-    def stub(self) -> Any:
+    def stub(self) -> service_pb2_grpc.MessagingServiceStub:
         """The ``MessagingService`` stub of this process's channel."""
         self._channel_for_process()
         return self._stub
@@ -326,7 +328,9 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
                 time.sleep(min(MAX_BACKOFF_S, self.retry_backoff_s * 2 ** (number - 1)))
         raise AssertionError("unreachable")  # the loop always returns or raises
 
-    def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
+    def call(
+        self, method: str, request: ProtoMessage | bytes, *, timeout_s: float | None = None
+    ) -> ProtoMessage:
         """Call any unary ``MessagingService`` RPC; raise our error unless its status is OK.
 
         The escape hatch for requests this client has no method for (built with the
@@ -335,7 +339,7 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         be the request already serialized (bytes, e.g. from ``wire``): it is sent as is.
         """
 
-        def attempt() -> Any:
+        def attempt() -> ProtoMessage:
             send = (
                 self._raw_method(method)
                 if isinstance(request, bytes)
@@ -347,7 +351,7 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
 
         return self._retrying(method, attempt)
 
-    def _raw_method(self, method: str) -> Any:
+    def _raw_method(self, method: str) -> grpc.UnaryUnaryMultiCallable:
         """``MessagingService/method`` of this process's channel, taking serialized requests."""
         channel = self._channel_for_process()
         raw = self._raw_methods.get(method)
@@ -419,7 +423,7 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
             lambda: standard.broker_name(self, names),
         )
 
-    def _resource(self, name: str) -> Any:
+    def _resource(self, name: str) -> pb.Resource:
         return pb.Resource(name=name, resource_namespace=self.namespace)
 
     # ---- producing -------------------------------------------------------------------------
@@ -733,7 +737,9 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         check_placement(batch.columns, topic, queue_id, offset)
         return batch
 
-    def _pull_once(self, request: Any, deadline_s: float) -> tuple[list[Any], int]:
+    def _pull_once(
+        self, request: service_pb2.PullMessageRequest, deadline_s: float
+    ) -> tuple[list[ReceivedMessage], int]:
         """One PullMessage stream: status, messages, next_offset (read to its end)."""
         messages, next_offset, status = [], None, None
         stream = self.stub.PullMessage(request, timeout=deadline_s, metadata=self._metadata())

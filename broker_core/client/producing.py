@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message as ProtoMessage
+from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.client import bulk, standard, wire
 from broker_core.client.in_flight import PendingSend, SendWindow, receipts_of
@@ -33,7 +35,7 @@ class AsyncSends(ABC):
     bulk: bool
     _bulk_offered: bool | None
     _window: SendWindow
-    _raw_methods: dict[str, Any]
+    _raw_methods: dict[str, grpc.UnaryUnaryMultiCallable]
 
     @abstractmethod
     def _channel_for_process(self) -> grpc.Channel: ...
@@ -42,13 +44,15 @@ class AsyncSends(ABC):
     def _metadata(self) -> list[tuple[str, str]]: ...
 
     @abstractmethod
-    def _raw_method(self, method: str) -> Any: ...
+    def _raw_method(self, method: str) -> grpc.UnaryUnaryMultiCallable: ...
 
     @abstractmethod
     def _retrying(self, what: str, attempt: Callable[[], T]) -> T: ...
 
     @abstractmethod
-    def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any: ...
+    def call(
+        self, method: str, request: ProtoMessage | bytes, *, timeout_s: float | None = None
+    ) -> ProtoMessage: ...
 
     @abstractmethod
     def send_batch(self, topic: str, messages: Iterable[Any]) -> list[SendReceipt]: ...
@@ -101,7 +105,7 @@ class AsyncSends(ABC):
             raise InvalidArgumentError("send_batch needs at least one message")
         send = self._raw_method("SendMessage")
 
-        def decode(response: Any) -> list[SendReceipt]:
+        def decode(response: service_pb2.SendMessageResponse) -> list[SendReceipt]:
             return receipts_of(response, count)
 
         return self._window.submit(

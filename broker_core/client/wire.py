@@ -58,6 +58,7 @@ from typing import Any, Final, NamedTuple
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
@@ -101,7 +102,7 @@ def _vlen(length: int) -> bytes:
     return _SMALL[length] if length < _SMALL_LIMIT else varint(length)
 
 
-def _tag(message: Any, name: str, wire_type: int) -> bytes:
+def _tag(message: type[ProtoMessage], name: str, wire_type: int) -> bytes:
     """The key bytes of field ``name``, checked against the generated descriptor."""
     field = message.DESCRIPTOR.fields_by_name[name]
     if _WIRE_TYPE.get(field.type) != wire_type:
