@@ -169,6 +169,12 @@ def broker() -> None:
     default=None,
     help="etcd http://HOST:PORT[,…]: the group elects its master automatically",
 )
+@click.option(
+    "--no-extensions",
+    is_flag=True,
+    help="serve the standard apache.rocketmq.v2 protocol only (no admin or bulk service), "
+    "like any RocketMQ 5 proxy",
+)
 def broker_start(
     listen: str,
     store_dir: str,
@@ -189,6 +195,7 @@ def broker_start(
     log_level: str,
     log_format: str,
     controller: str | None,
+    no_extensions: bool,
 ) -> None:
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
     from broker_core.server.app import run  # grpc server machinery only when needed
@@ -223,6 +230,8 @@ def broker_start(
     argv += [
         str(text) for flag, value in options.items() if value is not None for text in (flag, value)
     ]
+    if no_extensions:
+        argv.append("--no-extensions")
     raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
 
 

@@ -185,6 +185,8 @@ class BrokerConfig:
     max_pull_batch: int = 1_024
     max_raw_pull_batch: int = 65_536  # raw pulls also stop at their byte budget
     max_long_polling_ms: int = 30_000
+    # Our services beside apache.rocketmq.v2 (admin, bulk); off = a plain RocketMQ 5 endpoint.
+    grpc_extensions: bool = True
     # Broker groups and replication (``broker_core.ha``; docs/ARCHITECTURE.md).
     broker_id: int = 0  # 0 = the group's master, > 0 = a slave
     ha_listen: str = ""  # master: HOST:PORT its slaves connect to ("" = no replication)

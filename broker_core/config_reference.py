@@ -36,6 +36,8 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
         "max_pull_batch": "most messages one (decoded) pull returns",
         "max_raw_pull_batch": "most messages one bulk (raw) pull returns",
         "max_long_polling_ms": "longest a pull or receive waits for new messages",
+        "grpc_extensions": "serve our gRPC services beside apache.rocketmq.v2 (rmq.admin.v1, "
+        "rmq.bulk.v1); false = a standard RocketMQ 5 endpoint (--no-extensions)",
         "broker_id": "0 = the group's master, > 0 = a slave (--broker-id)",
         "ha_listen": "master: HOST:PORT its slaves replicate from; empty = no replication "
         "(--ha-listen)",

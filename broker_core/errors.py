@@ -36,6 +36,8 @@ class here names a distinct situation, never a generic "something failed".
     ├── StaleReceiptHandleError         handle superseded, acked, or expired
     ├── QueueLockedError                retriable: another client holds the queue's lock
     ├── UnsupportedError                a feature we deliberately do not offer
+    │   └── ServiceNotOfferedError      the endpoint has no such gRPC service or method
+    │                                   (UNIMPLEMENTED: e.g. a broker without our extensions)
     ├── BrokerNotReachableError         retriable: a call for another broker of the
     │                                   cluster could not be forwarded there
     ├── StoreError
@@ -200,6 +202,11 @@ class NotMasterError(PermissionDeniedError):
 
 class UnsupportedError(RocketMQError):
     """The operation is recognised but deliberately not supported."""
+
+
+class ServiceNotOfferedError(UnsupportedError):
+    """The endpoint answered gRPC UNIMPLEMENTED: it serves no such service or method
+    (a RocketMQ 5 proxy, or our broker started with ``--no-extensions``)."""
 
 
 class BrokerNotReachableError(RocketMQError):

@@ -57,7 +57,12 @@ from typing import Any, Final
 from pyspark.sql.datasource import WriterCommitMessage
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from broker_core.errors import RocketMQError, TopicNotFoundError
+from broker_core.errors import (
+    RocketMQError,
+    ServiceNotOfferedError,
+    TopicNotFoundError,
+    UnsupportedError,
+)
 from connector.transactions import EndOutcome, HalfRef, end, is_visible
 
 log = logging.getLogger(__name__)
@@ -288,6 +293,21 @@ def write_intent(
     attempt = uuid.uuid4().hex
     _write(client, topic, batch_id, attempt, "intent", halves)
     return attempt
+
+
+def require_admin_service(client: RocketMQClient) -> None:
+    """UnsupportedError unless the broker offers our admin service: this protocol creates
+    its marker topic and finds its records by key, and ``apache.rocketmq.v2`` has no RPC
+    for either (a standard RocketMQ 5 endpoint, or a broker with ``--no-extensions``)."""
+    try:
+        client.health()
+    except ServiceNotOfferedError as exc:
+        raise UnsupportedError(
+            f"option exactlyOnce on a stream: the exactly-once streaming sink needs the "
+            f"broker's admin service rmq.admin.v1.Admin (CreateTopic, QueryMessage for its "
+            f"batch records), and {client.endpoint} offers only the standard protocol; "
+            f"use a batch write with exactlyOnce, or at-least-once streaming ({exc})"
+        ) from None
 
 
 def ensure_marker_topic(client: RocketMQClient, topic: str) -> None:

@@ -331,4 +331,8 @@ def make_stream_writer(
     """
     del overwrite
     parsed = parse_sink_options(options)
-    return RocketMQStreamWriter(parsed, plan_columns(schema, parsed))
+    plan = plan_columns(schema, parsed)
+    if parsed.exactly_once:  # refuse before any row is sent, not at the first commit
+        with _client(parsed) as client:
+            exactly_once.require_admin_service(client)
+    return RocketMQStreamWriter(parsed, plan)

@@ -39,7 +39,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_core.client import RocketMQClient
-from broker_core.client.columnar import check_placement, decode_units
 from broker_core.errors import (
     ConfigError,
     InvalidOffsetError,
@@ -159,9 +158,9 @@ def read_range(
     """Yield the messages ``[part.start, part.end)`` of one queue, one batch per pull.
 
     Opens (and closes) its own client, so it runs anywhere the partition is shipped.
-    Pulls are bulk pulls (``pull_raw``): the units are checked (CRCs, queue, order) and
-    decoded as columns. Messages the broker filters out are skipped but still counted
-    as read.
+    Pulls are bulk pulls (``pull_columns``: units checked for CRCs, queue and order, and
+    decoded as columns; standard PullMessage on an endpoint without our services).
+    Messages the broker filters out are skipped but still counted as read.
     """
     client = RocketMQClient(
         part.endpoint, timeout_s=REQUEST_TIMEOUT_S, **part.access.client_kwargs()
@@ -170,7 +169,7 @@ def read_range(
     try:
         while offset < part.end:
             try:
-                batch = client.pull_raw(
+                batch = client.pull_columns(
                     settings.group,
                     ref.topic,
                     ref.queue_id,
@@ -184,8 +183,7 @@ def read_range(
                 offset = _after_illegal_offset(part, offset, exc, settings)
                 continue
             if batch.count:
-                cols = decode_units(batch.data, batch.sizes)
-                check_placement(cols, ref.topic, ref.queue_id, offset)
+                cols = batch.columns  # checked: this queue, offsets rising from ``offset``
                 # A filtered pull counts matches, so it may run past the range's end.
                 keep = int(np.searchsorted(cols.queue_offset, part.end))
                 if keep:
@@ -212,6 +210,8 @@ class BrokerSet:
     endpoint the user gave for it, not the one it advertises.
     """
 
+    topic_hint: tuple[str, ...] = ()  # a broker without admin service is named by a route
+
     def __init__(self, endpoints: Sequence[str], access: Access = NO_ACCESS) -> None:
         self.access = access
         self._clients = {
@@ -231,7 +231,7 @@ class BrokerSet:
         if self._names is None:
             names: dict[str, str] = {}
             for endpoint, client in self._clients.items():
-                name = str(client.health()["broker_name"])
+                name = client.broker_name(self.topic_hint)
                 if name in names:
                     raise ConfigError(
                         f"option 'endpoints': {names[name]} and {endpoint} are both named "
@@ -308,7 +308,9 @@ class BrokerSet:
 def open_brokers(options: ReadOptions) -> BrokerSet:
     """The brokers of a read: the ``endpoints`` given, or the ``namesrv`` routes."""
     if options.namesrv is None:
-        return BrokerSet(options.endpoints, options.access)
+        brokers = BrokerSet(options.endpoints, options.access)
+        brokers.topic_hint = tuple(options.topics or ())
+        return brokers
     from connector.routes import RoutedBrokerSet  # imports this module
 
     return RoutedBrokerSet(options.namesrv, options.access)

@@ -18,6 +18,10 @@ Contract:
   was lost may store a message twice (at least once); reads and offset calls are
   idempotent.
 * **Threads.** A client may be shared between threads (gRPC channels are thread-safe).
+* **Any RocketMQ 5 endpoint.** Our own services (admin, bulk) are used when the broker
+  offers them; an endpoint that answers UNIMPLEMENTED is remembered (per endpoint and
+  process) and served by the standard ``apache.rocketmq.v2`` RPCs instead where the
+  protocol has them (``client/standard.py``), else the call raises UnsupportedError.
 * **Clusters.** ``RocketMQClient(namesrv="h:p")`` routes each queue to the broker group
   that owns it: queue calls take ``broker=NAME``, sends rotate over the topic's broker
   groups (see ``client/cluster.py``); ``endpoints`` alone is one broker, as always.
@@ -43,16 +47,23 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import grpc
+from google.protobuf.message import Message as ProtoMessage
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.address import parse_host_port
 from broker_core.auth.signature import signed_metadata
 from broker_core.auth.tls import channel_credentials
-from broker_core.client import convert
-from broker_core.client.admin import ADMIN_SERVICE, decode_response, encode_request
+from broker_core.client import convert, standard
+from broker_core.client.admin import (
+    ADMIN_SERVICE,
+    AdminCalls,
+    decode_response,
+    encode_request,
+)
 from broker_core.client.admin_auth import AuthAdminCalls
 from broker_core.client.cluster import ClusterRouting
+from broker_core.client.columnar import ColumnBatch, check_placement, decode_units
 from broker_core.client.errors import check, transport_error
 from broker_core.client.in_flight import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -63,6 +74,7 @@ from broker_core.client.model import (
     PullBatch,
     QueueInfo,
     RawPullBatch,
+    ReceivedMessage,
     SendReceipt,
 )
 from broker_core.client.producing import AsyncSends
@@ -71,6 +83,7 @@ from broker_core.errors import (
     InvalidArgumentError,
     InvalidOffsetError,
     RocketMQError,
+    ServiceNotOfferedError,
 )
 
 T = TypeVar("T")
@@ -192,8 +205,8 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         self._generated_id: tuple[int, str] | None = None  # (pid, id) made in that process
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
-        self._stub: Any = None
-        self._raw_methods: dict[str, Any] = {}  # per channel, like _stub
+        self._stub: service_pb2_grpc.MessagingServiceStub | None = None
+        self._raw_methods: dict[str, grpc.UnaryUnaryMultiCallable] = {}  # per channel, like _stub
         self._owner_pid = -1
         self.max_in_flight = max_in_flight
         self.bulk = bulk  # plain batches go by SendBulk when the broker offers it
@@ -237,7 +250,7 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
             return self._channel
 
     @property
-    def stub(self) -> Any:
+    def stub(self) -> service_pb2_grpc.MessagingServiceStub:
         """The ``MessagingService`` stub of this process's channel."""
         self._channel_for_process()
         return self._stub
@@ -315,7 +328,9 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
                 time.sleep(min(MAX_BACKOFF_S, self.retry_backoff_s * 2 ** (number - 1)))
         raise AssertionError("unreachable")  # the loop always returns or raises
 
-    def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
+    def call(
+        self, method: str, request: ProtoMessage | bytes, *, timeout_s: float | None = None
+    ) -> ProtoMessage:
         """Call any unary ``MessagingService`` RPC; raise our error unless its status is OK.
 
         The escape hatch for requests this client has no method for (built with the
@@ -324,7 +339,7 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         be the request already serialized (bytes, e.g. from ``wire``): it is sent as is.
         """
 
-        def attempt() -> Any:
+        def attempt() -> ProtoMessage:
             send = (
                 self._raw_method(method)
                 if isinstance(request, bytes)
@@ -336,7 +351,7 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
 
         return self._retrying(method, attempt)
 
-    def _raw_method(self, method: str) -> Any:
+    def _raw_method(self, method: str) -> grpc.UnaryUnaryMultiCallable:
         """``MessagingService/method`` of this process's channel, taking serialized requests."""
         channel = self._channel_for_process()
         raw = self._raw_methods.get(method)
@@ -354,15 +369,61 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
         # Raw bytes in and out: an error raised inside a (de)serializer would reach us as
         # a bare gRPC INTERNAL instead of the broker's status.
         call = self._channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/{method}")
+        if standard.is_standard(self.endpoint):
+            raise standard.no_standard_rpc(method, self.endpoint)
         request = encode_request(payload)
-        return self._retrying(
-            method,
-            lambda: decode_response(
-                call(request, timeout=self.timeout_s, metadata=self._metadata())
-            ),
+        try:
+            return self._retrying(
+                method,
+                lambda: decode_response(
+                    call(request, timeout=self.timeout_s, metadata=self._metadata())
+                ),
+            )
+        except ServiceNotOfferedError:
+            if method != "Health" and self._admin_offered():
+                raise  # the admin service is there, only this method is not
+            standard.mark_standard(self.endpoint)
+            raise standard.no_standard_rpc(method, self.endpoint) from None
+
+    def _admin_offered(self) -> bool:
+        """Whether the admin service answers at all (False: UNIMPLEMENTED for Health)."""
+        call = self._channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/Health")
+        try:
+            call(b"{}", timeout=self.timeout_s, metadata=self._metadata())
+        except grpc.RpcError as exc:
+            return not isinstance(
+                transport_error(exc, self.endpoint, "Health"), ServiceNotOfferedError
+            )
+        return True
+
+    def _extended(self, fast: Callable[[], T], fallback: Callable[[], T]) -> T:
+        """``fast`` (it uses our services) unless this endpoint is known to lack them;
+        ``fallback`` (standard v2 RPCs only) then, and when ``fast`` finds them missing."""
+        if not standard.is_standard(self.endpoint):
+            try:
+                return fast()
+            except ServiceNotOfferedError:
+                standard.mark_standard(self.endpoint)
+        return fallback()
+
+    def topic_status(self, name: str) -> list[dict[str, Any]]:
+        """Per read queue: ``queue_id``, ``min_offset``, ``max_offset`` (by the admin
+        service, or by QueryRoute and QueryOffset on a standard endpoint)."""
+        return self._extended(
+            lambda: AdminCalls.topic_status(self, name),
+            lambda: list(standard.topic_status(self, name)),
         )
 
-    def _resource(self, name: str) -> Any:
+    def broker_name(self, topics: Iterable[str] = ()) -> str:
+        """The name of the broker at this endpoint (admin Health; on a standard endpoint
+        the route of the first of ``topics`` that exists there)."""
+        names = list(topics)
+        return self._extended(
+            lambda: str(self.health()["broker_name"]),
+            lambda: standard.broker_name(self, names),
+        )
+
+    def _resource(self, name: str) -> pb.Resource:
         return pb.Resource(name=name, resource_namespace=self.namespace)
 
     # ---- producing -------------------------------------------------------------------------
@@ -624,7 +685,61 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
             ),
         )
 
-    def _pull_once(self, request: Any, deadline_s: float) -> tuple[list[Any], int]:
+    @routed(1)
+    def pull_columns(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int | None = None,
+        filter_expression: str | None = None,
+        filter_type: str = "TAG",
+        long_polling_timeout_ms: int = 0,
+        broker: str | None = None,
+    ) -> ColumnBatch:
+        """Like :meth:`pull`, as columns checked to come from this queue in increasing
+        offsets from ``offset`` (CorruptionError otherwise): a bulk pull (:meth:`pull_raw`,
+        units CRC-checked) when the broker offers it, else a PullMessage
+        (``standard.pull_columns``; ``max_bytes`` then does not apply). Errors as for
+        :meth:`pull`."""
+
+        def bulk() -> ColumnBatch:
+            raw = self.pull_raw(
+                group,
+                topic,
+                queue_id,
+                offset,
+                max_count,
+                max_bytes=max_bytes,
+                filter_expression=filter_expression,
+                filter_type=filter_type,
+                long_polling_timeout_ms=long_polling_timeout_ms,
+            )
+            return ColumnBatch(decode_units(raw.data, raw.sizes), raw.next_offset)
+
+        def plain() -> ColumnBatch:
+            return standard.pull_columns(
+                self,
+                group,
+                topic,
+                queue_id,
+                offset,
+                max_count,
+                filter_expression=filter_expression,
+                filter_type=filter_type,
+                long_polling_timeout_ms=long_polling_timeout_ms,
+            )
+
+        batch = self._extended(bulk, plain)
+        check_placement(batch.columns, topic, queue_id, offset)
+        return batch
+
+    def _pull_once(
+        self, request: service_pb2.PullMessageRequest, deadline_s: float
+    ) -> tuple[list[ReceivedMessage], int]:
         """One PullMessage stream: status, messages, next_offset (read to its end)."""
         messages, next_offset, status = [], None, None
         stream = self.stub.PullMessage(request, timeout=deadline_s, metadata=self._metadata())

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from broker_core.errors import InvalidArgumentError, RocketMQError, TopicNotFoundError
 
 if TYPE_CHECKING:  # imported on first use: a single-broker client never loads them
+    from broker_core.client.client import RocketMQClient
     from broker_core.cluster.routes import BrokerQueues, ClusterRoutes
 
 T = TypeVar("T")
@@ -46,7 +47,7 @@ class ClusterRouting:
     def __init__(
         self,
         namesrv: str,
-        make_client: Callable[[str], Any],
+        make_client: Callable[[str], RocketMQClient],
         *,
         route_ttl_ms: int = DEFAULT_ROUTE_TTL_MS,
         tls_files: tuple[str | None, str | None, str | None] | None = None,
@@ -65,7 +66,7 @@ class ClusterRouting:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._routes: ClusterRoutes | None = None
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[str, RocketMQClient] = {}
         self._turn = itertools.count()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -98,7 +99,7 @@ class ClusterRouting:
                 )
             return self._routes
 
-    def client_at(self, addr: str) -> Any:
+    def client_at(self, addr: str) -> RocketMQClient:
         """The single-broker client of ``addr`` (one per address, reused)."""
         _ = self.routes  # resets the per-process state after a fork
         with self._lock:
@@ -122,7 +123,7 @@ class ClusterRouting:
                 return addr
         raise RocketMQError(f"the NameServers at {self.namesrv} list no live broker")
 
-    def for_queue(self, topic: str, broker: str | None) -> Any:
+    def for_queue(self, topic: str, broker: str | None) -> RocketMQClient:
         """The client of the broker group serving ``topic``'s queues on ``broker``."""
         groups = self.brokers(topic)
         if broker is None:
@@ -140,7 +141,7 @@ class ClusterRouting:
             f"(it has: {', '.join(g.broker_name for g in groups)})"
         )
 
-    def send(self, topic: str, attempt: Callable[[Any], T]) -> T:
+    def send(self, topic: str, attempt: Callable[[RocketMQClient], T]) -> T:
         """Run ``attempt(client)`` on the next writable broker group of ``topic``,
         moving on to the following groups while one is unreachable."""
         try:
@@ -167,7 +168,7 @@ class ClusterRouting:
         self,
         topic: str,
         message_groups: Sequence[str | None],
-        attempt: Callable[[Any, list[int]], list[T]],
+        attempt: Callable[[RocketMQClient, list[int]], list[T]],
     ) -> list[T]:
         """``attempt(client, indexes)`` per broker group for the messages at ``indexes``:
         those with a message group on the group its hash pins, the others together on the

@@ -81,6 +81,19 @@ class UnitColumns:
 
 
 @dataclass(frozen=True, slots=True)
+class ColumnBatch:
+    """One pull of one queue as checked columns (``RocketMQClient.pull_columns``):
+    ``next_offset`` is where the next pull starts, as in ``PullBatch``."""
+
+    columns: UnitColumns
+    next_offset: int
+
+    @property
+    def count(self) -> int:
+        return self.columns.count
+
+
+@dataclass(frozen=True, slots=True)
 class PropertyColumns:
     """What the encoded properties hold, split out."""
 

@@ -14,7 +14,6 @@ import gzip
 import hashlib
 import socket
 import zlib
-from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
@@ -37,7 +36,7 @@ def local_host() -> str:
         return "127.0.0.1"
 
 
-def _verify_digest(msg: Any) -> None:
+def _verify_digest(msg: pb.Message) -> None:
     props = msg.system_properties
     if not props.HasField("body_digest"):
         return
@@ -57,7 +56,7 @@ def _verify_digest(msg: Any) -> None:
         )
 
 
-def _body(msg: Any) -> bytes:
+def _body(msg: pb.Message) -> bytes:
     if msg.system_properties.body_encoding == Encoding.GZIP:
         try:
             return gzip.decompress(msg.body)
@@ -68,11 +67,11 @@ def _body(msg: Any) -> bytes:
     return bytes(msg.body)
 
 
-def _ms(props: Any, name: str) -> int:
+def _ms(props: pb.SystemProperties, name: str) -> int:
     return int(getattr(props, name).ToMilliseconds()) if props.HasField(name) else 0
 
 
-def from_protobuf(msg: Any) -> ReceivedMessage:
+def from_protobuf(msg: pb.Message) -> ReceivedMessage:
     """A received ``apache.rocketmq.v2.Message``; CorruptionError if its digest fails."""
     _verify_digest(msg)
     props = msg.system_properties
@@ -98,7 +97,7 @@ def from_protobuf(msg: Any) -> ReceivedMessage:
     )
 
 
-def queue_from_protobuf(queue: Any) -> QueueInfo:
+def queue_from_protobuf(queue: pb.MessageQueue) -> QueueInfo:
     """A route entry; the endpoint is the broker's first advertised address."""
     addresses = queue.broker.endpoints.addresses
     endpoint = f"{addresses[0].host}:{addresses[0].port}" if addresses else ""
@@ -112,7 +111,7 @@ def queue_from_protobuf(queue: Any) -> QueueInfo:
     )
 
 
-def message_queue(topic: str, queue_id: int, broker_name: str = "") -> Any:
+def message_queue(topic: str, queue_id: int, broker_name: str = "") -> pb.MessageQueue:
     """The ``MessageQueue`` a pull or offset request names."""
     queue = pb.MessageQueue(id=queue_id)
     queue.topic.name = topic

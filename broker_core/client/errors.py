@@ -97,5 +97,5 @@ def transport_error(exc: grpc.RpcError, endpoint: str, what: str) -> e.RocketMQE
             text = f"broker at {endpoint} is unreachable ({what}): {details}"
         return BrokerUnavailableError(text)
     if status is grpc.StatusCode.UNIMPLEMENTED:
-        return e.UnsupportedError(text)
+        return e.ServiceNotOfferedError(text)
     return e.RocketMQError(text)

@@ -23,20 +23,23 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.client.errors import check, transport_error
 from broker_core.client.model import SendReceipt
 from broker_core.errors import InvalidArgumentError, RocketMQError
 
 DEFAULT_MAX_IN_FLIGHT: Final = 5
+# What a send answers: a SendMessageResponse, or a SendBulk frame (bytes).
+Answer = TypeVar("Answer", service_pb2.SendMessageResponse, bytes)
 _OK_CODES: Final = frozenset({int(pb.Code.OK), int(pb.Code.MULTIPLE_RESULTS)})
 
 
-def receipts_of(response: Any, count: int) -> list[SendReceipt]:
+def receipts_of(response: service_pb2.SendMessageResponse, count: int) -> list[SendReceipt]:
     """One receipt per entry; the first entry whose status is not OK raises its error."""
     check(response.status)
     entries = response.entries
@@ -49,13 +52,13 @@ def receipts_of(response: Any, count: int) -> list[SendReceipt]:
 
 
 @dataclass
-class PendingSend:
+class PendingSend(Generic[Answer]):
     """One submitted request: its receipts once finished, or its error."""
 
     count: int
     groups: frozenset[str]
-    future: Any  # grpc future of the first attempt; None once finished
-    decode: Callable[[Any], list[SendReceipt]]  # the receipts of an answer, or raises
+    future: grpc.Future | None  # of the first attempt; None once finished
+    decode: Callable[[Answer], list[SendReceipt]]  # the receipts of an answer, or raises
     resend: Callable[[], list[SendReceipt]]  # sends again synchronously, with retries
     window: SendWindow
     receipts: list[SendReceipt] = field(default_factory=list)
@@ -74,6 +77,7 @@ class PendingSend:
 
     def _finish(self) -> None:
         future, self.future = self.future, None
+        assert future is not None, "finished twice"  # the window finishes each once
         try:
             try:
                 try:
@@ -96,16 +100,16 @@ class SendWindow:
             raise InvalidArgumentError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
         self.endpoint = endpoint  # named in transport errors
-        self.open: deque[PendingSend] = deque()
+        self.open: deque[PendingSend[Any]] = deque()
 
     def submit(
         self,
-        start: Callable[[], Any],
-        decode: Callable[[Any], list[SendReceipt]],
+        start: Callable[[], grpc.Future],
+        decode: Callable[[Answer], list[SendReceipt]],
         resend: Callable[[], list[SendReceipt]],
         count: int,
         groups: frozenset[str],
-    ) -> PendingSend:
+    ) -> PendingSend[Answer]:
         """Start a request (``start()`` returns its grpc future) within the window's rules."""
         if groups:
             clashing = [p for p in self.open if p.groups & groups]
@@ -117,7 +121,7 @@ class SendWindow:
         self.open.append(pending)
         return pending
 
-    def finished(self, receipts: list[SendReceipt]) -> PendingSend:
+    def finished(self, receipts: list[SendReceipt]) -> PendingSend[Any]:
         """A request already answered (a cluster client's, sent synchronously)."""
         return PendingSend(
             len(receipts), frozenset(), None, lambda _: receipts, lambda: receipts, self, receipts

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
@@ -49,7 +50,7 @@ def vlen(length: int) -> bytes:
     return SMALL_VARINTS[length] if length < SMALL_LIMIT else varint(length)
 
 
-def _tag(message: Any, name: str, wire_type: int) -> bytes:
+def _tag(message: type[ProtoMessage], name: str, wire_type: int) -> bytes:
     """The key bytes of field ``name``, checked against the generated descriptor."""
     desc = message.DESCRIPTOR.fields_by_name[name]
     if _WIRE_TYPE.get(desc.type) != wire_type:

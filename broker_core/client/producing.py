@@ -2,7 +2,8 @@
 
 ``send_batch_async``/``send_columns_async`` put a request in the client's window of
 requests in flight (:mod:`broker_core.client.in_flight`); plain messages go by SendBulk
-when the broker offers it (:mod:`broker_core.client.bulk`), others by SendMessage.
+when the broker offers it (:mod:`broker_core.client.bulk`), others by SendMessage (so do
+all messages to an endpoint without our services, :mod:`broker_core.client.standard`).
 The synchronous ``send_batch``/``send_columns`` are these plus ``result()``.
 """
 
@@ -13,11 +14,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message as ProtoMessage
+from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.client import bulk, wire
+from broker_core.client import bulk, standard, wire
 from broker_core.client.in_flight import PendingSend, SendWindow, receipts_of
 from broker_core.client.model import OutgoingMessage, SendReceipt
-from broker_core.errors import InvalidArgumentError, UnsupportedError
+from broker_core.errors import InvalidArgumentError, ServiceNotOfferedError, UnsupportedError
 
 T = TypeVar("T")
 
@@ -26,12 +29,13 @@ class AsyncSends(ABC):
     """What the client provides, and the sends built on it."""
 
     cluster: Any
+    endpoint: str
     namespace: str
     timeout_s: float
     bulk: bool
     _bulk_offered: bool | None
     _window: SendWindow
-    _raw_methods: dict[str, Any]
+    _raw_methods: dict[str, grpc.UnaryUnaryMultiCallable]
 
     @abstractmethod
     def _channel_for_process(self) -> grpc.Channel: ...
@@ -40,13 +44,15 @@ class AsyncSends(ABC):
     def _metadata(self) -> list[tuple[str, str]]: ...
 
     @abstractmethod
-    def _raw_method(self, method: str) -> Any: ...
+    def _raw_method(self, method: str) -> grpc.UnaryUnaryMultiCallable: ...
 
     @abstractmethod
     def _retrying(self, what: str, attempt: Callable[[], T]) -> T: ...
 
     @abstractmethod
-    def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any: ...
+    def call(
+        self, method: str, request: ProtoMessage | bytes, *, timeout_s: float | None = None
+    ) -> ProtoMessage: ...
 
     @abstractmethod
     def send_batch(self, topic: str, messages: Iterable[Any]) -> list[SendReceipt]: ...
@@ -76,7 +82,8 @@ class AsyncSends(ABC):
         plain = not any(columns.get("message_groups") or ()) and not any(
             columns.get("delivery_ms") or ()
         )
-        if plain and self.bulk and not self.namespace and self._bulk_offered is not False:
+        offered = self._bulk_offered is not False and not standard.is_standard(self.endpoint)
+        if plain and self.bulk and not self.namespace and offered:
             pending = self._submit_bulk(
                 topic,
                 bodies,
@@ -98,7 +105,7 @@ class AsyncSends(ABC):
             raise InvalidArgumentError("send_batch needs at least one message")
         send = self._raw_method("SendMessage")
 
-        def decode(response: Any) -> list[SendReceipt]:
+        def decode(response: service_pb2.SendMessageResponse) -> list[SendReceipt]:
             return receipts_of(response, count)
 
         return self._window.submit(
@@ -128,7 +135,9 @@ class AsyncSends(ABC):
         if self._bulk_offered is None:
             try:
                 receipts = self._retrying("SendBulk", once)
-            except UnsupportedError:
+            except UnsupportedError as exc:
+                if isinstance(exc, ServiceNotOfferedError):  # no bulk service at all
+                    standard.mark_standard(self.endpoint)
                 self._bulk_offered = False
                 return None
             self._bulk_offered = True

@@ -6,7 +6,9 @@ and ``python -m broker_core.server``: it prints one line ``READY <endpoint>`` on
 accepts requests, and on SIGTERM or SIGINT stops accepting, lets in-flight calls finish
 (up to the grace period), then flushes and closes the store. With ``--namesrv`` the broker
 joins a cluster (``cluster_member.py``): it registers with every NameServer, answers
-routes for the whole cluster, and unregisters before it stops.
+routes for the whole cluster, and unregisters before it stops. With ``--no-extensions``
+(config ``grpc_extensions = false``) only ``apache.rocketmq.v2`` and gRPC health are
+served, so the broker looks like any RocketMQ 5 gRPC endpoint (proxy).
 """
 
 from __future__ import annotations
@@ -250,6 +252,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="serve Prometheus metrics on HOST:PORT/metrics (off by default)",
     )
+    p.add_argument(
+        "--no-extensions",
+        action="store_true",
+        help="serve apache.rocketmq.v2 only, as any RocketMQ 5 proxy: no admin or bulk "
+        "service (the config's grpc_extensions = false)",
+    )
     p.add_argument("--log-level", default="INFO", choices=logs.LEVELS, type=str.upper)
     p.add_argument("--log-format", default="text", choices=logs.FORMATS)
     return p.parse_args(argv)
@@ -333,6 +341,8 @@ def build(args: argparse.Namespace) -> BrokerServer:
         overrides.update(store_host=host or "127.0.0.1", store_port=port)
     broker_config, store_config = load_config(args.config, **overrides)
     broker_config = dataclasses.replace(broker_config, **_group_overrides(args))
+    if args.no_extensions:
+        broker_config = dataclasses.replace(broker_config, grpc_extensions=False)
     cluster = _cluster_options(args)
     name = args.broker_name
     if name is None and cluster is not None and broker_config.broker_name == "broker-a":
@@ -365,7 +375,8 @@ def build(args: argparse.Namespace) -> BrokerServer:
         server.add_remoting(remoting, any_port_if_taken=args.remoting_listen is None, tls=tls)
     if cluster is not None:
         server.join_cluster(cluster)
-    server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
+    if broker_config.grpc_extensions:  # off: clients see UNIMPLEMENTED and use v2 RPCs only
+        server.add_generic_handlers([admin_handler(server.ctx), bulk_handler(server.ctx)])
     if args.metrics_listen:
         install_metrics(server, args.metrics_listen)
     return server

@@ -35,7 +35,7 @@ def _endpoints(addr: str) -> pb.Endpoints:
     return pb.Endpoints(scheme=scheme_of(host), addresses=[pb.Address(host=host, port=int(port))])
 
 
-def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, pb.Broker]]:
+def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, pb.Broker | None]]:
     """(config, Broker proto) of every broker group holding ``topic``; TopicNotFoundError
     when none does."""
     assert ctx.routes is not None
@@ -48,7 +48,7 @@ def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, pb.Broker
     except RocketMQError as exc:  # NameServers unreachable: serve our own share
         log.debug("route of %s from the NameServers failed (%s); answering locally", topic, exc)
         remote = []
-    groups: list[tuple[TopicConfig, pb.Broker]] = []
+    groups: list[tuple[TopicConfig, pb.Broker | None]] = []
     if local is not None:
         groups.append((local, None))
     for b in remote:

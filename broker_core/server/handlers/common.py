@@ -114,8 +114,8 @@ def broker_endpoints(ctx: ServerContext, access_point: pb.Endpoints | None = Non
     the group; a slave forwards its sends to the master: ``server/master_forward.py``)."""
     host, port = ctx.host, ctx.port
     dialled_group = ctx.master_endpoint is not None  # controller mode: see master_forward
-    dialled = access_point is not None and access_point.addresses
-    if (host in _WILDCARD_HOSTS or dialled_group) and dialled:
+    wanted = host in _WILDCARD_HOSTS or dialled_group
+    if wanted and access_point is not None and access_point.addresses:
         return access_point
     return pb.Endpoints(
         scheme=scheme_of(host), addresses=[pb.Address(host=host.strip("[]"), port=port)]

@@ -131,7 +131,7 @@ def _results(
 ) -> list[service_pb2.AckMessageResultEntry]:
     """One result entry per request entry, in order; ours acked here, others forwarded."""
     owners = [owner_of(ctx, e.receipt_handle) for e in request.entries]
-    results: list[service_pb2.AckMessageResultEntry] = [None] * len(owners)
+    results: list[service_pb2.AckMessageResultEntry | None] = [None] * len(owners)
     for name in sorted({o for o in owners if o is not None}):
         picked = [i for i, o in enumerate(owners) if o == name]
         answers = _forward(ctx, name, request, [request.entries[i] for i in picked], context)
@@ -143,7 +143,7 @@ def _results(
         client_id = sessions.client_id_of(context, required=False)  # broadcasting needs it
         for i in local:
             results[i] = _ack_one(ctx, group, topic, request.entries[i], client_id)
-    return results
+    return [r for r in results if r is not None]  # every index was filled above
 
 
 def ack_message(
