@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from broker_core.client import RocketMQClient
+from broker_core.errors import RocketMQError
+from broker_core.namesrv.client import NameServerClient
 from tests.cluster_procs import start_namesrv, stop_namesrv
 from tests.ha.conftest import pull_all, wait_until
 from tests.ha.controller_procs import ETCD, ControllerGroup, EtcdProcess
@@ -30,6 +32,7 @@ pytestmark = pytest.mark.skipif(not Path(ETCD).exists(), reason="etcd is not ins
 
 SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000, "ha_catch_up_window_ms": 3_000}
 TOPIC = "OfficialFailover"
+ROUTE_FIRST_REFRESH_S = 10  # the official client refreshes routes 10 s after start, then every 30 s
 
 
 class OfficialSender:
@@ -42,7 +45,9 @@ class OfficialSender:
 
         self._producer = Producer(ClientConfiguration(endpoints, Credentials()), (TOPIC,))
         self._producer.startup()
+        self.started_at = time.monotonic()
         self.acked: list[tuple[bytes, float, float]] = []
+        self.group_of: dict[bytes, str] = {}  # the broker group the client chose per ack
         self.errors: list[str] = []
         self.retried: set[bytes] = set()
         self._stop = threading.Event()
@@ -58,12 +63,13 @@ class OfficialSender:
             message.topic, message.body = TOPIC, b"o-%08d" % n
             started = time.monotonic()
             try:
-                self._producer.send(message)
+                receipt = self._producer.send(message)
             except Exception as exc:  # the official client raises plain exceptions
                 self.errors.append(repr(exc)[:200])
                 self.retried.add(message.body)
                 time.sleep(0.05)
                 continue
+            self.group_of[message.body] = receipt.message_queue.message_queue0().broker.name
             self.acked.append((message.body, started, time.monotonic()))
             n += 1
 
@@ -131,3 +137,79 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
     twice = {b for b in acked if stored[b] > 1}
     unexplained = twice - in_flight - sender.retried
     assert not unexplained, f"stored more than once, sent once: {sorted(unexplained)[:5]}"
+
+
+def _route_lists_both_members(ns_addr: str, group: str) -> bool:
+    client = NameServerClient(ns_addr)
+    try:
+        datas = {b.broker_name: b for b in client.get_route(TOPIC).broker_datas}
+    except RocketMQError:
+        return False
+    finally:
+        client.close()
+    return group in datas and len(datas[group].grpc_addrs) == 2
+
+
+@pytest.mark.slow
+def test_official_producer_reaches_another_group_across_its_failover(tmp_path: Path) -> None:
+    """Groups ``a`` and ``b`` (two brokers each) register with a NameServer; the official
+    Producer dials group ``a`` only, so it learns group ``b`` from the routes. b's master
+    is killed after the client's first route refresh; sends the client routes to b's
+    queues must be stored by b's new master well before its next refresh, 30 s later
+    (before: b's queues named only the dead master, every send to them failed over to
+    a's queues until that refresh)."""
+    etcd = EtcdProcess.start(tmp_path / "etcd")
+    ns, ns_addr = start_namesrv()
+    groups = {
+        g: ControllerGroup(etcd, tmp_path / g, name=g, broker=SYNC, namesrv=ns_addr)
+        for g in ("a", "b")
+    }
+    sender = None
+    try:
+        for grp in groups.values():
+            grp.start("m1")
+            grp.start("m2")
+        for grp in groups.values():
+            wait_until(lambda g=grp: len(g.state().in_sync) == 2, 30, "both in sync")  # type: ignore[misc]
+            with RocketMQClient(grp.master().endpoint) as client:
+                client.create_topic(TOPIC, queues=2)
+        wait_until(lambda: _route_lists_both_members(ns_addr, "b"), 30, "b's members routed")
+        sender = OfficialSender(";".join(groups["a"].endpoints()))
+        wait_until(lambda: "b" in sender.group_of.values(), 30, "official sends reaching b")  # type: ignore[union-attr]
+        refreshed_at = sender.started_at + ROUTE_FIRST_REFRESH_S + 1
+        wait_until(lambda: time.monotonic() > refreshed_at, 15, "the client's first refresh")
+        old = groups["b"].state()
+        assert old is not None
+        killed_at = time.monotonic()
+        groups["b"].procs[old.master].process.send_signal(signal.SIGKILL)
+        wait_until(lambda: groups["b"].state().epoch > old.epoch, 30, "a new master of b")  # type: ignore[union-attr]
+
+        def b_acked_after_kill() -> list[float]:
+            assert sender is not None
+            return [
+                done
+                for body, started, done in list(sender.acked)
+                if started > killed_at and sender.group_of.get(body) == "b"
+            ]
+
+        wait_until(lambda: len(b_acked_after_kill()) >= 5, 20, "sends stored in b again")
+        first_s = min(b_acked_after_kill()) - killed_at
+        acked = sender.stop()
+        sender = None
+        print(
+            f"\nofficial client, other group's failover: kill → first send stored in b "
+            f"{first_s:.2f} s"
+        )
+        stored: collections.Counter[bytes] = collections.Counter()
+        for grp in groups.values():
+            with RocketMQClient(grp.master().endpoint) as client:
+                stored.update(pull_all(client, TOPIC, 2))
+        missing = [b for b in acked if b not in stored]
+        assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
+    finally:
+        if sender is not None:
+            sender.stop()
+        for grp in groups.values():
+            grp.stop_all()
+        etcd.stop()
+        stop_namesrv(ns)
