@@ -105,3 +105,25 @@ def test_sync_sends_do_not_wait_for_a_slave_outside_the_set(clock: Clock) -> Non
         replicas.wait(1_500, timeout_ms=0)
     clock.now += 2.0  # the slave falls out of the window: sends stop waiting for it
     replicas.wait(5_000, timeout_ms=0)
+
+
+def test_a_send_waits_for_every_slave_etcd_lists_even_outside_the_local_set(
+    clock: Clock,
+) -> None:
+    """RocketMQ #5663: while etcd's set is larger than the master's own view (a slave the
+    master dropped, before its CAS lands), an ack must still wait for that slave: the
+    controller may elect it."""
+    log, replicas = Log(1_000), in_sync_set(clock)
+    replicas.join(1, "s1", log)
+    replicas.report(1, 1_000, log)
+    replicas.join(2, "s2", log)  # connected, behind: not in the master's own set
+    replicas.report(2, 500, log)
+    assert replicas.members() == {"s1": 1_000}
+    replicas.required = {"s2"}
+    with pytest.raises(ReplicationTimeoutError, match="s2"):
+        replicas.wait(1_000, timeout_ms=0)
+    replicas.leave(2)  # gone altogether: still required until etcd drops it
+    with pytest.raises(ReplicationTimeoutError, match="s2"):
+        replicas.wait(1_000, timeout_ms=0)
+    replicas.required = set()
+    replicas.wait(1_000, timeout_ms=0)
