@@ -314,16 +314,18 @@ class RocketMQClient(AsyncSends, AuthAdminCalls):
             headers += signed_metadata(self.access_key, self._secret_key)
         return headers
 
-    def _retrying(self, what: str, attempt: Callable[[], T]) -> T:
-        """Run ``attempt`` until it succeeds, fails for good, or attempts run out."""
-        for number in range(1, self.max_attempts + 1):
+    def _retrying(self, what: str, attempt: Callable[[], T], *, attempts: int | None = None) -> T:
+        """Run ``attempt`` until it succeeds, fails for good, or ``attempts`` (default
+        ``max_attempts``, at least 1) run out."""
+        attempts = self.max_attempts if attempts is None else attempts
+        for number in range(1, attempts + 1):
             try:
                 try:
                     return attempt()
                 except grpc.RpcError as exc:
                     raise transport_error(exc, self.endpoint, what) from None
             except RocketMQError as exc:
-                if not exc.retriable or number == self.max_attempts:
+                if not exc.retriable or number >= attempts:
                     raise
                 time.sleep(min(MAX_BACKOFF_S, self.retry_backoff_s * 2 ** (number - 1)))
         raise AssertionError("unreachable")  # the loop always returns or raises

@@ -11,9 +11,10 @@ the client encodes the next request while the broker stores the previous ones. C
   outstanding request also carries is only started once that request (and every one
   before it) is finished, retries included. Requests without groups overlap freely, so
   the broker may store them in any order, as Kafka with in-flight > 1 and no idempotence;
-* a request that fails retriably is sent again (synchronously, with the client's retry
-  policy) when it is finished; a failure is kept and raised by its :class:`PendingSend`
-  (and by :meth:`SendWindow.flush`), never lost.
+* a request that fails retriably is sent again (synchronously, with the attempts the
+  client's retry policy has left: ``max_attempts`` counts the first) when it is finished;
+  a failure is kept and raised by its :class:`PendingSend` (and by
+  :meth:`SendWindow.flush`), never lost.
 
 One thread per window (the client's calling thread); not thread-safe.
 """
@@ -59,7 +60,9 @@ class PendingSend(Generic[Answer]):
     groups: frozenset[str]
     future: grpc.Future | None  # of the first attempt; None once finished
     decode: Callable[[Answer], list[SendReceipt]]  # the receipts of an answer, or raises
-    resend: Callable[[], list[SendReceipt]]  # sends again synchronously, with retries
+    # sends again synchronously with the attempts left, given the first attempt's error
+    # (raised again when none are left)
+    resend: Callable[[RocketMQError], list[SendReceipt]]
     window: SendWindow
     receipts: list[SendReceipt] = field(default_factory=list)
     error: BaseException | None = None
@@ -87,7 +90,7 @@ class PendingSend(Generic[Answer]):
             except RocketMQError as exc:
                 if not exc.retriable:
                     raise
-                self.receipts = self.resend()
+                self.receipts = self.resend(exc)
         except RocketMQError as exc:
             self.error = exc
 
@@ -106,7 +109,7 @@ class SendWindow:
         self,
         start: Callable[[], grpc.Future],
         decode: Callable[[Answer], list[SendReceipt]],
-        resend: Callable[[], list[SendReceipt]],
+        resend: Callable[[RocketMQError], list[SendReceipt]],
         count: int,
         groups: frozenset[str],
     ) -> PendingSend[Answer]:
@@ -124,7 +127,7 @@ class SendWindow:
     def finished(self, receipts: list[SendReceipt]) -> PendingSend[Any]:
         """A request already answered (a cluster client's, sent synchronously)."""
         return PendingSend(
-            len(receipts), frozenset(), None, lambda _: receipts, lambda: receipts, self, receipts
+            len(receipts), frozenset(), None, lambda _: receipts, lambda _: receipts, self, receipts
         )
 
     def finish_through(self, pending: PendingSend) -> None:

@@ -20,7 +20,12 @@ from rocketmq.grpc_protocol import service_pb2
 from broker_core.client import bulk, standard, wire
 from broker_core.client.in_flight import PendingSend, SendWindow, receipts_of
 from broker_core.client.model import OutgoingMessage, SendReceipt
-from broker_core.errors import InvalidArgumentError, ServiceNotOfferedError, UnsupportedError
+from broker_core.errors import (
+    InvalidArgumentError,
+    RocketMQError,
+    ServiceNotOfferedError,
+    UnsupportedError,
+)
 
 T = TypeVar("T")
 
@@ -46,8 +51,19 @@ class AsyncSends(ABC):
     @abstractmethod
     def _raw_method(self, method: str) -> grpc.UnaryUnaryMultiCallable: ...
 
+    max_attempts: int
+
     @abstractmethod
-    def _retrying(self, what: str, attempt: Callable[[], T]) -> T: ...
+    def _retrying(
+        self, what: str, attempt: Callable[[], T], *, attempts: int | None = None
+    ) -> T: ...
+
+    def _again(self, first: RocketMQError, what: str, attempt: Callable[[], T]) -> T:
+        """A request's retries after its first attempt failed with ``first`` (retriable):
+        ``max_attempts - 1`` more attempts, or ``first`` raised when there are none."""
+        if self.max_attempts < 2:
+            raise first
+        return self._retrying(what, attempt, attempts=self.max_attempts - 1)
 
     @abstractmethod
     def call(
@@ -108,10 +124,13 @@ class AsyncSends(ABC):
         def decode(response: service_pb2.SendMessageResponse) -> list[SendReceipt]:
             return receipts_of(response, count)
 
+        def once() -> list[SendReceipt]:
+            return decode(send(request, timeout=self.timeout_s, metadata=self._metadata()))
+
         return self._window.submit(
             lambda: send.future(request, timeout=self.timeout_s, metadata=self._metadata()),
             decode,
-            lambda: decode(self.call("SendMessage", request)),
+            lambda first: self._again(first, "SendMessage", once),
             count,
             frozenset(g for g in groups or () if g),
         )
@@ -145,7 +164,7 @@ class AsyncSends(ABC):
         return self._window.submit(
             lambda: call.future(request, timeout=self.timeout_s, metadata=self._metadata()),
             lambda response: bulk.bulk_receipts(response, ids),
-            lambda: self._retrying("SendBulk", once),
+            lambda first: self._again(first, "SendBulk", once),
             len(bodies),
             frozenset(),
         )

@@ -34,13 +34,15 @@ DEFAULT_MISS_TTL_MS = 500
 
 @dataclass(frozen=True)
 class BrokerQueues:
-    """One broker group's share of a topic: its name, gRPC address and queue counts."""
+    """One broker group's share of a topic: its name, gRPC address (the master's) and queue
+    counts; ``group_addrs`` is every registered member's gRPC address, master first."""
 
     broker_name: str
     grpc_addr: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
+    group_addrs: tuple[str, ...] = ()
 
 
 def master_grpc_addr(data: BrokerData) -> str | None:
@@ -48,15 +50,28 @@ def master_grpc_addr(data: BrokerData) -> str | None:
     return data.grpc_addrs.get(MASTER_ID)
 
 
+def group_grpc_addrs(data: BrokerData) -> tuple[str, ...]:
+    """Every member's gRPC address of a broker group, by broker id (the master first)."""
+    return tuple(addr for _, addr in sorted(data.grpc_addrs.items()))
+
+
 def brokers_of(route: TopicRoute) -> list[BrokerQueues]:
     """Every broker group of ``route`` that has a live master, sorted by name (pure)."""
     addrs = {b.broker_name: master_grpc_addr(b) for b in route.broker_datas}
+    members = {b.broker_name: group_grpc_addrs(b) for b in route.broker_datas}
     out = []
     for q in route.queue_datas:
         addr = addrs.get(q.broker_name)
         if addr:
             out.append(
-                BrokerQueues(q.broker_name, addr, q.read_queue_nums, q.write_queue_nums, q.perm)
+                BrokerQueues(
+                    q.broker_name,
+                    addr,
+                    q.read_queue_nums,
+                    q.write_queue_nums,
+                    q.perm,
+                    members.get(q.broker_name, ()),
+                )
             )
     return sorted(out, key=lambda b: b.broker_name)
 

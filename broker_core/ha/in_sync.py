@@ -1,18 +1,22 @@
 """The master's in-sync set and the wait of a sync-replicated send.
 
 Each connected slave has an acked offset (its last report) and a *catch-up target*: the
-master's commitlog end when the slave last reached its previous target. A report at or
-past the target counts as caught up: the time is recorded and the target moves to the
-master's end now. So a slave that keeps up under continuous load keeps catching up (it
-reaches, within one report, what the master had one report ago), and an idle one catches
-up at every heartbeat.
+master's commitlog end at a known time, ``target_at``. A report at or past the target
+proves the slave holds everything the master had at ``target_at``: that time becomes the
+slave's ``fresh_at`` and the target moves to the master's end now. So a slave that keeps
+up under continuous load is fresh as of its previous report, and an idle one as of its
+previous heartbeat.
 
 Rules:
 
-* A slave is **in sync** when it caught up within the last ``window_ms``. A new slave
-  starts outside (its first target is the master's end when it connected) and joins
-  once it reaches it; a slave that falls behind for longer than the window leaves, and
-  rejoins by catching up again. A disconnected slave leaves at once.
+* A slave is **in sync** when it holds everything the master had within the last
+  ``window_ms`` (``now - fresh_at <= window``). Measured by when the reached target was
+  set, not by when it was reached: a slave that needs longer than the window to copy a
+  backlog (new, restarted, back from a freeze) reaches its first target holding only
+  what the master had when it connected, and joins only once it reaches a target set
+  within the window. So with async replication a slave in the set never lacks a byte
+  appended more than ``window_ms`` before the master's last look at the set, which is
+  what bounds the loss of a failover to it. A disconnected slave leaves at once.
 * A sync send ending at offset E waits until every in-sync slave acked ≥ E. The set is
   re-evaluated while waiting, so a slave that falls out of it stops holding sends.
 * The master counts as one replica. Fewer than ``min_replicas`` in the set (master
@@ -41,7 +45,8 @@ class _Slave:
     name: str
     acked: int = 0
     target: int = 0
-    caught_up_at: float = float("-inf")
+    target_at: float = 0.0  # when ``target`` was the master's end
+    fresh_at: float = float("-inf")  # the slave holds all the master had at this time
     in_sync: bool = False
 
 
@@ -60,9 +65,11 @@ class InSyncSet:
         # (even disconnected or not caught up) until the master shrinks the set in etcd.
         self.required: set[str] = set()
 
-    def join(self, link_id: int, name: str, master_end: int) -> None:
+    def join(self, link_id: int, name: str, master_end: Callable[[], int]) -> None:
+        """A slave connected; ``master_end()`` (the log's end now) is its first target."""
         with self._cond:
-            self._slaves[link_id] = _Slave(name, target=master_end)
+            now = self._clock()  # read first: the end read after it is at least as far
+            self._slaves[link_id] = _Slave(name, target=master_end(), target_at=now)
 
     def leave(self, link_id: int) -> None:
         with self._cond:
@@ -71,16 +78,18 @@ class InSyncSet:
                 log.warning("slave %s left the in-sync set (disconnected)", gone.name)
             self._cond.notify_all()
 
-    def report(self, link_id: int, acked: int, master_end: int) -> None:
-        """A slave stored everything below ``acked``; ``master_end`` is the log's end now."""
+    def report(self, link_id: int, acked: int, master_end: Callable[[], int]) -> None:
+        """A slave stored everything below ``acked``; ``master_end()`` is the log's end
+        now (the next target once this one is reached)."""
         with self._cond:
             slave = self._slaves.get(link_id)
             if slave is None:
                 return
             slave.acked = acked
             if acked >= slave.target:
-                slave.caught_up_at = self._clock()
-                slave.target = master_end
+                now = self._clock()  # before the end: the target holds all appended by now
+                slave.fresh_at = slave.target_at
+                slave.target, slave.target_at = master_end(), now
             self._refresh(self._clock())
             self._cond.notify_all()
 
@@ -88,7 +97,7 @@ class InSyncSet:
         """Update membership (logging changes); returns the in-sync slaves."""
         members = []
         for slave in self._slaves.values():
-            fresh = now - slave.caught_up_at <= self._window_s
+            fresh = now - slave.fresh_at <= self._window_s
             if fresh != slave.in_sync:
                 slave.in_sync = fresh
                 log.warning(

@@ -78,6 +78,9 @@ class HAMaster:
         with self._appended:
             self._appended.notify_all()
 
+    def _log_end(self) -> int:
+        return self._log.max_offset
+
     def wait_replicated(self, end_offset: int) -> None:
         """With sync replication, wait until the in-sync slaves acked ``end_offset``."""
         if self.sync:
@@ -120,8 +123,8 @@ class HAMaster:
                 return
             start = self._start_offset(first)
             log.info("slave %s connected, streaming from offset %d", name, start)
-            self.in_sync.join(link_id, name, self._log.max_offset)
-            self.in_sync.report(link_id, first, self._log.max_offset)
+            self.in_sync.join(link_id, name, self._log_end)
+            self.in_sync.report(link_id, first, self._log_end)
             sock.settimeout(max(_SILENT_LINK_S, 10 * self._heartbeat_s))  # a dead peer ends
             reader = threading.Thread(
                 target=self._read_reports,
@@ -164,7 +167,7 @@ class HAMaster:
                         f"master's end {self._log.max_offset}"
                     )
                 acked = report
-                self.in_sync.report(link_id, report, self._log.max_offset)
+                self.in_sync.report(link_id, report, self._log_end)
         except (OSError, ConnectionError, ReplicationProtocolError) as exc:
             if self._running:
                 log.warning("HA link %d: %s", link_id, exc)

@@ -3,7 +3,10 @@
 When the broker runs with NameServers (``ctx.routes`` is set), a topic's queues are
 those of every broker group the NameServers list for it, each ``MessageQueue`` carrying
 its own broker's name and gRPC endpoints, so a client that dialled one broker sends to
-and receives from all of them. This broker's own share comes from its topic table (it
+and receives from all of them. In controller mode a group's endpoints list all its
+members (``group_endpoints``), and this broker's own group answers with the endpoints
+the client dialled (``query_route.broker_endpoints``): either way a failover inside a
+group needs no route refresh. This broker's own share comes from its topic table (it
 is fresher than the NameServers' copy); when the NameServers cannot be reached, the
 answer is this broker's share alone (a cluster with its NameServers down still serves
 what each broker holds). The accepted message types of every group's queues are this
@@ -29,10 +32,24 @@ from broker_core.server.handlers.common import broker_proto, message_queue_proto
 log = logging.getLogger(__name__)
 
 
-def _endpoints(addr: str) -> pb.Endpoints:
-    host, _, port = addr.rpartition(":")
-    host = host.strip("[]")
-    return pb.Endpoints(scheme=scheme_of(host), addresses=[pb.Address(host=host, port=int(port))])
+def _endpoints(*addrs: str) -> pb.Endpoints:
+    """``Endpoints`` listing ``addrs`` in order (the scheme is the first host's)."""
+    hosts = [(host.strip("[]"), int(port)) for host, _, port in (a.rpartition(":") for a in addrs)]
+    return pb.Endpoints(
+        scheme=scheme_of(hosts[0][0]), addresses=[pb.Address(host=h, port=p) for h, p in hosts]
+    )
+
+
+def group_endpoints(ctx: ServerContext, group: BrokerQueues) -> pb.Endpoints:
+    """Where a client reaches another broker group: its master, or in controller mode
+    every registered member, master first. The client keeps one channel per ``Endpoints``
+    and gRPC moves it to the next address when one dies; a slave forwards sends to its
+    master and becomes the master on a failover (``server/master_forward.py``), so the
+    client reaches the group across a failover without waiting for its route refresh
+    (30 s), as RocketMQ 5's cluster-mode proxy hides the master behind a stable endpoint."""
+    if ctx.master_endpoint is not None and group.group_addrs:
+        return _endpoints(*group.group_addrs)
+    return _endpoints(group.grpc_addr)
 
 
 def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, pb.Broker | None]]:
@@ -56,7 +73,7 @@ def _groups(ctx: ServerContext, topic: str) -> list[tuple[TopicConfig, pb.Broker
             continue
         config = TopicConfig(topic, b.read_queue_nums, b.write_queue_nums, b.perm, message_type)
         groups.append(
-            (config, pb.Broker(name=b.broker_name, id=0, endpoints=_endpoints(b.grpc_addr)))
+            (config, pb.Broker(name=b.broker_name, id=0, endpoints=group_endpoints(ctx, b)))
         )
     if not groups:
         raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker of the cluster")

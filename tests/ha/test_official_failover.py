@@ -5,13 +5,16 @@ Two brokers of group ``g`` with sync replication on a real etcd; one thread send
 official client, synchronously, one message at a time; the master is SIGKILLed. Sends must
 succeed again once the new master is elected (the client's own retries, plus ours on an
 error), and every acknowledged body must be readable from the new master exactly once
-(a duplicate can only be the one send in flight at the kill, stored then retried).
+(a duplicate can only be a send in flight at the kill, or one that raised and was sent
+again: stored, then retried). With ``namesrv`` the brokers also register with a
+NameServer, so QueryRoute answers from the cluster's routes (``server/cluster_view.py``).
 """
 
 from __future__ import annotations
 
 import collections
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,20 +22,84 @@ from pathlib import Path
 import pytest
 
 from broker_core.client import RocketMQClient
+from broker_core.errors import RocketMQError
+from broker_core.namesrv.client import NameServerClient
+from tests.cluster_procs import start_namesrv, stop_namesrv
 from tests.ha.conftest import pull_all, wait_until
-from tests.ha.controller_procs import ETCD, ControllerGroup, running_group
-from tests.send_loop import OfficialProducer, SendLoop
+from tests.ha.controller_procs import ETCD, ControllerGroup, EtcdProcess
 
 pytestmark = pytest.mark.skipif(not Path(ETCD).exists(), reason="etcd is not installed")
 
 SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000, "ha_catch_up_window_ms": 3_000}
 TOPIC = "OfficialFailover"
+ROUTE_FIRST_REFRESH_S = 10  # the official client refreshes routes 10 s after start, then every 30 s
 
 
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[ControllerGroup]:
-    with running_group(tmp_path, SYNC) as grp:
+class OfficialSender:
+    """Sends ``o-<n>`` with the official Producer; records (body, started, acked) per ack.
+    A send that raised is sent again with the same body (``retried``): it may have been
+    stored (say, the master stored it and died before answering), so it may be stored twice."""
+
+    def __init__(self, endpoints: str) -> None:
+        from rocketmq import ClientConfiguration, Credentials, Producer
+
+        self._producer = Producer(ClientConfiguration(endpoints, Credentials()), (TOPIC,))
+        self._producer.startup()
+        self.started_at = time.monotonic()
+        self.acked: list[tuple[bytes, float, float]] = []
+        self.group_of: dict[bytes, str] = {}  # the broker group the client chose per ack
+        self.errors: list[str] = []
+        self.retried: set[bytes] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from rocketmq import Message
+
+        n = 0
+        while not self._stop.is_set():
+            message = Message()
+            message.topic, message.body = TOPIC, b"o-%08d" % n
+            started = time.monotonic()
+            try:
+                receipt = self._producer.send(message)
+            except Exception as exc:  # the official client raises plain exceptions
+                self.errors.append(repr(exc)[:200])
+                self.retried.add(message.body)
+                time.sleep(0.05)
+                continue
+            self.group_of[message.body] = receipt.message_queue.message_queue0().broker.name
+            self.acked.append((message.body, started, time.monotonic()))
+            n += 1
+
+    def acks_started_after(self, t: float) -> list[tuple[bytes, float, float]]:
+        return [a for a in self.acked if a[1] > t]
+
+    def stop(self) -> list[bytes]:
+        self._stop.set()
+        self._thread.join(60)
+        self._producer.shutdown()
+        return [body for body, _, _ in self.acked]
+
+
+@pytest.fixture(params=["direct", "namesrv"])
+def group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControllerGroup]:
+    """The group; with "namesrv" its brokers also register with a NameServer, so
+    QueryRoute answers from the cluster's routes (``server/cluster_view.py``)."""
+    etcd = EtcdProcess.start(tmp_path / "etcd")
+    ns, ns_addr = start_namesrv() if request.param == "namesrv" else (None, "")
+    grp = ControllerGroup(etcd, tmp_path, broker=SYNC, namesrv=ns_addr)
+    try:
+        for member in ("a", "b"):
+            grp.start(member)
+        wait_until(lambda: len(grp.state().in_sync) == 2, 30, "both brokers in sync")  # type: ignore[union-attr]
         yield grp
+    finally:
+        grp.stop_all()
+        etcd.stop()
+        if ns is not None:
+            stop_namesrv(ns)
 
 
 def test_official_producer_keeps_sending_across_a_failover(group: ControllerGroup) -> None:
@@ -40,8 +107,7 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
     assert old is not None
     with RocketMQClient(group.procs[old.master].endpoint) as client:
         client.create_topic(TOPIC, queues=4)
-    endpoints = ";".join(e for e in group.endpoints())
-    sender = SendLoop(lambda: OfficialProducer(endpoints, TOPIC), TOPIC, b"o", retry_pause_s=0.05)
+    sender = OfficialSender(";".join(e for e in group.endpoints()))
     try:
         wait_until(lambda: len(sender.acked) > 20, 30, "official sends flowing")
         killed_at = time.monotonic()
@@ -50,13 +116,13 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
             lambda: (s := group.state()) is not None and s.epoch > old.epoch, 30, "a new master"
         )
         wait_until(
-            lambda: len(sender.started_after(killed_at)) >= 20,
+            lambda: len(sender.acks_started_after(killed_at)) >= 20,
             40,
             f"official sends acknowledged after the kill (errors: {sender.errors[-3:]})",
         )
     finally:
         acked = sender.stop()
-    first_s = min(a.acked_s for a in sender.started_after(killed_at)) - killed_at
+    first_s = min(a[2] for a in sender.acks_started_after(killed_at)) - killed_at
     print(
         f"\nofficial client failover: kill → first acknowledged send {first_s:.2f} s; "
         f"{len(acked)} acknowledged, {len(sender.errors)} send errors"
@@ -67,6 +133,83 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
         stored = collections.Counter(pull_all(client, TOPIC, 4))
     missing = [b for b in acked if b not in stored]
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
-    in_flight = {a.body for a in sender.acked if a.started_s < killed_at < a.acked_s}
+    in_flight = {b for b, started, done in sender.acked if started < killed_at < done}
     twice = {b for b in acked if stored[b] > 1}
-    assert twice <= in_flight, f"stored more than once: {sorted(twice - in_flight)[:5]}"
+    unexplained = twice - in_flight - sender.retried
+    assert not unexplained, f"stored more than once, sent once: {sorted(unexplained)[:5]}"
+
+
+def _route_lists_both_members(ns_addr: str, group: str) -> bool:
+    client = NameServerClient(ns_addr)
+    try:
+        datas = {b.broker_name: b for b in client.get_route(TOPIC).broker_datas}
+    except RocketMQError:
+        return False
+    finally:
+        client.close()
+    return group in datas and len(datas[group].grpc_addrs) == 2
+
+
+@pytest.mark.slow
+def test_official_producer_reaches_another_group_across_its_failover(tmp_path: Path) -> None:
+    """Groups ``a`` and ``b`` (two brokers each) register with a NameServer; the official
+    Producer dials group ``a`` only, so it learns group ``b`` from the routes. b's master
+    is killed after the client's first route refresh; sends the client routes to b's
+    queues must be stored by b's new master well before its next refresh, 30 s later
+    (before: b's queues named only the dead master, every send to them failed over to
+    a's queues until that refresh)."""
+    etcd = EtcdProcess.start(tmp_path / "etcd")
+    ns, ns_addr = start_namesrv()
+    groups = {
+        g: ControllerGroup(etcd, tmp_path / g, name=g, broker=SYNC, namesrv=ns_addr)
+        for g in ("a", "b")
+    }
+    sender = None
+    try:
+        for grp in groups.values():
+            grp.start("m1")
+            grp.start("m2")
+        for grp in groups.values():
+            wait_until(lambda g=grp: len(g.state().in_sync) == 2, 30, "both in sync")  # type: ignore[misc]
+            with RocketMQClient(grp.master().endpoint) as client:
+                client.create_topic(TOPIC, queues=2)
+        wait_until(lambda: _route_lists_both_members(ns_addr, "b"), 30, "b's members routed")
+        sender = OfficialSender(";".join(groups["a"].endpoints()))
+        wait_until(lambda: "b" in sender.group_of.values(), 30, "official sends reaching b")  # type: ignore[union-attr]
+        refreshed_at = sender.started_at + ROUTE_FIRST_REFRESH_S + 1
+        wait_until(lambda: time.monotonic() > refreshed_at, 15, "the client's first refresh")
+        old = groups["b"].state()
+        assert old is not None
+        killed_at = time.monotonic()
+        groups["b"].procs[old.master].process.send_signal(signal.SIGKILL)
+        wait_until(lambda: groups["b"].state().epoch > old.epoch, 30, "a new master of b")  # type: ignore[union-attr]
+
+        def b_acked_after_kill() -> list[float]:
+            assert sender is not None
+            return [
+                done
+                for body, started, done in list(sender.acked)
+                if started > killed_at and sender.group_of.get(body) == "b"
+            ]
+
+        wait_until(lambda: len(b_acked_after_kill()) >= 5, 20, "sends stored in b again")
+        first_s = min(b_acked_after_kill()) - killed_at
+        acked = sender.stop()
+        sender = None
+        print(
+            f"\nofficial client, other group's failover: kill → first send stored in b "
+            f"{first_s:.2f} s"
+        )
+        stored: collections.Counter[bytes] = collections.Counter()
+        for grp in groups.values():
+            with RocketMQClient(grp.master().endpoint) as client:
+                stored.update(pull_all(client, TOPIC, 2))
+        missing = [b for b in acked if b not in stored]
+        assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
+    finally:
+        if sender is not None:
+            sender.stop()
+        for grp in groups.values():
+            grp.stop_all()
+        etcd.stop()
+        stop_namesrv(ns)

@@ -3,6 +3,7 @@ until it leaves the in-sync set; it rejoins after catching up; a minimum in-sync
 
 from __future__ import annotations
 
+import collections
 import signal
 import time
 from collections.abc import Callable
@@ -11,7 +12,7 @@ import pytest
 
 from broker_core.client import RocketMQClient
 from broker_core.errors import InSyncReplicasNotEnoughError, ReplicationTimeoutError
-from tests.ha.conftest import Group, wait_replicated, wait_until
+from tests.ha.conftest import Group, pull_all, wait_replicated, wait_until
 
 # The catch-up window is wide enough that a slave slowed by a loaded machine (not frozen)
 # stays in the set; the freeze tests wait it out.
@@ -54,6 +55,8 @@ def test_a_frozen_slave_times_out_sync_sends_until_it_leaves_the_set(
             with pytest.raises(ReplicationTimeoutError, match="FLUSH_SLAVE_TIMEOUT"):
                 master.send("ha-sync", b"held")
             assert time.monotonic() - started >= 0.45
+            with pytest.raises(ReplicationTimeoutError):  # a batch: one attempt, stored once
+                master.send_batch("ha-sync", [b"held-%d" % i for i in range(8)])
             # Past the catch-up window the slave leaves and sends proceed without it.
             seen = send_until_ok(master, "ha-sync", 20)
             assert set(seen) <= {ReplicationTimeoutError}
@@ -69,6 +72,8 @@ def test_a_frozen_slave_times_out_sync_sends_until_it_leaves_the_set(
         finally:
             group.slave.process.send_signal(signal.SIGCONT)
         wait_replicated(group)
+        stored = collections.Counter(pull_all(master, "ha-sync", 2))
+        assert [stored[b"held-%d" % i] for i in range(8)] == [1] * 8, "a timed-out batch resent"
 
 
 def test_too_few_in_sync_replicas_refuse_sync_sends(group_factory: Callable[..., Group]) -> None:
