@@ -11,7 +11,7 @@ does not verify, zeroes everything after it and deletes later segments, and repo
 bytes it dropped. Units below the recovery point are verified when read: a bad one
 raises :class:`CorruptionError` naming the file and position, never skipped silently.
 
-Threads: ``append_batch`` and ``flush`` may be called from any thread (appends serialise
+Threads: ``append`` and ``flush`` may be called from any thread (appends serialise
 on one lock; flush on another). Reads of offsets below ``max_offset`` need no lock.
 """
 
@@ -29,8 +29,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from broker_core.errors import (
     CorruptionError,
     OffsetOutOfRangeError,
@@ -40,30 +38,15 @@ from broker_core.errors import (
 from broker_core.message import StoredMessage
 from broker_core.protocol import unit as layout
 from broker_core.store import codec
-from broker_core.store.appended import Appended, appended_columns, appended_rows
-from broker_core.store.columns import ColumnBatch, assign_queue_offsets, pack_columns
+from broker_core.store.appended import Appended, appended
+from broker_core.store.columns import ColumnBatch
 from broker_core.store.mapped_file import MappedFile, segment_name
+from broker_core.store.packer import assign_queue_offsets, pack_units
 
 log = logging.getLogger(__name__)
 
 _SEGMENT_RE = re.compile(r"^\d{20}$")
 _WINDOW_BYTES = 4 << 20
-
-
-@dataclass(slots=True)
-class AppendResult:
-    """Where one message went."""
-
-    physical_offset: int
-    queue_offset: int
-    size: int
-
-
-@dataclass(slots=True)
-class BatchResult:
-    results: list[AppendResult]
-    store_timestamp_ms: int
-    end_offset: int  # global offset just past the last unit written
 
 
 @dataclass(slots=True)
@@ -85,12 +68,6 @@ class QueueOffsetTable:
 
     def __init__(self) -> None:
         self._next: dict[tuple[str, int], int] = {}
-
-    def take(self, topic: str, queue_id: int) -> int:
-        key = (topic, queue_id)
-        offset = self._next.get(key, 0)
-        self._next[key] = offset + 1
-        return offset
 
     def take_many(self, topic: str, queue_id: int, count: int) -> int:
         """Reserve ``count`` consecutive offsets; returns the first."""
@@ -123,8 +100,8 @@ class CommitLog:
         self._store_host = (socket.inet_aton(store_host[0]), store_host[1])
         self.queue_offsets = QueueOffsetTable()
         self.flushed_offset = 0
-        # Called under the put lock after each append with (offset before, offset after,
-        # encoded units, results): dispatch takes its work from here instead of re-reading.
+        # Called under the put lock after each append with its dispatch record
+        # (``appended``): dispatch takes its work from here instead of re-reading.
         self.on_append: AppendHook | None = None
         directory.mkdir(parents=True, exist_ok=True)
 
@@ -209,48 +186,27 @@ class CommitLog:
 
     # ---- writing --------------------------------------------------------------------
 
-    def append_batch(self, batch: list[codec.EncodedMessage], now_ms: int) -> BatchResult:
-        """Append encoded units in order; queue offsets are assigned here, under the lock."""
-        results: list[AppendResult] = []
+    def append(self, batch: ColumnBatch, now_ms: int) -> int:
+        """Append a batch in order; returns the log's new end offset.
 
-        def pack(lo: int, hi: int, phys: int) -> bytearray:
-            chunk = bytearray(sum(sizes[lo:hi]))
-            self._pack(chunk, batch[lo:hi], phys, now_ms, results)
-            return chunk
+        Queue offsets are taken here, under the lock, and written with the physical
+        offsets and the store time into ``batch.head`` (see ``packer``). The dispatch
+        record goes to ``on_append``, still under the lock, so in log order.
+        """
+        queue_rows = batch.queue_rows()  # outside the lock
 
-        sizes = [enc.size for enc in batch]
+        def pack(lo: int, hi: int, phys: int) -> bytes:
+            if lo == 0:  # taken only once the segments exist: a refused batch leaves no gap
+                assign_queue_offsets(batch, queue_rows, self.queue_offsets.take_many)
+            return pack_units(batch, lo, hi, phys, now_ms, self._store_host)
+
+        sizes = batch.sizes.tolist()
         with self._put_lock:
             before = self.max_offset
             end = self._fill(sizes, pack)
             if self.on_append is not None:
-                self.on_append(appended_rows(before, end, now_ms, batch, results))
-            return BatchResult(results, now_ms, end)
-
-    def append_columns(self, batch: ColumnBatch, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
-        """Append a column batch (one topic); returns (queue offsets, physical offsets).
-
-        The same bytes, queue offsets and dispatch work as ``append_batch`` of the same
-        messages, computed a batch at a time.
-        """
-        topic = batch.topic
-        starts = np.empty(len(batch), np.int64)
-        offsets = np.empty(len(batch), np.int64)
-
-        def pack(lo: int, hi: int, phys: int) -> bytes:
-            if lo == 0:  # taken only once the segments exist: a refused batch leaves no gap
-                offsets[:] = assign_queue_offsets(
-                    batch, lambda queue_id, n: self.queue_offsets.take_many(topic, queue_id, n)
-                )
-            sizes = batch.sizes[lo:hi]
-            starts[lo:hi] = phys + np.cumsum(sizes) - sizes
-            return pack_columns(batch, lo, hi, phys, offsets, now_ms, self._store_host)
-
-        with self._put_lock:
-            before = self.max_offset
-            end = self._fill(batch.sizes.tolist(), pack)
-            if self.on_append is not None:
-                self.on_append(appended_columns(before, end, now_ms, batch, offsets, starts))
-            return offsets, starts
+                self.on_append(appended(before, end, now_ms, batch, queue_rows))
+            return end
 
     def _fill(self, sizes: list[int], pack: Callable[[int, int, int], bytes | bytearray]) -> int:
         """Write units of ``sizes`` after the log's end; returns the new end offset.
@@ -299,25 +255,6 @@ class CommitLog:
             seg = last
             seg.append(data)
             return seg.end_offset
-
-    def _pack(
-        self,
-        chunk: bytearray,
-        encs: list[codec.EncodedMessage],
-        phys: int,
-        now_ms: int,
-        results: list[AppendResult],
-    ) -> None:
-        take = self.queue_offsets.take
-        host = self._store_host
-        pos = 0
-        with memoryview(chunk) as view:
-            for enc in encs:
-                tran = enc.sys_flag & layout.SYSFLAG_TRANSACTION_MASK
-                qoff = 0 if tran in layout.NOT_IN_QUEUE else take(enc.topic, enc.queue_id)
-                codec.pack_unit_into(chunk, view, pos, enc, qoff, phys + pos, now_ms, host)
-                results.append(AppendResult(phys + pos, qoff, enc.size))
-                pos += enc.size
 
     def _make_room(self, seg: MappedFile, sizes: list[int]) -> list[MappedFile]:
         """Create (not yet register) the segments units of ``sizes`` spill into after ``seg``.
