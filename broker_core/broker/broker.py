@@ -417,7 +417,7 @@ class Broker:
             )
         self.store.put_batch(batch)
         self.replication.wait_replicated(self.store.commitlog.max_offset)
-        return batch.head["queue_offset"].astype(np.int64)
+        return batch.queue_offsets.astype(np.int64)
 
     def require_master(self) -> None:
         """NotMasterError on a slave (before anything is created or written)."""

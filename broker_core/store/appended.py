@@ -40,8 +40,7 @@ def appended(
 ) -> Appended:
     """The record of ``batch`` once packed (its headers filled) between ``before`` and
     ``after``; ``queues`` is ``batch.queue_rows()``."""
-    head = batch.head
-    phys = head["physical_offset"]
+    phys = batch.physical_offsets
     keys = batch.index_keys
     if all(keys):  # the usual case: every message has at least its id
         index_keys, index_phys = keys, phys.tolist()
@@ -56,8 +55,8 @@ def appended(
         queues,
         phys,
         batch.sizes,
-        head["tags_code"],
-        head["queue_offset"],
+        batch.tags_codes,
+        batch.queue_offsets,
         index_keys,
         index_phys,
     )

@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -61,14 +61,21 @@ class ColumnBatch:
     tail_crcs: list[int]
     topics: list[str]
     index_keys: list[list[str]]  # UNIQ_KEY then KEYS, per message
+    # Views of header columns, made once: a field view costs as much as packing a header.
+    sizes: np.ndarray = field(init=False)  # total_size: each whole unit's bytes
+    queue_offsets: np.ndarray = field(init=False)
+    physical_offsets: np.ndarray = field(init=False)
+    tags_codes: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        head = self.head
+        self.sizes = head["total_size"]
+        self.queue_offsets = head["queue_offset"]
+        self.physical_offsets = head["physical_offset"]
+        self.tags_codes = head["tags_code"]
 
     def __len__(self) -> int:
         return len(self.bodies)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        """Each whole unit's size in bytes (the header's ``total_size``)."""
-        return self.head["total_size"]
 
     @property
     def topic(self) -> str:
@@ -86,10 +93,6 @@ class ColumnBatch:
     @property
     def born_ms(self) -> np.ndarray:
         return self.head["born_timestamp_ms"]
-
-    @property
-    def tags_codes(self) -> np.ndarray:
-        return self.head["tags_code"]
 
     def queue_rows(self) -> dict[QueueKey, list[int]]:
         """The rows of each (topic, queue id), in batch order; rows of prepared or

@@ -281,8 +281,7 @@ class MessageStore:
             max_body_bytes=cfg.max_body_bytes,
             max_properties_bytes=cfg.max_properties_bytes,
         )
-        ts = self.put_batch(batch)
-        head, host = batch.head, self._store_host
+        ts, host = self.put_batch(batch), self._store_host
         return [
             PutResult(
                 msg.topic,
@@ -296,8 +295,8 @@ class MessageStore:
             )
             for msg, queue_offset, physical_offset, size in zip(
                 messages,
-                head["queue_offset"].tolist(),
-                head["physical_offset"].tolist(),
+                batch.queue_offsets.tolist(),
+                batch.physical_offsets.tolist(),
                 batch.sizes.tolist(),
                 strict=True,
             )

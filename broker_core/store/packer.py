@@ -44,7 +44,7 @@ def assign_queue_offsets(
     """Set each queued message's queue offset, consecutive per queue in batch order;
     ``take_many(topic, queue_id, n)`` reserves ``n`` offsets of a queue and returns the
     first. Messages in no queue keep offset 0."""
-    offsets = batch.head["queue_offset"]
+    offsets = batch.queue_offsets
     for (topic, queue_id), rows in queue_rows.items():
         first = take_many(topic, queue_id, len(rows))
         if len(rows) == 1:
