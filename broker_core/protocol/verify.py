@@ -64,7 +64,9 @@ def fail(what: str, queue_offsets: np.ndarray, bad: np.ndarray) -> CorruptionErr
     return CorruptionError(f"{what} (unit {index} of the batch, queue offset {at})")
 
 
-def verify_units(data: bytes, sizes: np.ndarray, *, verify_crc: bool = True) -> UnitSpans:
+def verify_units(
+    data: bytes | memoryview, sizes: np.ndarray, *, verify_crc: bool = True
+) -> UnitSpans:
     """Verify the units in ``data`` (``sizes[i]`` bytes each) and say where their parts sit."""
     buf = np.frombuffer(data, np.uint8)
     sizes = sizes.astype(np.int64)
@@ -83,7 +85,7 @@ def verify_units(data: bytes, sizes: np.ndarray, *, verify_crc: bool = True) -> 
         raise fail("bad body length", queue_offset, bad)
     topic_at = starts + HEADER_SIZE + body_len
     topic_len = buf[topic_at].astype(np.int64)
-    if (bad := topic_at + 3 + topic_len > ends).any():
+    if (bad := (topic_len < 1) | (topic_at + 3 + topic_len > ends)).any():
         raise fail("bad topic length", queue_offset, bad)
     props_at = topic_at + 1 + topic_len
     props_len = _u16_at(buf, props_at)
@@ -103,7 +105,11 @@ def _u16_at(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 
 def _check_crcs(
-    data: bytes, starts: np.ndarray, ends: np.ndarray, head: np.ndarray, queue_offsets: np.ndarray
+    data: bytes | memoryview,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    head: np.ndarray,
+    queue_offsets: np.ndarray,
 ) -> None:
     body_ends = (starts + HEADER_SIZE + head["body_length"]).tolist()
     crc32 = zlib.crc32

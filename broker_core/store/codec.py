@@ -26,6 +26,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
+import numpy as np
+
 from broker_core.errors import (
     CorruptionError,
     InvalidArgumentError,
@@ -51,6 +53,7 @@ from broker_core.protocol.unit import (
     SIZE_MAGIC,
     TOPIC_LEN,
 )
+from broker_core.protocol.verify import verify_units
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
@@ -195,6 +198,35 @@ def check_unit(buf: Buffer, pos: int, expected_phys: int, path: str = "") -> int
     if problem:  # checksums match what a buggy writer laid out: still not a unit
         raise CorruptionError(problem, path=path, position=expected_phys)
     return int(total)
+
+
+def check_units(
+    buf: Buffer, pos: int, sizes: list[int], expected_phys: int, path: str = ""
+) -> tuple[int, CorruptionError | None]:
+    """Verify message units of ``sizes`` back to back at ``buf[pos:]`` (the first at global
+    offset ``expected_phys``) with the shared vectorised verifier (``protocol.verify``),
+    plus each unit's physical offset field.
+
+    Returns how many leading units verify and, when not all do, the first bad one's
+    error (found again with :func:`check_unit`, which names what is wrong with it).
+    """
+    end = pos + sum(sizes)
+    if end > len(buf):
+        raise CorruptionError(f"units run past the buffer end {len(buf)}", path=path)
+    try:  # a copy of the run: no buffer export left on a mapping that may be closed
+        spans = verify_units(bytes(buf[pos:end]), np.array(sizes, np.int64))
+        if (spans.head["physical_offset"] == expected_phys + spans.starts).all():
+            return len(sizes), None
+    except CorruptionError:
+        pass
+    at = pos
+    for index, size in enumerate(sizes):  # the rare case: say which unit and why
+        try:
+            check_unit(buf, at, expected_phys + at - pos, path)
+        except CorruptionError as exc:
+            return index, exc
+        at += size
+    return len(sizes), None  # the batch check was stricter than the unit check: trust units
 
 
 def _tail_problem(tail: memoryview) -> str:
