@@ -66,6 +66,8 @@ class ColumnBatch:
     queue_offsets: np.ndarray = field(init=False)
     physical_offsets: np.ndarray = field(init=False)
     tags_codes: np.ndarray = field(init=False)
+    # queue_rows() as found while encoding Message objects (dropped when queue ids change)
+    known_rows: dict[QueueKey, list[int]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         head = self.head
@@ -89,6 +91,7 @@ class ColumnBatch:
     @queue_ids.setter
     def queue_ids(self, queue_ids: np.ndarray | int) -> None:
         self.head["queue_id"] = queue_ids
+        self.known_rows = None
 
     @property
     def born_ms(self) -> np.ndarray:
@@ -97,6 +100,8 @@ class ColumnBatch:
     def queue_rows(self) -> dict[QueueKey, list[int]]:
         """The rows of each (topic, queue id), in batch order; rows of prepared or
         rolled-back transaction units (stored, never queued) are in none."""
+        if self.known_rows is not None:
+            return self.known_rows
         if len(self) >= SMALL_BATCH:
             return _queue_rows_vectorised(self)
         rows: dict[QueueKey, list[int]] = {}
@@ -183,6 +188,7 @@ def encode_messages(
     """Validate and encode ``Message`` objects (any kind, any topics) as one batch."""
     raw = bytearray(layout.HEADER_SIZE * len(messages))
     bodies, tails, tail_crcs, topics, index_keys = [], [], [], [], []
+    rows: dict[QueueKey, list[int]] = {}  # queue_rows(), cheaper here than from the headers
     crc32, size_limit = zlib.crc32, min(max_properties_bytes, 0xFFFF)
     encode_properties, topic_head, keys_of = (
         codec.encode_properties,
@@ -208,8 +214,12 @@ def encode_messages(
         tail_crcs.append(crc32(tail))
         topics.append(msg.topic)
         index_keys.append(keys_of(msg.properties))
+        if (msg.sys_flag & layout.SYSFLAG_TRANSACTION_MASK) not in layout.NOT_IN_QUEUE:
+            rows.setdefault((msg.topic, msg.queue_id), []).append(row)
     head = np.frombuffer(raw, layout.HEADER_DTYPE)  # writable: it is the bytearray's memory
-    return ColumnBatch(head, memoryview(raw), bodies, tails, tail_crcs, topics, index_keys)
+    batch = ColumnBatch(head, memoryview(raw), bodies, tails, tail_crcs, topics, index_keys)
+    batch.known_rows = rows
+    return batch
 
 
 def _pack_known(
