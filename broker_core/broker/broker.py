@@ -397,6 +397,8 @@ class Broker:
         queue).
         """
         self.require_master()
+        if not len(batch):
+            raise InvalidArgumentError("send needs at least one message")
         if len(set(batch.topics)) != 1:
             raise InvalidArgumentError("a column batch holds the messages of one topic")
         config = self.topics.for_send(batch.topic)
