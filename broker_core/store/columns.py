@@ -51,7 +51,8 @@ class ColumnBatch:
     """Encoded messages; every array and list has one entry per message, in order.
 
     ``head`` holds the unit headers with the append-time fields still zero. Queue ids may
-    be chosen after encoding (``queue_ids`` setter): the broker picks them.
+    be chosen after encoding (``queue_ids`` setter): the broker picks them. A batch
+    belongs to the thread sending it; the append writes its results into ``head``.
     """
 
     head: np.ndarray  # records of HEADER_DTYPE
