@@ -392,34 +392,39 @@ class Broker:
         return [r for r in results if r is not None]
 
     def send_columns(self, batch: ColumnBatch, *, queue_id: int | None = None) -> np.ndarray:
-        """Store a column batch of plain (NORMAL) messages; returns their queue offsets.
+        """Store an encoded batch of plain (NORMAL) messages of one topic; returns their
+        queue offsets.
 
-        The fast lane of :meth:`send` for a batch with nothing to route: queues are
-        chosen round robin, as ``send`` does for each message, or all go to ``queue_id``
-        (a 4.x batch names its queue).
+        What the converters of plain batches (SendMessage, SendBulk, the 4.x batch) call:
+        nothing to route, so the batch goes to the store's one put as it is, the path
+        :meth:`send` takes for its plain messages. Queues are chosen round robin, as
+        ``send`` does for each message, or all go to ``queue_id`` (a 4.x batch names its
+        queue).
         """
         self.require_master()
+        if not len(batch):
+            raise InvalidArgumentError("send needs at least one message")
+        if len(set(batch.topics)) != 1:
+            raise InvalidArgumentError("a column batch holds the messages of one topic")
         config = self.topics.for_send(batch.topic)
         if not config.accepts("NORMAL"):
             raise InvalidArgumentError(
                 f"topic {batch.topic} takes {config.message_type} messages, not NORMAL"
             )
-        if queue_id is not None:
-            if not 0 <= queue_id < config.write_queue_nums:
-                raise InvalidArgumentError(
-                    f"queue {queue_id} of topic {batch.topic} does not exist "
-                    f"(it has {config.write_queue_nums} write queues)"
-                )
-            batch.queue_ids = np.full(len(batch), queue_id, np.int32)
-            return self.store.put_columns(batch)
-        first = self._send_counter + 1
-        self._send_counter += len(batch)
-        batch.queue_ids = ((first + np.arange(len(batch))) % config.write_queue_nums).astype(
-            np.int32
-        )
-        offsets = self.store.put_columns(batch)
+        if queue_id is None:
+            first = self._send_counter + 1
+            self._send_counter += len(batch)
+            batch.queue_ids = (first + np.arange(len(batch))) % config.write_queue_nums
+        elif 0 <= queue_id < config.write_queue_nums:
+            batch.queue_ids = queue_id
+        else:
+            raise InvalidArgumentError(
+                f"queue {queue_id} of topic {batch.topic} does not exist "
+                f"(it has {config.write_queue_nums} write queues)"
+            )
+        self.store.put_batch(batch)
         self.replication.wait_replicated(self.store.commitlog.max_offset)
-        return offsets
+        return batch.queue_offsets.astype(np.int64)
 
     def require_master(self) -> None:
         """NotMasterError on a slave (before anything is created or written)."""

@@ -21,10 +21,12 @@ Checks, all before anything is returned (CorruptionError names the queue offset)
 Pure functions; any thread.
 
 >>> from broker_core.message import Message
->>> from broker_core.store import codec
->>> enc = codec.encode(Message("t", b"hi", properties={"TAGS": "a", "UNIQ_KEY": "ID1"}),
-...                    max_body_bytes=1024, max_properties_bytes=1024)
->>> unit = bytes(codec.seal(enc, 7, 0, 2_000))
+>>> from broker_core.store.columns import encode_messages
+>>> from broker_core.store.packer import pack_units
+>>> batch = encode_messages([Message("t", b"hi", properties={"TAGS": "a", "UNIQ_KEY": "ID1"})],
+...                         max_body_bytes=1024, max_properties_bytes=1024)
+>>> batch.head["queue_offset"] = 7
+>>> unit = pack_units(batch, 0, 1, 0, 2_000, (bytes(4), 0))
 >>> cols = decode_units(unit, np.array([len(unit)], np.int32))
 >>> cols.queue_offset.tolist(), cols.body.to_pylist(), cols.topic.to_pylist()
 ([7], [b'hi'], ['t'])

@@ -65,7 +65,9 @@ def fail(what: str, queue_offsets: np.ndarray, bad: np.ndarray) -> CorruptionErr
     return CorruptionError(f"{what} (unit {index} of the batch, queue offset {at})")
 
 
-def verify_units(data: bytes, sizes: np.ndarray, *, verify_crc: bool = True) -> UnitSpans:
+def verify_units(
+    data: bytes | memoryview, sizes: np.ndarray, *, verify_crc: bool = True
+) -> UnitSpans:
     """Verify the units in ``data`` (``sizes[i]`` bytes each) and say where their parts sit."""
     buf = np.frombuffer(data, np.uint8)
     sizes = sizes.astype(np.int64)
@@ -84,7 +86,7 @@ def verify_units(data: bytes, sizes: np.ndarray, *, verify_crc: bool = True) -> 
         raise fail("bad body length", queue_offset, bad)
     topic_at = starts + HEADER_SIZE + body_len
     topic_len = buf[topic_at].astype(np.int64)
-    if (bad := topic_at + 3 + topic_len > ends).any():
+    if (bad := (topic_len < 1) | (topic_at + 3 + topic_len > ends)).any():
         raise fail("bad topic length", queue_offset, bad)
     props_at = topic_at + 1 + topic_len
     props_len = _u16_at(buf, props_at)
@@ -104,7 +106,11 @@ def _u16_at(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 
 def _check_crcs(
-    data: bytes, starts: np.ndarray, ends: np.ndarray, head: np.ndarray, queue_offsets: np.ndarray
+    data: bytes | memoryview,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    head: np.ndarray,
+    queue_offsets: np.ndarray,
 ) -> None:
     """Both CRCs of every unit: in bulk (:mod:`broker_core.protocol.crc_rows`), then one
     by one for the units of any chunk not confirmed, to name the first bad unit."""
@@ -122,7 +128,11 @@ def _check_crcs(
 
 
 def _check_each(
-    data: bytes, starts: np.ndarray, ends: np.ndarray, head: np.ndarray, queue_offsets: np.ndarray
+    data: bytes | memoryview,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    head: np.ndarray,
+    queue_offsets: np.ndarray,
 ) -> None:
     """The CRCs of the given units checked one ``zlib.crc32`` call each (the exact check)."""
     body_ends = (starts + HEADER_SIZE + head["body_length"]).tolist()

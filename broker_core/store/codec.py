@@ -1,7 +1,9 @@
 """The commitlog message unit: one message as it sits on disk.
 
 The unit's bytes are drawn, and its layout declared, in :mod:`broker_core.protocol.unit`
-(one field table shared with the client); this module encodes, seals and decodes units.
+(one field table shared with the client). This module holds what encoding a message needs
+(properties, topic, hosts, the index keys; ``columns`` builds batches with them and
+``packer`` finishes units) and checks and decodes units read back.
 
 A blank (end-of-segment) unit is only ``total_size | BLANK_MAGIC`` and fills the rest of
 its segment; fewer than 8 trailing bytes are left zero. A zero ``total_size`` means
@@ -20,30 +22,27 @@ from __future__ import annotations
 import functools
 import mmap
 import socket
-import struct
 import zlib
 from dataclasses import dataclass
+from typing import Final, NoReturn
+
+import numpy as np
 
 from broker_core.errors import (
     CorruptionError,
     InvalidArgumentError,
     InvalidPropertyError,
     InvalidTopicError,
-    MessageTooLargeError,
-    PropertiesTooLargeError,
 )
 from broker_core.message import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
-    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     Message,
     StoredMessage,
-    tag_hash,
 )
 from broker_core.protocol.unit import (
     BLANK_MAGIC,
-    CRC,
     CRC_START,
     HEADER,
     HEADER_SIZE,
@@ -53,13 +52,12 @@ from broker_core.protocol.unit import (
     PROPS_LEN,
     SIZE_MAGIC,
     TOPIC_LEN,
-    UNIT_CRC_POS,
 )
+from broker_core.protocol.verify import verify_units
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
-_ZERO_IP = b"\x00\x00\x00\x00"
-_LOOPBACK_IP = b"\x7f\x00\x00\x01"
+ZERO_IP: Final = b"\x00\x00\x00\x00"
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
@@ -102,99 +100,22 @@ def decode_properties(raw: bytes) -> dict[str, str]:
     return props
 
 
-def _ip4(host: str) -> bytes:
+@functools.lru_cache(maxsize=1024)  # a broker sees few distinct hosts
+def ip4(host: str) -> bytes:
+    """The 4 bytes of an IPv4 address; other families and names are stored as 0.0.0.0."""
     try:
         return socket.inet_aton(host)
     except OSError:
-        return _ZERO_IP
-
-
-@dataclass(slots=True)
-class EncodedMessage:
-    """A validated message split into the parts a unit is built from.
-
-    Everything but the append-time fields (queue offset, physical offset, store time and
-    host, unit CRC) is computed here, outside the commitlog's lock; ``pack_unit_into``
-    finishes the unit under it.
-    """
-
-    topic: str
-    queue_id: int
-    flag: int
-    sys_flag: int
-    born_timestamp_ms: int
-    born_ip: bytes
-    born_port: int
-    reconsume_times: int
-    prepared_transaction_offset: int
-    tags_code: int
-    body: bytes
-    body_crc: int
-    tail: bytes  # topic length, topic, properties length, properties
-    tail_crc: int
-    size: int
-    index_keys: list[str]  # UNIQ_KEY and KEYS: what dispatch files in the index
-
-
-def encode(msg: Message, *, max_body_bytes: int, max_properties_bytes: int) -> EncodedMessage:
-    """Validate and encode ``msg``; raises an InvalidArgumentError subclass on bad input."""
-    body = msg.body if type(msg.body) is bytes else bytes(msg.body)
-    if len(body) > max_body_bytes:
-        raise MessageTooLargeError(
-            f"message body is {len(body)} bytes, over the limit of {max_body_bytes}"
-        )
-    topic_head = _topic_head(msg.topic)
-    props = encode_properties(msg.properties)
-    if len(props) > max_properties_bytes or len(props) > 0xFFFF:
-        raise PropertiesTooLargeError(
-            f"properties are {len(props)} bytes encoded, over the limit of "
-            f"{min(max_properties_bytes, 0xFFFF)}"
-        )
-    tail = topic_head + len(props).to_bytes(2, "big") + props
-    host, port = msg.born_host
-    _check_ranges(msg, port)
-    return EncodedMessage(
-        msg.topic,
-        msg.queue_id,
-        msg.flag,
-        msg.sys_flag,
-        msg.born_timestamp_ms,
-        _LOOPBACK_IP if host == "127.0.0.1" else _ip4(host),
-        port,
-        msg.reconsume_times,
-        msg.prepared_transaction_offset,
-        tag_hash(msg.properties.get(PROPERTY_TAGS)),
-        body,
-        zlib.crc32(body),
-        tail,
-        zlib.crc32(tail),
-        HEADER_SIZE + len(body) + len(tail),
-        _index_keys(msg.properties),
-    )
+        return ZERO_IP
 
 
 _I32 = range(-(2**31), 2**31)
 _I64 = range(-(2**63), 2**63)
 
 
-_RANGES = struct.Struct(">iiiiiqq")  # the header's fixed-width integers a message sets
-
-
-def _check_ranges(msg: Message, born_port: int) -> None:
-    """Refuse integers the header cannot hold, before the commitlog assigns offsets."""
-    try:  # one pack checks them all (ints, in range); the loop below names the culprit
-        _RANGES.pack(
-            msg.queue_id,
-            msg.flag,
-            msg.sys_flag,
-            born_port,
-            msg.reconsume_times,
-            msg.born_timestamp_ms,
-            msg.prepared_transaction_offset,
-        )
-        return
-    except struct.error:
-        pass
+def explain_bad_ranges(msg: Message, born_port: int) -> NoReturn:
+    """Raise InvalidArgumentError naming the integer of ``msg`` the header cannot hold
+    (called once packing the header failed)."""
     for name, value, allowed in (
         ("queue_id", msg.queue_id, _I32),
         ("flag", msg.flag, _I32),
@@ -204,13 +125,15 @@ def _check_ranges(msg: Message, born_port: int) -> None:
         ("born_timestamp_ms", msg.born_timestamp_ms, _I64),
         ("prepared_transaction_offset", msg.prepared_transaction_offset, _I64),
     ):
+        if not isinstance(value, int):
+            break
         if value not in allowed:
             raise InvalidArgumentError(f"message {name} {value} does not fit the unit header")
     raise InvalidArgumentError("message header fields must be integers")
 
 
 @functools.lru_cache(maxsize=4096)
-def _topic_head(topic: str) -> bytes:
+def topic_head(topic: str) -> bytes:
     """Topic length byte + UTF-8 topic (cached: a broker sees few distinct topics)."""
     try:
         raw = topic.encode()
@@ -221,70 +144,13 @@ def _topic_head(topic: str) -> bytes:
     return TOPIC_LEN.pack(len(raw)) + raw
 
 
-def _index_keys(props: dict[str, str]) -> list[str]:
+def index_keys(props: dict[str, str]) -> list[str]:
+    """What dispatch files in the index for a message: UNIQ_KEY, then each of KEYS."""
     keys = [props[PROPERTY_UNIQ_KEY]] if props.get(PROPERTY_UNIQ_KEY) else []
     raw = props.get(PROPERTY_KEYS)
     if raw:
         keys.extend(k for k in raw.split(KEY_SEPARATOR) if k)
     return keys
-
-
-def pack_unit_into(
-    buf: bytearray,
-    view: memoryview,
-    pos: int,
-    enc: EncodedMessage,
-    queue_offset: int,
-    physical_offset: int,
-    store_timestamp_ms: int,
-    store_host: tuple[bytes, int],
-) -> None:
-    """Write the finished unit for ``enc`` at ``buf[pos:]``; ``view`` is a view of ``buf``."""
-    HEADER.pack_into(
-        buf,
-        pos,
-        enc.size,
-        MESSAGE_MAGIC,
-        0,
-        enc.body_crc,
-        enc.queue_id,
-        enc.flag,
-        queue_offset,
-        physical_offset,
-        enc.sys_flag,
-        enc.born_timestamp_ms,
-        enc.born_ip,
-        enc.born_port,
-        store_timestamp_ms,
-        store_host[0],
-        store_host[1],
-        enc.reconsume_times,
-        enc.prepared_transaction_offset,
-        enc.tags_code,
-        len(enc.body),
-    )
-    body_end = pos + HEADER_SIZE + len(enc.body)
-    buf[pos + HEADER_SIZE : body_end] = enc.body
-    buf[body_end : pos + enc.size] = enc.tail
-    CRC.pack_into(
-        buf, pos + UNIT_CRC_POS, zlib.crc32(view[pos + CRC_START : pos + HEADER_SIZE], enc.tail_crc)
-    )
-
-
-def seal(
-    enc: EncodedMessage,
-    queue_offset: int,
-    physical_offset: int,
-    store_timestamp_ms: int,
-    store_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 0),
-) -> bytearray:
-    """One finished unit on its own (the commitlog packs whole batches instead)."""
-    buf = bytearray(enc.size)
-    with memoryview(buf) as view:
-        pack_unit_into(
-            buf, view, 0, enc, queue_offset, physical_offset, store_timestamp_ms, store_host
-        )
-    return buf
 
 
 def blank_unit(size: int) -> bytes:
@@ -332,6 +198,35 @@ def check_unit(buf: Buffer, pos: int, expected_phys: int, path: str = "") -> int
     if problem:  # checksums match what a buggy writer laid out: still not a unit
         raise CorruptionError(problem, path=path, position=expected_phys)
     return int(total)
+
+
+def check_units(
+    buf: Buffer, pos: int, sizes: list[int], expected_phys: int, path: str = ""
+) -> tuple[int, CorruptionError | None]:
+    """Verify message units of ``sizes`` back to back at ``buf[pos:]`` (the first at global
+    offset ``expected_phys``) with the shared vectorised verifier (``protocol.verify``),
+    plus each unit's physical offset field.
+
+    Returns how many leading units verify and, when not all do, the first bad one's
+    error (found again with :func:`check_unit`, which names what is wrong with it).
+    """
+    end = pos + sum(sizes)
+    if end > len(buf):
+        raise CorruptionError(f"units run past the buffer end {len(buf)}", path=path)
+    try:  # a copy of the run: no buffer export left on a mapping that may be closed
+        spans = verify_units(bytes(buf[pos:end]), np.array(sizes, np.int64))
+        if (spans.head["physical_offset"] == expected_phys + spans.starts).all():
+            return len(sizes), None
+    except CorruptionError:
+        pass
+    at = pos
+    for index, size in enumerate(sizes):  # the rare case: say which unit and why
+        try:
+            check_unit(buf, at, expected_phys + at - pos, path)
+        except CorruptionError as exc:
+            return index, exc
+        at += size
+    return len(sizes), None  # the batch check was stricter than the unit check: trust units
 
 
 def _tail_problem(tail: memoryview) -> str:

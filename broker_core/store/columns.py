@@ -1,49 +1,138 @@
-"""Column batches: many plain messages of one topic, encoded and packed as arrays.
+"""The send path's one batch type: messages encoded as columns, ready to append.
 
-The send path's fast lane. A batch of ordinary messages (no transaction, no delay, one
-topic, one born host) is held as columns instead of one object per message, and its
-units are packed with numpy: the 100-byte headers of the whole batch are one record
-array, only the CRCs and the final join touch messages one by one. The bytes are
-exactly those ``codec.pack_unit_into`` writes for the same message (tests compare
-them), so readers, recovery and replication cannot tell the lanes apart.
+Every append goes through a :class:`ColumnBatch`, whoever sends: the official
+SendMessage, SendBulk and the 4.x batch (``encode_columns``: many plain messages of one
+topic, built as arrays), and the per-message API that retry, DLQ, timer, schedule and
+transaction internals use (``encode_messages``: ``Message`` objects of any kind, mixed
+topics, transaction units). Below it there is one store put (``MessageStore.put_batch``),
+one append (``CommitLog.append``), one packer (``packer.pack_units``) and one dispatch
+record (``appended.Appended``), so a format or validation rule is written once.
 
-Validation happens in :func:`encode_columns`, outside the commitlog's lock, as in
-``codec.encode``: an oversize body or properties, or a bad topic, fails the whole batch
-before anything is stored.
+The batch holds each message's 100-byte unit header as one record of
+:data:`~broker_core.protocol.unit.HEADER_DTYPE`, with every field known before the append
+filled in; the append fills the rest (queue offset, physical offset, store time and host,
+unit CRC). Bodies and tails (topic length, topic, properties length, properties) stay
+``bytes``, with the tail's CRC computed here, outside the commitlog's lock.
+
+Validation happens here, before anything is stored: an oversize body or properties, a bad
+topic, a property that does not encode, an integer the header cannot hold fails the whole
+batch (MessageTooLargeError, PropertiesTooLargeError, InvalidTopicError,
+InvalidPropertyError, InvalidArgumentError), naming the first offender.
+
+>>> from broker_core.message import Message
+>>> batch = encode_messages([Message("t", b"hi", queue_id=2, properties={"KEYS": "k"})],
+...                         max_body_bytes=64, max_properties_bytes=64)
+>>> len(batch), batch.topics, batch.queue_ids.tolist(), batch.sizes.tolist(), batch.index_keys
+(1, ['t'], [2], [113], [['k']])
 """
 
 from __future__ import annotations
 
+import struct
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from broker_core.errors import MessageTooLargeError, PropertiesTooLargeError
+from broker_core.message import PROPERTY_TAGS, Message, tag_hash
 from broker_core.protocol import unit as layout
 from broker_core.store import codec
+
+# Below this many messages numpy's fixed cost per call exceeds a Python loop's work.
+SMALL_BATCH = 16
+
+QueueKey = tuple[str, int]
 
 
 @dataclass(slots=True)
 class ColumnBatch:
-    """Encoded messages of one topic; every array and list has one entry per message."""
+    """Encoded messages; every array and list has one entry per message, in order.
 
-    topic: str
-    queue_ids: np.ndarray  # int32, chosen by the broker
+    ``head`` holds the unit headers with the append-time fields still zero. Queue ids may
+    be chosen after encoding (``queue_ids`` setter): the broker picks them. A batch
+    belongs to the thread sending it; the append writes its results into ``head``.
+    """
+
+    head: np.ndarray  # records of HEADER_DTYPE
+    raw: memoryview  # the same header bytes, flat (format "B")
     bodies: list[bytes]
-    body_crcs: np.ndarray  # uint32
     tails: list[bytes]  # topic length, topic, properties length, properties
     tail_crcs: list[int]
-    tags_codes: np.ndarray  # int64
-    born_ms: np.ndarray  # int64
-    born_ip: bytes  # 4 bytes, IPv4
-    born_port: int
+    topics: list[str]
     index_keys: list[list[str]]  # UNIQ_KEY then KEYS, per message
-    sizes: np.ndarray  # int64, whole unit
+    # Views of header columns, made once: a field view costs as much as packing a header.
+    sizes: np.ndarray = field(init=False)  # total_size: each whole unit's bytes
+    queue_offsets: np.ndarray = field(init=False)
+    physical_offsets: np.ndarray = field(init=False)
+    tags_codes: np.ndarray = field(init=False)
+    # queue_rows() as found while encoding Message objects (dropped when queue ids change)
+    known_rows: dict[QueueKey, list[int]] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        head = self.head
+        self.sizes = head["total_size"]
+        self.queue_offsets = head["queue_offset"]
+        self.physical_offsets = head["physical_offset"]
+        self.tags_codes = head["tags_code"]
 
     def __len__(self) -> int:
         return len(self.bodies)
+
+    @property
+    def topic(self) -> str:
+        """The first message's topic (the converters' batches have only one)."""
+        return self.topics[0]
+
+    @property
+    def queue_ids(self) -> np.ndarray:
+        return self.head["queue_id"]
+
+    @queue_ids.setter
+    def queue_ids(self, queue_ids: np.ndarray | int) -> None:
+        self.head["queue_id"] = queue_ids
+        self.known_rows = None
+
+    @property
+    def born_ms(self) -> np.ndarray:
+        return self.head["born_timestamp_ms"]
+
+    def queue_rows(self) -> dict[QueueKey, list[int]]:
+        """The rows of each (topic, queue id), in batch order; rows of prepared or
+        rolled-back transaction units (stored, never queued) are in none."""
+        if self.known_rows is not None:
+            return self.known_rows
+        if len(self) >= SMALL_BATCH:
+            return _queue_rows_vectorised(self)
+        rows: dict[QueueKey, list[int]] = {}
+        head = self.head
+        flags, queue_ids = head["sys_flag"].tolist(), head["queue_id"].tolist()
+        for row, (topic, queue_id, flag) in enumerate(
+            zip(self.topics, queue_ids, flags, strict=True)
+        ):
+            if (flag & layout.SYSFLAG_TRANSACTION_MASK) not in layout.NOT_IN_QUEUE:
+                rows.setdefault((topic, queue_id), []).append(row)
+        return rows
+
+
+def _queue_rows_vectorised(batch: ColumnBatch) -> dict[QueueKey, list[int]]:
+    names = list(dict.fromkeys(batch.topics))
+    topic_ids = (
+        np.zeros(len(batch), np.int64)
+        if len(names) == 1
+        else np.array([names.index(t) for t in batch.topics], np.int64)
+    )
+    keys = (topic_ids << 32) | (batch.head["queue_id"].astype(np.int64) & 0xFFFFFFFF)
+    tran = batch.head["sys_flag"] & layout.SYSFLAG_TRANSACTION_MASK
+    queued = np.flatnonzero(~np.isin(tran, layout.NOT_IN_QUEUE))
+    order = queued[np.argsort(keys[queued], kind="stable")]
+    cuts = np.flatnonzero(keys[order][1:] != keys[order][:-1]) + 1
+    out: dict[QueueKey, list[int]] = {}
+    for rows in np.split(order, cuts):
+        if len(rows):
+            out[(batch.topics[rows[0]], int(batch.head["queue_id"][rows[0]]))] = rows.tolist()
+    return out
 
 
 def encode_columns(
@@ -59,93 +148,109 @@ def encode_columns(
     max_body_bytes: int,
     max_properties_bytes: int,
 ) -> ColumnBatch:
-    """Check sizes and build the tails; ``properties`` come encoded (``name\\x01value\\x02``).
+    """Plain (NORMAL) messages of one topic; ``properties`` come encoded
+    (``name\\x01value\\x02``) and checked by the caller's converter.
 
     Queue ids are left at -1 for the broker to choose. Raises MessageTooLargeError or
-    PropertiesTooLargeError (naming the first offender) and InvalidTopicError.
+    PropertiesTooLargeError (naming the largest) and InvalidTopicError.
     """
-    head = codec._topic_head(topic)
+    topic_head = codec.topic_head(topic)
     body_lens = np.fromiter(map(len, bodies), np.int64, len(bodies))
     prop_lens = np.fromiter(map(len, properties), np.int64, len(properties))
     if len(body_lens) and int(body_lens.max()) > max_body_bytes:
-        size = int(body_lens.max())
         raise MessageTooLargeError(
-            f"message body is {size} bytes, over the limit of {max_body_bytes}"
+            f"message body is {int(body_lens.max())} bytes, over the limit of {max_body_bytes}"
         )
     limit = min(max_properties_bytes, 0xFFFF)
     if len(prop_lens) and int(prop_lens.max()) > limit:
         raise PropertiesTooLargeError(
             f"properties are {int(prop_lens.max())} bytes encoded, over the limit of {limit}"
         )
-    tails = [head + len(p).to_bytes(2, "big") + p for p in properties]
-    host, port = born_host
-    return ColumnBatch(
-        topic,
-        np.full(len(bodies), -1, np.int32),
-        bodies,
-        np.array(body_crcs, np.uint32),
-        tails,
-        [zlib.crc32(t) for t in tails],
-        np.array(tags_codes, np.int64),
-        np.array(born_ms, np.int64),
-        codec._ip4(host),
-        port,
-        index_keys,
-        layout.HEADER_SIZE + body_lens + len(head) + 2 + prop_lens,
-    )
-
-
-def assign_queue_offsets(batch: ColumnBatch, take_many: Callable[[int, int], int]) -> np.ndarray:
-    """Queue offsets for every message, in order per queue; ``take_many(queue_id, n)``
-    reserves ``n`` consecutive offsets of one queue and returns the first."""
-    queue_ids = batch.queue_ids.astype(np.int64)
-    counts = np.bincount(queue_ids)
-    used = np.flatnonzero(counts)
-    bases = np.zeros(len(counts), np.int64)
-    for queue_id, count in zip(used.tolist(), counts[used].tolist(), strict=True):
-        bases[queue_id] = take_many(queue_id, count)
-    order = np.argsort(queue_ids, kind="stable")  # each queue's messages, in batch order
-    firsts = np.cumsum(counts) - counts  # where each queue's run starts in ``order``
-    offsets = np.empty(len(queue_ids), np.int64)
-    offsets[order] = bases[queue_ids[order]] + np.arange(len(queue_ids)) - firsts[queue_ids[order]]
-    return offsets
-
-
-def pack_columns(
-    batch: ColumnBatch,
-    lo: int,
-    hi: int,
-    physical_offset: int,
-    queue_offsets: np.ndarray,
-    store_timestamp_ms: int,
-    store_host: tuple[bytes, int],
-) -> bytes:
-    """The finished units of messages ``[lo, hi)``, placed from ``physical_offset``."""
-    count = hi - lo
-    sizes = batch.sizes[lo:hi]
-    head = np.zeros(count, layout.HEADER_DTYPE)
+    tails = [topic_head + len(p).to_bytes(2, "big") + p for p in properties]
+    sizes = layout.HEADER_SIZE + body_lens + len(topic_head) + 2 + prop_lens
+    head = np.zeros(len(bodies), layout.HEADER_DTYPE)
     head["total_size"] = sizes
     head["magic"] = layout.MESSAGE_MAGIC
-    head["body_crc"] = batch.body_crcs[lo:hi]
-    head["queue_id"] = batch.queue_ids[lo:hi]
-    head["queue_offset"] = queue_offsets[lo:hi]
-    head["physical_offset"] = physical_offset + np.cumsum(sizes) - sizes
-    head["born_timestamp_ms"] = batch.born_ms[lo:hi]
-    head["born_host_ip"] = np.void(batch.born_ip)
-    head["born_host_port"] = batch.born_port
-    head["store_timestamp_ms"] = store_timestamp_ms
-    head["store_host_ip"] = np.void(store_host[0])
-    head["store_host_port"] = store_host[1]
-    head["tags_code"] = batch.tags_codes[lo:hi]
-    head["body_length"] = [len(b) for b in batch.bodies[lo:hi]]
-    crc, size = zlib.crc32, layout.HEADER_SIZE
-    with memoryview(head.tobytes()) as raw:  # the unit CRC covers header bytes 12..100
-        head["unit_crc"] = [
-            crc(raw[i * size + layout.CRC_START : (i + 1) * size], tail_crc)
-            for i, tail_crc in enumerate(batch.tail_crcs[lo:hi])
-        ]
-    with memoryview(head.tobytes()) as raw:
-        pieces: list[bytes | memoryview] = []
-        for i, (body, tail) in enumerate(zip(batch.bodies[lo:hi], batch.tails[lo:hi], strict=True)):
-            pieces += (raw[i * size : (i + 1) * size], body, tail)
-        return b"".join(pieces)
+    head["body_crc"] = body_crcs
+    head["queue_id"] = -1
+    head["born_timestamp_ms"] = born_ms
+    head["born_host_ip"] = np.void(codec.ip4(born_host[0]))
+    head["born_host_port"] = born_host[1]
+    head["tags_code"] = tags_codes
+    head["body_length"] = body_lens
+    tail_crcs = [zlib.crc32(t) for t in tails]
+    raw = head.view(np.uint8).data
+    return ColumnBatch(head, raw, bodies, tails, tail_crcs, [topic] * len(bodies), index_keys)
+
+
+def encode_messages(
+    messages: Sequence[Message], *, max_body_bytes: int, max_properties_bytes: int
+) -> ColumnBatch:
+    """Validate and encode ``Message`` objects (any kind, any topics) as one batch."""
+    raw = bytearray(layout.HEADER_SIZE * len(messages))
+    bodies, tails, tail_crcs, topics, index_keys = [], [], [], [], []
+    rows: dict[QueueKey, list[int]] = {}  # queue_rows(), cheaper here than from the headers
+    crc32, size_limit = zlib.crc32, min(max_properties_bytes, 0xFFFF)
+    encode_properties, topic_head, keys_of = (
+        codec.encode_properties,
+        codec.topic_head,
+        codec.index_keys,
+    )
+    for row, msg in enumerate(messages):
+        body = msg.body if type(msg.body) is bytes else bytes(msg.body)
+        if len(body) > max_body_bytes:
+            raise MessageTooLargeError(
+                f"message body is {len(body)} bytes, over the limit of {max_body_bytes}"
+            )
+        props = encode_properties(msg.properties)
+        if len(props) > size_limit:
+            raise PropertiesTooLargeError(
+                f"properties are {len(props)} bytes encoded, over the limit of {size_limit}"
+            )
+        tail = topic_head(msg.topic) + len(props).to_bytes(2, "big") + props
+        size = layout.HEADER_SIZE + len(body) + len(tail)
+        _pack_known(raw, row, msg, size, crc32(body), len(body))
+        bodies.append(body)
+        tails.append(tail)
+        tail_crcs.append(crc32(tail))
+        topics.append(msg.topic)
+        index_keys.append(keys_of(msg.properties))
+        if (msg.sys_flag & layout.SYSFLAG_TRANSACTION_MASK) not in layout.NOT_IN_QUEUE:
+            rows.setdefault((msg.topic, msg.queue_id), []).append(row)
+    head = np.frombuffer(raw, layout.HEADER_DTYPE)  # writable: it is the bytearray's memory
+    batch = ColumnBatch(head, memoryview(raw), bodies, tails, tail_crcs, topics, index_keys)
+    batch.known_rows = rows
+    return batch
+
+
+def _pack_known(
+    raw: bytearray, row: int, msg: Message, size: int, body_crc: int, body_length: int
+) -> None:
+    """Write the header fields known before the append (the rest stays zero)."""
+    host, port = msg.born_host
+    try:  # the pack also checks every integer fits its field
+        layout.HEADER.pack_into(
+            raw,
+            row * layout.HEADER_SIZE,
+            size,
+            layout.MESSAGE_MAGIC,
+            0,
+            body_crc,
+            msg.queue_id,
+            msg.flag,
+            0,
+            0,
+            msg.sys_flag,
+            msg.born_timestamp_ms,
+            codec.ip4(host),
+            port,
+            0,
+            codec.ZERO_IP,
+            0,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            tag_hash(msg.properties.get(PROPERTY_TAGS)),
+            body_length,
+        )
+    except struct.error:
+        codec.explain_bad_ranges(msg, port)

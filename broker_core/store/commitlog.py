@@ -11,7 +11,7 @@ does not verify, zeroes everything after it and deletes later segments, and repo
 bytes it dropped. Units below the recovery point are verified when read: a bad one
 raises :class:`CorruptionError` naming the file and position, never skipped silently.
 
-Threads: ``append_batch`` and ``flush`` may be called from any thread (appends serialise
+Threads: ``append`` and ``flush`` may be called from any thread (appends serialise
 on one lock; flush on another). Reads of offsets below ``max_offset`` need no lock.
 """
 
@@ -29,8 +29,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from broker_core.errors import (
     CorruptionError,
     OffsetOutOfRangeError,
@@ -40,30 +38,16 @@ from broker_core.errors import (
 from broker_core.message import StoredMessage
 from broker_core.protocol import unit as layout
 from broker_core.store import codec
-from broker_core.store.appended import Appended, appended_columns, appended_rows
-from broker_core.store.columns import ColumnBatch, assign_queue_offsets, pack_columns
+from broker_core.store.appended import Appended, appended
+from broker_core.store.columns import ColumnBatch
 from broker_core.store.mapped_file import MappedFile, segment_name
+from broker_core.store.packer import assign_queue_offsets, pack_units
 
 log = logging.getLogger(__name__)
 
 _SEGMENT_RE = re.compile(r"^\d{20}$")
 _WINDOW_BYTES = 4 << 20
-
-
-@dataclass(slots=True)
-class AppendResult:
-    """Where one message went."""
-
-    physical_offset: int
-    queue_offset: int
-    size: int
-
-
-@dataclass(slots=True)
-class BatchResult:
-    results: list[AppendResult]
-    store_timestamp_ms: int
-    end_offset: int  # global offset just past the last unit written
+_SCAN_RUN_BYTES = 4 << 20  # recovery verifies units a run of this many bytes at a time
 
 
 @dataclass(slots=True)
@@ -86,12 +70,6 @@ class QueueOffsetTable:
     def __init__(self) -> None:
         self._next: dict[tuple[str, int], int] = {}
 
-    def take(self, topic: str, queue_id: int) -> int:
-        key = (topic, queue_id)
-        offset = self._next.get(key, 0)
-        self._next[key] = offset + 1
-        return offset
-
     def take_many(self, topic: str, queue_id: int, count: int) -> int:
         """Reserve ``count`` consecutive offsets; returns the first."""
         key = (topic, queue_id)
@@ -110,6 +88,27 @@ class QueueOffsetTable:
             del self._next[key]
 
 
+def _frame_run(buf: codec.Buffer, pos: int, size: int) -> tuple[list[int], str]:
+    """The sizes of the message units from ``pos`` whose frames (size, magic) look whole,
+    at most ``_SCAN_RUN_BYTES`` of them, and why the run stops: ``more`` (the limit),
+    ``unwritten`` (zeros), ``blank`` (the segment's blank), ``bad`` (not a unit frame)
+    or ``end`` (the segment's end)."""
+    sizes, start = list[int](), pos
+    while pos + layout.MIN_BLANK_BYTES <= size:
+        total, magic = layout.SIZE_MAGIC.unpack_from(buf, pos)
+        if total == 0 and magic == 0:
+            return sizes, "unwritten"
+        if magic == layout.BLANK_MAGIC and pos + total == size:
+            return sizes, "blank"
+        if magic != layout.MESSAGE_MAGIC or total < layout.MIN_UNIT_BYTES or pos + total > size:
+            return sizes, "bad"
+        sizes.append(total)
+        pos += total
+        if pos - start >= _SCAN_RUN_BYTES:
+            return sizes, "more"
+    return sizes, "end"
+
+
 class CommitLog:
     """Ordered segments; appends at the end, reads anywhere above the minimum."""
 
@@ -123,8 +122,8 @@ class CommitLog:
         self._store_host = (socket.inet_aton(store_host[0]), store_host[1])
         self.queue_offsets = QueueOffsetTable()
         self.flushed_offset = 0
-        # Called under the put lock after each append with (offset before, offset after,
-        # encoded units, results): dispatch takes its work from here instead of re-reading.
+        # Called under the put lock after each append with its dispatch record
+        # (``appended``): dispatch takes its work from here instead of re-reading.
         self.on_append: AppendHook | None = None
         directory.mkdir(parents=True, exist_ok=True)
 
@@ -177,20 +176,29 @@ class CommitLog:
         return report
 
     def _scan_segment(self, seg: MappedFile, pos: int) -> tuple[int, str, bool]:
-        """Verify units from ``pos``; returns (end global offset, problem, reached end)."""
-        buf = seg.buffer
-        size = seg.size
-        while pos + layout.MIN_BLANK_BYTES <= size:
-            total, magic = layout.SIZE_MAGIC.unpack_from(buf, pos)
-            if total == 0 and magic == 0:
-                return seg.base_offset + pos, "", False
-            if magic == layout.BLANK_MAGIC and pos + total == size:
-                return seg.base_offset + size, "", True
-            try:
-                pos += codec.check_unit(buf, pos, seg.base_offset + pos, str(seg.path))
-            except CorruptionError as exc:
-                return seg.base_offset + pos, str(exc), False
-        return seg.base_offset + size, "", True
+        """Verify units from ``pos``; returns (end global offset, problem, reached end).
+
+        Units are verified a run at a time by the shared vectorised verifier
+        (``codec.check_units``); the run's frames (size and magic) are walked first.
+        """
+        buf, base, path = seg.buffer, seg.base_offset, str(seg.path)
+        while True:
+            sizes, stop = _frame_run(buf, pos, seg.size)
+            done, problem = codec.check_units(buf, pos, sizes, base + pos, path)
+            pos += sum(sizes[:done])
+            if problem is not None:
+                return base + pos, str(problem), False
+            if stop == "more":
+                continue
+            if stop == "unwritten":
+                return base + pos, "", False
+            if stop == "bad":
+                try:
+                    codec.check_unit(buf, pos, base + pos, path)
+                except CorruptionError as exc:
+                    return base + pos, str(exc), False
+                return base + pos, f"no unit frame at {base + pos}", False
+            return base + seg.size, "", True  # a blank, or the segment's end
 
     def _truncate(self, offset: int, report: CommitLogRecovery) -> None:
         keep = [s for s in self._segments if s.base_offset <= offset]
@@ -209,48 +217,27 @@ class CommitLog:
 
     # ---- writing --------------------------------------------------------------------
 
-    def append_batch(self, batch: list[codec.EncodedMessage], now_ms: int) -> BatchResult:
-        """Append encoded units in order; queue offsets are assigned here, under the lock."""
-        results: list[AppendResult] = []
+    def append(self, batch: ColumnBatch, now_ms: int) -> int:
+        """Append a batch in order; returns the log's new end offset.
 
-        def pack(lo: int, hi: int, phys: int) -> bytearray:
-            chunk = bytearray(sum(sizes[lo:hi]))
-            self._pack(chunk, batch[lo:hi], phys, now_ms, results)
-            return chunk
+        Queue offsets are taken here, under the lock, and written with the physical
+        offsets and the store time into ``batch.head`` (see ``packer``). The dispatch
+        record goes to ``on_append``, still under the lock, so in log order.
+        """
+        queue_rows = batch.queue_rows()  # outside the lock
 
-        sizes = [enc.size for enc in batch]
+        def pack(lo: int, hi: int, phys: int) -> bytes:
+            if lo == 0:  # taken only once the segments exist: a refused batch leaves no gap
+                assign_queue_offsets(batch, queue_rows, self.queue_offsets.take_many)
+            return pack_units(batch, lo, hi, phys, now_ms, self._store_host)
+
+        sizes = batch.sizes.tolist()
         with self._put_lock:
             before = self.max_offset
             end = self._fill(sizes, pack)
             if self.on_append is not None:
-                self.on_append(appended_rows(before, end, now_ms, batch, results))
-            return BatchResult(results, now_ms, end)
-
-    def append_columns(self, batch: ColumnBatch, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
-        """Append a column batch (one topic); returns (queue offsets, physical offsets).
-
-        The same bytes, queue offsets and dispatch work as ``append_batch`` of the same
-        messages, computed a batch at a time.
-        """
-        topic = batch.topic
-        starts = np.empty(len(batch), np.int64)
-        offsets = np.empty(len(batch), np.int64)
-
-        def pack(lo: int, hi: int, phys: int) -> bytes:
-            if lo == 0:  # taken only once the segments exist: a refused batch leaves no gap
-                offsets[:] = assign_queue_offsets(
-                    batch, lambda queue_id, n: self.queue_offsets.take_many(topic, queue_id, n)
-                )
-            sizes = batch.sizes[lo:hi]
-            starts[lo:hi] = phys + np.cumsum(sizes) - sizes
-            return pack_columns(batch, lo, hi, phys, offsets, now_ms, self._store_host)
-
-        with self._put_lock:
-            before = self.max_offset
-            end = self._fill(batch.sizes.tolist(), pack)
-            if self.on_append is not None:
-                self.on_append(appended_columns(before, end, now_ms, batch, offsets, starts))
-            return offsets, starts
+                self.on_append(appended(before, end, now_ms, batch, queue_rows))
+            return end
 
     def _fill(self, sizes: list[int], pack: Callable[[int, int, int], bytes | bytearray]) -> int:
         """Write units of ``sizes`` after the log's end; returns the new end offset.
@@ -299,25 +286,6 @@ class CommitLog:
             seg = last
             seg.append(data)
             return seg.end_offset
-
-    def _pack(
-        self,
-        chunk: bytearray,
-        encs: list[codec.EncodedMessage],
-        phys: int,
-        now_ms: int,
-        results: list[AppendResult],
-    ) -> None:
-        take = self.queue_offsets.take
-        host = self._store_host
-        pos = 0
-        with memoryview(chunk) as view:
-            for enc in encs:
-                tran = enc.sys_flag & layout.SYSFLAG_TRANSACTION_MASK
-                qoff = 0 if tran in layout.NOT_IN_QUEUE else take(enc.topic, enc.queue_id)
-                codec.pack_unit_into(chunk, view, pos, enc, qoff, phys + pos, now_ms, host)
-                results.append(AppendResult(phys + pos, qoff, enc.size))
-                pos += enc.size
 
     def _make_room(self, seg: MappedFile, sizes: list[int]) -> list[MappedFile]:
         """Create (not yet register) the segments units of ``sizes`` spill into after ``seg``.

@@ -29,8 +29,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from broker_core.config import FlushMode, StoreConfig
 from broker_core.errors import (
     BusyError,
@@ -49,9 +47,8 @@ from broker_core.message import (
     offset_message_id,
 )
 from broker_core.service_thread import ServiceThread
-from broker_core.store import codec
 from broker_core.store.cleanup import CleanupReport, CleanupService, disk_used_ratio
-from broker_core.store.columns import ColumnBatch
+from broker_core.store.columns import ColumnBatch, encode_messages
 from broker_core.store.commitlog import CommitLog
 from broker_core.store.consume_queue import ConsumeQueueSet
 from broker_core.store.dispatch import Dispatcher, Listener
@@ -254,56 +251,60 @@ class MessageStore:
     def put_messages(self, messages: Sequence[Message]) -> list[PutResult]:
         """Append messages in order, atomically validated: a bad one fails the whole call.
 
-        With ``flush_mode = sync`` this returns only once the batch is durable.
+        The per-message API (retry, DLQ, timers, transactions): the messages are encoded
+        as one batch (``columns.encode_messages``) and stored by :meth:`put_batch`. With
+        ``flush_mode = sync`` this returns only once the batch is durable.
         """
-        self._check_writable()
-        cfg = self.config
-        encoded = [
-            codec.encode(
-                m, max_body_bytes=cfg.max_body_bytes, max_properties_bytes=cfg.max_properties_bytes
-            )
-            for m in messages
-        ]
-        if not encoded:
+        if not messages:
+            self._check_writable()
             return []
-        batch = self.commitlog.append_batch(encoded, self._clock_ms())
-        self.dispatcher.dispatch_inline()
-        if self.flusher.sync:
-            self.flusher.wait_durable(batch.end_offset, cfg.sync_flush_timeout_ms)
-        if self.after_append is not None:
-            self.after_append(batch.end_offset)
-        ts, host = batch.store_timestamp_ms, self._store_host
+        cfg = self.config
+        batch = encode_messages(
+            messages,
+            max_body_bytes=cfg.max_body_bytes,
+            max_properties_bytes=cfg.max_properties_bytes,
+        )
+        ts, host = self.put_batch(batch), self._store_host
         return [
             PutResult(
                 msg.topic,
                 msg.queue_id,
-                res.queue_offset,
-                res.physical_offset,
-                res.size,
+                queue_offset,
+                physical_offset,
+                size,
                 ts,
                 msg.properties.get(PROPERTY_UNIQ_KEY),
                 host,
             )
-            for msg, res in zip(messages, batch.results, strict=True)
+            for msg, queue_offset, physical_offset, size in zip(
+                messages,
+                batch.queue_offsets.tolist(),
+                batch.physical_offsets.tolist(),
+                batch.sizes.tolist(),
+                strict=True,
+            )
         ]
 
-    def put_columns(self, batch: ColumnBatch) -> np.ndarray:
-        """Append a column batch of plain messages (``columns``); returns their queue offsets.
+    def put_batch(self, batch: ColumnBatch) -> int:
+        """Append an encoded batch (``columns``): the one put every send ends in.
 
-        Validated when it was encoded; with ``flush_mode = sync`` this returns only once
-        the batch is durable.
+        Returns the store timestamp given to the batch; ``batch.head`` then holds each
+        message's queue and physical offset. Validated when it was encoded; with
+        ``flush_mode = sync`` this returns only once the batch is durable. Raises
+        BusyError, StoreError, NotMasterError or StoreClosedError when the store cannot
+        take writes, DiskFullError when a new segment cannot be made (nothing stored).
         """
         self._check_writable()
+        now = self._clock_ms()
         if not len(batch):
-            return np.zeros(0, np.int64)
-        offsets, starts = self.commitlog.append_columns(batch, self._clock_ms())
+            return now
+        end = self.commitlog.append(batch, now)
         self.dispatcher.dispatch_inline()
-        end = int(starts[-1] + batch.sizes[-1])
         if self.flusher.sync:
             self.flusher.wait_durable(end, self.config.sync_flush_timeout_ms)
         if self.after_append is not None:
             self.after_append(end)
-        return offsets
+        return now
 
     def append_replica(self, offset: int, data: bytes) -> int:
         """A slave stores its master's commitlog bytes at the same offsets (``replica``).

@@ -11,7 +11,7 @@ break the rules (ReplicationProtocolError: the link is dropped, nothing of it is
 
 from __future__ import annotations
 
-from broker_core.errors import CorruptionError, ReplicationProtocolError
+from broker_core.errors import ReplicationProtocolError
 from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from broker_core.store.commitlog import CommitLog
@@ -21,49 +21,54 @@ def verified_prefix(buf: bytes, offset: int, segment_size: int) -> int:
     """Bytes at the start of ``buf`` (placed at global ``offset``) that are whole, verified
     units of one segment; 0 when the first unit is not complete yet.
 
-    Raises ReplicationProtocolError when the *first* unit does not verify, would cross its
+    The units' frames (size, magic, segment bounds) are walked one by one; the whole
+    units are then verified together by the shared vectorised verifier
+    (``codec.check_units``: lengths, both CRCs, physical offsets). Raises
+    ReplicationProtocolError when the *first* unit does not verify, would cross its
     segment's end, or is a blank that does not end its segment (a bad unit after good
     ones ends the prefix; the next call, starting at it, raises).
     """
-    pos, size = 0, len(buf)
+    pos, size, sizes = 0, len(buf), list[int]()
     while pos + layout.MIN_BLANK_BYTES <= size:
         here = offset + pos
         if pos > 0 and here % segment_size == 0:
-            return pos  # a segment boundary: the caller writes one segment at a time
+            break  # a segment boundary: the caller writes one segment at a time
         try:
-            total = _unit_at(buf, pos, here, segment_size - here % segment_size)
+            total, blank = _frame_at(buf, pos, here, segment_size - here % segment_size)
         except ReplicationProtocolError:
             if pos:
-                return pos
+                break
             raise
-        if total == 0 or pos + total > size:
-            return pos
+        if pos + total > size:
+            break  # not all there yet
+        if not blank:  # a blank ends its segment, so the units are one run before it
+            sizes.append(total)
         pos += total
-    return pos
+    done, problem = codec.check_units(buf, 0, sizes, offset) if sizes else (0, None)
+    if problem is None:
+        return pos
+    if done == 0:
+        raise ReplicationProtocolError(f"replicated unit does not verify: {problem}")
+    return sum(sizes[:done])
 
 
-def _unit_at(buf: bytes, pos: int, here: int, seg_left: int) -> int:
-    """Size of the unit or blank at ``buf[pos:]`` (global ``here``), verified when whole;
-    0 when its header is not all there."""
+def _frame_at(buf: bytes, pos: int, here: int, seg_left: int) -> tuple[int, bool]:
+    """(size, is a blank) of the unit or blank at ``buf[pos:]`` (global ``here``), from
+    its size and magic only; ReplicationProtocolError for a frame that cannot be one."""
     total, magic = layout.SIZE_MAGIC.unpack_from(buf, pos)
     if magic == layout.BLANK_MAGIC:
         if total != seg_left:
             raise ReplicationProtocolError(
                 f"blank at offset {here} covers {total} bytes, its segment has {seg_left}"
             )
-        return int(total)
-    if magic != layout.MESSAGE_MAGIC or total < layout.HEADER_SIZE:
+        return int(total), True
+    if magic != layout.MESSAGE_MAGIC or total < layout.MIN_UNIT_BYTES:
         raise ReplicationProtocolError(f"no unit at offset {here} (size {total}, magic {magic:#x})")
     if total + layout.MIN_BLANK_BYTES > seg_left:
         raise ReplicationProtocolError(
             f"unit of {total} bytes at offset {here} would cross its segment's end"
         )
-    if pos + total <= len(buf):
-        try:
-            codec.check_unit(buf, pos, here)
-        except CorruptionError as exc:
-            raise ReplicationProtocolError(f"replicated unit does not verify: {exc}") from None
-    return int(total)
+    return int(total), False
 
 
 def stored_bytes(commitlog: CommitLog, offset: int, size: int) -> bytes:

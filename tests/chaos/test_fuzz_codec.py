@@ -36,7 +36,9 @@ from broker_core.errors import (
 from broker_core.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message, tag_hash
 from broker_core.protocol import unit as layout
 from broker_core.store import codec
+from broker_core.store.columns import encode_messages
 from tests.chaos.load import budgets
+from tests.store.conftest import seal
 
 MAX_BODY_BYTES = 8 << 10
 MAX_PROPERTIES_BYTES = 2 << 10
@@ -104,12 +106,14 @@ class Placed:
     store_port: int
 
     def seal(self) -> bytes:
-        enc = codec.encode(self.message, **LIMITS)
         store_host = (socket.inet_aton(self.store_ip), self.store_port)
-        return bytes(
-            codec.seal(
-                enc, self.queue_offset, self.physical_offset, self.store_timestamp_ms, store_host
-            )
+        return seal(
+            self.message,
+            self.queue_offset,
+            self.physical_offset,
+            self.store_timestamp_ms,
+            store_host,
+            **LIMITS,
         )
 
 
@@ -390,7 +394,7 @@ def test_invalid_messages_are_refused_with_their_error(budget: settings) -> None
             change = {"properties": {**msg.properties, **change["properties"]}}
         bad = replace(msg, **change)
         with pytest.raises(error) as caught:
-            codec.encode(bad, **LIMITS)
+            encode_messages([bad], **LIMITS)
         assert str(caught.value)
 
     check()

@@ -1,8 +1,10 @@
 """SIGKILL the broker under load, restart it on the same store, and count what survived.
 
-Two producer threads send uniquely numbered messages: one with the official ``rocketmq``
+Three producer threads send uniquely numbered messages: one with the official ``rocketmq``
 Producer (one message per request), one with our client's ``send_batch`` (16 and 64
-per request, in turn: the broker's general lane and its column fast lane). Each records
+per request, in turn: SendMessage's two converters), one with our client's bulk send
+(SendBulk, 64 per request, up to 4 requests in flight). All end in the broker's one send
+path; each producer must have had sends acknowledged. Each records
 a message only when its send returned OK. A seeded RNG picks how many more
 acknowledgements to wait for before each SIGKILL (plus a few ms of jitter);
 the broker restarts on the same port and store, and the producers carry on once their
@@ -196,6 +198,8 @@ def test_acknowledged_messages_survive_sigkill(
         seconds=round(time.monotonic() - started_s, 1),
     )
     assert len(kills) == plan.kills
+    for prefix, producer in ((b"A-", "official"), (b"B-", "batch"), (b"C-", "bulk in flight")):
+        assert any(body.startswith(prefix) for body in acked), f"no {producer} send was acked"
     assert all(s.startswith("abnormal shutdown: True") for s in summaries[1:]), summaries
     assert result.acknowledged > plan.kills * plan.min_acks
     if flush == "sync":

@@ -23,15 +23,13 @@ from broker_core.protocol import unit as layout
 from broker_core.protocol.properties import SYSTEM_KEYS
 from broker_core.server.convert_out import user_properties
 from broker_core.store import codec
+from tests.store.conftest import seal
 
 
 def _units(messages: list[Message], first_offset: int = 0) -> tuple[bytes, np.ndarray]:
     parts, phys = [], 1_000
     for i, msg in enumerate(messages):
-        enc = codec.encode(msg, max_body_bytes=1 << 20, max_properties_bytes=1 << 15)
-        parts.append(
-            bytes(codec.seal(enc, first_offset + i, phys, 5_000 + i, (b"\x0a\x00\x00\x02", 8081)))
-        )
+        parts.append(seal(msg, first_offset + i, phys, 5_000 + i, (b"\x0a\x00\x00\x02", 8081)))
         phys += len(parts[-1])
     return b"".join(parts), np.array([len(p) for p in parts], np.int32)
 
@@ -63,18 +61,7 @@ def _varied(count: int, seed: int) -> list[Message]:
 
 def test_header_dtype_is_the_codec_header() -> None:
     assert HEADER_DTYPE.itemsize == layout.HEADER.size
-    unit = bytes(
-        codec.seal(
-            codec.encode(
-                Message("t", b"body", properties={"TAGS": "a"}),
-                max_body_bytes=64,
-                max_properties_bytes=64,
-            ),
-            7,
-            0,
-            99,
-        )
-    )
+    unit = seal(Message("t", b"body", properties={"TAGS": "a"}), 7, 0, 99)
     record = np.frombuffer(unit[: layout.HEADER_SIZE], HEADER_DTYPE)[0]
     fields = layout.HEADER.unpack_from(unit)
     assert [

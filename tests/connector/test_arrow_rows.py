@@ -22,13 +22,13 @@ from broker_core.server.convert_out import to_pb_message
 from broker_core.store import codec
 from connector.arrow import SCHEMA, arrow_schema_of, units_to_record_batch
 from tests.connector.arrow_reference import to_record_batch
+from tests.store.conftest import seal
 
 
 def sealed(messages: list[Message]) -> tuple[bytes, np.ndarray]:
     parts, phys = [], 1_000
     for i, msg in enumerate(messages):
-        enc = codec.encode(msg, max_body_bytes=1 << 20, max_properties_bytes=1 << 15)
-        parts.append(bytes(codec.seal(enc, 40 + i, phys, 5_000 + i, (b"\x0a\x00\x00\x02", 8081))))
+        parts.append(seal(msg, 40 + i, phys, 5_000 + i, (b"\x0a\x00\x00\x02", 8081)))
         phys += len(parts[-1])
     return b"".join(parts), np.array([len(p) for p in parts], np.int32)
 

@@ -1,10 +1,9 @@
-"""SendBulk stores what SendMessage and the store API store, refuses what they refuse.
+"""SendBulk refuses what SendMessage refuses, whole; our client uses it over real gRPC.
 
-The same messages sent three ways — as a bulk frame (``convert_bulk``), as the official
-SendMessage (``convert_columns``) and through the store API (``Broker.send`` of
-``Message`` objects, what ``convert_in`` produces) — into three brokers with the same
-clock must leave byte-identical commitlogs and consume queues. Then over real gRPC: our
-client takes SendBulk when the broker offers it and falls back to SendMessage when not.
+That a bulk send stores exactly what SendMessage and the store API store is
+``test_send_lanes.py``'s test of the one send path. Here: bad frames are refused before
+anything is stored, and over real gRPC our client takes SendBulk when the broker offers
+it and falls back to SendMessage when not.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,49 +30,15 @@ from broker_core.errors import (
 from broker_core.protocol.bulk_send import decode_request, encode_request
 from broker_core.server.convert_bulk import to_column_batch
 from tests.server.conftest import BrokerProcess
-from tests.server.test_send_lanes import (
-    LIMITS,
-    PEER,
-    T0,
-    files,
-    plain_batch,
-    send_fast,
-    send_general,
-)
+from tests.server.test_send_lanes import LIMITS, PEER, T0
 from tests.store.conftest import small_config
 
 WAYS = ("bulk", "official", "store_api")
 
 
-def frame_of(protos: list[Any]) -> bytes:
-    """The bulk frame of plain protobuf messages (one born time and host per batch)."""
-    props = []
-    for proto in protos:
-        sp = proto.system_properties
-        text = f"UNIQ_KEY\x01{sp.message_id}\x02"
-        text += f"TAGS\x01{sp.tag}\x02" if sp.tag else ""
-        text += f"KEYS\x01{' '.join(sp.keys)}\x02" if sp.keys else ""
-        text += "".join(f"{k}\x01{v}\x02" for k, v in proto.user_properties.items())
-        props.append(text.encode())
-    return encode_request(
-        protos[0].topic.name,
-        [p.body for p in protos],
-        props,
-        born_timestamp_ms=T0,
-        born_host="10.0.0.7",
-    )
-
-
 def send_bulk(broker: Broker, frame: bytes) -> list[int]:
     batch = to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
     return broker.send_columns(batch).tolist()
-
-
-def batch_without_born_times(count: int) -> list[Any]:
-    protos = plain_batch(count)
-    for proto in protos:
-        proto.system_properties.ClearField("born_timestamp")
-    return protos
 
 
 @pytest.fixture
@@ -90,22 +54,6 @@ def brokers(tmp_path: Path) -> Iterator[dict[str, Broker]]:
     yield made
     for b in made.values():
         b.stop()
-
-
-def test_bulk_official_and_store_api_store_the_same_bytes(
-    brokers: dict[str, Broker], tmp_path: Path
-) -> None:
-    for size in (1, 37, 300, 5):  # 300 messages spill over a 64 KiB commitlog segment
-        protos = batch_without_born_times(size)
-        offsets = send_bulk(brokers["bulk"], frame_of(protos))
-        assert offsets == send_fast(brokers["official"], protos)
-        assert offsets == send_general(brokers["store_api"], protos)
-    for b in brokers.values():
-        assert b.store.wait_dispatched()
-        b.stop()
-    for part in ("commitlog", "consumequeue"):
-        stored = {way: files(tmp_path / way / part) for way in WAYS}
-        assert stored["bulk"] == stored["official"] == stored["store_api"]
 
 
 def _props(i: int) -> bytes:

@@ -10,7 +10,25 @@ import pytest
 
 from broker_core.config import StoreConfig
 from broker_core.message import Message
+from broker_core.store.columns import encode_messages
 from broker_core.store.message_store import MessageStore
+from broker_core.store.packer import pack_units
+
+UNIT_LIMITS: dict[str, int] = dict(max_body_bytes=1 << 20, max_properties_bytes=1 << 15)
+
+
+def seal(
+    msg: Message,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp_ms: int,
+    store_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 0),
+    **limits: int,
+) -> bytes:
+    """One finished unit of ``msg`` on its own, packed by the store's one packer."""
+    batch = encode_messages([msg], **(limits or UNIT_LIMITS))
+    batch.head["queue_offset"] = queue_offset
+    return pack_units(batch, 0, 1, physical_offset, store_timestamp_ms, store_host)
 
 
 def small_config(store_dir: Path, **overrides: Any) -> StoreConfig:

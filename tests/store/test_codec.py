@@ -12,13 +12,15 @@ from broker_core.errors import (
 from broker_core.message import Message, tag_hash
 from broker_core.protocol import unit as layout
 from broker_core.store import codec
+from broker_core.store.columns import encode_messages
+from tests.store.conftest import seal
 
 LIMITS = dict(max_body_bytes=1024, max_properties_bytes=512)
 
 
 def sealed(msg: Message, phys: int = 4096) -> bytearray:
-    enc = codec.encode(msg, **LIMITS)
-    return codec.seal(enc, 7, phys, 1_700_000_000_123, (b"\x0a\x00\x00\x01", 10911))
+    unit = seal(msg, 7, phys, 1_700_000_000_123, (b"\x0a\x00\x00\x01", 10911), **LIMITS)
+    return bytearray(unit)
 
 
 def sample() -> Message:
@@ -92,7 +94,7 @@ def test_dispatch_request_ignores_look_alike_property_names() -> None:
 )
 def test_bad_messages_are_refused_before_encoding(msg: Message, error: type[Exception]) -> None:
     with pytest.raises(error):
-        codec.encode(msg, **LIMITS)
+        encode_messages([msg], **LIMITS)
 
 
 def test_blank_marker_has_size_and_magic() -> None:
@@ -101,7 +103,7 @@ def test_blank_marker_has_size_and_magic() -> None:
 
 def test_non_string_property_values_are_refused() -> None:
     with pytest.raises(InvalidPropertyError, match="str to str"):
-        codec.encode(Message("t", b"x", properties={"k": 1}), **LIMITS)  # type: ignore[dict-item]
+        encode_messages([Message("t", b"x", properties={"k": 1})], **LIMITS)  # type: ignore[dict-item]
 
 
 def test_properties_round_trip_through_the_fast_path() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from broker_core.errors import CorruptionError, OffsetOutOfRangeError
 from broker_core.protocol import unit as layout
-from broker_core.store import codec
+from broker_core.store.columns import encode_messages
 from broker_core.store.commitlog import CommitLog
 from tests.store.conftest import make_message
 
@@ -28,9 +28,9 @@ def fill(directory: Path, count: int, seed: int = 1) -> list[tuple[int, int, byt
     written = []
     for i in range(count):
         msg = make_message(i, queue_id=i % 3, size=rng.randint(1, 3000))
-        batch = log.append_batch([codec.encode(msg, **LIMITS)], 1_000 + i)
-        r = batch.results[0]
-        written.append((r.physical_offset, r.size, msg.body))
+        batch = encode_messages([msg], **LIMITS)
+        log.append(batch, 1_000 + i)
+        written.append((int(batch.head["physical_offset"][0]), int(batch.sizes[0]), msg.body))
     log.close()
     return written
 
@@ -60,10 +60,9 @@ def test_queue_offsets_are_per_queue(tmp_path: Path) -> None:
     log = CommitLog(tmp_path, SEGMENT, HOST)
     log.load()
     log.recover(0)
-    batch = log.append_batch(
-        [codec.encode(make_message(i, queue_id=i % 2), **LIMITS) for i in range(6)], 1
-    )
-    assert [r.queue_offset for r in batch.results] == [0, 0, 1, 1, 2, 2]
+    batch = encode_messages([make_message(i, queue_id=i % 2) for i in range(6)], **LIMITS)
+    log.append(batch, 1)
+    assert batch.head["queue_offset"].tolist() == [0, 0, 1, 1, 2, 2]
     log.close()
 
 
@@ -112,10 +111,10 @@ def test_garbage_from_a_random_point_keeps_exactly_the_prefix(tmp_path: Path, se
     assert end == phys
     assert [o for _, _, o in log.iter_units(0, end)] == [p for p, _, _ in written[:victim]]
     # The tail was zeroed: appending again and recovering finds only the new units.
-    batch = log.append_batch([codec.encode(make_message(999), **LIMITS)], 5)
+    appended_end = log.append(encode_messages([make_message(999)], **LIMITS), 5)
     log.close()
     log, end2 = reopen(tmp_path, from_offset=phys)
-    assert end2 == batch.end_offset
+    assert end2 == appended_end
     assert log.read_message(phys).body == make_message(999).body
     log.close()
 

@@ -1,0 +1,172 @@
+"""CPU cost per message of the send path, in process (no gRPC): an A/B tool.
+
+Times, on a real broker over a temporary store (async flush), the handler of the
+official ``SendMessage`` for a one-message request, the same with 256 messages, the
+store API (``MessageStore.put_message`` / ``put_messages`` of 64) and ``SendBulk`` of 256.
+Each workload runs ``--rounds`` times; the best (least) CPU µs per message of this thread
+is printed as JSON: on a shared machine the least time is the one other work disturbed least.
+
+``--against REV`` measures the same workloads on the ``broker_core`` of git revision REV
+too, in the same process, the two interleaved round by round (a load spike on the shared
+machine hits both alike): the revision's package is exported into a temporary directory
+as ``broker_core_base`` (imports rewritten). Only entry points that exist on both sides
+of a change to the send path are used::
+
+    python -m bench.send_cost --rounds 5 --against HEAD~3
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2
+
+BODY = b"x" * 128
+
+
+class _Peer:
+    """The little of ``grpc.ServicerContext`` the send handlers read."""
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:40000"
+
+    def invocation_metadata(self) -> list[Any]:
+        return []
+
+
+def _proto(i: int) -> Any:
+    sp = pb.SystemProperties(
+        message_id=f"ID{i:012d}", message_type=pb.MessageType.NORMAL, born_host="10.0.0.7"
+    )
+    sp.body_digest.type = pb.DigestType.CRC32
+    sp.body_digest.checksum = f"{zlib.crc32(BODY):08X}"
+    return pb.Message(topic=pb.Resource(name="cost"), body=BODY, system_properties=sp)
+
+
+def _cpu_us_per_message(run: Callable[[], None], count: int, messages_per_call: int) -> float:
+    run()  # warm up caches (topic lookups, segment creation)
+    gc.collect()
+    started = time.thread_time_ns()  # this thread's CPU only: not the brokers' threads
+    for _ in range(count):
+        run()
+    return (time.thread_time_ns() - started) / 1000 / (count * messages_per_call)
+
+
+def workloads(pkg: str, broker: Any) -> dict[str, tuple[Callable[[], None], int, int]]:
+    """name → (one call, calls per round, messages per call), of package ``pkg``."""
+    send_message = importlib.import_module(f"{pkg}.server.handlers.send_message")
+    send_bulk = importlib.import_module(f"{pkg}.server.bulk_send").send_bulk
+    encode_request = importlib.import_module(f"{pkg}.protocol.bulk_send").encode_request
+    Message = importlib.import_module(f"{pkg}.message").Message
+    ctx = importlib.import_module(f"{pkg}.server.context").ServerContext(
+        broker, "127.0.0.1:1", "cost"
+    )
+    peer = _Peer()
+    one = service_pb2.SendMessageRequest(messages=[_proto(0)])
+    many = service_pb2.SendMessageRequest(messages=[_proto(i) for i in range(256)])
+    frame = encode_request(
+        "cost",
+        [BODY] * 256,
+        [b"UNIQ_KEY\x01ID%012d\x02" % i for i in range(256)],
+        born_timestamp_ms=0,
+        born_host="10.0.0.7",
+    )
+    store = broker.store
+
+    def put_one() -> None:
+        store.put_message(Message("cost", BODY, queue_id=0, properties={"UNIQ_KEY": "ID1"}))
+
+    def put_64() -> None:
+        store.put_messages(
+            [
+                Message("cost", BODY, queue_id=i % 4, properties={"UNIQ_KEY": "ID1"})
+                for i in range(64)
+            ]
+        )
+
+    return {
+        "official_send_1": (lambda: send_message.handle(ctx, one, peer), 1000, 1),
+        "official_send_256": (lambda: send_message.handle(ctx, many, peer), 10, 256),
+        "bulk_send_256": (lambda: send_bulk(ctx, frame, peer), 10, 256),
+        "store_put_1": (put_one, 1000, 1),
+        "store_put_64": (put_64, 40, 64),
+    }
+
+
+def _start_broker(pkg: str, store_dir: Path) -> Any:
+    config = importlib.import_module(f"{pkg}.config")
+    store_config = config.StoreConfig(
+        store_dir=str(store_dir),
+        segment_size_bytes=256 << 20,
+        max_dispatch_lag_bytes=1 << 40,
+        max_flush_lag_bytes=1 << 40,
+    )
+    broker_module = importlib.import_module(f"{pkg}.broker.broker")
+    broker = broker_module.Broker(config.BrokerConfig(default_queue_nums=4), store_config)
+    broker.start()
+    return broker
+
+
+def export_revision(rev: str, into: Path) -> str:
+    """Put ``broker_core`` of git revision ``rev`` under ``into`` as ``broker_core_base``."""
+    archive = subprocess.run(
+        ["git", "archive", rev, "broker_core"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    (into / "broker_core").rename(into / "broker_core_base")
+    for path in (into / "broker_core_base").rglob("*.py"):
+        text = path.read_text()
+        path.write_text(re.sub(r"\bbroker_core\b", "broker_core_base", text))
+    sys.path.insert(0, str(into))
+    return "broker_core_base"
+
+
+def measure(rounds: int, against: str | None = None) -> dict[str, dict[str, float]]:
+    """Least CPU µs per message of each workload over ``rounds`` rounds, per package."""
+    with tempfile.TemporaryDirectory() as tmp:
+        packages = ["broker_core"]
+        if against:
+            packages.append(export_revision(against, Path(tmp)))
+        brokers = {pkg: _start_broker(pkg, Path(tmp) / pkg / "store") for pkg in packages}
+        try:
+            runs = {pkg: workloads(pkg, broker) for pkg, broker in brokers.items()}
+            samples: dict[str, dict[str, list[float]]] = {
+                pkg: {name: [] for name in runs[pkg]} for pkg in packages
+            }
+            for round_ in range(rounds):  # interleaved: a load spike hits every one alike
+                for name in runs["broker_core"]:
+                    for pkg in packages[:: 1 if round_ % 2 else -1]:
+                        run, count, per_call = runs[pkg][name]
+                        samples[pkg][name].append(_cpu_us_per_message(run, count, per_call))
+        finally:
+            for broker in brokers.values():
+                broker.stop()
+    return {
+        pkg: {name: round(min(values), 2) for name, values in by_name.items()}
+        for pkg, by_name in samples.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--against", help="a git revision to measure alongside")
+    args = parser.parse_args()
+    print(json.dumps(measure(args.rounds, args.against), indent=1))
+
+
+if __name__ == "__main__":
+    main()
