@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_core.server.bulk_send import send_bulk
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
@@ -42,7 +41,7 @@ from broker_core.protocol.bulk_send import decode_response, encode_request
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_columns import to_columns
 from broker_core.server.convert_in import Limits, to_messages
-from broker_core.server.handlers import send_message
+from broker_core.server.handlers.send import send_bulk, send_message
 from tests.store.conftest import small_config
 
 T0 = 1_700_000_000_000
@@ -151,7 +150,7 @@ def brokers(tmp_path: Path) -> Iterator[dict[str, Broker]]:
 def send_official(broker: Broker, protos: list[Any]) -> list[int]:
     ctx = ServerContext(broker, "127.0.0.1:1", "lanes")
     request = service_pb2.SendMessageRequest(messages=protos)
-    response = send_message.handle(ctx, request, Peer())  # type: ignore[arg-type]
+    response = send_message(ctx, request, Peer())  # type: ignore[arg-type]
     return [entry.offset for entry in response.entries]
 
 
