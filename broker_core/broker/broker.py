@@ -77,6 +77,7 @@ from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
 from broker_core.store.columns import ColumnBatch
 from broker_core.store.message_store import MessageStore, now_ms
+from broker_core.store.queue_read import QueueRead
 from broker_core.store.recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
@@ -788,7 +789,7 @@ class Broker:
         found: list[StoredMessage] = []
         for mq in self.read_queues(topic):
             offset = self.store.offset_for_timestamp(topic, mq.queue_id, begin_ms)
-            got = self.store.get_messages(topic, mq.queue_id, offset, max_results)
+            got = self.store.get_messages(QueueRead(topic, mq.queue_id, offset, max_results))
             found.extend(m for m in got.messages if m.store_timestamp_ms < end_ms)
         found.sort(key=lambda m: (m.store_timestamp_ms, m.queue_id, m.queue_offset))
         return found[:max_results]
