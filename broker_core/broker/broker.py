@@ -37,7 +37,8 @@ from broker_core.broker.lite import (
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService, monotonic_ms
 from broker_core.broker.offsets import ConsumerOffsetManager
-from broker_core.broker.pop.pop import PopConfig, PoppedMessage, PopService
+from broker_core.broker.pop.model import PopConfig, PoppedMessage
+from broker_core.broker.pop.pop import PopService
 from broker_core.broker.pull import PullRequest, PullResult, PullService
 from broker_core.broker.put_rate import PutRate, stored_total
 from broker_core.broker.rebalance import MessageQueue

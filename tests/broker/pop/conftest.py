@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from broker_core.broker.offsets import ConsumerOffsetManager
-from broker_core.broker.pop.pop import PopConfig, PoppedMessage, PopService
+from broker_core.broker.pop.model import PopConfig, PoppedMessage
+from broker_core.broker.pop.pop import PopService
 from broker_core.broker.retry import RetryPolicy
 from broker_core.message import PROPERTY_MESSAGE_GROUP, Message, StoredMessage
 from broker_core.protocol.filters import MessageFilter
