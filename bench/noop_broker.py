@@ -18,7 +18,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
-from broker_core.client.client import MAX_MESSAGE_BYTES
+from broker_core.client.transport import MAX_MESSAGE_BYTES
 
 
 class NoopService(service_pb2_grpc.MessagingServiceServicer):

@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from broker_core.client.client import MAX_MESSAGE_BYTES
+from broker_core.client.transport import MAX_MESSAGE_BYTES
 
 METHOD = "/bench.Drop/Drop"
 _OPTIONS = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import click
 
-from broker_core.cli import _client, _table, cli, endpoints_option
+from broker_core.cli_base import _client, _table, cli, endpoints_option
 
 
 @cli.group()

@@ -21,6 +21,7 @@ from pathlib import Path
 from broker_core.config import MIB, FlushMode, StoreConfig
 from broker_core.message import Message, new_message_id
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 
 TOPIC = "orders"
 QUEUES = 4
@@ -70,7 +71,7 @@ def write_and_read(store_dir: Path) -> None:
         f"commitlog segments ({store.commitlog.max_offset:,} bytes)"
     )
     for qid in range(QUEUES):
-        got = store.get_messages(TOPIC, qid, 0, 3)
+        got = store.get_messages(QueueRead(TOPIC, qid, 0, 3))
         first = json.loads(got.messages[0].body)
         print(
             f"  queue {qid}: offsets [{store.min_offset(TOPIC, qid)}, "

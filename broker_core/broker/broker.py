@@ -37,7 +37,8 @@ from broker_core.broker.lite import (
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService, monotonic_ms
 from broker_core.broker.offsets import ConsumerOffsetManager
-from broker_core.broker.pop.pop import PopConfig, PoppedMessage, PopService
+from broker_core.broker.pop.model import PopConfig, PoppedMessage
+from broker_core.broker.pop.pop import PopService
 from broker_core.broker.pull import PullRequest, PullResult, PullService
 from broker_core.broker.put_rate import PutRate, stored_total
 from broker_core.broker.rebalance import MessageQueue
@@ -77,6 +78,7 @@ from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
 from broker_core.store.columns import ColumnBatch
 from broker_core.store.message_store import MessageStore, now_ms
+from broker_core.store.queue_read import QueueRead
 from broker_core.store.recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
@@ -788,7 +790,7 @@ class Broker:
         found: list[StoredMessage] = []
         for mq in self.read_queues(topic):
             offset = self.store.offset_for_timestamp(topic, mq.queue_id, begin_ms)
-            got = self.store.get_messages(topic, mq.queue_id, offset, max_results)
+            got = self.store.get_messages(QueueRead(topic, mq.queue_id, offset, max_results))
             found.extend(m for m in got.messages if m.store_timestamp_ms < end_ms)
         found.sort(key=lambda m: (m.store_timestamp_ms, m.queue_id, m.queue_offset))
         return found[:max_results]

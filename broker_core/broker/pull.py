@@ -2,10 +2,12 @@
 
 A pull names ``(topic, queue_id, offset)``, a batch size and optionally a subscription
 filter: one frozen :class:`PullRequest`, which every layer passes on whole (the broker's
-checks, long polling, the gRPC and remoting front ends). Tag filters are checked first
-against the 8-byte tag hash in each consume-queue unit (the commitlog is not touched for
-a unit whose hash cannot match), then confirmed on the decoded message, because hashes
-can collide; SQL92 filters are evaluated on the decoded message's properties.
+checks, long polling, the gRPC and remoting front ends); it builds the store's
+:class:`~broker_core.store.queue_read.QueueRead` once (``PullRequest.read``). Tag
+filters are checked first against the 8-byte tag hash in each consume-queue unit (the
+commitlog is not touched for a unit whose hash cannot match), then confirmed on the decoded
+message, because hashes can collide; SQL92 filters are evaluated on the decoded message's
+properties.
 
 Statuses and the corrected offset (:func:`classify_offset`, a pure function)::
 
@@ -64,7 +66,7 @@ from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
 from broker_core.message import StoredMessage
 from broker_core.protocol.filters import MessageFilter
 from broker_core.store.message_store import MessageStore
-from broker_core.store.queue_read import GetResult, TagCodeFilter
+from broker_core.store.queue_read import GetResult, QueueRead, TagCodeFilter
 from broker_core.store.queue_read import MessageFilter as StoredMessageFilter
 from broker_core.store.raw_read import RawUnits
 
@@ -103,9 +105,10 @@ class PullRequest:
     filter: MessageFilter | None = None
     max_bytes: int = DEFAULT_PULL_MAX_BYTES
     raw: bool = False  # hand out the stored units (PullResult.raw), not decoded messages
+    read: QueueRead = field(init=False, repr=False, compare=False)  # the store's read, built once
 
     def __post_init__(self) -> None:
-        """Reject what no queue could answer, with InvalidOffsetError."""
+        """Reject what no queue could answer, with InvalidOffsetError; build ``read``."""
         if self.offset < 0 or self.queue_id < 0:
             raise InvalidOffsetError(
                 f"bad pull of {self.topic}:{self.queue_id}: offset {self.offset} "
@@ -116,6 +119,17 @@ class PullRequest:
                 f"bad pull of {self.topic}:{self.queue_id}: max_count {self.max_count} "
                 f"and max_bytes {self.max_bytes} must be >= 1"
             )
+        tag_filter, message_filter = store_filters(self.filter)
+        read = QueueRead(
+            self.topic,
+            self.queue_id,
+            self.offset,
+            self.max_count,
+            self.max_bytes,
+            tag_filter,
+            message_filter,
+        )
+        object.__setattr__(self, "read", read)
 
     def at(self, offset: int) -> PullRequest:
         """The same request from another offset."""
@@ -198,18 +212,9 @@ class PullService:
     def execute(self, request: PullRequest) -> PullResult:
         """Pull up to ``request.max_count`` messages (and about ``request.max_bytes``) from
         ``request.offset``: the one way in, which long polling re-runs."""
-        tag_filter, message_filter = store_filters(request.filter)
         read = self._store.get_raw if request.raw else self._store.get_messages
         try:
-            got = read(
-                request.topic,
-                request.queue_id,
-                request.offset,
-                request.max_count,
-                max_bytes=request.max_bytes,
-                tag_filter=tag_filter,
-                message_filter=message_filter,
-            )
+            got = read(request.read)
         except OffsetOutOfRangeError as exc:
             return self._out_of_range(request, exc)
         return _result_of(got, request.offset)

@@ -23,6 +23,7 @@ per broker address. Contract:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -39,6 +40,25 @@ if TYPE_CHECKING:  # imported on first use: a single-broker client never loads t
 T = TypeVar("T")
 PERM_WRITE: Final = 2
 DEFAULT_ROUTE_TTL_MS: Final = 3_000
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def routed(topic_index: int) -> Callable[[F], F]:
+    """A per-queue method that, on a cluster client, runs on the broker group named by its
+    ``broker=`` keyword (the topic is positional argument ``topic_index``); a
+    single-broker client ignores ``broker`` (the method never sees it)."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def call(self: Any, *args: Any, broker: str | None = None, **kwargs: Any) -> Any:
+            if self.cluster is None:
+                return method(self, *args, **kwargs)
+            topic = args[topic_index] if len(args) > topic_index else kwargs["topic"]
+            return getattr(self.cluster.for_queue(topic, broker), method.__name__)(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 class ClusterRouting:

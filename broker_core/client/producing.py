@@ -1,4 +1,4 @@
-"""The asynchronous sends of :class:`~broker_core.client.RocketMQClient` (a mixin).
+"""The sends of :class:`~broker_core.client.RocketMQClient` (a mixin), asynchronous and not.
 
 ``send_batch_async``/``send_columns_async`` put a request in the client's window of
 requests in flight (:mod:`broker_core.client.in_flight`); plain messages go by SendBulk
@@ -9,17 +9,15 @@ The synchronous ``send_batch``/``send_columns`` are these plus ``result()``.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import grpc
-from google.protobuf.message import Message as ProtoMessage
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.client import bulk, standard, wire
-from broker_core.client.in_flight import PendingSend, SendWindow, receipts_of
+from broker_core.client.in_flight import PendingSend, receipts_of
 from broker_core.client.model import OutgoingMessage, SendReceipt
+from broker_core.client.transport import ClientCore
 from broker_core.errors import (
     InvalidArgumentError,
     RocketMQError,
@@ -27,36 +25,26 @@ from broker_core.errors import (
     UnsupportedError,
 )
 
+if TYPE_CHECKING:
+    from broker_core.client.client import RocketMQClient
+
 T = TypeVar("T")
 
 
-class AsyncSends(ABC):
-    """What the client provides, and the sends built on it."""
+def _picker(indexes: list[int]) -> Callable[[Sequence[T] | None], list[T] | None]:
+    """``pick(column)``: the column's items at ``indexes`` (None stays None)."""
 
-    cluster: Any
-    endpoint: str
-    namespace: str
-    timeout_s: float
+    def pick(column: Sequence[T] | None) -> list[T] | None:
+        return None if column is None else [column[i] for i in indexes]
+
+    return pick
+
+
+class AsyncSends(ClientCore):
+    """Sends over the client's window of requests in flight; the synchronous ones wait."""
+
     bulk: bool
     _bulk_offered: bool | None
-    _window: SendWindow
-    _raw_methods: dict[str, grpc.UnaryUnaryMultiCallable]
-
-    @abstractmethod
-    def _channel_for_process(self) -> grpc.Channel: ...
-
-    @abstractmethod
-    def _metadata(self) -> list[tuple[str, str]]: ...
-
-    @abstractmethod
-    def _raw_method(self, method: str) -> grpc.UnaryUnaryMultiCallable: ...
-
-    max_attempts: int
-
-    @abstractmethod
-    def _retrying(
-        self, what: str, attempt: Callable[[], T], *, attempts: int | None = None
-    ) -> T: ...
 
     def _again(self, first: RocketMQError, what: str, attempt: Callable[[], T]) -> T:
         """A request's retries after its first attempt failed with ``first`` (retriable):
@@ -65,15 +53,82 @@ class AsyncSends(ABC):
             raise first
         return self._retrying(what, attempt, attempts=self.max_attempts - 1)
 
-    @abstractmethod
-    def call(
-        self, method: str, request: ProtoMessage | bytes, *, timeout_s: float | None = None
-    ) -> ProtoMessage: ...
+    def send_batch(self, topic: str, messages: Iterable[Any]) -> list[SendReceipt]:
+        """Send many messages to ``topic`` in ONE SendMessage request; receipts in order.
 
-    @abstractmethod
-    def send_batch(self, topic: str, messages: Iterable[Any]) -> list[SendReceipt]: ...
+        Each item is an :class:`OutgoingMessage`, a tuple in its field order
+        ``(body, tag, keys, properties, message_group, delivery_timestamp_ms)`` or a bare
+        body. The broker stores the whole batch or none of it (a bad message fails the
+        request with its error, e.g. MessageTooLargeError). A cluster client sends the
+        batch to one broker group of the topic, the next group on the next call.
+        """
+        if self.cluster is not None:
+            items = list(messages)
+            groups = [
+                None if type(m) is bytes else OutgoingMessage.of(m).message_group for m in items
+            ]
+            if any(groups):  # FIFO messages: each message group pinned to one broker group
+                return self.cluster.send_split(
+                    topic, groups, lambda c, idx: c.send_batch(topic, [items[i] for i in idx])
+                )
+            return self.cluster.send(topic, lambda c: c.send_batch(topic, items))
+        return self.send_batch_async(topic, messages).result()
 
-    send_columns: Callable[..., list[SendReceipt]]  # the client's (columns as keywords)
+    def send_columns(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        tags: Sequence[str | None] | None = None,
+        keys: Sequence[Sequence[str] | None] | None = None,
+        properties: Sequence[Mapping[str, str] | None] | None = None,
+        message_groups: Sequence[str | None] | None = None,
+        delivery_ms: Sequence[int | None] | None = None,
+    ) -> list[SendReceipt]:
+        """:meth:`send_batch` for messages given column by column, with no object per
+        message: columns as :func:`wire.encode_send_request` takes them (None: absent)."""
+        if self.cluster is not None:
+            if message_groups is not None and any(message_groups):
+
+                def part(c: RocketMQClient, idx: list[int]) -> list[SendReceipt]:
+                    pick = _picker(idx)
+                    return c.send_columns(
+                        topic,
+                        pick(bodies) or [],
+                        tags=pick(tags),
+                        keys=pick(keys),
+                        properties=pick(properties),
+                        message_groups=pick(message_groups),
+                        delivery_ms=pick(delivery_ms),
+                    )
+
+                return self.cluster.send_split(topic, message_groups, part)
+            return self.cluster.send(
+                topic,
+                lambda c: c.send_columns(
+                    topic,
+                    bodies,
+                    tags=tags,
+                    keys=keys,
+                    properties=properties,
+                    message_groups=message_groups,
+                    delivery_ms=delivery_ms,
+                ),
+            )
+        return self.send_columns_async(
+            topic,
+            bodies,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            message_groups=message_groups,
+            delivery_ms=delivery_ms,
+        ).result()
+
+    def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
+        """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""
+        data = body.encode("utf-8") if isinstance(body, str) else body
+        return self.send_batch(topic, [OutgoingMessage(data, **fields)])[0]
 
     def send_batch_async(self, topic: str, messages: Iterable[Any]) -> PendingSend:
         """:meth:`send_batch` without waiting for the answer: the request joins the

@@ -55,6 +55,7 @@ from broker_core.protocol.unit import NAME_VALUE_SEP, PROPERTY_SEP
 
 if TYPE_CHECKING:
     from broker_core.client.client import RocketMQClient
+    from broker_core.client.pulling import PullCalls
 
 STANDARD_PULL_MAX: Final = 1_024  # messages per PullMessage (our broker's max_pull_batch)
 READABLE: Final = frozenset({"READ", "READ_WRITE"})
@@ -185,7 +186,7 @@ def columns_of(messages: Sequence[ReceivedMessage]) -> UnitColumns:
 
 
 def pull_columns(
-    client: RocketMQClient,
+    client: PullCalls,
     group: str,
     topic: str,
     queue_id: int,

@@ -41,7 +41,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker_core.broker.lite import split_lmq
-from broker_core.broker.pop.pop import PoppedMessage
+from broker_core.broker.pop.model import PoppedMessage
 from broker_core.broker.retry import is_dlq_topic
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,

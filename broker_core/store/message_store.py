@@ -10,7 +10,7 @@
 [0]
 >>> store.wait_dispatched()
 True
->>> store.get_messages("orders", 0, 0, 10).messages[0].body
+>>> store.get_messages(QueueRead("orders", 0, 0, 10)).messages[0].body
 b'hello'
 >>> store.close()
 
@@ -57,8 +57,7 @@ from broker_core.store.index_service import IndexService
 from broker_core.store.lock import StoreLock
 from broker_core.store.queue_read import (
     GetResult,
-    MessageFilter,
-    TagCodeFilter,
+    QueueRead,
     raw_of,
     read_messages,
     read_raw,
@@ -355,63 +354,32 @@ class MessageStore:
     def topics(self) -> list[str]:
         return sorted({cq.topic for cq in self.queues.all()})
 
-    def get_messages(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        *,
-        max_bytes: int = 64 << 20,
-        tag_filter: TagCodeFilter | None = None,
-        message_filter: MessageFilter | None = None,
-    ) -> GetResult:
-        """Read up to ``max_count`` messages from ``offset``.
+    def get_messages(self, read: QueueRead) -> GetResult:
+        """Read up to ``read.max_count`` messages from ``read.offset``.
 
-        ``tag_filter`` is checked against each unit's tag code before the commitlog is
-        touched; ``message_filter`` confirms on the decoded message. Offsets below the
+        ``read.tag_filter`` is checked against each unit's tag code before the commitlog is
+        touched; ``read.message_filter`` confirms on the decoded message. Offsets below the
         queue's minimum or above its maximum raise OffsetOutOfRangeError; ``offset ==
         max`` returns no messages. ``next_offset`` is where the following read starts.
         """
-        cq, result = start_read(self.queues, topic, queue_id, offset, max_count)
-        if cq is not None and offset < result.max_offset:
-            read_messages(
-                cq, self.commitlog, result, max_count, max_bytes, tag_filter, message_filter
-            )
+        cq, result = start_read(self.queues, read)
+        if cq is not None and read.offset < result.max_offset:
+            read_messages(cq, self.commitlog, read, result)
         return result
 
-    def get_raw(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        *,
-        max_bytes: int = 64 << 20,
-        tag_filter: TagCodeFilter | None = None,
-        message_filter: MessageFilter | None = None,
-    ) -> GetResult:
+    def get_raw(self, read: QueueRead) -> GetResult:
         """:meth:`get_messages`, but the result's ``raw`` holds the units as stored.
 
         Unfiltered reads never decode a message (see ``raw_read``); filtered reads decode
         to filter, then hand out the matching units' bytes.
         """
-        if tag_filter is not None or message_filter is not None:
-            got = self.get_messages(
-                topic,
-                queue_id,
-                offset,
-                max_count,
-                max_bytes=max_bytes,
-                tag_filter=tag_filter,
-                message_filter=message_filter,
-            )
-            return raw_of(self.commitlog, got)
-        cq, result = start_read(self.queues, topic, queue_id, offset, max_count)
-        if cq is None or offset == result.max_offset:
+        if read.filtered:
+            return raw_of(self.commitlog, self.get_messages(read))
+        cq, result = start_read(self.queues, read)
+        if cq is None or read.offset == result.max_offset:
             result.raw = RawUnits.empty()
         else:
-            read_raw(cq, self.commitlog, result, max_count, max_bytes)
+            read_raw(cq, self.commitlog, read, result)
         return result
 
     def read_message(self, physical_offset: int, size: int = 0) -> StoredMessage:

@@ -1,7 +1,9 @@
 """Reads from one consume queue: decoded messages through the filters, or raw units.
 
-A read starts at a logical ``offset`` of one queue (:func:`start_read` checks it against
-the queue's bounds) and fills a :class:`GetResult`:
+A read is one frozen :class:`QueueRead` (topic, queue, ``offset``, ``max_count``,
+``max_bytes`` and the two filters) that the store passes on whole. It starts at a logical
+``offset`` of one queue (:func:`start_read` checks it against the queue's bounds) and fills a
+:class:`GetResult`:
 
 * :func:`read_messages` walks the queue's units: ``tag_filter`` is checked against each
   unit's tag code before the commitlog is touched, ``message_filter`` confirms on the
@@ -33,6 +35,38 @@ from broker_core.store.raw_read import RawUnits, queue_units, read_spans, within
 TagCodeFilter = Callable[[int], bool]
 MessageFilter = Callable[[StoredMessage], bool]
 MAX_SCAN_UNITS = 16_384  # units a filtered read inspects before returning what it found
+DEFAULT_READ_MAX_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRead:
+    """One read of one queue: up to ``max_count`` messages (about ``max_bytes``) from
+    ``offset``, through ``tag_filter`` (on the unit's tag code) and ``message_filter`` (on
+    the decoded message); ``None`` filters pass everything.
+
+    InvalidOffsetError at construction for a negative offset or queue id, or for
+    ``max_count`` or ``max_bytes`` below 1.
+    """
+
+    topic: str
+    queue_id: int
+    offset: int
+    max_count: int
+    max_bytes: int = DEFAULT_READ_MAX_BYTES
+    tag_filter: TagCodeFilter | None = None
+    message_filter: MessageFilter | None = None
+
+    def __post_init__(self) -> None:
+        if self.offset < 0 or self.queue_id < 0 or self.max_count < 1 or self.max_bytes < 1:
+            raise InvalidOffsetError(
+                f"bad read of {self.topic}:{self.queue_id}: offset {self.offset}, "
+                f"max_count {self.max_count}, max_bytes {self.max_bytes}"
+            )
+
+    @property
+    def filtered(self) -> bool:
+        """True when either filter is set (the read must decode to filter)."""
+        return self.tag_filter is not None or self.message_filter is not None
 
 
 @dataclass(slots=True)
@@ -54,16 +88,13 @@ class GetResult:
         return self.raw.count if self.raw is not None else len(self.messages)
 
 
-def start_read(
-    queues: ConsumeQueueSet, topic: str, queue_id: int, offset: int, max_count: int
-) -> tuple[ConsumeQueue | None, GetResult]:
-    """The queue and an empty result for a read at ``offset``.
+def start_read(queues: ConsumeQueueSet, read: QueueRead) -> tuple[ConsumeQueue | None, GetResult]:
+    """The queue and an empty result for ``read`` at its offset.
 
-    InvalidOffsetError for a negative offset or ``max_count < 1``; OffsetOutOfRangeError
-    (with the bounds) outside ``[min, max]``. A queue that does not exist reads as empty.
+    OffsetOutOfRangeError (with the bounds) outside ``[min, max]``. A queue that does not
+    exist reads as empty.
     """
-    if offset < 0 or max_count < 1:
-        raise InvalidOffsetError(f"bad read: offset {offset}, max_count {max_count}")
+    topic, queue_id, offset = read.topic, read.queue_id, read.offset
     cq = queues.get(topic, queue_id)
     lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
     if offset < lo or offset > hi:
@@ -76,37 +107,23 @@ def start_read(
 
 
 def read_messages(
-    cq: ConsumeQueue,
-    commitlog: CommitLog,
-    result: GetResult,
-    max_count: int,
-    max_bytes: int,
-    tag_filter: TagCodeFilter | None,
-    message_filter: MessageFilter | None,
+    cq: ConsumeQueue, commitlog: CommitLog, read: QueueRead, result: GetResult
 ) -> None:
     """Fill ``result`` (fresh from :func:`start_read`) with decoded, filtered messages."""
-    hi = result.max_offset
+    hi, max_count = result.max_offset, read.max_count
     while result.next_offset < hi and len(result.messages) < max_count:
-        if result.scanned >= MAX_SCAN_UNITS or result.total_bytes >= max_bytes:
+        if result.scanned >= MAX_SCAN_UNITS or result.total_bytes >= read.max_bytes:
             break
         raw = cq.read_units(result.next_offset, min(max_count * 4, 4096))
-        if not raw or _read_units(
-            commitlog, raw, result, max_count, max_bytes, tag_filter, message_filter
-        ):
+        if not raw or _read_units(commitlog, raw, read, result):
             break
 
 
-def _read_units(
-    commitlog: CommitLog,
-    raw: bytes,
-    result: GetResult,
-    max_count: int,
-    max_bytes: int,
-    tag_filter: TagCodeFilter | None,
-    message_filter: MessageFilter | None,
-) -> bool:
+def _read_units(commitlog: CommitLog, raw: bytes, read: QueueRead, result: GetResult) -> bool:
     """Read units into ``result``; True when a count or byte limit stopped it, or a unit
     that does not verify after some messages were read (they are served first)."""
+    max_count, max_bytes = read.max_count, read.max_bytes
+    tag_filter, message_filter = read.tag_filter, read.message_filter
     for phys, size, tag_code in UNIT.iter_unpack(raw):
         if len(result.messages) >= max_count:
             return True
@@ -133,13 +150,11 @@ def _read_units(
     return False
 
 
-def read_raw(
-    cq: ConsumeQueue, commitlog: CommitLog, result: GetResult, max_count: int, max_bytes: int
-) -> None:
+def read_raw(cq: ConsumeQueue, commitlog: CommitLog, read: QueueRead, result: GetResult) -> None:
     """Fill ``result`` (fresh from :func:`start_read`) with raw units, none decoded."""
     offset = result.next_offset
-    units = queue_units(cq, offset, min(max_count, result.max_offset - offset))
-    units = units[: within_bytes(units["size"], max_bytes)]
+    units = queue_units(cq, offset, min(read.max_count, result.max_offset - offset))
+    units = units[: within_bytes(units["size"], read.max_bytes)]
     sizes = units["size"].astype(np.int32)
     result.raw = RawUnits(read_spans(commitlog, units["phys"], sizes), sizes)
     result.scanned = len(units)

@@ -23,6 +23,7 @@ from broker_core.errors import (
     InvalidTopicError,
 )
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import make_message, small_config
 
 EXPIRY_MS = 30_000
@@ -379,7 +380,9 @@ class Broker:
         got: list[int] = []
         for queue in self.registry.assignment(GROUP, "orders", cid, all_queues, "averagely"):
             start = self.offsets.query(GROUP, "orders", queue.queue_id) or 0
-            result = self.store.get_messages("orders", queue.queue_id, start, max_per_queue)
+            result = self.store.get_messages(
+                QueueRead("orders", queue.queue_id, start, max_per_queue)
+            )
             got += [int(m.properties["n"]) for m in result.messages]
             self.offsets.commit(GROUP, "orders", queue.queue_id, result.next_offset, durable=True)
         return got

@@ -26,6 +26,7 @@ from broker_core.errors import (
 from broker_core.message import PROPERTY_MESSAGE_GROUP
 from broker_core.store.atomic_file import write_json_atomic
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import make_message, small_config
 
 
@@ -324,7 +325,7 @@ def _read_all(topics: TopicManager, store: MessageStore, topic: str) -> dict[int
     store.wait_dispatched()
     result: dict[int, list[int]] = {}
     for queue in topics.for_read(topic).read_queues("broker-a"):
-        got = store.get_messages(topic, queue.queue_id, 0, 1000)
+        got = store.get_messages(QueueRead(topic, queue.queue_id, 0, 1000))
         result[queue.queue_id] = [int(m.properties["n"]) for m in got.messages]
     return result
 

@@ -34,6 +34,7 @@ from rocketmq.v5.exception import ClientException
 from broker_core.config import StoreConfig
 from broker_core.message import StoredMessage
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.server.conftest import DEFAULT_CONFIG, BrokerProcess, start_broker
 
 Code = pb.Code
@@ -188,7 +189,7 @@ def read_store(proc: BrokerProcess, topic: str) -> dict[str, StoredMessage]:
         for queue_id in range(4):
             high = store.max_offset(topic, queue_id)
             if high:
-                for msg in store.get_messages(topic, queue_id, 0, high).messages:
+                for msg in store.get_messages(QueueRead(topic, queue_id, 0, high)).messages:
                     found[msg.message_id] = msg
         return found
     finally:

@@ -11,6 +11,7 @@ import pytest
 from broker_core.errors import OffsetOutOfRangeError
 from broker_core.store.cleanup import CleanupService
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import make_message
 
 Open = Callable[..., MessageStore]
@@ -49,8 +50,8 @@ def test_expired_segments_are_deleted_and_reads_below_min_fail(open_store: Open)
     low = store.min_offset("orders", 0)
     assert low > 0
     with pytest.raises(OffsetOutOfRangeError, match=rf"offset out of range \(min is {low}"):
-        store.get_messages("orders", 0, 0, 10)
-    got = store.get_messages("orders", 0, low, 1000)
+        store.get_messages(QueueRead("orders", 0, 0, 10))
+    got = store.get_messages(QueueRead("orders", 0, low, 1000))
     assert got.messages[0].queue_offset == low and got.next_offset == 200
     assert got.messages[0].physical_offset >= store.commitlog.min_offset
     assert store.query_by_key("key-0") == []  # its bytes are gone; never served
@@ -98,4 +99,4 @@ def test_retention_survives_restart(open_store: Open) -> None:
     store.close()
     store = open_store(file_reserved_hours=1)
     assert store.min_offset("orders", 1) == low
-    assert store.get_messages("orders", 1, low, 1).messages[0].queue_offset == low
+    assert store.get_messages(QueueRead("orders", 1, low, 1)).messages[0].queue_offset == low

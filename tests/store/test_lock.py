@@ -12,6 +12,7 @@ import pytest
 from broker_core.errors import StoreLockedError
 from broker_core.message import Message
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import small_config
 
 
@@ -26,7 +27,7 @@ def test_second_store_on_a_directory_in_use_is_refused(tmp_path: Path) -> None:
         # the refused opener touched nothing: the first keeps its abort marker and data
         assert (tmp_path / "abort").exists()
         assert first.wait_dispatched()
-        got = first.get_messages("orders", 0, 0, 10).messages
+        got = first.get_messages(QueueRead("orders", 0, 0, 10)).messages
         assert [m.body for m in got] == [b"acknowledged"]
     finally:
         first.close()

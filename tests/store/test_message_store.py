@@ -19,6 +19,7 @@ from broker_core.errors import (
 from broker_core.message import Message, tag_hash
 from broker_core.protocol import unit as layout
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import make_message, small_config
 
 Open = Callable[..., MessageStore]
@@ -34,7 +35,7 @@ def test_append_and_read_back_across_segments(open_store: Open) -> None:
     put_many(store, 300)
     assert len(store.commitlog.segments()) > 2
     assert (store.min_offset("orders", 0), store.max_offset("orders", 0)) == (0, 150)
-    got = store.get_messages("orders", 1, 0, 500)
+    got = store.get_messages(QueueRead("orders", 1, 0, 500))
     assert [int(m.properties["n"]) for m in got.messages] == list(range(1, 300, 2))
     assert got.next_offset == 150 and got.max_offset == 150
     assert all(m.queue_id == 1 for m in got.messages)
@@ -44,23 +45,26 @@ def test_append_and_read_back_across_segments(open_store: Open) -> None:
 def test_read_at_max_is_empty_and_beyond_is_an_error(open_store: Open) -> None:
     store = open_store()
     put_many(store, 4)
-    assert store.get_messages("orders", 0, 2, 10).messages == []
+    assert store.get_messages(QueueRead("orders", 0, 2, 10)).messages == []
     with pytest.raises(OffsetOutOfRangeError, match="max is 2"):
-        store.get_messages("orders", 0, 3, 10)
+        store.get_messages(QueueRead("orders", 0, 3, 10))
     with pytest.raises(InvalidOffsetError):
-        store.get_messages("orders", 0, -1, 10)
-    assert store.get_messages("nosuch", 0, 0, 10).messages == []
+        store.get_messages(QueueRead("orders", 0, -1, 10))
+    for bad in ({"max_count": 0}, {"max_bytes": 0}, {"queue_id": -1}):
+        with pytest.raises(InvalidOffsetError, match="bad read of orders"):
+            QueueRead(**{"topic": "orders", "queue_id": 0, "offset": 0, "max_count": 1, **bad})
+    assert store.get_messages(QueueRead("nosuch", 0, 0, 10)).messages == []
 
 
 def test_tag_code_filter_and_message_filter(open_store: Open) -> None:
     store = open_store()
     put_many(store, 40, queues=1)
     even = tag_hash("even")
-    got = store.get_messages("orders", 0, 0, 100, tag_filter=lambda code: code == even)
+    got = store.get_messages(QueueRead("orders", 0, 0, 100, tag_filter=lambda code: code == even))
     assert [int(m.properties["n"]) for m in got.messages] == list(range(0, 40, 2))
     assert got.filtered == 20 and got.next_offset == 40
     got = store.get_messages(
-        "orders", 0, 0, 3, message_filter=lambda m: int(m.properties["n"]) > 30
+        QueueRead("orders", 0, 0, 3, message_filter=lambda m: int(m.properties["n"]) > 30)
     )
     assert [int(m.properties["n"]) for m in got.messages] == [31, 32, 33]
     assert got.next_offset == 34
@@ -69,7 +73,7 @@ def test_tag_code_filter_and_message_filter(open_store: Open) -> None:
 def test_max_bytes_limits_a_read_but_always_returns_one(open_store: Open) -> None:
     store = open_store()
     put_many(store, 10, queues=1)
-    got = store.get_messages("orders", 0, 0, 10, max_bytes=1)
+    got = store.get_messages(QueueRead("orders", 0, 0, 10, max_bytes=1))
     assert len(got.messages) == 1 and got.next_offset == 1
 
 
@@ -158,7 +162,7 @@ def test_transaction_prepared_units_stay_out_of_queues(open_store: Open) -> None
     )
     store.put_messages([half, make_message(1)])
     assert store.wait_dispatched()
-    assert [m.body for m in store.get_messages("orders", 0, 0, 10).messages] == [
+    assert [m.body for m in store.get_messages(QueueRead("orders", 0, 0, 10)).messages] == [
         make_message(1).body
     ]
     assert store.query_by_key("half-key")[0].body == b"half"
@@ -171,7 +175,7 @@ def test_batches_spanning_segments_are_dispatched_whole(open_store: Open) -> Non
         assert store.wait_dispatched()
         assert [store.max_offset("orders", q) for q in range(4)] == [100] * 4
         for q in range(4):
-            assert len(store.get_messages("orders", q, 0, 1000).messages) == 100
+            assert len(store.get_messages(QueueRead("orders", q, 0, 1000)).messages) == 100
         store.close()
         shutil.rmtree(store.config.store_dir)
 
@@ -180,10 +184,10 @@ def test_byte_limit_stops_a_read_midway_and_the_next_read_resumes(open_store: Op
     store = open_store()
     store.put_messages([make_message(i, size=800) for i in range(10)])
     assert store.wait_dispatched()
-    unit = store.get_messages("orders", 0, 0, 1).total_bytes
-    got = store.get_messages("orders", 0, 0, 10, max_bytes=unit * 3 + unit // 2)
+    unit = store.get_messages(QueueRead("orders", 0, 0, 1)).total_bytes
+    got = store.get_messages(QueueRead("orders", 0, 0, 10, max_bytes=unit * 3 + unit // 2))
     assert len(got.messages) == 3 and got.next_offset == 3
-    rest = store.get_messages("orders", 0, got.next_offset, 10)
+    rest = store.get_messages(QueueRead("orders", 0, got.next_offset, 10))
     assert [m.queue_offset for m in rest.messages] == list(range(3, 10))
 
 

@@ -11,6 +11,7 @@ from broker_core.errors import OffsetOutOfRangeError
 from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import make_message
 
 Open = Callable[..., MessageStore]
@@ -32,11 +33,11 @@ def test_raw_units_are_the_stored_units_across_segments(open_store: Open, queues
     store.put_messages([make_message(i, queue_id=i % queues) for i in range(300)])
     assert store.wait_dispatched() and len(store.commitlog.segments()) > 2
     for qid in range(queues):
-        got = store.get_raw("orders", qid, 0, 1_000)
+        got = store.get_raw(QueueRead("orders", qid, 0, 1_000))
         assert got.raw is not None and got.found == got.raw.count == 300 // queues
         messages = _decoded(got.raw.data, got.raw.sizes)
         assert [int(m.properties["n"]) for m in messages] == list(range(qid, 300, queues))
-        plain = store.get_messages("orders", qid, 0, 1_000).messages
+        plain = store.get_messages(QueueRead("orders", qid, 0, 1_000)).messages
         assert [m.physical_offset for m in messages] == [m.physical_offset for m in plain]
         assert got.next_offset == got.max_offset == 300 // queues
 
@@ -45,17 +46,17 @@ def test_raw_reads_honour_counts_bytes_filters_and_bounds(open_store: Open) -> N
     store = open_store()
     store.put_messages([make_message(i, size=200) for i in range(50)])
     assert store.wait_dispatched()
-    assert store.get_raw("orders", 0, 10, 5).next_offset == 15
-    budget = store.get_raw("orders", 0, 0, 50, max_bytes=1_000)
+    assert store.get_raw(QueueRead("orders", 0, 10, 5)).next_offset == 15
+    budget = store.get_raw(QueueRead("orders", 0, 0, 50, max_bytes=1_000))
     assert budget.raw is not None and 0 < budget.raw.count < 50
     assert len(budget.raw.data) <= 1_000 or budget.raw.count == 1
-    odd = store.get_raw("orders", 0, 0, 50, message_filter=lambda m: m.tag == "odd")
+    odd = store.get_raw(QueueRead("orders", 0, 0, 50, message_filter=lambda m: m.tag == "odd"))
     assert odd.raw is not None and odd.messages == []
     assert [m.queue_offset for m in _decoded(odd.raw.data, odd.raw.sizes)] == list(range(1, 50, 2))
-    end = store.get_raw("orders", 0, 50, 10)
+    end = store.get_raw(QueueRead("orders", 0, 50, 10))
     assert end.raw is not None and end.raw.count == 0 and end.next_offset == 50
     with pytest.raises(OffsetOutOfRangeError):
-        store.get_raw("orders", 0, 51, 10)
+        store.get_raw(QueueRead("orders", 0, 51, 10))
 
 
 def test_a_large_dense_read_is_cut_into_regions_not_read_unit_by_unit(
@@ -67,7 +68,7 @@ def test_a_large_dense_read_is_cut_into_regions_not_read_unit_by_unit(
     store = open_store()
     store.put_messages([make_message(i, queue_id=i % 4) for i in range(400)])
     assert store.wait_dispatched()
-    want = {qid: store.get_raw("orders", qid, 0, 1_000).raw for qid in range(4)}
+    want = {qid: store.get_raw(QueueRead("orders", qid, 0, 1_000)).raw for qid in range(4)}
     unit_bytes = int(next(iter(want.values())).sizes[0])  # type: ignore[union-attr]
     monkeypatch.setattr(raw_read, "MAX_REGION_BYTES", 10 * 4 * unit_bytes)  # ~10 units
     reads: list[int] = []
@@ -82,7 +83,7 @@ def test_a_large_dense_read_is_cut_into_regions_not_read_unit_by_unit(
     )
     for qid in range(4):
         reads.clear()
-        got = store.get_raw("orders", qid, 0, 1_000).raw
+        got = store.get_raw(QueueRead("orders", qid, 0, 1_000)).raw
         assert got is not None and want[qid] is not None
         assert got.data == want[qid].data  # type: ignore[union-attr]
         assert 0 < len(reads) < got.count // 2  # whole regions, not one read per unit

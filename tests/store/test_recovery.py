@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import make_message
 
 Open = Callable[..., MessageStore]
@@ -45,7 +46,7 @@ def crash_child(store_dir: Path, mode: str, count: int, kill_after_acks: int) ->
 def all_ids(store: MessageStore, topic: str = "orders") -> list[str]:
     ids = []
     for qid in store.queue_ids(topic):
-        got = store.get_messages(topic, qid, store.min_offset(topic, qid), 10_000)
+        got = store.get_messages(QueueRead(topic, qid, store.min_offset(topic, qid), 10_000))
         ids.extend(m.message_id for m in got.messages)
     return ids
 
@@ -77,7 +78,7 @@ def damage(path: Path, how: str, seed: int = 7) -> None:
 
 def snapshot_reads(store: MessageStore) -> dict[int, list[bytes]]:
     return {
-        q: [m.body for m in store.get_messages("orders", q, 0, 10_000).messages]
+        q: [m.body for m in store.get_messages(QueueRead("orders", q, 0, 10_000)).messages]
         for q in store.queue_ids("orders")
     }
 

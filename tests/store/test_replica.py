@@ -9,6 +9,7 @@ import pytest
 
 from broker_core.errors import NotMasterError, ReplicationProtocolError
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from broker_core.store.replica import stored_bytes
 from tests.store.conftest import make_message
 
@@ -45,8 +46,8 @@ def test_bytes_cut_anywhere_land_at_the_same_offsets(open_store: OpenStore, tmp_
     assert stored_bytes(slave.commitlog, 0, len(data)) == data
     assert slave.wait_dispatched()
     for qid in range(3):
-        got = slave.get_messages("orders", qid, 0, 1000).messages
-        want = master.get_messages("orders", qid, 0, 1000).messages
+        got = slave.get_messages(QueueRead("orders", qid, 0, 1000)).messages
+        want = master.get_messages(QueueRead("orders", qid, 0, 1000)).messages
         assert [m.body for m in got] == [m.body for m in want] and len(got) > 100
     assert slave.query_by_key("key-17")[0].body == master.query_by_key("key-17")[0].body
 
@@ -111,11 +112,13 @@ def test_an_empty_store_starts_at_the_masters_first_segment(
     assert slave.append_replica(seg, data[seg:]) == len(data) - seg
     assert slave.commitlog.min_offset == seg
     assert slave.wait_dispatched()
-    got = slave.get_messages("orders", 0, slave.min_offset("orders", 0), 1000).messages
+    got = slave.get_messages(QueueRead("orders", 0, slave.min_offset("orders", 0), 1000)).messages
     assert (
         got
         and got[-1].body
-        == master.get_messages("orders", 0, master.max_offset("orders", 0) - 1, 1).messages[0].body
+        == master.get_messages(QueueRead("orders", 0, master.max_offset("orders", 0) - 1, 1))
+        .messages[0]
+        .body
     )
 
 

@@ -46,6 +46,7 @@ from broker_core.broker.system_topics import REVIVE_TOPIC
 from broker_core.errors import CorruptionError
 from broker_core.message import Message
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 
 QueueKey = tuple[str, str, int]  # (group, queue topic, queue id)
 
@@ -191,7 +192,9 @@ class ReviveLog:
         offset = max(start, store.min_offset(REVIVE_TOPIC, REVIVE_QUEUE_ID))
         end = store.max_offset(REVIVE_TOPIC, REVIVE_QUEUE_ID)
         while offset < end:
-            got = store.get_messages(REVIVE_TOPIC, REVIVE_QUEUE_ID, offset, _REPLAY_BATCH)
+            got = store.get_messages(
+                QueueRead(REVIVE_TOPIC, REVIVE_QUEUE_ID, offset, _REPLAY_BATCH)
+            )
             for msg in got.messages:
                 yield msg.queue_offset, PopRecord.decode(msg.body, msg.queue_offset)
             if got.next_offset <= offset:

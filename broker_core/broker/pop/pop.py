@@ -59,10 +59,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop.log import PopRecord, QueueKey, RecordKind, ReviveLog
+from broker_core.broker.pop.model import PopConfig, PoppedMessage, check_int
 from broker_core.broker.pop.receipt import ReceiptHandle, check_scope, decode_handle
 from broker_core.broker.pop.revive import Reviver, resolution
 from broker_core.broker.pop.scan import QueuePlan, QueueScanner
@@ -70,12 +70,10 @@ from broker_core.broker.pop.state import InFlight, PopState, QueueState
 from broker_core.broker.retry import DeadLetter, RetryPolicy, next_delivery, retry_topic
 from broker_core.broker.system_topics import REVIVE_TOPIC
 from broker_core.errors import (
-    ConfigError,
-    InvalidArgumentError,
     StaleReceiptHandleError,
     StoreClosedError,
 )
-from broker_core.message import StoredMessage, validate_group_name, validate_topic_name
+from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
 from broker_core.store.message_store import MessageStore, now_ms
@@ -83,52 +81,6 @@ from broker_core.store.message_store import MessageStore, now_ms
 log = logging.getLogger(__name__)
 
 REVIVE_GROUP = "CID_RMQ_SYS_POP_REVIVE"  # its offset in REVIVE_TOPIC is the replay start
-
-
-@dataclass(frozen=True, slots=True)
-class PopConfig:
-    """Settings of the POP service; every field name carries its unit."""
-
-    broker_name: str = "broker-a"
-    revive_interval_ms: int = 1_000
-    max_receive_count: int = 1_024
-    max_invisible_ms: int = 12 * 3_600_000  # RocketMQ proxy's limit
-    max_withheld_per_queue: int = 1_024
-    revive_batch: int = 256
-
-    def __post_init__(self) -> None:
-        if not self.broker_name or len(self.broker_name.encode()) > 255:
-            raise ConfigError("broker_name must be 1..255 bytes")
-        for name in (
-            "revive_interval_ms",
-            "max_receive_count",
-            "max_invisible_ms",
-            "max_withheld_per_queue",
-            "revive_batch",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be ≥ 1, got {getattr(self, name)}")
-
-
-@dataclass(frozen=True, slots=True)
-class PoppedMessage:
-    """One message handed to a consumer, with what it needs to ack it."""
-
-    message: StoredMessage
-    topic: str  # the topic it was produced to (the original one for retry copies)
-    receipt_handle: str
-    delivery_attempt: int  # 1 on the first delivery
-    invisible_until_ms: int
-
-    @property
-    def message_id(self) -> str:
-        return self.message.message_id
-
-
-def _check_int(name: str, value: int, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgumentError(f"{name} must be an int in {low}..{high}, got {value!r}")
-    return value
 
 
 class PopService:
@@ -239,9 +191,9 @@ class PopService:
         """
         validate_group_name(group)
         validate_topic_name(topic)
-        qids = list(dict.fromkeys(_check_int("queue id", q, 0, 2**31 - 1) for q in queue_ids))
-        _check_int("max_count", max_count, 1, self.config.max_receive_count)
-        _check_int("invisible_ms", invisible_ms, 1, self.config.max_invisible_ms)
+        qids = list(dict.fromkeys(check_int("queue id", q, 0, 2**31 - 1) for q in queue_ids))
+        check_int("max_count", max_count, 1, self.config.max_receive_count)
+        check_int("invisible_ms", invisible_ms, 1, self.config.max_invisible_ms)
         with self._lock:
             self._check_open()
             rtopic = retry_topic(group)
@@ -322,7 +274,7 @@ class PopService:
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int
     ) -> str:
         """Make the message invisible for ``invisible_ms`` from now; returns the new handle."""
-        _check_int("invisible_ms", invisible_ms, 0, self.config.max_invisible_ms)
+        check_int("invisible_ms", invisible_ms, 0, self.config.max_invisible_ms)
         handle = decode_handle(receipt_handle)
         with self._lock:
             qs, entry = self._current(group, topic, handle)
@@ -337,7 +289,7 @@ class PopService:
         DLQ at once. An explicit ``delay_ms`` only sets the invisible time.
         """
         if delay_ms is not None:
-            _check_int("delay_ms", delay_ms, 0, self.config.max_invisible_ms)
+            check_int("delay_ms", delay_ms, 0, self.config.max_invisible_ms)
         handle = decode_handle(receipt_handle)
         with self._lock:
             qs, entry = self._current(group, topic, handle)
@@ -386,7 +338,7 @@ class PopService:
         reads from ``offset``. A RESET record makes it survive a restart.
         """
         validate_group_name(group)
-        _check_int("offset", offset, 0, 2**63 - 1)
+        check_int("offset", offset, 0, 2**63 - 1)
         with self._lock:
             self._check_open()
             record = PopRecord(

@@ -29,6 +29,7 @@ from broker_core.errors import CorruptionError
 from broker_core.message import PROPERTY_MESSAGE_GROUP, StoredMessage
 from broker_core.protocol.filters import MessageFilter
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class QueueScanner:
         if not store.min_offset(topic, queue_id) <= offset < store.max_offset(topic, queue_id):
             return None
         try:
-            got = store.get_messages(topic, queue_id, offset, 1)
+            got = store.get_messages(QueueRead(topic, queue_id, offset, 1))
         except CorruptionError as exc:
             log.error("POP %s:%d cannot redeliver offset %d: %s", topic, queue_id, offset, exc)
             return None
@@ -153,12 +154,16 @@ class QueueScanner:
             want = budget - len(plan.picks)
             try:
                 got = self._store.get_messages(
-                    topic,
-                    qid,
-                    pos,
-                    max(want, _FIFO_BATCH) if fifo else want,
-                    tag_filter=flt.matches_hash if flt else None,
-                    message_filter=(lambda m: flt.matches(m.tag, m.properties)) if flt else None,
+                    QueueRead(
+                        topic,
+                        qid,
+                        pos,
+                        max(want, _FIFO_BATCH) if fifo else want,
+                        tag_filter=flt.matches_hash if flt else None,
+                        message_filter=(lambda m: flt.matches(m.tag, m.properties))
+                        if flt
+                        else None,
+                    )
                 )
             except CorruptionError as exc:
                 # The unit at pos does not verify: it can never be delivered. Step over it

@@ -69,6 +69,7 @@ from broker_core.message import (
 from broker_core.service_thread import ServiceThread
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 from broker_core.store.message_store import MessageStore, PutResult, now_ms
+from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,9 @@ class ScheduleService:
     def _scan_due(self, level: int, offset: int, now: int) -> _Scan:
         queue_id = schedule_queue_id(level)
         try:
-            result = self._store.get_messages(SCHEDULE_TOPIC, queue_id, offset, self._batch_size)
+            result = self._store.get_messages(
+                QueueRead(SCHEDULE_TOPIC, queue_id, offset, self._batch_size)
+            )
         except OffsetOutOfRangeError as exc:
             moved = exc.min_offset if offset < exc.min_offset else exc.max_offset
             log.warning(

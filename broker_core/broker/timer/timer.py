@@ -79,6 +79,7 @@ from broker_core.message import (
 from broker_core.service_thread import ServiceThread
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 from broker_core.store.message_store import MessageStore, PutResult, now_ms
+from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,7 @@ class TimerService:
         while True:
             try:
                 got = self._store.get_messages(
-                    TIMER_TOPIC, 0, self._ingest_offset, self._batch_size
+                    QueueRead(TIMER_TOPIC, 0, self._ingest_offset, self._batch_size)
                 )
             except OffsetOutOfRangeError as exc:
                 moved = exc.min_offset if self._ingest_offset < exc.min_offset else exc.max_offset

@@ -56,6 +56,7 @@ from broker_core.message import (
 )
 from broker_core.protocol.properties import PROPERTY_CHECK_BASE_MS, PROPERTY_CHECK_IMMUNITY_S
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +271,7 @@ def read_queue(
     """Messages of one queue with offsets in ``[start, end)``, in order."""
     offset = start
     while offset < end:
-        got = store.get_messages(topic, queue_id, offset, _READ_BATCH)
+        got = store.get_messages(QueueRead(topic, queue_id, offset, _READ_BATCH))
         for msg in got.messages:
             if msg.queue_offset < end:
                 yield msg

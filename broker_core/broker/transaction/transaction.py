@@ -100,6 +100,7 @@ from broker_core.message import (
 )
 from broker_core.service_thread import ServiceThread, describe
 from broker_core.store.message_store import MessageStore, PutResult
+from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +324,9 @@ class TransactionService:
             if offset is None or offset >= self._store.max_offset(TRANS_HALF_TOPIC, HALF_QUEUE_ID):
                 break
             try:
-                got = self._store.get_messages(TRANS_HALF_TOPIC, HALF_QUEUE_ID, offset, 1)
+                got = self._store.get_messages(
+                    QueueRead(TRANS_HALF_TOPIC, HALF_QUEUE_ID, offset, 1)
+                )
                 found = [m for m in got.messages if m.queue_offset == offset]
             except (OffsetOutOfRangeError, CorruptionError) as exc:  # retention, bit rot
                 log.error("transaction ledger: half record %d: %s", offset, exc)

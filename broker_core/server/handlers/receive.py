@@ -47,7 +47,7 @@ from collections.abc import Iterator, Sequence
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core.broker.pop.pop import PoppedMessage
+from broker_core.broker.pop.model import PoppedMessage
 from broker_core.errors import MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.protocol.filters import MessageFilter

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from broker_core.broker.offsets import ConsumerOffsetManager
-from broker_core.broker.pop.pop import PopConfig, PoppedMessage, PopService
+from broker_core.broker.pop.model import PopConfig, PoppedMessage
+from broker_core.broker.pop.pop import PopService
 from broker_core.broker.retry import RetryPolicy
 from broker_core.message import PROPERTY_MESSAGE_GROUP, Message, StoredMessage
 from broker_core.protocol.filters import MessageFilter
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import make_message, small_config
 
 T0 = 1_700_000_000_000
@@ -109,7 +111,9 @@ class Broker:
     def topic_messages(self, topic: str) -> list[StoredMessage]:
         assert self.store is not None
         assert self.store.wait_dispatched()
-        return self.store.get_messages(topic, 0, self.store.min_offset(topic, 0), 1000).messages
+        return self.store.get_messages(
+            QueueRead(topic, 0, self.store.min_offset(topic, 0), 1000)
+        ).messages
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.broker.pop.pop import PopConfig
+from broker_core.broker.pop.model import PopConfig
 from broker_core.broker.pop.receipt import decode_handle
 from broker_core.broker.retry import RetryPolicy
 from broker_core.errors import StaleReceiptHandleError

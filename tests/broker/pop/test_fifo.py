@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker_core.broker.pop.pop import PopConfig
+from broker_core.broker.pop.model import PopConfig
 from broker_core.broker.retry import RetryPolicy
 from tests.broker.pop.conftest import INVISIBLE_MS, Broker, grouped, ns
 from tests.store.conftest import make_message

@@ -23,6 +23,7 @@ from broker_core.errors import ConfigError, InvalidArgumentError
 from broker_core.message import Message, StoredMessage
 from broker_core.store.atomic_file import write_json_atomic
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.broker.timer.conftest import T0, Clock
 from tests.store.conftest import make_message, small_config
 
@@ -162,7 +163,7 @@ class Env:
         """Messages delivered to a queue since the last call."""
         assert self.store.wait_dispatched()
         start = self.cursor.get((topic, queue_id), 0)
-        got = self.store.get_messages(topic, queue_id, start, 10_000)
+        got = self.store.get_messages(QueueRead(topic, queue_id, start, 10_000))
         self.cursor[(topic, queue_id)] = got.next_offset
         return got.messages
 
@@ -233,7 +234,7 @@ def test_only_the_head_of_a_level_is_read_until_it_is_due(
 
     def counting_get(*args: Any, **kwargs: Any) -> Any:
         result = real_get(*args, **kwargs)
-        if args[0] == SCHEDULE_TOPIC:
+        if args[0].topic == SCHEDULE_TOPIC:
             reads.append(len(result.messages))
         return result
 

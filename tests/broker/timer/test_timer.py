@@ -34,6 +34,7 @@ from broker_core.broker.timer.wheel import SLOT_BYTES, TimingWheel
 from broker_core.errors import ConfigError, CorruptionError, InvalidArgumentError
 from broker_core.message import Message, StoredMessage
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.broker.timer.conftest import T0, Clock, S
 from tests.store.conftest import make_message, small_config
 
@@ -263,7 +264,7 @@ class Env:
     def new(self) -> list[StoredMessage]:
         """Messages delivered to orders:0 since the last call."""
         assert self.store.wait_dispatched()
-        got = self.store.get_messages("orders", 0, self.cursor, 10_000)
+        got = self.store.get_messages(QueueRead("orders", 0, self.cursor, 10_000))
         self.cursor = got.next_offset
         return got.messages
 
@@ -302,7 +303,7 @@ def test_delivered_message_is_restored_exactly(env: Env) -> None:
     assert env.run(T0 + 2 * S) == 0
     assert env.run(T0 + 3 * S) == 1
     assert env.store.wait_dispatched()
-    back = env.store.get_messages("payments", 2, 0, 10).messages[0]
+    back = env.store.get_messages(QueueRead("payments", 2, 0, 10)).messages[0]
     assert back.properties == msg.properties
     assert (back.body, back.reconsume_times, back.flag, back.born_timestamp_ms) == (
         msg.body,

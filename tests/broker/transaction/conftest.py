@@ -30,6 +30,7 @@ from broker_core.message import (
     StoredMessage,
 )
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import make_message, small_config
 
 T0 = 1_700_000_000_000
@@ -50,7 +51,7 @@ def read_queue(store: MessageStore, topic: str, queue_id: int = 0) -> list[Store
     out: list[StoredMessage] = []
     offset = store.min_offset(topic, queue_id)
     while offset < store.max_offset(topic, queue_id):
-        got = store.get_messages(topic, queue_id, offset, 512)
+        got = store.get_messages(QueueRead(topic, queue_id, offset, 512))
         out.extend(got.messages)
         offset = got.next_offset
     return out

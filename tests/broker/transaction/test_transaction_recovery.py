@@ -24,6 +24,7 @@ from broker_core.config import BrokerConfig
 from broker_core.errors import StoreClosedError
 from broker_core.message import Message
 from broker_core.store.message_store import MessageStore
+from broker_core.store.queue_read import QueueRead
 from tests.store.conftest import small_config
 
 T0 = 1_800_000_000_000
@@ -115,7 +116,9 @@ def test_a_half_the_ledger_missed_is_read_back_not_asserted(node: Node) -> None:
     node.broker.end_transaction(mid, tid, commit=True)  # used to fail the assertion
     stats = node.broker.transactions.stats()
     assert stats.unresolved == 1 and stats.half_progress == orphan.queue_offset
-    orphan_id = store.get_messages(TRANS_HALF_TOPIC, 0, orphan.queue_offset, 1).messages[0]
+    orphan_id = store.get_messages(QueueRead(TRANS_HALF_TOPIC, 0, orphan.queue_offset, 1)).messages[
+        0
+    ]
     node.broker.end_transaction(orphan_id.message_id, "tx-o", commit=True)
     assert node.delivered() == [b"next", b"orphan"]
     assert node.broker.transactions.stats().half_progress == orphan.queue_offset + 2
