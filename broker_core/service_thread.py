@@ -191,3 +191,24 @@ class ServiceThread:
         self.last_error = None
         self.rounds += 1
         return self._next_wait_ms() if self._next_wait_ms is not None else self.interval_ms
+
+
+class ThreadedService:
+    """A service whose background work is one :class:`ServiceThread`, ``self.thread``
+    (set by the subclass's ``__init__``): ``start``, ``stop`` and ``failure`` delegate to
+    it. A subclass that must do more on start or stop overrides them and calls these."""
+
+    thread: ServiceThread
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the service's thread, or None."""
+        return self.thread.failure
+
+    def start(self) -> None:
+        """Start the service's daemon thread (a no-op while it runs)."""
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop the service's thread and wait (bounded) for its current round to end."""
+        self.thread.stop()

@@ -7,7 +7,8 @@
   reports each acknowledged one (with the time its send began) or each failure. A body
   whose send failed is never reused: the broker may have stored it anyway.
 * :class:`SendLoop` is both together for one or more senders (``FailoverSender``, or
-  :class:`OfficialProducer`), keeping every acknowledgement as an :class:`Acked`.
+  :class:`OfficialProducer`), keeping every acknowledgement as an :class:`Acked` (with
+  where the sender says it landed) and every body whose send failed.
 
 Times are ``time.monotonic()`` seconds. Safe to read ``acked`` while the loop runs.
 """
@@ -19,11 +20,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 Result = TypeVar("Result")
+Where = TypeVar("Where")  # where a sender says a body landed (an endpoint index, a group name)
+Where_co = TypeVar("Where_co", covariant=True)
 
 
 class LoopThreads:
@@ -84,54 +87,59 @@ def send_numbered(
         on_ack(body, started_s, result)
 
 
-class Sender(Protocol):
-    def send(self, topic: str, body: bytes) -> int:
-        """Send until acknowledged; returns which endpoint acknowledged (an index)."""
+class Sender(Protocol[Where_co]):
+    def send(self, topic: str, body: bytes) -> Where_co:
+        """Send until acknowledged; returns where it landed (``FailoverSender``: the index of
+        the endpoint that acknowledged; :class:`OfficialProducer`: the broker group)."""
 
     def close(self) -> None: ...
 
 
 class OfficialProducer:
     """The official ``rocketmq`` Producer as a :class:`Sender`: one message per request; it
-    finds the master among ``endpoints`` (``"h:p1;h:p2"``) itself, so ``send`` returns 0."""
+    finds the master among ``endpoints`` (``"h:p1;h:p2"``) itself, and ``send`` returns the
+    broker group (broker name) of the queue the client chose."""
 
     def __init__(self, endpoints: str, topic: str) -> None:
         self._producer = Producer(ClientConfiguration(endpoints, Credentials()), (topic,))
         self._producer.startup()
 
-    def send(self, topic: str, body: bytes) -> int:
+    def send(self, topic: str, body: bytes) -> str:
         message = Message()
         message.topic, message.body = topic, body
-        self._producer.send(message)
-        return 0
+        receipt = self._producer.send(message)
+        return str(receipt.message_queue.message_queue0().broker.name)
 
     def close(self) -> None:
         self._producer.shutdown()
 
 
 @dataclass(frozen=True, slots=True)
-class Acked:
+class Acked(Generic[Where]):
     body: bytes
     started_s: float  # when its send began
     acked_s: float  # when its send returned
-    by: int  # the index of the endpoint that acknowledged it
+    by: Where  # where the sender says it landed (see Sender.send)
 
 
-class SendLoop:
+class SendLoop(Generic[Where]):
     """``senders`` threads, each with its own ``new_sender()``, send numbered bodies
-    (``<prefix><thread>-<n:08d>``) to ``topic`` until :meth:`stop`."""
+    (``<prefix><thread>-<n:08d>``) to ``topic`` until :meth:`stop`. ``failed`` holds every
+    body whose send raised: never sent again, it may be stored anyway (even twice, by a
+    client's own retries)."""
 
     def __init__(
         self,
-        new_sender: Callable[[], Sender],
+        new_sender: Callable[[], Sender[Where]],
         topic: str,
         prefix: bytes,
         *,
         senders: int = 1,
         retry_pause_s: float = 0.0,
     ) -> None:
-        self.acked: list[Acked] = []
+        self.acked: list[Acked[Where]] = []
         self.errors: list[str] = []  # send failures, most recent last
+        self.failed: set[bytes] = set()
         self._new_sender, self._topic, self._pause_s = new_sender, topic, retry_pause_s
         self._threads = LoopThreads(
             (f"sender-{i}", functools.partial(self._run, prefix + b"%d" % i))
@@ -142,10 +150,14 @@ class SendLoop:
     def _run(self, prefix: bytes) -> None:
         sender = self._new_sender()
 
-        def send(body: bytes) -> int:
-            return sender.send(self._topic, body)
+        def send(body: bytes) -> Where:
+            try:
+                return sender.send(self._topic, body)
+            except Exception:
+                self.failed.add(body)
+                raise
 
-        def on_ack(body: bytes, started_s: float, by: int) -> None:
+        def on_ack(body: bytes, started_s: float, by: Where) -> None:
             self.acked.append(Acked(body, started_s, time.monotonic(), by))
 
         def on_failure(exc: Exception) -> None:
@@ -159,15 +171,19 @@ class SendLoop:
     def bodies(self) -> list[bytes]:
         return [a.body for a in list(self.acked)]
 
+    def acked_at(self) -> dict[bytes, float]:
+        """Each acknowledged body with the time its send returned."""
+        return {a.body: a.acked_s for a in list(self.acked)}
+
     def acks_after(self, t: float) -> int:
         """How many acknowledgements arrived after ``t``."""
         return len(self.acked_after(t))
 
-    def acked_after(self, t: float) -> list[Acked]:
+    def acked_after(self, t: float) -> list[Acked[Where]]:
         """Acknowledgements that arrived after ``t``."""
         return [a for a in list(self.acked) if a.acked_s > t]
 
-    def started_after(self, t: float) -> list[Acked]:
+    def started_after(self, t: float) -> list[Acked[Where]]:
         """Acknowledged sends that began after ``t``."""
         return [a for a in list(self.acked) if a.started_s > t]
 

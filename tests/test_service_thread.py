@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from broker_core.errors import BusyError, StoreClosedError
-from broker_core.service_thread import ServiceThread
+from broker_core.service_thread import ServiceThread, ThreadedService
 
 DEADLINE_S = 5.0
 
@@ -157,3 +157,29 @@ def test_a_restart_after_a_timed_out_stop_runs_one_new_thread() -> None:
 
 def _raise(exc: BaseException) -> None:
     raise exc
+
+
+class _Service(ThreadedService):
+    def __init__(self, round_fn: Callable[[], object]) -> None:
+        self.thread = ServiceThread("svc", round_fn, interval_ms=60_000, wait_first=False)
+
+
+def test_a_threaded_service_runs_stops_and_reports_its_thread() -> None:
+    ran = threading.Event()
+    service = _Service(ran.set)
+    service.start()
+    try:
+        assert ran.wait(DEADLINE_S)
+        assert service.thread.is_alive() and service.failure is None
+    finally:
+        service.stop()
+    assert not service.thread.is_alive()
+
+    def die() -> None:
+        raise Fatal("gone")
+
+    dying = _Service(die)
+    dying.start()
+    wait_until(lambda: dying.failure is not None, "the failure")
+    assert isinstance(dying.failure, Fatal)
+    dying.stop()

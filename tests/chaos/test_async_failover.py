@@ -24,6 +24,7 @@ its connecting*, seconds old; a failover to it then lost acks that old.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -35,11 +36,11 @@ from pathlib import Path
 import pytest
 
 from broker_core.client import RocketMQClient
-from broker_core.errors import RocketMQError
 from broker_core.ha.controller import FENCE_MARGIN_S, LEASE_TTL_S
 from tests.chaos.conftest import Recorder
 from tests.ha.conftest import commitlog_bytes, wait_until
 from tests.ha.controller_procs import ETCD, ControllerGroup, EtcdProcess, FailoverSender
+from tests.send_loop import SendLoop
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,43 +52,15 @@ ASYNC = {"replication": "async", "ha_catch_up_window_ms": WINDOW_MS}
 FENCED_AFTER_MS = round((LEASE_TTL_S - FENCE_MARGIN_S) * 1000)
 BOUND_MS = WINDOW_MS + FENCED_AFTER_MS
 TOPIC, QUEUES, KILLS = "AsyncLoss", 4, 3
-BODY = re.compile(rb"a-\d-\d{8}")
+BODY = re.compile(rb"a\d-\d{8}")
 SENDERS = 2
 
 
-class Load:
-    """``SENDERS`` threads send ``a-<t>-<n>`` continuously; records every acknowledged
-    body and when (several in flight, so the slave has a tail to miss)."""
-
-    def __init__(self, endpoints: list[str]) -> None:
-        self.endpoints = endpoints
-        self.acked: dict[bytes, float] = {}
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, args=(t,), daemon=True) for t in range(SENDERS)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self, thread: int) -> None:
-        sender, n = FailoverSender(self.endpoints, deadline_s=60), 0
-        while not self._stop.is_set():
-            body = b"a-%d-%08d" % (thread, n)
-            n += 1  # a failed send is never reused: an unacked body may still be stored
-            try:
-                sender.send(TOPIC, body)
-            except RocketMQError:
-                continue
-            self.acked[body] = time.monotonic()
-        sender.close()
-
-    def acks_after(self, t: float) -> int:
-        return sum(1 for at in self.acked.copy().values() if at > t)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(90)
+def start_load(endpoints: list[str]) -> SendLoop[int]:
+    """``SENDERS`` threads send ``a<t>-<n>`` continuously through a ``FailoverSender``
+    (several in flight, so the slave has a tail to miss)."""
+    new_sender = functools.partial(FailoverSender, endpoints, deadline_s=60)
+    return SendLoop(new_sender, TOPIC, b"a", senders=SENDERS)
 
 
 def read_checked(endpoint: str) -> list[bytes]:
@@ -127,7 +100,7 @@ def group(tmp_path: Path) -> Iterator[ControllerGroup]:
 
 
 def _failover(
-    grp: ControllerGroup, load: Load, member_of: dict[str, str], gone: set[bytes]
+    grp: ControllerGroup, load: SendLoop[int], member_of: dict[str, str], gone: set[bytes]
 ) -> tuple[int, float]:
     """Kill the master under load, wait for the new one; returns (lost, window_ms).
 
@@ -148,7 +121,7 @@ def _failover(
         for node, proc in grp.procs.items():
             print(f"--- {node} (exit {proc.process.poll()})\n{''.join(proc.output[-25:])}")
         raise
-    acked = load.acked.copy()  # every one of these is stored before the read starts
+    acked = load.acked_at()  # every one of these is stored before the read starts
     stored = set(read_checked(grp.master().endpoint))
     lost = {b: at for b, at in acked.items() if b not in stored and b not in gone}
     gone.update(lost)
@@ -165,7 +138,7 @@ def test_async_failover_loss_is_bounded_and_never_corrupt(
     with RocketMQClient(master.endpoint) as client:
         client.create_topic(TOPIC, queues=QUEUES)
     member_of = {group.node(m): m for m in group.ports}
-    load = Load(group.endpoints())
+    load = start_load(group.endpoints())
     results, gone = [], set[bytes]()
     try:
         for _ in range(KILLS):
@@ -173,6 +146,7 @@ def test_async_failover_loss_is_bounded_and_never_corrupt(
         wait_until(lambda: len(group.state().in_sync) == 2, 60, "the last one back")  # type: ignore[union-attr]
     finally:
         load.stop()
+    acked_at = load.acked_at()
     bodies = read_checked(group.master().endpoint)
     stored = set(bodies)
     master = group.master()
@@ -189,16 +163,16 @@ def test_async_failover_loss_is_bounded_and_never_corrupt(
     chaos_figures(
         "async replication loss on failover",
         failovers=KILLS,
-        acknowledged=len(load.acked),
+        acknowledged=len(acked_at),
         lost_per_failover=[r[0] for r in results],
         loss_window_ms_per_failover=[round(w, 1) for w in windows],
         max_loss_window_ms=round(max(windows), 1),
         bound_ms=BOUND_MS,
-        unacked_stored=len(stored - set(load.acked)),
+        unacked_stored=len(stored - set(acked_at)),
         retried_duplicates=len(bodies) - len(stored),
     )
     assert max(windows) <= BOUND_MS, f"lost acks {max(windows):.0f} ms before a kill"
-    vanished = set(load.acked) - stored - gone  # no failover since: nothing may be missing
+    vanished = set(acked_at) - stored - gone  # no failover since: nothing may be missing
     assert not vanished, (
         f"acknowledged, not lost at a failover, yet missing: {sorted(vanished)[:3]}"
     )
@@ -247,7 +221,7 @@ def test_a_slow_rejoining_slave_is_in_sync_only_with_recent_bytes(
     what the master had when it connected: loss windows of 2.7-3.0 s with a 1 s window."""
     etcd = EtcdProcess.start(tmp_path / "etcd")
     grp = ControllerGroup(etcd, tmp_path, broker={**ASYNC, "ha_catch_up_window_ms": SLOW_WINDOW_MS})
-    load: Load | None = None
+    load: SendLoop[int] | None = None
     try:
         for member in ("a", "b"):
             grp.start(member)
@@ -258,7 +232,7 @@ def test_a_slow_rejoining_slave_is_in_sync_only_with_recent_bytes(
             client.create_topic(TOPIC, queues=QUEUES)
         slave = next(n for n in grp.procs if n != old.master)
         member = {grp.node(m): m for m in grp.ports}[slave]
-        load = Load(grp.endpoints())
+        load = start_load(grp.endpoints())
         wait_until(lambda: load.acks_after(time.monotonic() - 1) > 20, 30, "sends flowing")  # type: ignore[union-attr]
         grp.procs[slave].kill()
         slave_killed_at = time.monotonic()
@@ -277,7 +251,7 @@ def test_a_slow_rejoining_slave_is_in_sync_only_with_recent_bytes(
             lambda: (s := grp.state()) is not None and s.epoch > old.epoch, 30, "a new master"
         )
         wait_until(lambda: load.acks_after(killed_at + 0.5) >= 10, 30, "acks on the new master")  # type: ignore[union-attr]
-        acked = load.acked.copy()
+        acked = load.acked_at()
         stored = set(read_checked(grp.master().endpoint))
     finally:
         if load is not None:

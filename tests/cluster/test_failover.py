@@ -15,7 +15,7 @@ from tests.cluster.test_cluster import create_everywhere, held, route_brokers, w
 from tests.send_loop import OfficialProducer, SendLoop
 
 
-class SteadyProducer(SendLoop):
+class SteadyProducer(SendLoop[str]):
     """Sends one message at a time through ``endpoint`` with the official Producer until the
     ``with`` block ends; ``errors`` lists the sends that failed."""
 

@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,38 @@ def run_available_now(
     await_query(query, timeout_s)
     run.progress = [dict(p) for p in query.recentProgress]
     return run
+
+
+Position = tuple[str, int, int]  # (topic, queueId, queueOffset)
+
+
+def positions(rows: Iterable[Row]) -> list[Position]:
+    """Every (topic, queueId, queueOffset) of ``rows``, duplicates kept, sorted."""
+    return sorted((r.topic, r.queueId, r.queueOffset) for r in rows)
+
+
+def queue_positions(
+    client: RocketMQClient, topic: str, queues: set[int] | None = None, start: int = 0
+) -> list[Position]:
+    """What the broker holds in ``queues`` (all by default) from offset ``start`` on, sorted."""
+    return sorted(
+        (topic, row["queue_id"], offset)
+        for row in client.topic_status(topic)
+        if queues is None or row["queue_id"] in queues
+        for offset in range(max(start, row["min_offset"]), row["max_offset"])
+    )
+
+
+def source_offset(progress: dict[str, Any], key: str = "endOffset") -> dict[str, Any]:
+    """The offset ``key`` one batch's progress reports for its (only) source, as a dict
+    (Spark gives JSON text or a map)."""
+    value = progress["sources"][0][key]
+    return json.loads(value) if isinstance(value, str) else dict(value)
+
+
+def end_offset(run: StreamRun) -> dict[str, Any]:
+    """The source's end offset after the run's last batch, as Spark reports it."""
+    return source_offset(run.progress[-1])
 
 
 def await_query(query: StreamingQuery, timeout_s: float) -> None:

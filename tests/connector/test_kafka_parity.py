@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from broker_core.client import RocketMQClient
 from connector import SCHEMA
@@ -22,41 +22,16 @@ from connector.options import parse_read_options
 from connector.stream_source import RocketMQStreamReader
 from tests.connector.conftest import (
     BrokerProcess,
-    StreamRun,
+    end_offset,
     new_topic,
+    positions,
     produce,
+    queue_positions,
     read_batch,
     read_stream,
     run_available_now,
+    source_offset,
 )
-
-Position = tuple[str, int, int]
-
-
-def read_positions(df: DataFrame) -> list[Position]:
-    """Every (topic, queueId, queueOffset) read, duplicates kept, sorted."""
-    return sorted((r.topic, r.queueId, r.queueOffset) for r in df.collect())
-
-
-def run_positions(run: StreamRun) -> list[Position]:
-    return sorted((r.topic, r.queueId, r.queueOffset) for r in run.rows)
-
-
-def queue_positions(
-    client: RocketMQClient, topic: str, queues: set[int] | None = None, start: int = 0
-) -> list[Position]:
-    """What the broker holds in ``queues`` (all by default) from offset ``start`` on."""
-    return sorted(
-        (topic, row["queue_id"], offset)
-        for row in client.topic_status(topic)
-        if queues is None or row["queue_id"] in queues
-        for offset in range(max(start, row["min_offset"]), row["max_offset"])
-    )
-
-
-def end_offset(run: StreamRun) -> dict:
-    value = run.progress[-1]["sources"][0]["endOffset"]
-    return json.loads(value) if isinstance(value, str) else dict(value)
 
 
 def time_boundary(client: RocketMQClient, topic: str) -> int:
@@ -93,7 +68,7 @@ def test_kafka_names_in_a_stream(
     )
     run = run_available_now(stream, tmp_path / "cp")
     assert run.input_rows == [4, 4, 2]
-    assert run_positions(run) == queue_positions(client, topic)
+    assert positions(run.rows) == queue_positions(client, topic)
 
 
 def test_kafka_names_in_a_batch(
@@ -104,7 +79,7 @@ def test_kafka_names_in_a_batch(
     produce(client, second, 4)
     pattern = f"{first.split('-')[0]}-pat-[0-9]+-({first[-6:]}|{second[-6:]})"
     df = read_batch(spark, broker.endpoint, subscribePattern=pattern)
-    assert read_positions(df) == sorted(
+    assert positions(df.collect()) == sorted(
         queue_positions(client, first) + queue_positions(client, second)
     )
 
@@ -135,7 +110,7 @@ def test_assign_in_a_batch(
     produce(client, topic, 12)
     assign = json.dumps({topic: ["broker-a:0", "broker-a:3"]})
     df = read_batch(spark, broker.endpoint, assign=assign)
-    assert read_positions(df) == queue_positions(client, topic, {0, 3})
+    assert positions(df.collect()) == queue_positions(client, topic, {0, 3})
     # offsets JSON for an unassigned queue is refused; a queue no broker has too
     start = json.dumps({topic: {"broker-a:1": 0}})
     with pytest.raises(PySparkException, match=r"option 'startingOffsets'.*not a queue"):
@@ -159,10 +134,10 @@ def test_assign_in_a_stream(
     )
     first = run_available_now(stream, tmp_path / "cp")
     assert first.input_rows == [2, 1]
-    assert run_positions(first) == queue_positions(client, topic, {1})
+    assert positions(first.rows) == queue_positions(client, topic, {1})
     produce(client, topic, 6, prefix="b")
     second = run_available_now(stream, tmp_path / "cp")
-    assert run_positions(second) == queue_positions(client, topic, {1}, start=3)
+    assert positions(second.rows) == queue_positions(client, topic, {1}, start=3)
     assert end_offset(second) == {topic: {"broker-a:1": 5}}  # only the assigned queue
 
 
@@ -179,10 +154,10 @@ def test_split_partitions_in_a_batch(
     assert read_batch(spark, broker.endpoint, topic=topic).rdd.getNumPartitions() == 2
     wide = read_batch(spark, broker.endpoint, topic=topic, minPartitions="5")
     assert wide.rdd.getNumPartitions() >= 5
-    assert read_positions(wide) == everything
+    assert positions(wide.collect()) == everything
     capped = read_batch(spark, broker.endpoint, topic=topic, maxRecordsPerPartition="3")
     assert capped.rdd.getNumPartitions() == 6  # 8 offsets per queue: 3 + 3 + 2
-    assert read_positions(capped) == everything
+    assert positions(capped.collect()) == everything
     tagged = read_batch(
         spark, broker.endpoint, topic=topic, maxMessagesPerPartition="3", tagExpression="keep"
     )
@@ -210,7 +185,7 @@ def test_split_partitions_in_a_stream(
         (q, o) for q in (0, 1) for o in range(10)
     ]
     run = run_available_now(read_stream(spark, broker.endpoint, **options), tmp_path / "cp")
-    assert run_positions(run) == queue_positions(client, topic)
+    assert positions(run.rows) == queue_positions(client, topic)
 
 
 # ---- per-queue timestamps -------------------------------------------------------------------
@@ -226,13 +201,13 @@ def test_timestamps_per_queue_in_a_batch(
     start = json.dumps({topic: {"broker-a:0": boundary_ms}})
     late_0 = read_batch(spark, broker.endpoint, topic=topic, startingOffsetsByTimestamp=start)
     # queue 0 from the boundary, queue 1 (not named) from the earliest
-    assert read_positions(late_0) == [
+    assert positions(late_0.collect()) == [
         *queue_positions(client, topic, {0}, start=3),
         *queue_positions(client, topic, {1}),
     ]
     end = json.dumps({topic: {"broker-a:1": boundary_ms}})
     early_1 = read_batch(spark, broker.endpoint, topic=topic, endingOffsetsByTimestamp=end)
-    assert read_positions(early_1) == [
+    assert positions(early_1.collect()) == [
         *queue_positions(client, topic, {0}),
         (topic, 1, 0),
         (topic, 1, 1),
@@ -248,7 +223,7 @@ def test_timestamps_per_queue_in_a_batch(
         startingOffsetsByTimestamp=future,
         startingOffsetsByTimestampStrategy="latest",
     )
-    assert read_positions(lenient) == queue_positions(client, topic, {1})
+    assert positions(lenient.collect()) == queue_positions(client, topic, {1})
 
 
 def test_timestamps_per_queue_in_a_stream(
@@ -266,10 +241,10 @@ def test_timestamps_per_queue_in_a_stream(
     )
     first = run_available_now(stream, tmp_path / "cp")
     # queue 0 from the boundary; queue 1 (not named) from the latest, as a stream starts
-    assert run_positions(first) == [(topic, 0, 2), (topic, 0, 3)]
+    assert positions(first.rows) == [(topic, 0, 2), (topic, 0, 3)]
     produce(client, topic, 2, prefix="new")
     second = run_available_now(stream, tmp_path / "cp")
-    assert run_positions(second) == [(topic, 0, 4), (topic, 1, 4)]
+    assert positions(second.rows) == [(topic, 0, 4), (topic, 1, 4)]
 
 
 # ---- startingOffsets=group ------------------------------------------------------------------
@@ -285,13 +260,13 @@ def test_group_start_in_a_batch(
     client.update_offset(group, topic, 0, 3)  # queue 1: never committed
     options = {"topic": topic, "startingOffsets": "group", "consumerGroup": group}
     df = read_batch(spark, broker.endpoint, **options)
-    assert read_positions(df) == [
+    assert positions(df.collect()) == [
         (topic, 0, 3),
         (topic, 0, 4),
         *queue_positions(client, topic, {1}),
     ]
     latest = read_batch(spark, broker.endpoint, **options, groupFallback="latest")
-    assert read_positions(latest) == [(topic, 0, 3), (topic, 0, 4)]
+    assert positions(latest.collect()) == [(topic, 0, 3), (topic, 0, 4)]
     with pytest.raises(PySparkException, match=r"no committed offset in .*broker-a:1"):
         read_batch(spark, broker.endpoint, **options, groupFallback="error").count()
 
@@ -330,9 +305,7 @@ def test_progress_reports_latest_offset_per_queue(
         spark, broker.endpoint, topic=topic, startingOffsets="earliest", maxOffsetsPerTrigger="4"
     )
     run = run_available_now(stream, tmp_path / "cp")
-    first = run.progress[0]["sources"][0]
-    latest = first["latestOffset"]
-    latest = json.loads(latest) if isinstance(latest, str) else latest
-    ends = json.loads(first["endOffset"]) if isinstance(first["endOffset"], str) else None
+    latest = source_offset(run.progress[0], "latestOffset")
+    ends = source_offset(run.progress[0])
     assert latest == {topic: {"broker-a:0": 5, "broker-a:1": 5}}  # the queues' ends
-    assert ends is not None and sum(ends[topic].values()) == 4  # what the batch read
+    assert sum(ends[topic].values()) == 4  # what the batch read

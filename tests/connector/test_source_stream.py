@@ -27,32 +27,16 @@ from connector.source import QueueRange, ReadSettings, read_range
 from connector.stream_source import RocketMQStreamReader
 from tests.connector.conftest import (
     BrokerProcess,
-    StreamRun,
+    end_offset,
     new_topic,
+    positions,
     produce,
+    queue_positions,
     read_batch,
     read_stream,
     run_available_now,
     start_broker,
 )
-
-
-def positions(rows: list) -> list[tuple[str, int, int]]:
-    return sorted((r.topic, r.queueId, r.queueOffset) for r in rows)
-
-
-def end_offset(run: StreamRun) -> dict:
-    """The source's end offset after the run's last batch, as Spark reports it."""
-    value = run.progress[-1]["sources"][0]["endOffset"]
-    return json.loads(value) if isinstance(value, str) else dict(value)
-
-
-def all_positions(client: RocketMQClient, topic: str) -> list[tuple[str, int, int]]:
-    return sorted(
-        (topic, row["queue_id"], offset)
-        for row in client.topic_status(topic)
-        for offset in range(row["min_offset"], row["max_offset"])
-    )
 
 
 def test_available_now_reads_everything(
@@ -63,7 +47,7 @@ def test_available_now_reads_everything(
     stream = read_stream(spark, broker.endpoint, topic=topic, startingOffsets="earliest")
     assert stream.schema == SCHEMA and stream.isStreaming
     run = run_available_now(stream, tmp_path / "cp")
-    assert positions(run.rows) == all_positions(client, topic)
+    assert positions(run.rows) == queue_positions(client, topic)
     assert sorted(r.body.decode() for r in run.rows) == sorted(f"m-{i}" for i in range(25))
     assert run.input_rows == [25]
     assert end_offset(run) == {
@@ -95,7 +79,7 @@ def test_max_messages_per_trigger_splits_by_backlog(
     )
     run = run_available_now(stream, tmp_path / "cp")
     assert run.input_rows == [6, 6, 6, 2]
-    assert positions(run.rows) == all_positions(client, topic)
+    assert positions(run.rows) == queue_positions(client, topic)
     first = run.batches[min(run.batches)]
     assert sorted({r.queueId for r in first}) == [0, 1, 2, 3]  # every queue got a share
 
@@ -176,7 +160,7 @@ def test_restart_continues_exactly(
     assert first.input_rows == [4, 4, 2] and second.input_rows == [4, 3] and third.rows == []
     seen = positions(first.rows) + positions(second.rows)
     assert len(seen) == len(set(seen)) == 17  # no duplicates
-    assert sorted(seen) == all_positions(client, topic)  # no gaps
+    assert sorted(seen) == queue_positions(client, topic)  # no gaps
     assert sorted(r.body.decode() for r in second.rows) == sorted(f"b-{i}" for i in range(7))
 
 
@@ -215,7 +199,7 @@ def test_topic_pattern_picks_up_new_topics(
     second = new_topic(client, "s-pat", queues=2)
     produce(client, second, 3)
     run = run_available_now(stream, tmp_path / "cp")
-    assert positions(run.rows) == all_positions(client, second)
+    assert positions(run.rows) == queue_positions(client, second)
 
 
 def test_commit_offsets_show_in_group_progress(

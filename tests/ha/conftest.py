@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from broker_core.broker.broker import Broker
 from broker_core.client import RocketMQClient
+from broker_core.config import BrokerConfig, StoreConfig
 from broker_core.errors import RocketMQError
 from tests.server.conftest import BrokerProcess, start_broker
 
@@ -60,6 +62,28 @@ def group_factory(tmp_path: Path) -> Iterator[Callable[..., Group]]:
             if proc.process.poll() is None:
                 proc.process.send_signal(signal.SIGCONT)
                 proc.stop()
+
+
+def small_store(store_dir: Path) -> StoreConfig:
+    """A store config for in-process brokers: 1 MiB segments, bodies up to 1 KiB."""
+    return StoreConfig(store_dir=str(store_dir), segment_size_bytes=1 << 20, max_body_bytes=1024)
+
+
+@pytest.fixture
+def master_and_slave(tmp_path: Path) -> Iterator[tuple[Broker, Broker]]:
+    """Group ``m`` in process, started: a master (store ``tmp_path/m``) and a slave
+    (``tmp_path/s``) whose master address leads nowhere, so nothing replicates by itself:
+    a test moves the config tables with ``metadata.apply``."""
+    master = Broker(BrokerConfig(broker_name="m"), small_store(tmp_path / "m"))
+    slave_config = BrokerConfig(broker_name="m", broker_id=1, ha_master="127.0.0.1:1")
+    slave = Broker(slave_config, small_store(tmp_path / "s"))
+    master.start()
+    slave.start()
+    try:
+        yield master, slave
+    finally:
+        slave.stop()
+        master.stop()
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float = 20, what: str = "") -> None:

@@ -12,7 +12,6 @@ from broker_core.auth.acl import Rule, User
 from broker_core.auth.store import AUTH_FILE, AuthStore
 from broker_core.broker.broker import Broker
 from broker_core.client import RocketMQClient
-from broker_core.config import BrokerConfig, StoreConfig
 from broker_core.errors import PermissionDeniedError, UnauthorizedError
 from broker_core.ha import metadata
 from tests.ha.conftest import FAST_HA, wait_until
@@ -22,34 +21,24 @@ from tests.server.conftest import BrokerProcess
 ORDERS, PAYMENTS = "orders", "payments"
 
 
-def test_the_snapshot_carries_the_user_table_and_the_slave_reloads_it(tmp_path: Path) -> None:
-    def store(name: str) -> StoreConfig:
-        return StoreConfig(
-            store_dir=str(tmp_path / name), segment_size_bytes=1 << 20, max_body_bytes=1024
-        )
-
-    master = Broker(BrokerConfig(broker_name="m"), store("m"))
-    slave = Broker(BrokerConfig(broker_name="m", broker_id=1, ha_master="127.0.0.1:1"), store("s"))
-    master.start()
-    slave.start()
-    try:
-        on_master = AuthStore(master.store.config.config_dir / AUTH_FILE)
-        on_master.create_user("carol", "carol-secret")
-        on_master.create_acl("carol", Rule.build("Topic:orders", ["Pub"], "Allow", []))
-        on_slave = AuthStore(slave.store.config.config_dir / AUTH_FILE)
-        on_slave.bootstrap([User("root", "root-secret", superuser=True)])  # its config file
-        metadata.apply(slave, metadata.snapshot(master), {AUTH_FILE: on_slave.reload})
-        assert on_slave.secret_of("carol") == "carol-secret"
-        assert [r.resource for r in on_slave.rules_of("carol")] == ["Topic:orders"]
-        assert on_slave.user("root") == User("root", "root-secret", superuser=True)
-        mode = stat.S_IMODE(on_slave.path.stat().st_mode)
-        assert mode == 0o600, oct(mode)  # it holds secret keys
-        on_master.delete_user("carol")
-        metadata.apply(slave, metadata.snapshot(master), {AUTH_FILE: on_slave.reload})
-        assert on_slave.user("carol") is None and on_slave.rules_of("carol") == []
-    finally:
-        master.stop()
-        slave.stop()
+def test_the_snapshot_carries_the_user_table_and_the_slave_reloads_it(
+    master_and_slave: tuple[Broker, Broker],
+) -> None:
+    master, slave = master_and_slave
+    on_master = AuthStore(master.store.config.config_dir / AUTH_FILE)
+    on_master.create_user("carol", "carol-secret")
+    on_master.create_acl("carol", Rule.build("Topic:orders", ["Pub"], "Allow", []))
+    on_slave = AuthStore(slave.store.config.config_dir / AUTH_FILE)
+    on_slave.bootstrap([User("root", "root-secret", superuser=True)])  # its config file
+    metadata.apply(slave, metadata.snapshot(master), {AUTH_FILE: on_slave.reload})
+    assert on_slave.secret_of("carol") == "carol-secret"
+    assert [r.resource for r in on_slave.rules_of("carol")] == ["Topic:orders"]
+    assert on_slave.user("root") == User("root", "root-secret", superuser=True)
+    mode = stat.S_IMODE(on_slave.path.stat().st_mode)
+    assert mode == 0o600, oct(mode)  # it holds secret keys
+    on_master.delete_user("carol")
+    metadata.apply(slave, metadata.snapshot(master), {AUTH_FILE: on_slave.reload})
+    assert on_slave.user("carol") is None and on_slave.rules_of("carol") == []
 
 
 def _start(workdir: Path, **broker: object) -> BrokerProcess:

@@ -69,7 +69,7 @@ def _state(grp: ControllerGroup):  # type: ignore[no-untyped-def]
     return state
 
 
-class Producer(SendLoop):
+class Producer(SendLoop[int]):
     """Sends ``p0-<n>`` continuously through a FailoverSender; records every acknowledged
     body, when, and which broker acknowledged it."""
 

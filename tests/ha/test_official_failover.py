@@ -5,16 +5,16 @@ Two brokers of group ``g`` with sync replication on a real etcd; one thread send
 official client, synchronously, one message at a time; the master is SIGKILLed. Sends must
 succeed again once the new master is elected (the client's own retries, plus ours on an
 error), and every acknowledged body must be readable from the new master exactly once
-(a duplicate can only be a send in flight at the kill, or one that raised and was sent
-again: stored, then retried). With ``namesrv`` the brokers also register with a
-NameServer, so QueryRoute answers from the cluster's routes (``server/cluster_view.py``).
+(a duplicate can only be a send in flight at the kill, stored and then sent again by the
+client's own retries: a body whose send raised is never sent again by us). With
+``namesrv`` the brokers also register with a NameServer, so QueryRoute answers from the
+cluster's routes (``server/cluster_view.py``).
 """
 
 from __future__ import annotations
 
 import collections
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +27,7 @@ from broker_core.namesrv.client import NameServerClient
 from tests.cluster_procs import start_namesrv, stop_namesrv
 from tests.ha.conftest import pull_all, wait_until
 from tests.ha.controller_procs import ETCD, ControllerGroup, EtcdProcess
+from tests.send_loop import OfficialProducer, SendLoop
 
 pytestmark = pytest.mark.skipif(not Path(ETCD).exists(), reason="etcd is not installed")
 
@@ -35,52 +36,11 @@ TOPIC = "OfficialFailover"
 ROUTE_FIRST_REFRESH_S = 10  # the official client refreshes routes 10 s after start, then every 30 s
 
 
-class OfficialSender:
-    """Sends ``o-<n>`` with the official Producer; records (body, started, acked) per ack.
-    A send that raised is sent again with the same body (``retried``): it may have been
-    stored (say, the master stored it and died before answering), so it may be stored twice."""
-
-    def __init__(self, endpoints: str) -> None:
-        from rocketmq import ClientConfiguration, Credentials, Producer
-
-        self._producer = Producer(ClientConfiguration(endpoints, Credentials()), (TOPIC,))
-        self._producer.startup()
-        self.started_at = time.monotonic()
-        self.acked: list[tuple[bytes, float, float]] = []
-        self.group_of: dict[bytes, str] = {}  # the broker group the client chose per ack
-        self.errors: list[str] = []
-        self.retried: set[bytes] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        from rocketmq import Message
-
-        n = 0
-        while not self._stop.is_set():
-            message = Message()
-            message.topic, message.body = TOPIC, b"o-%08d" % n
-            started = time.monotonic()
-            try:
-                receipt = self._producer.send(message)
-            except Exception as exc:  # the official client raises plain exceptions
-                self.errors.append(repr(exc)[:200])
-                self.retried.add(message.body)
-                time.sleep(0.05)
-                continue
-            self.group_of[message.body] = receipt.message_queue.message_queue0().broker.name
-            self.acked.append((message.body, started, time.monotonic()))
-            n += 1
-
-    def acks_started_after(self, t: float) -> list[tuple[bytes, float, float]]:
-        return [a for a in self.acked if a[1] > t]
-
-    def stop(self) -> list[bytes]:
-        self._stop.set()
-        self._thread.join(60)
-        self._producer.shutdown()
-        return [body for body, _, _ in self.acked]
+def official_sends(endpoints: str) -> SendLoop[str]:
+    """One thread sends ``o0-<n>`` with the official Producer through ``endpoints``; each ack
+    records the broker group the client chose (``Acked.by``). A send that raised is not sent
+    again (``failed``): it may have been stored anyway."""
+    return SendLoop(lambda: OfficialProducer(endpoints, TOPIC), TOPIC, b"o", retry_pause_s=0.05)
 
 
 @pytest.fixture(params=["direct", "namesrv"])
@@ -107,7 +67,7 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
     assert old is not None
     with RocketMQClient(group.procs[old.master].endpoint) as client:
         client.create_topic(TOPIC, queues=4)
-    sender = OfficialSender(";".join(e for e in group.endpoints()))
+    sender = official_sends(";".join(e for e in group.endpoints()))
     try:
         wait_until(lambda: len(sender.acked) > 20, 30, "official sends flowing")
         killed_at = time.monotonic()
@@ -116,16 +76,16 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
             lambda: (s := group.state()) is not None and s.epoch > old.epoch, 30, "a new master"
         )
         wait_until(
-            lambda: len(sender.acks_started_after(killed_at)) >= 20,
+            lambda: len(sender.started_after(killed_at)) >= 20,
             40,
             f"official sends acknowledged after the kill (errors: {sender.errors[-3:]})",
         )
     finally:
         acked = sender.stop()
-    first_s = min(a[2] for a in sender.acks_started_after(killed_at)) - killed_at
+    first_s = min(a.acked_s for a in sender.started_after(killed_at)) - killed_at
     print(
         f"\nofficial client failover: kill → first acknowledged send {first_s:.2f} s; "
-        f"{len(acked)} acknowledged, {len(sender.errors)} send errors"
+        f"{len(acked)} acknowledged, {len(sender.failed)} failed sends"
     )
     new = group.state()
     assert new is not None and new.master != old.master
@@ -133,9 +93,9 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
         stored = collections.Counter(pull_all(client, TOPIC, 4))
     missing = [b for b in acked if b not in stored]
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
-    in_flight = {b for b, started, done in sender.acked if started < killed_at < done}
+    in_flight = {a.body for a in sender.acked if a.started_s < killed_at < a.acked_s}
     twice = {b for b in acked if stored[b] > 1}
-    unexplained = twice - in_flight - sender.retried
+    unexplained = twice - in_flight
     assert not unexplained, f"stored more than once, sent once: {sorted(unexplained)[:5]}"
 
 
@@ -174,9 +134,14 @@ def test_official_producer_reaches_another_group_across_its_failover(tmp_path: P
             with RocketMQClient(grp.master().endpoint) as client:
                 client.create_topic(TOPIC, queues=2)
         wait_until(lambda: _route_lists_both_members(ns_addr, "b"), 30, "b's members routed")
-        sender = OfficialSender(";".join(groups["a"].endpoints()))
-        wait_until(lambda: "b" in sender.group_of.values(), 30, "official sends reaching b")  # type: ignore[union-attr]
-        refreshed_at = sender.started_at + ROUTE_FIRST_REFRESH_S + 1
+        sender = official_sends(";".join(groups["a"].endpoints()))
+        wait_until(
+            lambda: any(a.by == "b" for a in list(sender.acked)),  # type: ignore[union-attr]
+            30,
+            "official sends reaching b",
+        )
+        started_at = sender.acked[0].started_s  # the first send: after the client's start
+        refreshed_at = started_at + ROUTE_FIRST_REFRESH_S + 1
         wait_until(lambda: time.monotonic() > refreshed_at, 15, "the client's first refresh")
         old = groups["b"].state()
         assert old is not None
@@ -186,11 +151,7 @@ def test_official_producer_reaches_another_group_across_its_failover(tmp_path: P
 
         def b_acked_after_kill() -> list[float]:
             assert sender is not None
-            return [
-                done
-                for body, started, done in list(sender.acked)
-                if started > killed_at and sender.group_of.get(body) == "b"
-            ]
+            return [a.acked_s for a in sender.started_after(killed_at) if a.by == "b"]
 
         wait_until(lambda: len(b_acked_after_kill()) >= 5, 20, "sends stored in b again")
         first_s = min(b_acked_after_kill()) - killed_at

@@ -10,18 +10,19 @@ import pytest
 from broker_core.broker.broker import Broker
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.topics import TopicConfig
-from broker_core.config import BrokerConfig, StoreConfig
+from broker_core.config import BrokerConfig
 from broker_core.errors import NotMasterError, ReplicationProtocolError
 from broker_core.ha import metadata
 from broker_core.message import Message
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 from broker_core.store.columns import ColumnBatch
+from tests.ha.conftest import small_store
 
 
 def test_a_slave_refuses_writes_and_pop_but_serves_pulls(tmp_path: Path) -> None:
     broker = Broker(
         BrokerConfig(broker_name="s", broker_id=2, ha_master="127.0.0.1:1"),
-        StoreConfig(store_dir=str(tmp_path), segment_size_bytes=1 << 20, max_body_bytes=1024),
+        small_store(tmp_path),
     )
     broker.start()
     try:
@@ -50,35 +51,25 @@ def test_a_slave_refuses_writes_and_pop_but_serves_pulls(tmp_path: Path) -> None
         broker.stop()
 
 
-def test_metadata_snapshot_carries_every_table_a_new_master_needs(tmp_path: Path) -> None:
-    def store(name: str) -> StoreConfig:
-        return StoreConfig(
-            store_dir=str(tmp_path / name), segment_size_bytes=1 << 20, max_body_bytes=1024
-        )
-
-    master = Broker(BrokerConfig(broker_name="m"), store("m"))
-    slave = Broker(BrokerConfig(broker_name="m", broker_id=1, ha_master="127.0.0.1:1"), store("s"))
-    master.start()
-    slave.start()
-    try:
-        master.update_topic(TopicConfig("t-meta", read_queue_nums=3, write_queue_nums=3))
-        master.groups.create_or_update(GroupConfig("GID-meta", consume_from_where="first_offset"))
-        master.commit_offset("GID-meta", "t-meta", 2, 41)
-        master.commit_offset("GID-meta", "t-meta", 1, 5)
-        slave.offsets.commit("GID-meta", "t-meta", 1, 9)  # the master's value wins
-        slave.offsets.commit("GID-slave", "t-meta", 0, 3)  # a queue only the slave knows
-        delay = master.store.config.config_dir / metadata.DELAY
-        write_json_atomic(delay, {"offsets": {"1": 12, "3": 4}})  # delivery progress
-        metadata.apply(slave, metadata.snapshot(master))
-        assert slave.topics.get("t-meta") == master.topics.get("t-meta")
-        assert slave.groups.get("GID-meta") == master.groups.get("GID-meta")
-        assert slave.offsets.query("GID-meta", "t-meta", 2) == 41
-        assert slave.offsets.query("GID-meta", "t-meta", 1) == 5
-        assert slave.offsets.query("GID-slave", "t-meta", 0) == 3
-        slave_delay = slave.store.config.config_dir / metadata.DELAY
-        assert read_json_atomic(slave_delay).data == {"offsets": {"1": 12, "3": 4}}
-        with pytest.raises(ReplicationProtocolError, match="does not parse"):
-            metadata.apply(slave, b"{torn")
-    finally:
-        slave.stop()
-        master.stop()
+def test_metadata_snapshot_carries_every_table_a_new_master_needs(
+    master_and_slave: tuple[Broker, Broker],
+) -> None:
+    master, slave = master_and_slave
+    master.update_topic(TopicConfig("t-meta", read_queue_nums=3, write_queue_nums=3))
+    master.groups.create_or_update(GroupConfig("GID-meta", consume_from_where="first_offset"))
+    master.commit_offset("GID-meta", "t-meta", 2, 41)
+    master.commit_offset("GID-meta", "t-meta", 1, 5)
+    slave.offsets.commit("GID-meta", "t-meta", 1, 9)  # the master's value wins
+    slave.offsets.commit("GID-slave", "t-meta", 0, 3)  # a queue only the slave knows
+    delay = master.store.config.config_dir / metadata.DELAY
+    write_json_atomic(delay, {"offsets": {"1": 12, "3": 4}})  # delivery progress
+    metadata.apply(slave, metadata.snapshot(master))
+    assert slave.topics.get("t-meta") == master.topics.get("t-meta")
+    assert slave.groups.get("GID-meta") == master.groups.get("GID-meta")
+    assert slave.offsets.query("GID-meta", "t-meta", 2) == 41
+    assert slave.offsets.query("GID-meta", "t-meta", 1) == 5
+    assert slave.offsets.query("GID-slave", "t-meta", 0) == 3
+    slave_delay = slave.store.config.config_dir / metadata.DELAY
+    assert read_json_atomic(slave_delay).data == {"offsets": {"1": 12, "3": 4}}
+    with pytest.raises(ReplicationProtocolError, match="does not parse"):
+        metadata.apply(slave, b"{torn")

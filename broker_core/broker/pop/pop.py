@@ -75,7 +75,7 @@ from broker_core.errors import (
 )
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.protocol.filters import MessageFilter
-from broker_core.service_thread import ServiceThread
+from broker_core.service_thread import ServiceThread, ThreadedService
 from broker_core.store.message_store import MessageStore, now_ms
 
 log = logging.getLogger(__name__)
@@ -83,8 +83,10 @@ log = logging.getLogger(__name__)
 REVIVE_GROUP = "CID_RMQ_SYS_POP_REVIVE"  # its offset in REVIVE_TOPIC is the replay start
 
 
-class PopService:
-    """In-flight POP deliveries of every group over one store (see the module docstring)."""
+class PopService(ThreadedService):
+    """In-flight POP deliveries of every group over one store (see the module docstring).
+    Its thread (``start``, ``stop``, ``failure``) runs ``run_revive`` every
+    ``revive_interval_ms``."""
 
     def __init__(
         self,
@@ -153,19 +155,6 @@ class PopService:
                 self._commit(self._state.queues.values())
                 self._open = False
         self._offsets.persist()
-
-    def start(self) -> None:
-        """Run ``run_revive`` every ``revive_interval_ms`` on a daemon thread."""
-        self.thread.start()
-
-    def stop(self) -> None:
-        """Stop the revive thread (if running) and wait for it (bounded)."""
-        self.thread.stop()
-
-    @property
-    def failure(self) -> BaseException | None:
-        """What ended the revive thread, or None."""
-        return self.thread.failure
 
     # ---- consuming ---------------------------------------------------------------------
 

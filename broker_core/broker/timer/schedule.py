@@ -53,11 +53,11 @@ from pathlib import Path
 
 from broker_core.broker.retry import MAX_DELAY_LEVEL, delay_level_ms, schedule_queue_id
 from broker_core.broker.system_topics import SCHEDULE_TOPIC
+from broker_core.broker.timer.delivery import delivery_thread
 from broker_core.errors import (
     ConfigError,
     InvalidArgumentError,
     OffsetOutOfRangeError,
-    StoreClosedError,
 )
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
@@ -66,7 +66,7 @@ from broker_core.message import (
     Message,
     StoredMessage,
 )
-from broker_core.service_thread import ServiceThread
+from broker_core.service_thread import ThreadedService
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 from broker_core.store.message_store import MessageStore, PutResult, now_ms
 from broker_core.store.queue_read import QueueRead
@@ -150,7 +150,7 @@ class _Scan:
     head_due_ms: int | None  # due time of the first message not yet due; None = unknown
 
 
-class ScheduleService:
+class ScheduleService(ThreadedService):
     """Delivers delay-level messages from ``SCHEDULE_TOPIC`` to their real topics."""
 
     def __init__(
@@ -172,17 +172,14 @@ class ScheduleService:
         self._lock = threading.Lock()
         self._offsets: dict[int, int] = self._load()
         self._head_due: dict[int, int | None] = {}
-        # A failed round is retried after 1 s; the store closing under it ends the thread.
-        self.thread = ServiceThread(
+        self.thread = delivery_thread(
             "schedule-delivery",
+            store,
+            SCHEDULE_TOPIC,
             self.run_once,
-            interval_ms=max_idle_wait_ms,
-            wait_first=False,
+            max_idle_wait_ms=max_idle_wait_ms,
             next_wait_ms=self._wait_ms,
-            error_backoff_ms=1000,
-            quiet_exit=lambda exc: isinstance(exc, StoreClosedError),
         )
-        store.add_dispatch_listener(self._on_dispatch)
 
     def _load(self) -> dict[int, int]:
         loaded = read_json_atomic(self._path)
@@ -282,28 +279,11 @@ class ScheduleService:
 
     # ---- the thread -------------------------------------------------------------------
 
-    def _on_dispatch(self, topic: str, _queue_id: int, _max_offset: int) -> None:
-        if topic == SCHEDULE_TOPIC:  # runs on the store's dispatch thread: only signal
-            self.thread.wake()
-
     def _wait_ms(self) -> int:
         due = self.next_due_ms()
         if due is None:
             return self._max_idle_wait_ms
         return max(0, min(due - self._clock_ms(), self._max_idle_wait_ms))
-
-    @property
-    def failure(self) -> BaseException | None:
-        """What ended the thread, or None."""
-        return self.thread.failure
-
-    def start(self) -> None:
-        """Start the daemon delivery thread (no-op when it is running)."""
-        self.thread.start()
-
-    def stop(self) -> None:
-        """Stop the delivery thread and wait for it to finish its current pass."""
-        self.thread.stop()
 
     def close(self) -> None:
         """Stop the thread; offsets are already durable after every delivered batch."""

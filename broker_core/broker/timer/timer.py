@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_core.broker.system_topics import TIMER_TOPIC
+from broker_core.broker.timer.delivery import delivery_thread
 from broker_core.broker.timer.log import FLAG_CANCEL, TimerLog, TimerRecord
 from broker_core.broker.timer.policy import (
     TIMER_PROPERTIES,
@@ -76,7 +77,7 @@ from broker_core.message import (
     Message,
     StoredMessage,
 )
-from broker_core.service_thread import ServiceThread
+from broker_core.service_thread import ThreadedService
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
 from broker_core.store.message_store import MessageStore, PutResult, now_ms
 from broker_core.store.queue_read import QueueRead
@@ -104,7 +105,7 @@ class TimerStats:
     dropped: int = 0  # timer messages that could not be delivered (logged)
 
 
-class TimerService:
+class TimerService(ThreadedService):
     """Delivers ``TIMER_TOPIC`` messages at their delivery time; see the module docstring."""
 
     def __init__(
@@ -140,17 +141,14 @@ class TimerService:
         self._log = TimerLog(directory / LOG_FILE)
         self._wheel = TimingWheel(directory / WHEEL_FILE, precision_ms, slots)
         self._closed = False
-        # A failed round is retried after 1 s; the store closing under it ends the thread.
-        self.thread = ServiceThread(
+        self.thread = delivery_thread(
             "timer-wheel",
+            store,
+            TIMER_TOPIC,
             self.run_once,
-            interval_ms=max_idle_wait_ms,
-            wait_first=False,
+            max_idle_wait_ms=max_idle_wait_ms,
             next_wait_ms=self._wait_ms,
-            error_backoff_ms=1000,
-            quiet_exit=lambda exc: isinstance(exc, StoreClosedError),
         )
-        store.add_dispatch_listener(self._on_dispatch)
 
     # ---- checkpoint -------------------------------------------------------------------
 
@@ -360,25 +358,8 @@ class TimerService:
 
     # ---- the thread -------------------------------------------------------------------
 
-    def _on_dispatch(self, topic: str, _queue_id: int, _max_offset: int) -> None:
-        if topic == TIMER_TOPIC:  # runs on the store's dispatch thread: only signal
-            self.thread.wake()
-
     def _wait_ms(self) -> int:
         return max(0, min(self.read_time_ms - self._clock_ms(), self._max_idle_wait_ms))
-
-    @property
-    def failure(self) -> BaseException | None:
-        """What ended the thread, or None."""
-        return self.thread.failure
-
-    def start(self) -> None:
-        """Start the daemon firing thread (no-op when it is running)."""
-        self.thread.start()
-
-    def stop(self) -> None:
-        """Stop the firing thread and wait for its current pass to finish."""
-        self.thread.stop()
 
     def close(self) -> None:
         """Stop the thread, write the checkpoint and close the log and wheel files."""

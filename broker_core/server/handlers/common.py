@@ -7,7 +7,8 @@ handler module, so each family reads on its own.
 * :func:`message_filter` / :func:`text_filter`: the subscription filter of a pull or a
   receive, from a protobuf ``FilterExpression`` or from PullRaw's JSON fields; both
   refuse an unknown filter type the same way (FilterSyntaxError: ILLEGAL_FILTER_EXPRESSION).
-* :func:`polling_budget_ms`: how long a long poll may wait within the client's deadline.
+* :func:`polling_budget_ms`: how long a long poll may wait within the client's deadline;
+  :func:`requested_polling_ms`: the wait a PullMessage or ReceiveMessage request names.
 * :func:`broker_proto`, :func:`message_queue_proto`, :func:`scheme_of`: this broker and
   its queues as the protocol's ``Broker`` and ``MessageQueue`` (QueryRoute,
   QueryAssignment and the cluster view build them alike: the client compares them).
@@ -20,11 +21,13 @@ from typing import Final
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.broker.topics import MIXED, Perm, TopicConfig
 from broker_core.errors import FilterSyntaxError
 from broker_core.protocol.filters import SQL92, TAG, MessageFilter
 from broker_core.server.context import ServerContext
+from broker_core.server.convert_out import ms_of_duration
 
 # ---- filters ----------------------------------------------------------------------------
 
@@ -82,6 +85,15 @@ def polling_budget_ms(context: grpc.ServicerContext, requested_ms: int | None) -
     margin_ms = min(ANSWER_MARGIN_MS, remaining_ms // 2)
     allowed_ms = max(0, remaining_ms - margin_ms)
     return allowed_ms if requested_ms is None else max(0, min(requested_ms, allowed_ms))
+
+
+def requested_polling_ms(
+    request: service_pb2.PullMessageRequest | service_pb2.ReceiveMessageRequest,
+) -> int | None:
+    """The request's ``long_polling_timeout`` in ms; None when it names none."""
+    if not request.HasField("long_polling_timeout"):
+        return None
+    return ms_of_duration(request.long_polling_timeout)
 
 
 # ---- this broker and its queues as protobuf ---------------------------------------------

@@ -68,8 +68,13 @@ from broker_core.errors import MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.protocol.status import bad_request, ok, status_of
 from broker_core.server.context import ServerContext
-from broker_core.server.convert_out import ms_of_duration, to_pb_message
-from broker_core.server.handlers.common import message_filter, polling_budget_ms, text_filter
+from broker_core.server.convert_out import to_pb_message
+from broker_core.server.handlers.common import (
+    message_filter,
+    polling_budget_ms,
+    requested_polling_ms,
+    text_filter,
+)
 from broker_core.server.json_args import Args, Json, parse_request, status_json
 
 log = logging.getLogger(__name__)
@@ -115,11 +120,7 @@ def pull_message(
         yield Response(status=bad_request(f"batch_size must be ≥ 1, got {request.batch_size}"))
         return
     flt = message_filter(request.filter_expression)
-    requested = (
-        ms_of_duration(request.long_polling_timeout)
-        if request.HasField("long_polling_timeout")
-        else 0
-    )
+    requested = requested_polling_ms(request) or 0  # none named: look once, do not wait
     wanted = PullRequest(
         topic, request.message_queue.id, request.offset, request.batch_size, filter=flt
     )

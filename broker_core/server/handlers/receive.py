@@ -55,7 +55,11 @@ from broker_core.protocol.status import bad_request, ok, status_of
 from broker_core.server import sessions
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import ms_of_duration, now_timestamp, popped_to_pb
-from broker_core.server.handlers.common import message_filter, polling_budget_ms
+from broker_core.server.handlers.common import (
+    message_filter,
+    polling_budget_ms,
+    requested_polling_ms,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +91,7 @@ def receive_message(
         yield Response(status=bad_request(f"batch_size must be ≥ 1, got {request.batch_size}"))
         return
     flt = message_filter(request.filter_expression)
-    requested = (
-        ms_of_duration(request.long_polling_timeout)
-        if request.HasField("long_polling_timeout")
-        else None
-    )
+    requested = requested_polling_ms(request)
     client_id = sessions.client_id_of(context, required=False)  # broadcasting groups need it
     popped = _long_poll(
         ctx,

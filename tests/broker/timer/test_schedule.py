@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,7 @@ from broker_core.errors import ConfigError, InvalidArgumentError
 from broker_core.message import Message, StoredMessage
 from broker_core.store.atomic_file import write_json_atomic
 from broker_core.store.message_store import MessageStore
-from broker_core.store.queue_read import QueueRead
-from tests.broker.timer.conftest import T0, Clock
+from tests.broker.timer.conftest import T0, StoreEnv, assert_thread_delivers_when_due, ns
 from tests.store.conftest import make_message, small_config
 
 # --------------------------------------------------------------------------- pure
@@ -124,32 +123,22 @@ def test_real_destination_requires_topic_and_queue(props: dict[str, str]) -> Non
 # --------------------------------------------------------------------------- integration
 
 
-class Env:
+class Env(StoreEnv):
     """A real store and a schedule service in tmp_path, restartable, on one fake clock."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.clock = Clock(T0)
+        super().__init__(root)
         self.offsets_path = root / "config" / "delayOffset.json"
-        self.store: MessageStore
         self.service: ScheduleService
-        self.cursor: dict[tuple[str, int], int] = {}
         self.open()
 
-    def open(self) -> None:
-        self.store = MessageStore(small_config(self.root / "store"), clock_ms=self.clock)
-        self.store.open()
+    def open_service(self) -> None:
         self.service = ScheduleService(
             self.store, self.offsets_path, self.clock, max_idle_wait_ms=20
         )
 
-    def close(self) -> None:
+    def close_service(self) -> None:
         self.service.close()
-        self.store.close()
-
-    def restart(self) -> None:
-        self.close()
-        self.open()
 
     def schedule(self, msg: Message, level: int) -> None:
         self.service.schedule(msg, level)
@@ -159,24 +148,12 @@ class Env:
         self.clock.now_ms = at_ms
         return self.service.run_once(at_ms)
 
-    def new(self, topic: str = "orders", queue_id: int = 0) -> list[StoredMessage]:
-        """Messages delivered to a queue since the last call."""
-        assert self.store.wait_dispatched()
-        start = self.cursor.get((topic, queue_id), 0)
-        got = self.store.get_messages(QueueRead(topic, queue_id, start, 10_000))
-        self.cursor[(topic, queue_id)] = got.next_offset
-        return got.messages
-
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
     e = Env(tmp_path)
     yield e
     e.close()
-
-
-def ns(messages: list[StoredMessage]) -> list[int]:
-    return [int(m.properties["n"]) for m in messages]
 
 
 def test_delivered_at_due_time_not_before(env: Env) -> None:
@@ -316,15 +293,6 @@ def test_malformed_offsets_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_thread_wakes_on_new_message_and_delivers_when_due(env: Env) -> None:
-    arrived = threading.Event()
-    env.store.add_dispatch_listener(lambda topic, _q, _m: topic == "orders" and arrived.set())
-    env.service.start()
-    try:
-        env.schedule(user_message(0), 1)
-        assert not arrived.wait(0.05)  # not due yet on the fake clock
-        env.clock.now_ms = T0 + 1_000
-        assert arrived.wait(5.0)
-    finally:
-        env.service.stop()
+    put = functools.partial(env.schedule, user_message(0), 1)
+    assert_thread_delivers_when_due(env, env.service, put, T0 + 1_000)
     assert ns(env.new()) == [0]
-    assert env.service.failure is None

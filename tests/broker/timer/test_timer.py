@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,10 @@ from broker_core.broker.timer.policy import (
 from broker_core.broker.timer.timer import CHECKPOINT_FILE, LOG_FILE, WHEEL_FILE, TimerService
 from broker_core.broker.timer.wheel import SLOT_BYTES, TimingWheel
 from broker_core.errors import ConfigError, CorruptionError, InvalidArgumentError
-from broker_core.message import Message, StoredMessage
-from broker_core.store.message_store import MessageStore
+from broker_core.message import Message
 from broker_core.store.queue_read import QueueRead
-from tests.broker.timer.conftest import T0, Clock, S
-from tests.store.conftest import make_message, small_config
+from tests.broker.timer.conftest import T0, S, StoreEnv, assert_thread_delivers_when_due, ns
+from tests.store.conftest import make_message
 
 # --------------------------------------------------------------------------- pure policy
 
@@ -221,21 +220,16 @@ def test_wheel_chains_records_per_slot_and_detects_damage(tmp_path: Path) -> Non
 # --------------------------------------------------------------------------- service
 
 
-class Env:
+class Env(StoreEnv):
     """A real store and a timer service in tmp_path, restartable, on one fake clock."""
 
     def __init__(self, root: Path, wheel_slots: int = 60) -> None:
-        self.root = root
+        super().__init__(root)
         self.wheel_slots = wheel_slots
-        self.clock = Clock(T0)
-        self.store: MessageStore
         self.timers: TimerService
-        self.cursor = 0
         self.open()
 
-    def open(self) -> None:
-        self.store = MessageStore(small_config(self.root / "store"), clock_ms=self.clock)
-        self.store.open()
+    def open_service(self) -> None:
         self.timers = TimerService(
             self.store,
             self.root / "timer",
@@ -245,13 +239,8 @@ class Env:
             max_idle_wait_ms=20,
         )
 
-    def close(self) -> None:
+    def close_service(self) -> None:
         self.timers.close()
-        self.store.close()
-
-    def restart(self) -> None:
-        self.close()
-        self.open()
 
     def add(self, i: int, deliver_at_ms: int) -> str:
         return self.timers.schedule(make_message(i), deliver_at_ms).message_id
@@ -261,23 +250,12 @@ class Env:
         assert self.store.wait_dispatched()
         return self.timers.run_once(at_ms)
 
-    def new(self) -> list[StoredMessage]:
-        """Messages delivered to orders:0 since the last call."""
-        assert self.store.wait_dispatched()
-        got = self.store.get_messages(QueueRead("orders", 0, self.cursor, 10_000))
-        self.cursor = got.next_offset
-        return got.messages
-
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
     e = Env(tmp_path)
     yield e
     e.close()
-
-
-def ns(messages: list[StoredMessage]) -> list[int]:
-    return [int(m.properties["n"]) for m in messages]
 
 
 def test_many_random_timers_arrive_on_time_in_order_exactly_once(env: Env) -> None:
@@ -466,15 +444,6 @@ def test_files_are_where_the_docs_say(env: Env) -> None:
 
 
 def test_thread_fires_when_the_clock_reaches_the_slot(env: Env) -> None:
-    arrived = threading.Event()
-    env.store.add_dispatch_listener(lambda topic, _q, _m: topic == "orders" and arrived.set())
-    env.timers.start()
-    try:
-        env.add(1, T0 + 2 * S)
-        assert not arrived.wait(0.05)
-        env.clock.now_ms = T0 + 2 * S
-        assert arrived.wait(5.0)
-    finally:
-        env.timers.stop()
+    put = functools.partial(env.add, 1, T0 + 2 * S)
+    assert_thread_delivers_when_due(env, env.timers, put, T0 + 2 * S)
     assert ns(env.new()) == [1]
-    assert env.timers.failure is None
