@@ -94,6 +94,7 @@ class SendResult:
     queue_offset: int  # in the queue it went to now (the schedule/timer/half topic if held)
     transaction_id: str = ""
     recall_handle: str = ""  # set for messages held by the timer; cancels their delivery
+    half_offset: int = -1  # commitlog offset of a transaction's half record (else -1)
 
 
 def message_type(msg: Message) -> str:
@@ -466,6 +467,7 @@ class Broker:
                 msg.queue_id,
                 prepared.queue_offset,
                 transaction_id=tx_id,
+                half_offset=prepared.physical_offset,
             )
         level = props.get(PROPERTY_DELAY_LEVEL)
         if level:
@@ -491,14 +493,30 @@ class Broker:
         return self.timer.recall(recall_handle)
 
     def end_transaction(
-        self, message_id: str, transaction_id: str, commit: bool, *, from_check: bool = False
+        self,
+        message_id: str,
+        transaction_id: str,
+        commit: bool,
+        *,
+        from_check: bool = False,
+        topic: str | None = None,
     ) -> EndResult:
+        """Commit or roll back the unresolved half ``message_id``; with ``topic`` (the one
+        the caller was authorised on) only if that is the half's real topic, else
+        MessageNotFoundError, as for an unknown id."""
         resolution = Resolution.COMMIT if commit else Resolution.ROLLBACK
         result = self.transactions.end(
-            message_id, transaction_id, resolution, from_check=from_check
+            message_id, transaction_id, resolution, from_check=from_check, topic=topic
         )
         self.replication.wait_replicated(self.store.commitlog.max_offset)
         return result
+
+    def half_topic(self, physical_offset: int, message_id: str) -> str:
+        """The real topic of the unresolved half ``message_id`` named by the half record at
+        commitlog ``physical_offset`` (a 4.x END_TRANSACTION's ``commitLogOffset``): what
+        ending it needs Pub on. MessageNotFoundError for an unknown id or an offset that
+        holds no half record of it (``TransactionService.half_topic``)."""
+        return self.transactions.half_topic(physical_offset, message_id)
 
     # ---- pull consumers -------------------------------------------------------------------
 

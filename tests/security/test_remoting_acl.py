@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 
 from broker_core.client import RocketMQClient
+from broker_core.message import decode_offset_message_id
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
-from broker_core.remoting_broker.msgcodec import decode_stored
+from broker_core.remoting_broker.msgcodec import decode_stored, encode_properties
 from tests.security.conftest import ADMIN_KEY, ADMIN_SECRET, AUTH_TOML, start_with
 from tests.server.conftest import BrokerProcess
 
 ALICE = ("alice", "alice-secret")  # Pub on orders only
+CAROL = ("carol", "carol-secret")  # Pub on payments only: the owner of its transactions
 BOB = ("bob", "bob-secret")  # Pub+Sub on every topic, Deny Pub on payments, Sub on GID_*
 
 
@@ -38,6 +40,8 @@ def remoting_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Br
         admin.create_acl("bob", "Topic:*", ["Pub", "Sub"])
         admin.create_acl("bob", "Topic:payments", ["Pub"], decision="Deny")
         admin.create_acl("bob", "Group:GID_*", ["Sub"])
+        admin.create_user(*CAROL)
+        admin.create_acl("carol", "Topic:payments", ["Pub"])
     yield proc, line.rsplit(" ", 1)[1].strip()
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
@@ -121,3 +125,51 @@ def test_deny_beats_allow_and_groups_are_checked(remoting_auth: tuple[BrokerProc
     assert other.code == ResponseCode.NO_PERMISSION and "Group:other-group" in other.remark
     unlisted = _invoke(addr, BOB, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
     assert unlisted.code == ResponseCode.NO_PERMISSION and "List on Topic:*" in unlisted.remark
+
+
+def _prepare(addr: str, credentials: tuple[str, str], topic: str, body: bytes) -> dict[str, str]:
+    """Send a half message as ``credentials``; the END_TRANSACTION fields a Java producer
+    derives from the answer (UNIQ_KEY, and commitLogOffset from the offset ``msgId``)."""
+    props = encode_properties({"TRAN_MSG": "true", "PGROUP": "pg-tx"})
+    fields = {"a": "pg-tx", "b": topic, "e": "0", "f": "4", "i": props}
+    sent = _invoke(
+        addr, credentials, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)
+    )
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    _, physical_offset = decode_offset_message_id(sent.ext_fields["msgId"])
+    tx_id = sent.ext_fields["transactionId"]
+    return {"msgId": tx_id, "transactionId": tx_id, "commitLogOffset": str(physical_offset)}
+
+
+def _end(addr: str, credentials: tuple[str, str], fields: dict[str, str]) -> RemotingCommand:
+    header = {"producerGroup": "pg-tx", "commitOrRollback": "8", "fromTransactionCheck": "false"}
+    cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, {**header, **fields})
+    return _invoke(addr, credentials, cmd)  # type: ignore[no-any-return]
+
+
+def test_end_transaction_needs_pub_on_the_half_messages_real_topic(
+    remoting_auth: tuple[BrokerProcess, str],
+) -> None:
+    _, addr = remoting_auth
+    payment = _prepare(addr, CAROL, "payments", b"carol's payment")
+    order = _prepare(addr, ALICE, "orders", b"alice's order")
+    denied = _end(addr, ALICE, payment)
+    assert denied.code == ResponseCode.NO_PERMISSION
+    assert "user 'alice' may not Pub on Topic:payments" in denied.remark
+    # naming her own half's offset with the payment's msgId does not pass either
+    forged = _end(addr, ALICE, {**payment, "commitLogOffset": order["commitLogOffset"]})
+    assert forged.code == ResponseCode.SYSTEM_ERROR
+    assert f"no half message {payment['msgId']} at commitlog offset" in forged.remark
+    for offset in ("1", str(10**15), ""):  # inside a record, past the log, missing
+        bad = _end(addr, ALICE, {**payment, "commitLogOffset": offset})
+        assert bad.code == ResponseCode.SYSTEM_ERROR
+        assert "commitlog offset" in bad.remark or "commitLogOffset" in bad.remark
+    unknown = _end(addr, ALICE, {**order, "msgId": "NO-SUCH-HALF"})
+    assert unknown.code == ResponseCode.SYSTEM_ERROR
+    assert "no unresolved half message NO-SUCH-HALF" in unknown.remark
+    assert b"carol's payment" not in _bodies(addr, "payments")
+    assert _end(addr, ALICE, order).code == ResponseCode.SUCCESS
+    assert b"alice's order" in _bodies(addr, "orders")
+    owner = _end(addr, CAROL, payment)
+    assert owner.code == ResponseCode.SUCCESS, owner.remark
+    assert b"carol's payment" in _bodies(addr, "payments")
