@@ -19,6 +19,8 @@ from broker_core.errors import MessageNotFoundError, RocketMQError
 from broker_core.message import PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_KEY, StoredMessage
 from broker_core.store.message_store import MessageStore
 
+UNIT_OVERHEAD_BYTES = 4096  # a unit's fixed fields and topic: StoreConfig allows this much
+
 
 def real_topic(half: StoredMessage) -> str:
     """The topic a half record is delivered to on commit ("" if it names none)."""
@@ -36,13 +38,16 @@ def half_at(store: MessageStore, physical_offset: int, message_id: str) -> Store
     """The half record of ``message_id`` stored at commitlog ``physical_offset``.
 
     Raises MessageNotFoundError (:func:`not_at`) unless the offset is the start of a
-    verified record of the half topic whose UNIQ_KEY is ``message_id``. Reads only.
+    verified record of the half topic whose UNIQ_KEY is ``message_id``. Reads only, and
+    at most one unit's largest size (a bogus offset may read a bogus size).
     """
     commitlog = store.commitlog
     if not commitlog.min_offset <= physical_offset < commitlog.max_offset:
         raise not_at(message_id, physical_offset)
+    limits = store.config  # no unit is larger: never read a gigabyte for a bogus offset
+    max_unit_bytes = limits.max_body_bytes + limits.max_properties_bytes + UNIT_OVERHEAD_BYTES
     try:
-        stored = store.read_message(physical_offset)
+        stored = store.read_message(physical_offset, max_size_bytes=max_unit_bytes)
     except (RocketMQError, struct.error, ValueError):  # not a record start, or bit rot
         raise not_at(message_id, physical_offset) from None
     if stored.topic != TRANS_HALF_TOPIC or stored.properties.get(PROPERTY_UNIQ_KEY) != message_id:
