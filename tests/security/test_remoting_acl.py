@@ -4,6 +4,7 @@ answered NO_PERMISSION (16) with the reason, and nothing done for a refused requ
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -173,3 +174,26 @@ def test_end_transaction_needs_pub_on_the_half_messages_real_topic(
     owner = _end(addr, CAROL, payment)
     assert owner.code == ResponseCode.SUCCESS, owner.remark
     assert b"carol's payment" in _bodies(addr, "payments")
+
+
+def test_end_transaction_at_random_offsets_never_ends_anything(
+    remoting_auth: tuple[BrokerProcess, str],
+) -> None:
+    _, addr = remoting_auth
+    payment = _prepare(addr, CAROL, "payments", b"fuzzed payment")
+    real_offset = int(payment["commitLogOffset"])
+    rng = random.Random(16)
+    offsets = {rng.randrange(0, real_offset + 4096) for _ in range(60)} - {real_offset}
+    header = {"producerGroup": "pg-tx", "commitOrRollback": "8", "fromTransactionCheck": "false"}
+    client = RemotingClient(addr, timeout_s=10.0, credentials=ALICE)
+    try:
+        for offset in sorted(offsets):
+            fields = {**header, **payment, "commitLogOffset": str(offset)}
+            resp = client.invoke(RemotingCommand.request(RequestCode.END_TRANSACTION, fields))
+            assert resp.code == ResponseCode.SYSTEM_ERROR, (offset, resp.remark)
+            assert f"no half message {payment['msgId']} at commitlog offset {offset}" in resp.remark
+    finally:
+        client.close()
+    assert b"fuzzed payment" not in _bodies(addr, "payments")
+    assert _end(addr, CAROL, payment).code == ResponseCode.SUCCESS
+    assert b"fuzzed payment" in _bodies(addr, "payments")
