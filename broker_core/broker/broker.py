@@ -488,9 +488,10 @@ class Broker:
             del props[PROPERTY_DELIVER_TIME_MS]  # already due: deliver now
         return None
 
-    def recall(self, recall_handle: str) -> bool:
-        """Cancel a timed message that has not been delivered yet."""
-        return self.timer.recall(recall_handle)
+    def recall(self, recall_handle: str, *, topic: str | None = None) -> bool:
+        """Cancel a timed message that has not been delivered yet; with ``topic`` only a
+        message of that topic (False for another's, as for an unknown handle)."""
+        return self.timer.recall(recall_handle, topic=topic)
 
     def end_transaction(
         self,

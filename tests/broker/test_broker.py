@@ -128,6 +128,17 @@ def test_timed_message_and_recall(broker: Broker, clock: Clock) -> None:
     assert bodies(broker, "orders") == [b"kept"]
 
 
+def test_recall_naming_another_topic_recalls_nothing(broker: Broker, clock: Clock) -> None:
+    due = str(T0 + 3_000)
+    sent = broker.send([msg("orders", b"timed", __STARTDELIVERTIME=due)])[0]
+    assert broker.recall(sent.recall_handle, topic="payments") is False
+    clock.now += 4_000
+    broker.store.wait_dispatched()
+    broker.timer.run_once(clock.now)
+    assert bodies(broker, "orders") == [b"timed"]
+    assert broker.recall(sent.recall_handle, topic="orders") is False  # delivered already
+
+
 def test_transaction_commit_rollback_and_check_back(broker: Broker, clock: Clock) -> None:
     asked: list[CheckRequest] = []
     broker.set_transaction_checker(asked.append)

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 from click.testing import CliRunner
+from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
@@ -264,6 +265,38 @@ def test_end_transaction_of_another_topics_half_is_refused(auth_broker, admin) -
     done = end_half(auth_broker.endpoint, "payments", message_id, tx_id, dave)
     assert done.status.code == Code.OK, done.status.message
     assert max_offsets(admin, "payments") == before + 1
+
+
+def test_recall_of_another_topics_timed_message_is_refused(auth_broker, admin) -> None:
+    dave = official_headers("dave", "dave-secret")
+    timed = pb.Message(
+        topic=pb.Resource(name="payments"),
+        body=b"dave's timed payment",
+        system_properties=pb.SystemProperties(
+            message_id="01" + "E" * 32,
+            body_encoding=pb.Encoding.IDENTITY,
+            message_type=pb.MessageType.DELAY,
+            delivery_timestamp=Timestamp(seconds=int(time.time()) + 3600),
+        ),
+    )
+    request = service_pb2.SendMessageRequest(messages=[timed])
+    sent = grpc_call(auth_broker.endpoint, "SendMessage", request, dave)
+    assert sent.status.code == Code.OK, sent.status.message
+    handle = sent.entries[0].recall_handle
+    assert handle
+
+    def recall(topic: str, metadata: list) -> Any:
+        recall = service_pb2.RecallMessageRequest(
+            topic=pb.Resource(name=topic), recall_handle=handle
+        )
+        return grpc_call(auth_broker.endpoint, "RecallMessage", recall, metadata)
+
+    alice = official_headers("alice", "alice-secret")
+    assert recall("payments", alice).status.code == Code.FORBIDDEN
+    disguised = recall("orders", alice)
+    assert disguised.status.code == Code.NOT_FOUND
+    assert "no pending timed message of topic orders" in disguised.status.message
+    assert recall("payments", dave).status.code == Code.OK
 
 
 def test_cli_signs_with_environment_keys(auth_broker, admin) -> None:

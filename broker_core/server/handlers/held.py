@@ -13,7 +13,8 @@ resolution BAD_REQUEST.
 **RecallMessage** cancels a timed message before its delivery time, by its recall
 handle: what SendMessage answered for a message with a future delivery timestamp.
 Recalled, the message is never delivered; the answer carries its message id. A handle
-with no pending timed message (never sent, already delivered or recalled) is NOT_FOUND;
+with no pending timed message of the request's topic (never sent, already delivered or
+recalled, or of another topic: the ACL checked Pub on the request's topic) is NOT_FOUND;
 an empty or malformed handle is BAD_REQUEST.
 """
 
@@ -79,7 +80,7 @@ def recall_message(
         raise InvalidArgumentError("RecallMessage needs the recall handle")
     if not _HANDLE_RE.match(recall_handle):
         raise InvalidArgumentError(f"malformed recall handle {recall_handle[:40]!r}")
-    if not ctx.broker.recall(recall_handle):
+    if not ctx.broker.recall(recall_handle, topic=topic):
         raise NotFoundError(
             f"no pending timed message of topic {topic} for recall handle {recall_handle}: "
             "it was delivered or recalled already, or never sent"
