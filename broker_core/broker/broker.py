@@ -47,6 +47,7 @@ from broker_core.broker.timer.timer import TimerService
 from broker_core.broker.topic_admin import TopicChange, plan_change
 from broker_core.broker.topic_waiter import TopicWaiter
 from broker_core.broker.topics import TopicConfig, TopicManager, select_write_queue
+from broker_core.broker.transaction.halves import read_named
 from broker_core.broker.transaction.transaction import (
     CheckRequest,
     EndResult,
@@ -57,6 +58,7 @@ from broker_core.config import BrokerConfig, StoreConfig
 from broker_core.errors import (
     GroupNotFoundError,
     InvalidArgumentError,
+    MessageNotFoundError,
     NotMasterError,
     TopicNotFoundError,
 )
@@ -560,6 +562,15 @@ class Broker:
             )
         cap = self.config.max_raw_pull_batch if request.raw else self.config.max_pull_batch
         return request.capped(cap)
+
+    def topic_at(self, physical_offset: int) -> str:
+        """The topic of the message a client names by commitlog offset (a 4.x
+        CONSUMER_SEND_MSG_BACK's ``offset``: what the ACL checks). MessageNotFoundError
+        when no verified message starts there; reads at most one unit's largest size."""
+        stored = read_named(self.store, physical_offset)
+        if stored is None:
+            raise MessageNotFoundError(f"no message at commitlog offset {physical_offset}")
+        return stored.topic
 
     def message_at(self, physical_offset: int) -> StoredMessage:
         """The stored message at a commitlog offset (4.x clients name messages so)."""

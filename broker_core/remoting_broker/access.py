@@ -5,8 +5,9 @@ With ``[auth] enabled`` every request must carry a valid 4.x signature
 request does, with the same rules and decision as on the gRPC port (``acl.decide``: Deny
 wins; super users may do anything). A refusal is answered ``NO_PERMISSION`` (16, as
 RocketMQ's ``AbortProcessException``) with the reason in ``remark``; nothing is done.
-A request whose resources cannot be found out (an END_TRANSACTION naming no half message)
-gets what the handler would answer without auth: ``SYSTEM_ERROR`` (1) with the reason.
+A request whose resources cannot be found out (an END_TRANSACTION naming no half message,
+a send-back naming no message) gets what the handler would answer without auth:
+``SYSTEM_ERROR`` (1) with the reason.
 
 ====================================================  =======================================
 SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH 320  Pub on the topic (a ``%RETRY%g`` topic:
@@ -17,11 +18,13 @@ GET_MAX/MIN_OFFSET 30/31, SEARCH_OFFSET_BY_TIME 29    Sub or Get on the topic
 HEART_BEAT 34                                         Sub on every consumer group and every
                                                       topic it subscribes (producers: none)
 UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38   Sub on the consumer group (if given)
-CONSUMER_SEND_MSG_BACK 36                             Sub on the group
+CONSUMER_SEND_MSG_BACK 36                             Sub on the group and on the topic of
+                                                      the message at ``offset``
+                                                      (``access_offsets.py``)
 LOCK/UNLOCK_BATCH_MQ 41/42                            Sub on the group and every queue's topic
 END_TRANSACTION 37                                    Pub on the real topic of the half message
                                                       at ``commitLogOffset`` (whose UNIQ_KEY
-                                                      must be ``msgId``; ``Broker.half_topic``)
+                                                      must be ``msgId``; ``access_offsets.py``)
 GET_BROKER_RUNTIME_INFO 28                            authentication only
 UPDATE_AND_CREATE_TOPIC 17                            Create or Update on the topic
 GET_ALL_TOPIC_CONFIG 21                               List on Topic:*
@@ -46,7 +49,6 @@ from broker_core.auth.resources import Need
 from broker_core.errors import (
     AccessDeniedError,
     InvalidArgumentError,
-    MessageNotFoundError,
     RocketMQError,
     UnauthorizedError,
 )
@@ -55,6 +57,7 @@ from broker_core.protocol.group_topics import RETRY_PREFIX
 from broker_core.remoting.channel import Channel, RequestHandler
 from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
+from broker_core.remoting_broker.access_offsets import OFFSET_NEEDS, MessageLookup
 from broker_core.remoting_broker.send import header_of
 
 log = logging.getLogger(__name__)
@@ -133,7 +136,6 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
     C.HEART_BEAT: _heartbeat,
     C.UNREGISTER_CLIENT: _optional_group,
     C.GET_CONSUMER_LIST_BY_GROUP: _optional_group,
-    C.CONSUMER_SEND_MSG_BACK: lambda r: [("Group", _field(r, "group"), SUB)],
     C.LOCK_BATCH_MQ: _lock,
     C.UNLOCK_BATCH_MQ: _lock,
     C.GET_BROKER_RUNTIME_INFO: lambda r: [],
@@ -147,48 +149,29 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
 }
 
 
-HalfTopic = Callable[[int, str], str]  # (commitlog offset, msgId) -> real topic
-
-
-def end_transaction_needs(req: RemotingCommand, half_topic: HalfTopic) -> list[Need]:
-    """Pub on the real topic of the half message END_TRANSACTION ends (its header has no
-    topic). ``half_topic`` is ``Broker.half_topic``: MessageNotFoundError when
-    ``commitLogOffset`` holds no half record of ``msgId``; a missing or non-numeric
-    offset is InvalidArgumentError."""
-    raw = _field(req, "commitLogOffset")
-    if not raw.isdigit():
-        raise InvalidArgumentError(
-            f"END_TRANSACTION needs commitLogOffset, the half message's commitlog offset "
-            f"(got {raw[:40]!r})"
-        )
-    message_id = _field(req, "msgId")
-    if not message_id:
-        raise MessageNotFoundError("END_TRANSACTION names no half message (msgId is empty)")
-    return [("Topic", half_topic(int(raw), message_id), (A.PUB,))]
-
-
-def requirements(req: RemotingCommand, half_topic: HalfTopic | None = None) -> list[Need] | None:
-    """What ``req`` needs (see the module docstring); None: super users only (also
-    END_TRANSACTION when no ``half_topic`` is given)."""
-    if req.code == C.END_TRANSACTION:
-        return None if half_topic is None else end_transaction_needs(req, half_topic)
+def requirements(req: RemotingCommand, lookup: MessageLookup | None = None) -> list[Need] | None:
+    """What ``req`` needs (see the module docstring); None: super users only (also the
+    codes of ``access_offsets`` when no ``lookup`` is given)."""
+    by_offset = OFFSET_NEEDS.get(req.code)
+    if by_offset is not None:
+        return None if lookup is None else by_offset(req, lookup)
     rule = NEEDS.get(req.code)
     return rule(req) if rule is not None else None
 
 
 class RemotingGuard:
     """Checks a remoting request's signature and rights with ``authority`` (the one the
-    gRPC port uses: same users, rules and decision); ``half_topic`` (``Broker.half_topic``)
-    finds the topic of the half message an END_TRANSACTION ends."""
+    gRPC port uses: same users, rules and decision); ``lookup`` (the ``Broker``) reads
+    the topic of a message a request names by commitlog offset (``access_offsets``)."""
 
-    def __init__(self, authority: Authority, half_topic: HalfTopic | None = None) -> None:
+    def __init__(self, authority: Authority, lookup: MessageLookup | None = None) -> None:
         self.authority = authority
-        self.half_topic = half_topic
+        self.lookup = lookup
 
     def check(self, req: RemotingCommand, peer_ip: str | None) -> str:
         """The access key of the signed, allowed request; UnauthorizedError or
         AccessDeniedError otherwise, or the RocketMQError that finding out what the
-        request touches raised (``end_transaction_needs``)."""
+        request touches raised (``access_offsets``)."""
         store = self.authority.store
         access_key = verify(req.ext_fields, req.body, store.secret_of)
         user = store.user(access_key)
@@ -196,7 +179,7 @@ class RemotingGuard:
             raise UnauthorizedError(f"unknown access key {access_key!r}")
         if user.superuser:
             return access_key
-        needs = requirements(req, self.half_topic)
+        needs = requirements(req, self.lookup)
         if needs is None:
             raise AccessDeniedError(
                 f"request code {req.code} is for super users only; user {access_key!r} is not one"

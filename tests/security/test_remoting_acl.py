@@ -21,6 +21,7 @@ from tests.server.conftest import BrokerProcess
 
 ALICE = ("alice", "alice-secret")  # Pub on orders only
 CAROL = ("carol", "carol-secret")  # Pub on payments only: the owner of its transactions
+ERIN = ("erin", "erin-secret")  # Sub on orders and on Group:GID_erin
 BOB = ("bob", "bob-secret")  # Pub+Sub on every topic, Deny Pub on payments, Sub on GID_*
 
 
@@ -43,6 +44,9 @@ def remoting_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Br
         admin.create_acl("bob", "Group:GID_*", ["Sub"])
         admin.create_user(*CAROL)
         admin.create_acl("carol", "Topic:payments", ["Pub"])
+        admin.create_user(*ERIN)
+        admin.create_acl("erin", "Topic:orders", ["Sub"])
+        admin.create_acl("erin", "Group:GID_erin", ["Sub"])
     yield proc, line.rsplit(" ", 1)[1].strip()
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
@@ -68,12 +72,16 @@ def _pull(topic: str, group: str) -> RemotingCommand:
     )
 
 
-def _bodies(addr: str, topic: str) -> list[bytes]:
+def _records(addr: str, topic: str) -> list[dict]:  # type: ignore[type-arg]
     resp = _invoke(addr, (ADMIN_KEY, ADMIN_SECRET), _pull(topic, "GID_reader"))
-    if resp.code == ResponseCode.PULL_NOT_FOUND:
+    if resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.TOPIC_NOT_EXIST):
         return []
     assert resp.code == ResponseCode.SUCCESS, resp.remark
-    return [m["body"] for m in decode_stored(resp.body)]  # type: ignore[misc]
+    return decode_stored(resp.body)  # type: ignore[no-any-return]
+
+
+def _bodies(addr: str, topic: str) -> list[bytes]:
+    return [m["body"] for m in _records(addr, topic)]
 
 
 @pytest.mark.parametrize(
@@ -197,3 +205,33 @@ def test_end_transaction_at_random_offsets_never_ends_anything(
     assert b"fuzzed payment" not in _bodies(addr, "payments")
     assert _end(addr, CAROL, payment).code == ResponseCode.SUCCESS
     assert b"fuzzed payment" in _bodies(addr, "payments")
+
+
+def _offset_of(addr: str, topic: str, body: bytes) -> int:
+    return next(int(m["physical_offset"]) for m in _records(addr, topic) if m["body"] == body)
+
+
+def test_send_back_needs_sub_on_the_topic_of_the_message_at_the_offset(
+    remoting_auth: tuple[BrokerProcess, str],
+) -> None:
+    """A consumer group's retry/DLQ topic cannot be used to copy another topic's message."""
+    _, addr = remoting_auth
+    for topic, body in (("payments", b"secret payment"), ("orders", b"erin's order")):
+        sent = _invoke(addr, (ADMIN_KEY, ADMIN_SECRET), _send(topic, body))
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+
+    def send_back(offset: str) -> RemotingCommand:
+        fields = {"group": "GID_erin", "offset": offset, "delayLevel": "-1"}
+        fields |= {"originTopic": "orders", "maxReconsumeTimes": "16"}
+        cmd = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, fields)
+        return _invoke(addr, ERIN, cmd)  # type: ignore[no-any-return]
+
+    stolen = send_back(str(_offset_of(addr, "payments", b"secret payment")))
+    assert stolen.code == ResponseCode.NO_PERMISSION
+    assert "user 'erin' may not Sub on Topic:payments" in stolen.remark
+    for bogus in ("1", str(10**15), ""):
+        failed = send_back(bogus)
+        assert failed.code == ResponseCode.SYSTEM_ERROR and "offset" in failed.remark
+    own = send_back(str(_offset_of(addr, "orders", b"erin's order")))
+    assert own.code == ResponseCode.SUCCESS, own.remark
+    assert _bodies(addr, "%DLQ%GID_erin") == [b"erin's order"]  # to the DLQ at once (-1)

@@ -7,7 +7,8 @@ the original, or the copy a check-back re-put). The topic the ACL checks is the 
 ``REAL_TOPIC``. The offset comes from the client, so :func:`half_at` trusts nothing at it:
 outside the commitlog, not the start of a verified record, a record of another topic or
 of another message id — all the same :class:`MessageNotFoundError`, the error an unknown
-message id gets from ``TransactionService.end``.
+message id gets from ``TransactionService.end``. :func:`read_named` is the same careful
+read for any message a client names by offset (``Broker.topic_at``).
 """
 
 from __future__ import annotations
@@ -34,22 +35,31 @@ def not_at(message_id: str, physical_offset: int) -> MessageNotFoundError:
     )
 
 
+def read_named(store: MessageStore, physical_offset: int) -> StoredMessage | None:
+    """The verified message starting at commitlog ``physical_offset``, or None (outside
+    the log, not the start of a unit, bit rot). Reads at most one unit's largest size:
+    a bogus offset may read a bogus size, and must not read a gigabyte."""
+    commitlog = store.commitlog
+    if not commitlog.min_offset <= physical_offset < commitlog.max_offset:
+        return None
+    limits = store.config
+    max_unit_bytes = limits.max_body_bytes + limits.max_properties_bytes + UNIT_OVERHEAD_BYTES
+    try:
+        return store.read_message(physical_offset, max_size_bytes=max_unit_bytes)
+    except (RocketMQError, struct.error, ValueError):
+        return None
+
+
 def half_at(store: MessageStore, physical_offset: int, message_id: str) -> StoredMessage:
     """The half record of ``message_id`` stored at commitlog ``physical_offset``.
 
     Raises MessageNotFoundError (:func:`not_at`) unless the offset is the start of a
-    verified record of the half topic whose UNIQ_KEY is ``message_id``. Reads only, and
-    at most one unit's largest size (a bogus offset may read a bogus size).
+    verified record of the half topic whose UNIQ_KEY is ``message_id``. Reads only
+    (:func:`read_named`).
     """
-    commitlog = store.commitlog
-    if not commitlog.min_offset <= physical_offset < commitlog.max_offset:
+    stored = read_named(store, physical_offset)
+    if stored is None or stored.topic != TRANS_HALF_TOPIC:
         raise not_at(message_id, physical_offset)
-    limits = store.config  # no unit is larger: never read a gigabyte for a bogus offset
-    max_unit_bytes = limits.max_body_bytes + limits.max_properties_bytes + UNIT_OVERHEAD_BYTES
-    try:
-        stored = store.read_message(physical_offset, max_size_bytes=max_unit_bytes)
-    except (RocketMQError, struct.error, ValueError):  # not a record start, or bit rot
-        raise not_at(message_id, physical_offset) from None
-    if stored.topic != TRANS_HALF_TOPIC or stored.properties.get(PROPERTY_UNIQ_KEY) != message_id:
+    if stored.properties.get(PROPERTY_UNIQ_KEY) != message_id:
         raise not_at(message_id, physical_offset)
     return stored
