@@ -23,6 +23,10 @@ TopicStatus, GroupProgress, QueryMessage    Get on the topic / group (QueryMessa
 ListTopics / ListGroups                     List on Topic:* / Group:*
 ResetOffset                                 Update on the group
 ==========================================  ================================================
+
+EndTransaction and RecallMessage name their message by id; the request's topic is what is
+checked, so their handlers act only on a message of that topic (``held.py``: a half of
+another topic is MESSAGE_NOT_FOUND).
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ from broker_core.broker.timer.timer import TimerService
 from broker_core.broker.topic_admin import TopicChange, plan_change
 from broker_core.broker.topic_waiter import TopicWaiter
 from broker_core.broker.topics import TopicConfig, TopicManager, select_write_queue
+from broker_core.broker.transaction.halves import read_named
 from broker_core.broker.transaction.transaction import (
     CheckRequest,
     EndResult,
@@ -58,6 +59,7 @@ from broker_core.config import BrokerConfig, StoreConfig
 from broker_core.errors import (
     GroupNotFoundError,
     InvalidArgumentError,
+    MessageNotFoundError,
     NotMasterError,
     TopicNotFoundError,
 )
@@ -96,6 +98,7 @@ class SendResult:
     queue_offset: int  # in the queue it went to now (the schedule/timer/half topic if held)
     transaction_id: str = ""
     recall_handle: str = ""  # set for messages held by the timer; cancels their delivery
+    half_offset: int = -1  # commitlog offset of a transaction's half record (else -1)
 
 
 def message_type(msg: Message) -> str:
@@ -473,6 +476,7 @@ class Broker:
                 msg.queue_id,
                 prepared.queue_offset,
                 transaction_id=tx_id,
+                half_offset=prepared.physical_offset,
             )
         level = props.get(PROPERTY_DELAY_LEVEL)
         if level:
@@ -493,19 +497,36 @@ class Broker:
             del props[PROPERTY_DELIVER_TIME_MS]  # already due: deliver now
         return None
 
-    def recall(self, recall_handle: str) -> bool:
-        """Cancel a timed message that has not been delivered yet."""
-        return self.timer.recall(recall_handle)
+    def recall(self, recall_handle: str, *, topic: str | None = None) -> bool:
+        """Cancel a timed message that has not been delivered yet; with ``topic`` only a
+        message of that topic (False for another's, as for an unknown handle)."""
+        return self.timer.recall(recall_handle, topic=topic)
 
     def end_transaction(
-        self, message_id: str, transaction_id: str, commit: bool, *, from_check: bool = False
+        self,
+        message_id: str,
+        transaction_id: str,
+        commit: bool,
+        *,
+        from_check: bool = False,
+        topic: str | None = None,
     ) -> EndResult:
+        """Commit or roll back the unresolved half ``message_id``; with ``topic`` (the one
+        the caller was authorised on) only if that is the half's real topic, else
+        MessageNotFoundError, as for an unknown id."""
         resolution = Resolution.COMMIT if commit else Resolution.ROLLBACK
         result = self.transactions.end(
-            message_id, transaction_id, resolution, from_check=from_check
+            message_id, transaction_id, resolution, from_check=from_check, topic=topic
         )
         self.replication.wait_replicated(self.store.commitlog.max_offset)
         return result
+
+    def half_topic(self, physical_offset: int, message_id: str) -> str:
+        """The real topic of the unresolved half ``message_id`` named by the half record at
+        commitlog ``physical_offset`` (a 4.x END_TRANSACTION's ``commitLogOffset``): what
+        ending it needs Pub on. MessageNotFoundError for an unknown id or an offset that
+        holds no half record of it (``TransactionService.half_topic``)."""
+        return self.transactions.half_topic(physical_offset, message_id)
 
     # ---- pull consumers -------------------------------------------------------------------
 
@@ -548,6 +569,15 @@ class Broker:
             )
         cap = self.config.max_raw_pull_batch if request.raw else self.config.max_pull_batch
         return request.capped(cap)
+
+    def topic_at(self, physical_offset: int) -> str:
+        """The topic of the message a client names by commitlog offset (a 4.x
+        CONSUMER_SEND_MSG_BACK's ``offset``: what the ACL checks). MessageNotFoundError
+        when no verified message starts there; reads at most one unit's largest size."""
+        stored = read_named(self.store, physical_offset)
+        if stored is None:
+            raise MessageNotFoundError(f"no message at commitlog offset {physical_offset}")
+        return stored.topic
 
     def message_at(self, physical_offset: int) -> StoredMessage:
         """The stored message at a commitlog offset (4.x clients name messages so)."""

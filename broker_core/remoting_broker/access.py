@@ -5,6 +5,9 @@ With ``[auth] enabled`` every request must carry a valid 4.x signature
 request does, with the same rules and decision as on the gRPC port (``acl.decide``: Deny
 wins; super users may do anything). A refusal is answered ``NO_PERMISSION`` (16, as
 RocketMQ's ``AbortProcessException``) with the reason in ``remark``; nothing is done.
+A request whose resources cannot be found out (an END_TRANSACTION naming no half message,
+a send-back naming no message) gets what the handler would answer without auth:
+``SYSTEM_ERROR`` (1) with the reason.
 
 ====================================================  =======================================
 SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH 320  Pub on the topic (a ``%RETRY%g`` topic:
@@ -15,10 +18,14 @@ GET_MAX/MIN_OFFSET 30/31, SEARCH_OFFSET_BY_TIME 29    Sub or Get on the topic
 HEART_BEAT 34                                         Sub on every consumer group and every
                                                       topic it subscribes (producers: none)
 UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38   Sub on the consumer group (if given)
-CONSUMER_SEND_MSG_BACK 36                             Sub on the group
+CONSUMER_SEND_MSG_BACK 36                             Sub on the group and on the topic of
+                                                      the message at ``offset``
+                                                      (``access_offsets.py``)
 LOCK/UNLOCK_BATCH_MQ 41/42                            Sub on the group and every queue's topic
-END_TRANSACTION 37, GET_BROKER_RUNTIME_INFO 28        authentication only (the transaction's
-                                                      half message was sent with Pub)
+END_TRANSACTION 37                                    Pub on the real topic of the half message
+                                                      at ``commitLogOffset`` (whose UNIQ_KEY
+                                                      must be ``msgId``; ``access_offsets.py``)
+GET_BROKER_RUNTIME_INFO 28                            authentication only
 UPDATE_AND_CREATE_TOPIC 17                            Create or Update on the topic
 GET_ALL_TOPIC_CONFIG 21                               List on Topic:*
 QUERY_MESSAGE 12, GET_TOPIC_STATS_INFO 202            Get on the topic
@@ -50,6 +57,7 @@ from broker_core.protocol.group_topics import RETRY_PREFIX
 from broker_core.remoting.channel import Channel, RequestHandler
 from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
+from broker_core.remoting_broker.access_offsets import OFFSET_NEEDS, MessageLookup
 from broker_core.remoting_broker.send import header_of
 
 log = logging.getLogger(__name__)
@@ -128,10 +136,8 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
     C.HEART_BEAT: _heartbeat,
     C.UNREGISTER_CLIENT: _optional_group,
     C.GET_CONSUMER_LIST_BY_GROUP: _optional_group,
-    C.CONSUMER_SEND_MSG_BACK: lambda r: [("Group", _field(r, "group"), SUB)],
     C.LOCK_BATCH_MQ: _lock,
     C.UNLOCK_BATCH_MQ: _lock,
-    C.END_TRANSACTION: lambda r: [],
     C.GET_BROKER_RUNTIME_INFO: lambda r: [],
     C.UPDATE_AND_CREATE_TOPIC: lambda r: [("Topic", _field(r, "topic"), (A.CREATE, A.UPDATE))],
     C.GET_ALL_TOPIC_CONFIG: lambda r: [("Topic", "*", (A.LIST,))],
@@ -143,22 +149,29 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
 }
 
 
-def requirements(req: RemotingCommand) -> list[Need] | None:
-    """What ``req`` needs (see the module docstring); None: super users only."""
+def requirements(req: RemotingCommand, lookup: MessageLookup | None = None) -> list[Need] | None:
+    """What ``req`` needs (see the module docstring); None: super users only (also the
+    codes of ``access_offsets`` when no ``lookup`` is given)."""
+    by_offset = OFFSET_NEEDS.get(req.code)
+    if by_offset is not None:
+        return None if lookup is None else by_offset(req, lookup)
     rule = NEEDS.get(req.code)
     return rule(req) if rule is not None else None
 
 
 class RemotingGuard:
     """Checks a remoting request's signature and rights with ``authority`` (the one the
-    gRPC port uses: same users, rules and decision)."""
+    gRPC port uses: same users, rules and decision); ``lookup`` (the ``Broker``) reads
+    the topic of a message a request names by commitlog offset (``access_offsets``)."""
 
-    def __init__(self, authority: Authority) -> None:
+    def __init__(self, authority: Authority, lookup: MessageLookup | None = None) -> None:
         self.authority = authority
+        self.lookup = lookup
 
     def check(self, req: RemotingCommand, peer_ip: str | None) -> str:
         """The access key of the signed, allowed request; UnauthorizedError or
-        AccessDeniedError (both RocketMQErrors) otherwise."""
+        AccessDeniedError otherwise, or the RocketMQError that finding out what the
+        request touches raised (``access_offsets``)."""
         store = self.authority.store
         access_key = verify(req.ext_fields, req.body, store.secret_of)
         user = store.user(access_key)
@@ -166,7 +179,7 @@ class RemotingGuard:
             raise UnauthorizedError(f"unknown access key {access_key!r}")
         if user.superuser:
             return access_key
-        needs = requirements(req)
+        needs = requirements(req, self.lookup)
         if needs is None:
             raise AccessDeniedError(
                 f"request code {req.code} is for super users only; user {access_key!r} is not one"
@@ -175,15 +188,19 @@ class RemotingGuard:
         return access_key
 
     def wrap(self, handler: RequestHandler) -> RequestHandler:
-        """``handler`` behind the check: a refused request is answered NO_PERMISSION."""
+        """``handler`` behind the check: a refused request is answered NO_PERMISSION, one
+        whose resources are not found SYSTEM_ERROR (as the handler's own errors are)."""
 
         def guarded(channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
             host = channel.peer.rpartition(":")[0].strip("[]")
             try:
                 access_key = self.check(req, host or None)
-            except RocketMQError as exc:
+            except (UnauthorizedError, AccessDeniedError) as exc:
                 log.info("request code %d from %s refused: %s", req.code, channel.peer, exc)
                 return req.response(ResponseCode.NO_PERMISSION, remark=str(exc))
+            except RocketMQError as exc:
+                log.info("request code %d from %s failed: %s", req.code, channel.peer, exc)
+                return req.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
             audit.set_caller(access_key, channel.peer)
             return handler(channel, req)
 

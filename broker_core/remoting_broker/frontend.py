@@ -104,7 +104,7 @@ class RemotingFrontEnd:
         self.ctx = RemotingContext(broker, broker_name or broker.config.broker_name)
         handlers = {code: _bound(self.ctx, h) for code, h in HANDLERS.items()}
         if authority is not None:
-            guard = RemotingGuard(authority)
+            guard = RemotingGuard(authority, broker)
             handlers = {code: guard.wrap(h) for code, h in handlers.items()}
         self._server = RemotingServer(
             listen, handlers, on_close=self._on_close, ssl_context=ssl_context

@@ -11,7 +11,10 @@ schedule service, a prepared transaction (sysFlag bit 2 or ``TRAN_MSG=true``) be
 message. A zlib-compressed body (sysFlag bit 0) is stored inflated, so gRPC consumers read
 it plain. Answer: SUCCESS with ``msgId`` (the UNIQ_KEY; comma-joined for a batch),
 ``queueId``, ``queueOffset`` and ``transactionId``; MESSAGE_ILLEGAL (13) with the reason
-for a bad message.
+for a bad message. For a half message ``msgId`` is RocketMQ's offset message id of the
+half record instead (as RocketMQ answers every send): the Java client keeps it as
+``offsetMsgId`` and decodes END_TRANSACTION's ``commitLogOffset`` from it, which the ACL
+checks (``access.py``); the UNIQ_KEY is the client's own (and ``transactionId``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from broker_core.message import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
     Message,
+    offset_message_id,
 )
 from broker_core.remoting.channel import Channel
 from broker_core.remoting.codes import ResponseCode
@@ -91,10 +95,23 @@ def _message(
     )
 
 
-def _answer(req: RemotingCommand, results: list[SendResult]) -> RemotingCommand:
+def _answered_id(ctx: RemotingContext, result: SendResult) -> str:
+    """The ``msgId`` answered for one message: the offset id of a half record (an IPv4
+    listener's; else the UNIQ_KEY), the UNIQ_KEY of anything else."""
+    if result.half_offset < 0:
+        return result.message_id
+    try:
+        return offset_message_id(ctx.host_port, result.half_offset)
+    except OSError:  # not an IPv4 listener: RocketMQ's id has no room for the host
+        return result.message_id
+
+
+def _answer(
+    ctx: RemotingContext, req: RemotingCommand, results: list[SendResult]
+) -> RemotingCommand:
     first = results[0]
     ext = {
-        "msgId": ",".join(r.message_id for r in results),
+        "msgId": ",".join(_answered_id(ctx, r) for r in results),
         "queueId": str(first.queue_id),
         "queueOffset": str(first.queue_offset),
     }
@@ -124,7 +141,7 @@ def handle_send(ctx: RemotingContext, channel: Channel, req: RemotingCommand) ->
         results = ctx.broker.send(msgs, producer_group=fields.get("producerGroup") or None)
     except InvalidArgumentError as exc:
         return req.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
-    return _answer(req, results)
+    return _answer(ctx, req, results)
 
 
 Records = list[tuple[int, bytes, dict[str, str]]]

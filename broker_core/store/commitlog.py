@@ -380,13 +380,16 @@ class CommitLog:
             self._segment_index(offset)  # raises the out-of-range error
         return segs[idx]
 
-    def read_message(self, offset: int, size: int = 0) -> StoredMessage:
-        """Read and verify the unit at ``offset``; CorruptionError if it does not verify."""
+    def read_message(self, offset: int, size: int = 0, *, max_size_bytes: int = 0) -> StoredMessage:
+        """Read and verify the unit at ``offset``; CorruptionError if it does not verify.
+        ``max_size_bytes`` (> 0): refuse a unit said to be larger before reading it (for
+        offsets a client named, which may point into the middle of a unit)."""
         seg = self.segment_at(offset)
         local = offset - seg.base_offset
         if size <= 0:
             size = struct.unpack(">i", seg.read(local, 4))[0]
-            if size <= 0 or local + size > seg.size:
+            too_big = 0 < max_size_bytes < size
+            if size <= 0 or too_big or local + size > seg.size:
                 raise CorruptionError(f"bad unit size {size}", path=str(seg.path), position=offset)
         raw = seg.read(local, size)
         codec.check_unit(raw, 0, offset, str(seg.path))

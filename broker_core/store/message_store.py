@@ -382,9 +382,11 @@ class MessageStore:
             read_raw(cq, self.commitlog, read, result)
         return result
 
-    def read_message(self, physical_offset: int, size: int = 0) -> StoredMessage:
-        """The message at a commitlog offset (verified)."""
-        return self.commitlog.read_message(physical_offset, size)
+    def read_message(
+        self, physical_offset: int, size: int = 0, *, max_size_bytes: int = 0
+    ) -> StoredMessage:
+        """The message at a commitlog offset (verified; see ``CommitLog.read_message``)."""
+        return self.commitlog.read_message(physical_offset, size, max_size_bytes=max_size_bytes)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First offset stored at or after ``timestamp_ms`` (max offset if none)."""

@@ -17,6 +17,7 @@ from broker_core.config import BrokerConfig
 from broker_core.errors import (
     GroupNotFoundError,
     InvalidArgumentError,
+    MessageNotFoundError,
     PermissionDeniedError,
     StaleReceiptHandleError,
     TopicNotFoundError,
@@ -126,6 +127,17 @@ def test_timed_message_and_recall(broker: Broker, clock: Clock) -> None:
     broker.store.wait_dispatched()
     broker.timer.run_once(clock.now)
     assert bodies(broker, "orders") == [b"kept"]
+
+
+def test_recall_naming_another_topic_recalls_nothing(broker: Broker, clock: Clock) -> None:
+    due = str(T0 + 3_000)
+    sent = broker.send([msg("orders", b"timed", __STARTDELIVERTIME=due)])[0]
+    assert broker.recall(sent.recall_handle, topic="payments") is False
+    clock.now += 4_000
+    broker.store.wait_dispatched()
+    broker.timer.run_once(clock.now)
+    assert bodies(broker, "orders") == [b"timed"]
+    assert broker.recall(sent.recall_handle, topic="orders") is False  # delivered already
 
 
 def test_transaction_commit_rollback_and_check_back(broker: Broker, clock: Clock) -> None:
@@ -309,3 +321,14 @@ def test_commitlog_offsets_cover_what_was_stored(broker: Broker) -> None:
     after = broker.commitlog_offsets()
     assert after[0] == low and after[1] > high and after[2] == after[1]
     assert broker.store_config.max_body_bytes > 100
+
+
+def test_topic_at_names_the_topic_of_a_message_start_only(broker: Broker) -> None:
+    broker.send([msg("orders", b"a"), msg("payments", b"b")])
+    broker.store.wait_dispatched()
+    got = broker.pull("g", PullRequest("payments", 0, 0, 10))
+    offset = got.messages[0].physical_offset
+    assert broker.topic_at(offset) == "payments"
+    for bogus in (offset + 1, -5, broker.store.commitlog.max_offset, 10**15):
+        with pytest.raises(MessageNotFoundError, match=f"no message at commitlog offset {bogus}"):
+            broker.topic_at(bogus)

@@ -11,6 +11,7 @@ import pytest
 
 from broker_core.broker.broker import Broker
 from broker_core.config import BrokerConfig
+from broker_core.message import decode_offset_message_id
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
@@ -41,6 +42,18 @@ def send_prepared(client, body: bytes) -> RemotingCommand:
     )
     assert resp.code == 0, resp.remark
     return resp
+
+
+def java_end_fields(sent: RemotingCommand) -> dict[str, str]:
+    """What the Java producer puts in END_TRANSACTION after a half send: its UNIQ_KEY (here
+    the broker's, answered as the transaction id) and the commitlog offset decoded from the
+    answered ``msgId`` (RocketMQ's offset message id of the half record)."""
+    _, physical_offset = decode_offset_message_id(sent.ext_fields["msgId"])
+    return {
+        "msgId": sent.ext_fields["transactionId"],
+        "transactionId": sent.ext_fields["transactionId"],
+        "commitLogOffset": str(physical_offset),
+    }
 
 
 def end(client, resp_or_fields: dict[str, str], kind: int, from_check: bool = False) -> None:
@@ -83,25 +96,17 @@ def test_commit_rollback_and_check_back(front: RemotingFrontEnd, clients) -> Non
     assert call(producer, RC.HEART_BEAT, body=body).code == 0
     first = send_prepared(producer, b"committed")
     assert visible(producer) == []  # a half message is invisible
-    end(
-        producer,
-        {"msgId": first.ext_fields["msgId"], "transactionId": first.ext_fields["transactionId"]},
-        8,
-    )
+    end(producer, java_end_fields(first), 8)
     assert visible(producer) == [b"committed"]
     rolled = send_prepared(producer, b"rolled-back")
-    end(
-        producer,
-        {"msgId": rolled.ext_fields["msgId"], "transactionId": rolled.ext_fields["transactionId"]},
-        12,
-    )
+    end(producer, java_end_fields(rolled), 12)
     pushes.event.clear()
     pushes.pushed.clear()
     unresolved = send_prepared(producer, b"checked")
     assert pushes.event.wait(10)  # the broker asks the producer after the check timeout
     check = pushes.pushed[0]
     assert check.code == RC.CHECK_TRANSACTION_STATE and check.is_oneway
-    assert check.ext_fields["msgId"] == unresolved.ext_fields["msgId"]
+    assert check.ext_fields["msgId"] == unresolved.ext_fields["transactionId"]
     assert check.ext_fields["transactionId"] == unresolved.ext_fields["transactionId"]
     record = decode_stored(check.body)[0]
     assert record["topic"] == "tt" and record["body"] == b"checked"

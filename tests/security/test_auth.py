@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 from click.testing import CliRunner
+from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
@@ -80,6 +81,8 @@ def admin(auth_broker: BrokerProcess) -> Iterator[RocketMQClient]:
         client.create_acl("bob", "Topic:*", ["Pub", "Sub"])
         client.create_acl("bob", "Topic:payments", ["Pub"], decision="Deny")
         client.create_acl("bob", "Group:GID_*", ["Sub"])
+        client.create_user("dave", "dave-secret")  # owns the payments transactions
+        client.create_acl("dave", "Topic:payments", ["Pub"])
         yield client
 
 
@@ -214,6 +217,86 @@ def test_deny_beats_allow(auth_broker, admin) -> None:
     with RocketMQClient(auth_broker.endpoint, access_key="bob", secret_key="bob-secret") as bob:
         batch = bob.pull("GID_orders", "orders", 0, 0, 10)  # Sub on Topic:* and Group:GID_*
         assert batch.next_offset >= 0
+
+
+def grpc_call(endpoint: str, method: str, request: Any, metadata: list) -> Any:
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        return getattr(stub, method)(request, metadata=metadata, timeout=5)
+
+
+def end_half(endpoint: str, topic: str, message_id: str, tx_id: str, metadata: list) -> Any:
+    request = service_pb2.EndTransactionRequest(
+        topic=pb.Resource(name=topic),
+        message_id=message_id,
+        transaction_id=tx_id,
+        resolution=pb.TransactionResolution.COMMIT,
+        source=pb.TransactionSource.SOURCE_CLIENT,
+    )
+    return grpc_call(endpoint, "EndTransaction", request, metadata)
+
+
+def test_end_transaction_of_another_topics_half_is_refused(auth_broker, admin) -> None:
+    """Alice (Pub on orders) cannot commit dave's payments half, not even by naming
+    orders, the topic she may Pub on; dave can."""
+    dave = official_headers("dave", "dave-secret")
+    half = pb.Message(
+        topic=pb.Resource(name="payments"),
+        body=b"dave's payment",
+        system_properties=pb.SystemProperties(
+            message_id="01" + "D" * 32,
+            body_encoding=pb.Encoding.IDENTITY,
+            message_type=pb.MessageType.TRANSACTION,
+        ),
+    )
+    request = service_pb2.SendMessageRequest(messages=[half])
+    sent = grpc_call(auth_broker.endpoint, "SendMessage", request, dave)
+    assert sent.status.code == Code.OK, sent.status.message
+    message_id, tx_id = sent.entries[0].message_id, sent.entries[0].transaction_id
+    before = max_offsets(admin, "payments")
+    alice = official_headers("alice", "alice-secret")
+    denied = end_half(auth_broker.endpoint, "payments", message_id, tx_id, alice)
+    assert denied.status.code == Code.FORBIDDEN
+    assert "may not Pub on Topic:payments" in denied.status.message
+    disguised = end_half(auth_broker.endpoint, "orders", message_id, tx_id, alice)
+    assert disguised.status.code == Code.MESSAGE_NOT_FOUND
+    assert f"no unresolved half message {message_id} in topic orders" in disguised.status.message
+    assert max_offsets(admin, "payments") == before
+    done = end_half(auth_broker.endpoint, "payments", message_id, tx_id, dave)
+    assert done.status.code == Code.OK, done.status.message
+    assert max_offsets(admin, "payments") == before + 1
+
+
+def test_recall_of_another_topics_timed_message_is_refused(auth_broker, admin) -> None:
+    dave = official_headers("dave", "dave-secret")
+    timed = pb.Message(
+        topic=pb.Resource(name="payments"),
+        body=b"dave's timed payment",
+        system_properties=pb.SystemProperties(
+            message_id="01" + "E" * 32,
+            body_encoding=pb.Encoding.IDENTITY,
+            message_type=pb.MessageType.DELAY,
+            delivery_timestamp=Timestamp(seconds=int(time.time()) + 3600),
+        ),
+    )
+    request = service_pb2.SendMessageRequest(messages=[timed])
+    sent = grpc_call(auth_broker.endpoint, "SendMessage", request, dave)
+    assert sent.status.code == Code.OK, sent.status.message
+    handle = sent.entries[0].recall_handle
+    assert handle
+
+    def recall(topic: str, metadata: list) -> Any:
+        recall = service_pb2.RecallMessageRequest(
+            topic=pb.Resource(name=topic), recall_handle=handle
+        )
+        return grpc_call(auth_broker.endpoint, "RecallMessage", recall, metadata)
+
+    alice = official_headers("alice", "alice-secret")
+    assert recall("payments", alice).status.code == Code.FORBIDDEN
+    disguised = recall("orders", alice)
+    assert disguised.status.code == Code.NOT_FOUND
+    assert "no pending timed message of topic orders" in disguised.status.message
+    assert recall("payments", dave).status.code == Code.OK
 
 
 def test_cli_signs_with_environment_keys(auth_broker, admin) -> None:

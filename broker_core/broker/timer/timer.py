@@ -73,6 +73,7 @@ from broker_core.errors import (
     StoreClosedError,
 )
 from broker_core.message import (
+    PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_ID,
     Message,
     StoredMessage,
@@ -232,15 +233,19 @@ class TimerService(ThreadedService):
                 self._save_checkpoint()
             return delivered
 
-    def recall(self, timer_id: str) -> bool:
+    def recall(self, timer_id: str, *, topic: str | None = None) -> bool:
         """Cancel a pending timer so it is never delivered; durable on return.
 
-        False when no timer has this id or its slot has already fired. Waits for the
-        store to dispatch what was appended, so a timer just stored can be recalled.
+        False when no timer has this id or its slot has already fired, and, with
+        ``topic`` (the one the caller is authorised on), when the timer is of another
+        topic. Waits for the store to dispatch what was appended, so a timer just stored
+        can be recalled.
         """
         self._store.wait_dispatched()
         stored = self._find_timer(timer_id)
         if stored is None:
+            return False
+        if topic is not None and stored.properties.get(PROPERTY_REAL_TOPIC) != topic:
             return False
         try:
             deliver_ms = deliver_time_of(stored.properties)

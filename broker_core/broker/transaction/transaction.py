@@ -77,6 +77,7 @@ from broker_core.broker.transaction.check import (
     live_half_from,
     recover_ledger,
 )
+from broker_core.broker.transaction.halves import half_at, not_at, real_topic
 from broker_core.broker.transaction.records import (
     HALF_QUEUE_ID,
     OP_QUEUE_ID,
@@ -240,32 +241,42 @@ class TransactionService:
         )
 
     def end(
-        self, message_id: str, transaction_id: str, resolution: Resolution, *, from_check: bool
+        self,
+        message_id: str,
+        transaction_id: str,
+        resolution: Resolution,
+        *,
+        from_check: bool,
+        topic: str | None = None,
     ) -> EndResult:
         """Commit or roll back the unresolved half ``message_id``.
 
         Raises MessageNotFoundError when no unresolved half has that id (unknown, or
-        already ended — a second COMMIT never delivers twice) and InvalidArgumentError
-        when ``transaction_id`` does not match the half's.
+        already ended — a second COMMIT never delivers twice) or, with ``topic`` given,
+        when the half's real topic is another (the ACL allowed the caller ``topic`` only;
+        the message does not say which topic it is in), and InvalidArgumentError when
+        ``transaction_id`` does not match the half's.
         """
         try:
             resolution = Resolution(resolution)
         except ValueError:
             raise InvalidArgumentError(f"unknown resolution {resolution!r}") from None
         with self._lock:
-            half = self._ledger.live_by_id(message_id)
-            if half is None and self._fill_gaps():  # maybe a half the ledger has not seen
-                half = self._ledger.live_by_id(message_id)
-            if half is None:
-                raise self._not_found(message_id)
+            half = self._live(message_id)
+            needs_record = topic is not None or resolution is Resolution.COMMIT
+            stored = self._store.read_message(half.physical_offset) if needs_record else None
+            if topic is not None and stored is not None and real_topic(stored) != topic:
+                raise MessageNotFoundError(
+                    f"no unresolved half message {message_id} in topic {topic}"
+                )
             if half.transaction_id != transaction_id:
                 raise InvalidTransactionIdError(
                     f"message {message_id} belongs to transaction {half.transaction_id}, "
                     f"not {transaction_id}"
                 )
             batch = [op_message(half.queue_offset, self._clock_ms())]
-            if resolution is Resolution.COMMIT:
-                batch.insert(0, real_message(self._store.read_message(half.physical_offset)))
+            if stored is not None and resolution is Resolution.COMMIT:
+                batch.insert(0, real_message(stored))
             puts = self._store.put_messages(batch)
             self._ledger.finish(half.queue_offset, puts[-1].queue_offset)
             self._remember(message_id, resolution)
@@ -279,6 +290,30 @@ class TransactionService:
         )
         delivered = puts[0] if resolution is Resolution.COMMIT else None
         return EndResult(message_id, resolution, from_check, delivered)
+
+    def half_topic(self, physical_offset: int, message_id: str) -> str:
+        """The real topic of the unresolved half ``message_id``, which the half record at
+        commitlog ``physical_offset`` (the original or a check-back copy) must name too.
+
+        What a 4.x END_TRANSACTION is authorised against. MessageNotFoundError as ``end``
+        raises it when no unresolved half has that id, and when the offset holds no half
+        record of it (``halves.half_at``) or one of another topic (a forged record).
+        """
+        with self._lock:
+            topic = real_topic(self._store.read_message(self._live(message_id).physical_offset))
+        if real_topic(half_at(self._store, physical_offset, message_id)) != topic:
+            raise not_at(message_id, physical_offset)
+        return topic
+
+    def _live(self, message_id: str) -> LiveHalf:
+        """The unresolved half ``message_id``; MessageNotFoundError if none. Caller holds
+        the lock."""
+        half = self._ledger.live_by_id(message_id)
+        if half is None and self._fill_gaps():  # maybe a half the ledger has not seen
+            half = self._ledger.live_by_id(message_id)
+        if half is None:
+            raise self._not_found(message_id)
+        return half
 
     def _not_found(self, message_id: str) -> MessageNotFoundError:
         ended = self._recent.get(message_id)

@@ -5,14 +5,16 @@ broker holds back (a transaction's half message, a timed message) before deliver
 id. Sent by the producer after its local transaction (source CLIENT), or in answer to a
 check-back we pushed over Telemetry (source SERVER_CHECK). A commit makes the message
 visible in its topic; a rollback discards it. A message with no unresolved half
-(unknown, or ended before) is MESSAGE_NOT_FOUND; a transaction id that is not the half's
+(unknown, ended before, or of another topic than the request's: the ACL checked Pub on
+the request's topic) is MESSAGE_NOT_FOUND; a transaction id that is not the half's
 is INVALID_TRANSACTION_ID; a missing message id is ILLEGAL_MESSAGE_ID, an unspecified
 resolution BAD_REQUEST.
 
 **RecallMessage** cancels a timed message before its delivery time, by its recall
 handle: what SendMessage answered for a message with a future delivery timestamp.
 Recalled, the message is never delivered; the answer carries its message id. A handle
-with no pending timed message (never sent, already delivered or recalled) is NOT_FOUND;
+with no pending timed message of the request's topic (never sent, already delivered or
+recalled, or of another topic: the ACL checked Pub on the request's topic) is NOT_FOUND;
 an empty or malformed handle is BAD_REQUEST.
 """
 
@@ -46,8 +48,9 @@ _HANDLE_RE: Final = re.compile(r"^[\x21-\x7e]{1,128}$")
 def end_transaction(
     ctx: ServerContext, request: service_pb2.EndTransactionRequest, context: grpc.ServicerContext
 ) -> service_pb2.EndTransactionResponse:
-    """End the transaction; answer OK."""
-    validate_topic_name(request.topic.name)
+    """End the transaction; answer OK. The ACL allowed Pub on ``request.topic`` only, so
+    a half of another topic is MESSAGE_NOT_FOUND, as an unknown one."""
+    topic = validate_topic_name(request.topic.name)
     if not request.message_id:
         raise InvalidMessageIdError("EndTransaction needs the message id")
     if not request.transaction_id:
@@ -62,6 +65,7 @@ def end_transaction(
         request.transaction_id,
         _RESOLUTIONS[request.resolution],
         from_check=from_check,
+        topic=topic,
     )
     return service_pb2.EndTransactionResponse(status=ok())
 
@@ -76,7 +80,7 @@ def recall_message(
         raise InvalidArgumentError("RecallMessage needs the recall handle")
     if not _HANDLE_RE.match(recall_handle):
         raise InvalidArgumentError(f"malformed recall handle {recall_handle[:40]!r}")
-    if not ctx.broker.recall(recall_handle):
+    if not ctx.broker.recall(recall_handle, topic=topic):
         raise NotFoundError(
             f"no pending timed message of topic {topic} for recall handle {recall_handle}: "
             "it was delivered or recalled already, or never sent"
