@@ -12,7 +12,7 @@ from broker_core.errors import CorruptionError
 from broker_core.message import Message
 from broker_core.protocol import crc_rows, verify
 from broker_core.protocol.crc_rows import C0, rows_to_recheck
-from broker_core.store import codec
+from tests.store.conftest import seal
 
 
 def _rows(
@@ -83,8 +83,7 @@ def test_verify_units_names_every_damaged_unit_in_a_large_batch() -> None:
         props = {"UNIQ_KEY": f"ID{i}", "TAGS": "t" * rng.randint(0, 60)}
         topic, body = "topic-" + "x" * rng.randint(0, 9), rng.randbytes(rng.randint(0, 400))
         msg = Message(topic, body, properties=props)
-        enc = codec.encode(msg, max_body_bytes=1 << 16, max_properties_bytes=1 << 12)
-        parts.append(bytes(codec.seal(enc, i, 0, 5_000)))
+        parts.append(seal(msg, i, 0, 5_000))
     data = b"".join(parts)
     sizes = np.array([len(p) for p in parts], np.int32)
     assert len(verify.verify_units(data, sizes).starts) == len(parts)
