@@ -67,8 +67,8 @@ def _cpu_us_per_message(run: Callable[[], None], count: int, messages_per_call: 
 
 def workloads(pkg: str, broker: Any) -> dict[str, tuple[Callable[[], None], int, int]]:
     """name → (one call, calls per round, messages per call), of package ``pkg``."""
-    send_message = importlib.import_module(f"{pkg}.server.handlers.send_message")
-    send_bulk = importlib.import_module(f"{pkg}.server.bulk_send").send_bulk
+    handlers = importlib.import_module(f"{pkg}.server.handlers.send")
+    send_message, send_bulk = handlers.send_message, handlers.send_bulk
     encode_request = importlib.import_module(f"{pkg}.protocol.bulk_send").encode_request
     Message = importlib.import_module(f"{pkg}.message").Message
     ctx = importlib.import_module(f"{pkg}.server.context").ServerContext(
@@ -98,8 +98,8 @@ def workloads(pkg: str, broker: Any) -> dict[str, tuple[Callable[[], None], int,
         )
 
     return {
-        "official_send_1": (lambda: send_message.handle(ctx, one, peer), 1000, 1),
-        "official_send_256": (lambda: send_message.handle(ctx, many, peer), 10, 256),
+        "official_send_1": (lambda: send_message(ctx, one, peer), 1000, 1),
+        "official_send_256": (lambda: send_message(ctx, many, peer), 10, 256),
         "bulk_send_256": (lambda: send_bulk(ctx, frame, peer), 10, 256),
         "store_put_1": (put_one, 1000, 1),
         "store_put_64": (put_64, 40, 64),
