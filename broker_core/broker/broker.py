@@ -78,7 +78,7 @@ from broker_core.message import (
 )
 from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
-from broker_core.store.columns import ColumnBatch
+from broker_core.store.columns import ColumnBatch, spread_in_blocks
 from broker_core.store.message_store import MessageStore, now_ms
 from broker_core.store.queue_read import QueueRead
 from broker_core.store.recovery import RecoveryReport
@@ -403,8 +403,9 @@ class Broker:
         What the converters of plain batches (SendMessage, SendBulk, the 4.x batch) call:
         nothing to route, so the batch goes to the store's one put as it is, the path
         :meth:`send` takes for its plain messages. Queues are chosen round robin, as
-        ``send`` does for each message, or all go to ``queue_id`` (a 4.x batch names its
-        queue).
+        ``send`` does for each message but in contiguous blocks (:func:`spread_in_blocks`:
+        each queue gets as many as round robin gives it, its rows side by side in the
+        commitlog), or all go to ``queue_id`` (a 4.x batch names its queue).
         """
         self.require_master()
         if not len(batch):
@@ -419,7 +420,7 @@ class Broker:
         if queue_id is None:
             first = self._send_counter + 1
             self._send_counter += len(batch)
-            batch.queue_ids = (first + np.arange(len(batch))) % config.write_queue_nums
+            spread_in_blocks(batch, first, config.write_queue_nums)
         elif 0 <= queue_id < config.write_queue_nums:
             batch.queue_ids = queue_id
         else:

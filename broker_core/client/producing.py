@@ -145,9 +145,13 @@ class AsyncSends(ClientCore):
         return self._submit(request, count, groups)
 
     def send_columns_async(
-        self, topic: str, bodies: Sequence[bytes], **columns: Any
+        self, topic: str, bodies: Sequence[bytes], *, receipts: bool = True, **columns: Any
     ) -> PendingSend:
-        """:meth:`send_columns` without waiting (see :meth:`send_batch_async`)."""
+        """:meth:`send_columns` without waiting (see :meth:`send_batch_async`).
+
+        ``receipts=False`` (a sender that only needs to know the batch was stored, as the
+        Spark sink): a SendBulk request's answer is still checked (status, one offset per
+        message) but ``result()`` gives ``[]``, and no message id string is made."""
         if self.cluster is not None:
             return self._window.finished(self.send_columns(topic, bodies, **columns))
         plain = not any(columns.get("message_groups") or ()) and not any(
@@ -158,6 +162,7 @@ class AsyncSends(ClientCore):
             pending = self._submit_bulk(
                 topic,
                 bodies,
+                want_receipts=receipts,
                 **{name: columns.get(name) for name in ("tags", "keys", "properties")},
             )
             if pending is not None:
@@ -191,7 +196,7 @@ class AsyncSends(ClientCore):
         )
 
     def _submit_bulk(
-        self, topic: str, bodies: Sequence[bytes], **columns: Any
+        self, topic: str, bodies: Sequence[bytes], *, want_receipts: bool = True, **columns: Any
     ) -> PendingSend | None:
         """Send plain messages with SendBulk; None when the broker does not offer it (it
         is asked once per client: the first bulk send waits for its answer)."""
@@ -203,7 +208,9 @@ class AsyncSends(ClientCore):
 
         def once() -> list[SendReceipt]:
             return bulk.bulk_receipts(
-                call(request, timeout=self.timeout_s, metadata=self._metadata()), ids
+                call(request, timeout=self.timeout_s, metadata=self._metadata()),
+                ids,
+                receipts=want_receipts,
             )
 
         if self._bulk_offered is None:
@@ -218,7 +225,7 @@ class AsyncSends(ClientCore):
             return self._window.finished(receipts)
         return self._window.submit(
             lambda: call.future(request, timeout=self.timeout_s, metadata=self._metadata()),
-            lambda response: bulk.bulk_receipts(response, ids),
+            lambda response: bulk.bulk_receipts(response, ids, receipts=want_receipts),
             lambda first: self._again(first, "SendBulk", once),
             len(bodies),
             frozenset(),

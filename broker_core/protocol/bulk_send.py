@@ -80,14 +80,21 @@ def _lengths(items: Sequence[bytes]) -> np.ndarray:
 def encode_request(
     topic: str,
     bodies: Sequence[bytes],
-    properties: Sequence[bytes],
+    properties: Sequence[bytes] | np.ndarray,
     *,
     born_timestamp_ms: int,
     born_host: str,
 ) -> bytes:
-    """The request frame (``properties`` already encoded as stored, one per body)."""
+    """The request frame (``properties`` already encoded as stored, one per body: a
+    sequence of bytes, or a 2-D uint8 array whose rows are the properties, all of one
+    length)."""
     if len(bodies) != len(properties):
         raise InvalidArgumentError(f"{len(bodies)} bodies but {len(properties)} properties")
+    if isinstance(properties, np.ndarray):
+        prop_lengths = np.full(len(properties), properties.shape[1], np.int64)
+        prop_block = np.ascontiguousarray(properties, np.uint8).tobytes()
+    else:
+        prop_lengths, prop_block = _lengths(properties), b"".join(properties)
     crcs = np.fromiter(map(zlib.crc32, bodies), np.uint32, len(bodies))
     header = {
         "topic": topic,
@@ -99,9 +106,9 @@ def encode_request(
         header,
         _lengths(bodies).astype(">i4").tobytes(),
         crcs.astype(">u4").tobytes(),
-        _lengths(properties).astype(">i4").tobytes(),
+        prop_lengths.astype(">i4").tobytes(),
         b"".join(bodies),
-        b"".join(properties),
+        prop_block,
     )
 
 

@@ -116,6 +116,34 @@ class ColumnBatch:
         return rows
 
 
+def spread_in_blocks(batch: ColumnBatch, first: int, queues: int) -> None:
+    """Give a one-topic batch of plain messages queue ids as round robin from ``first``
+    would (message ``i`` to queue ``(first + i) % queues``) in counts, but in contiguous
+    blocks: the first ``n % queues`` queues from ``first`` get ``n // queues + 1`` rows,
+    the others ``n // queues``, each queue's rows side by side in batch order (so its
+    units lie side by side in the commitlog). Sets ``known_rows`` as well.
+
+    >>> from broker_core.message import Message
+    >>> batch = encode_messages([Message("t", b"x")] * 5, max_body_bytes=9,
+    ...                         max_properties_bytes=9)
+    >>> spread_in_blocks(batch, 3, 4)
+    >>> batch.queue_ids.tolist(), batch.queue_rows()
+    ([3, 3, 0, 1, 2], {('t', 3): [0, 1], ('t', 0): [2], ('t', 1): [3], ('t', 2): [4]})
+    """
+    count = len(batch)
+    blocks = min(count, queues)
+    sizes = np.full(blocks, count // queues, np.int64)
+    sizes[: count % queues] += 1
+    queue_of_block = (first + np.arange(blocks)) % queues
+    batch.queue_ids = np.repeat(queue_of_block, sizes)
+    ends = np.cumsum(sizes).tolist()
+    topic = batch.topic
+    batch.known_rows = {
+        (topic, queue): list(range(end - size, end))
+        for queue, size, end in zip(queue_of_block.tolist(), sizes.tolist(), ends, strict=True)
+    }
+
+
 def _queue_rows_vectorised(batch: ColumnBatch) -> dict[QueueKey, list[int]]:
     names = list(dict.fromkeys(batch.topics))
     topic_ids = (

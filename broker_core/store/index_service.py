@@ -31,6 +31,7 @@ import contextlib
 import os
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -241,31 +242,21 @@ class IndexService:
                     self._put_keys_locked(message_keys, offset, store_timestamp_ms)
                     for message_keys, offset in zip(keys, phys_offsets, strict=True)
                 )
-        hashes: list[int] = []
-        phys: list[int] = []
-        for message_keys, offset in zip(keys, phys_offsets, strict=True):
-            if len(message_keys) == 1:  # the common case: just the message id
-                unique: Iterable[str] = message_keys
-            else:
-                unique = dict.fromkeys(message_keys)
-            for key in unique:
-                if key:
-                    hashes.append(key_hash(key))
-                    phys.append(offset)
-        if not hashes:
+        hash_array, phys_array = _hashed(keys, phys_offsets)
+        if not len(hash_array):
             return 0
-        hash_array, phys_array = np.array(hashes, np.uint32), np.array(phys, np.int64)
         with self._lock:
             self._check_open()
             files = self._files
             if not files or files[-1].is_empty:  # the newest file checks order itself
                 newest = self._max_phys_locked()
-                if phys[0] < max(newest, 0):
+                if int(phys_array[0]) < max(newest, 0):
                     raise InvalidOffsetError(
-                        f"index put at phys {phys[0]} is before the newest entry {newest}"
+                        f"index put at phys {int(phys_array[0])} is before the newest entry "
+                        f"{newest}"
                     )
             done = 0
-            while done < len(hashes):
+            while done < len(hash_array):
                 if not self._files or self._files[-1].name in self._sealed:
                     self._create_file()
                 rest = (hash_array[done:], phys_array[done:], store_timestamp_ms)
@@ -417,3 +408,28 @@ class IndexService:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _hashed(
+    keys: Sequence[Sequence[str]], phys_offsets: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(key hashes uint32, their messages' phys offsets int64): each message's distinct
+    non-empty keys, in order. One key per message (just the message id, the common case)
+    is hashed with C-level maps, no Python loop per key."""
+    if len(keys) and max(map(len, keys)) == 1:
+        flat = [key for (key,) in keys]
+        if all(flat):
+            crc32, encode = zlib.crc32, str.encode
+            hashes = np.fromiter(map(crc32, map(encode, flat)), np.uint32, len(flat))
+            return hashes, np.asarray(phys_offsets, np.int64)
+    hashed: list[int] = []
+    phys: list[int] = []
+    for message_keys, offset in zip(keys, phys_offsets, strict=True):
+        unique: Iterable[str] = (
+            message_keys if len(message_keys) == 1 else dict.fromkeys(message_keys)
+        )
+        for key in unique:
+            if key:
+                hashed.append(key_hash(key))
+                phys.append(offset)
+    return np.array(hashed, np.uint32), np.array(phys, np.int64)

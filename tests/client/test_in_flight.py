@@ -61,3 +61,35 @@ def test_sync_sends_wait_behind_async_ones(broker: BrokerProcess) -> None:
 def test_max_in_flight_must_be_positive() -> None:
     with pytest.raises(errors.InvalidArgumentError):
         RocketMQClient("127.0.0.1:1", max_in_flight=0)
+
+
+def test_bulk_sends_without_receipts_are_checked_and_stored_in_queue_blocks(
+    broker: BrokerProcess,
+) -> None:
+    """``receipts=False`` gives [] but every message is stored; the broker fills queues in
+    contiguous blocks with round robin's counts (each queue's offsets consecutive)."""
+    with RocketMQClient(broker.endpoint, max_in_flight=4) as client:
+        client.create_topic("inflight-blocks", queues=4)
+        pending = [
+            client.send_columns_async(
+                "inflight-blocks", [b"b%d-%d" % (n, i) for i in range(10)], receipts=False
+            )
+            for n in range(6)
+        ]
+        client.flush()
+        assert [p.result() for p in pending] == [[]] * 6
+        per_queue = [
+            [m.body for m in client.pull("GID_blocks", "inflight-blocks", q, 0, 100).messages]
+            for q in range(4)
+        ]
+        assert [len(q) for q in per_queue] == [15, 15, 15, 15]  # round robin's counts
+        assert sorted(b for q in per_queue for b in q) == sorted(
+            b"b%d-%d" % (n, i) for n in range(6) for i in range(10)
+        )
+        for queue_bodies in per_queue:  # a request's rows in a queue are a block: i, i+1, …
+            rows: dict[bytes, list[int]] = {}
+            for body in queue_bodies:
+                request, row = body.split(b"-")
+                rows.setdefault(request, []).append(int(row))
+            for got in rows.values():
+                assert got == list(range(got[0], got[0] + len(got))) and len(got) in (2, 3)

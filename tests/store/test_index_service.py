@@ -320,3 +320,20 @@ def test_matches_a_simple_model(ops: list[tuple]) -> None:
                 assert svc.validate_and_repair() == [] and svc.rebuild_from is None
             check_against_model(svc, model)
         svc.close()
+
+
+def test_put_batch_of_one_key_each_files_what_the_general_path_files(tmp_path: Path) -> None:
+    """The one-key-per-message fast path (message ids alone) and the general path (a
+    message with more keys in the batch) leave the same entries."""
+    ids = [[f"ID{i:030d}"] for i in range(200)]
+    mixed = [*ids[:-1], [ids[-1][0], "k", "k", ""]]
+    phys = [100 * i for i in range(200)]
+    with IndexService(tmp_path / "fast", 512, 1000) as fast:
+        assert fast.put_batch(ids, phys, T0) == 200
+        with IndexService(tmp_path / "general", 512, 1000) as general:
+            assert general.put_batch(mixed, phys, T0) == 201
+            for key in ("ID" + "0" * 30, ids[57][0], ids[-1][0]):
+                assert fast.query(key, 0, 2**62, 5) == general.query(key, 0, 2**62, 5) != []
+            assert general.query("k", 0, 2**62, 5) == [19900]
+        with pytest.raises(InvalidOffsetError):
+            fast.put_batch(ids, [p - 100 for p in phys], T0)
