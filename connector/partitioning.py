@@ -42,7 +42,8 @@ def split_counts(
 ) -> list[int]:
     """How many pieces each range of ``sizes`` offsets is cut into (1 for an empty one)."""
     counts = [max(1, -(-size // max_per_partition)) if max_per_partition else 1 for size in sizes]
-    if min_partitions is None or sum(counts) >= min_partitions:
+    reading = sum(count for count, size in zip(counts, sizes, strict=True) if size > 0)
+    if min_partitions is None or reading >= min_partitions:  # an empty range reads nothing
         return counts
     shares = split_budget(dict(enumerate(sizes)), min_partitions)
     return [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pyspark.sql.types import StructField, StructType
 
@@ -405,6 +405,7 @@ def test_split_counts_table(
     st.none() | st.integers(1, 64),
     st.none() | st.integers(1, 200),
 )
+@example([(0, 0), (0, 2)], 2, None)  # an empty queue's range must not count as a partition
 def test_split_ranges_read_each_offset_once(
     ranges: list[tuple[int, int]], min_partitions: int | None, max_per: int | None
 ) -> None:
