@@ -78,7 +78,7 @@ from broker_core.message import (
 )
 from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
-from broker_core.store.columns import ColumnBatch, spread_in_blocks
+from broker_core.store.columns import ColumnBatch, queue_blocks, spread_in_blocks
 from broker_core.store.message_store import MessageStore, now_ms
 from broker_core.store.queue_read import QueueRead
 from broker_core.store.recovery import RecoveryReport
@@ -378,6 +378,7 @@ class Broker:
         plain: list[tuple[int, Message]] = []
         now = self._clock_ms()
         configs: dict[str, TopicConfig] = {}  # one lookup per topic, not per message
+        self._spread_plain(messages, configs)
         for i, msg in enumerate(messages):
             config = configs.get(msg.topic)
             if config is None:
@@ -436,6 +437,28 @@ class Broker:
         """NotMasterError on a slave (before anything is created or written)."""
         if self.store.slave_of:
             raise NotMasterError(self.store.slave_of)
+
+    def _spread_plain(self, messages: Sequence[Message], configs: dict[str, TopicConfig]) -> None:
+        """Give the messages the broker places round robin (no queue, no message group, not
+        PRIORITY/LITE, which route first) their queues as :meth:`send_columns` places a
+        column batch: round robin's counts per queue, in contiguous blocks per topic."""
+        by_topic: dict[str, list[Message]] = {}
+        for msg in messages:
+            if (
+                msg.queue_id < 0
+                and not msg.properties.get(PROPERTY_MESSAGE_GROUP)
+                and message_type(msg) not in ("PRIORITY", "LITE")
+            ):
+                by_topic.setdefault(msg.topic, []).append(msg)
+        for topic, placed in by_topic.items():
+            config = configs.get(topic)
+            if config is None:
+                config = configs[topic] = self.topics.for_send(topic)
+            first = self._send_counter + 1
+            self._send_counter += len(placed)
+            queues, sizes = queue_blocks(len(placed), first, config.write_queue_nums)
+            for msg, queue_id in zip(placed, np.repeat(queues, sizes).tolist(), strict=True):
+                msg.queue_id = queue_id
 
     def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
         kind = message_type(msg)

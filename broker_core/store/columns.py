@@ -116,6 +116,19 @@ class ColumnBatch:
         return rows
 
 
+def queue_blocks(count: int, first: int, queues: int) -> tuple[np.ndarray, np.ndarray]:
+    """(queue of each block, rows in each block) for ``count`` messages spread from queue
+    ``first`` as :func:`spread_in_blocks` spreads them (round robin's counts per queue).
+
+    >>> [a.tolist() for a in queue_blocks(5, 3, 4)]
+    [[3, 0, 1, 2], [2, 1, 1, 1]]
+    """
+    blocks = min(count, queues)
+    sizes = np.full(blocks, count // queues, np.int64)
+    sizes[: count % queues] += 1
+    return (first + np.arange(blocks)) % queues, sizes
+
+
 def spread_in_blocks(batch: ColumnBatch, first: int, queues: int) -> None:
     """Give a one-topic batch of plain messages queue ids as round robin from ``first``
     would (message ``i`` to queue ``(first + i) % queues``) in counts, but in contiguous
@@ -130,11 +143,7 @@ def spread_in_blocks(batch: ColumnBatch, first: int, queues: int) -> None:
     >>> batch.queue_ids.tolist(), batch.queue_rows()
     ([3, 3, 0, 1, 2], {('t', 3): [0, 1], ('t', 0): [2], ('t', 1): [3], ('t', 2): [4]})
     """
-    count = len(batch)
-    blocks = min(count, queues)
-    sizes = np.full(blocks, count // queues, np.int64)
-    sizes[: count % queues] += 1
-    queue_of_block = (first + np.arange(blocks)) % queues
+    queue_of_block, sizes = queue_blocks(len(batch), first, queues)
     batch.queue_ids = np.repeat(queue_of_block, sizes)
     ends = np.cumsum(sizes).tolist()
     topic = batch.topic

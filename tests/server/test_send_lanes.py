@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -42,6 +43,7 @@ from broker_core.server.context import ServerContext
 from broker_core.server.convert_columns import to_columns
 from broker_core.server.convert_in import Limits, to_messages
 from broker_core.server.handlers.send import send_bulk, send_message
+from broker_core.store.columns import queue_blocks
 from tests.store.conftest import small_config
 
 T0 = 1_700_000_000_000
@@ -163,12 +165,15 @@ def send_bulk_frame(broker: Broker, protos: list[Any]) -> list[int]:
 
 
 def send_store_api(broker: Broker, protos: list[Any], sent_before: int) -> list[int]:
-    """``put_messages`` with the queues the broker would have chosen (round robin)."""
+    """``put_messages`` with the queues the broker would have chosen (round robin's counts
+    per queue, in contiguous blocks: ``store.columns.queue_blocks``)."""
+    queues, sizes = queue_blocks(len(protos), sent_before + 1, QUEUES)
+    queue_ids = np.repeat(queues, sizes).tolist()
     messages = [
         Message(
             proto.topic.name,
             proto.body,
-            queue_id=(sent_before + i + 1) % QUEUES,
+            queue_id=queue_ids[i],
             properties=properties_of(proto),
             born_timestamp_ms=T0,
             born_host=(BORN_HOST, PEER[1]),
