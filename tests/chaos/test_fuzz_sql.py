@@ -1,6 +1,6 @@
 """Fuzz the SQL92 filter: generated expressions against a reference evaluator, and garbage.
 
-``tests/broker/test_sql92.py`` already feeds random and character-mutated text to the
+``tests/protocol/test_sql92_fuzz.py`` already feeds random and character-mutated text to the
 parser. This module adds what it lacks:
 
 * a grammar that generates valid expressions (random keyword case, spacing, redundant
