@@ -26,7 +26,7 @@ from connector.offsets import Offsets, QueueRef
 from connector.options import OffsetSpec, ReadOptions
 
 if TYPE_CHECKING:
-    from connector.source import Bounds, BrokerSet
+    from connector.brokers import Bounds, BrokerSet
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The ``namesrv`` mode of the source: brokers found through the NameServers' routes.
 
-:class:`RoutedBrokerSet` is a :class:`~connector.source.BrokerSet` whose brokers come
+:class:`RoutedBrokerSet` is a :class:`~connector.brokers.BrokerSet` whose brokers come
 from each subscribed topic's route (``NameServerClient.get_route``) instead of a list of
 endpoints:
 
@@ -26,10 +26,10 @@ from broker_core.client import RocketMQClient
 from broker_core.cluster.routes import BrokerQueues, brokers_of
 from broker_core.errors import ConfigError, TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
+from connector.brokers import REQUEST_TIMEOUT_S, Bounds, BrokerSet
 from connector.credentials import NO_ACCESS, Access
 from connector.offsets import QueueRef
 from connector.options import ReadOptions
-from connector.source import REQUEST_TIMEOUT_S, Bounds, BrokerSet
 
 PERM_READ: Final = 4  # RocketMQ's PermName.PERM_READ
 NAMESRV_TIMEOUT_S: Final = 5.0

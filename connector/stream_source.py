@@ -44,15 +44,13 @@ from pyspark.sql.types import StructType
 from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
 from connector import positions
 from connector.arrow import arrow_schema_of, message_size_bytes
+from connector.brokers import Bounds, BrokerSet, open_brokers
 from connector.offsets import Offsets, QueueRef, from_json, split_budget, to_json
 from connector.options import ReadOptions
 from connector.partitioning import split_ranges
 from connector.source import (
-    Bounds,
-    BrokerSet,
     QueueRange,
     data_loss,
-    open_brokers,
     read_range,
     resolve,
     settings_of,

@@ -8,11 +8,11 @@ import pickle
 import pytest
 
 from broker_core.errors import ConfigError
+from connector.brokers import BrokerSet
 from connector.credentials import NO_ACCESS, Access, parse_access
 from connector.options import parse_read_options
 from connector.sink import _client
 from connector.sink_options import parse_sink_options
-from connector.source import BrokerSet
 
 KEYS = {"accessKey": "alice", "secretKey": "s3cr3t-value"}
 
