@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,12 +26,9 @@ from broker_core.broker.clients import ClientKind, ClientRegistry
 from broker_core.broker.group_positions import GroupPositions
 from broker_core.broker.groups import BROADCAST_MARK, GroupConfig, GroupManager, base_group
 from broker_core.broker.lite import (
-    PROPERTY_LITE_TOPIC,
-    PROPERTY_PRIORITY,
     LiteSubscriptions,
     delivery_topic,
     receive_plan,
-    route,
 )
 from broker_core.broker.locks import QueueLockManager
 from broker_core.broker.long_polling import LongPollingService, monotonic_ms
@@ -42,12 +38,13 @@ from broker_core.broker.pop.pop import PopService
 from broker_core.broker.pull import PullRequest, PullResult, PullService
 from broker_core.broker.put_rate import PutRate, stored_total
 from broker_core.broker.rebalance import MessageQueue
-from broker_core.broker.retry import delay_level_ms, is_retry_topic
+from broker_core.broker.retry import is_retry_topic
+from broker_core.broker.sending import Sender, SendResult
 from broker_core.broker.timer.schedule import ScheduleService
 from broker_core.broker.timer.timer import TimerService
 from broker_core.broker.topic_admin import TopicChange, plan_change
 from broker_core.broker.topic_waiter import TopicWaiter
-from broker_core.broker.topics import TopicConfig, TopicManager, select_write_queue
+from broker_core.broker.topics import TopicConfig, TopicManager
 from broker_core.broker.transaction.halves import read_named
 from broker_core.broker.transaction.transaction import (
     CheckRequest,
@@ -65,20 +62,13 @@ from broker_core.errors import (
 )
 from broker_core.ha.group import Replication
 from broker_core.message import (
-    PROPERTY_DELAY_LEVEL,
-    PROPERTY_DELIVER_TIME_MS,
-    PROPERTY_MESSAGE_GROUP,
-    PROPERTY_TRANSACTION_ID,
-    PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_UNIQ_KEY,
     Message,
     StoredMessage,
-    new_message_id,
     validate_group_name,
 )
 from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread
-from broker_core.store.columns import ColumnBatch, queue_blocks, spread_in_blocks
+from broker_core.store.columns import ColumnBatch
 from broker_core.store.message_store import MessageStore, now_ms
 from broker_core.store.queue_read import QueueRead
 from broker_core.store.recovery import RecoveryReport
@@ -86,36 +76,6 @@ from broker_core.store.recovery import RecoveryReport
 log = logging.getLogger(__name__)
 
 Checker = Callable[[CheckRequest], None]
-
-
-@dataclass(frozen=True, slots=True)
-class SendResult:
-    """What a producer is told about one sent message."""
-
-    message_id: str
-    topic: str
-    queue_id: int
-    queue_offset: int  # in the queue it went to now (the schedule/timer/half topic if held)
-    transaction_id: str = ""
-    recall_handle: str = ""  # set for messages held by the timer; cancels their delivery
-    half_offset: int = -1  # commitlog offset of a transaction's half record (else -1)
-
-
-def message_type(msg: Message) -> str:
-    """RocketMQ 5 topic message type a message needs, in RocketMQ's precedence:
-    TRANSACTION, DELAY, FIFO, PRIORITY, LITE or NORMAL."""
-    props = msg.properties
-    if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-        return "TRANSACTION"
-    if props.get(PROPERTY_DELAY_LEVEL) or props.get(PROPERTY_DELIVER_TIME_MS):
-        return "DELAY"
-    if props.get(PROPERTY_MESSAGE_GROUP):
-        return "FIFO"
-    if props.get(PROPERTY_PRIORITY) is not None:
-        return "PRIORITY"
-    if props.get(PROPERTY_LITE_TOPIC):
-        return "LITE"
-    return "NORMAL"
 
 
 class Broker:
@@ -197,7 +157,15 @@ class Broker:
             "broker-housekeeping", self._housekeep, interval_ms=config.offsets_persist_interval_ms
         )
         self.recovery: RecoveryReport | None = None
-        self._send_counter = 0
+        self.sender = Sender(
+            self.store,
+            self.topics,
+            self.transactions,
+            self.schedule,
+            self.timer,
+            clock_ms=clock_ms,
+            after_put=lambda: self.replication.wait_replicated(self.store.commitlog.max_offset),
+        )
         self._rebalance_listeners: list[Callable[[str], None]] = []
         self.clients.add_listener(self._on_membership_change)
 
@@ -370,156 +338,21 @@ class Broker:
     def send(
         self, messages: Sequence[Message], *, producer_group: str | None = None
     ) -> list[SendResult]:
-        """Store messages (routing delayed and transactional ones); results in order."""
+        """Store messages (routing delayed and transactional ones); results in order
+        (:meth:`Sender.send`). NotMasterError on a slave."""
         self.require_master()
-        if not messages:
-            raise InvalidArgumentError("send needs at least one message")
-        results: list[SendResult | None] = [None] * len(messages)
-        plain: list[tuple[int, Message]] = []
-        now = self._clock_ms()
-        configs: dict[str, TopicConfig] = {}  # one lookup per topic, not per message
-        self._spread_plain(messages, configs)
-        for i, msg in enumerate(messages):
-            config = configs.get(msg.topic)
-            if config is None:
-                config = configs[msg.topic] = self.topics.for_send(msg.topic)
-            self._prepare_for_send(msg, config, now)
-            held = self._send_held(msg, producer_group, now)
-            if held is None:
-                plain.append((i, msg))
-            else:
-                results[i] = held
-        if plain:
-            stored = self.store.put_messages([m for _, m in plain])
-            for (i, msg), put in zip(plain, stored, strict=True):
-                results[i] = SendResult(put.message_id, msg.topic, msg.queue_id, put.queue_offset)
-        # The log's end now covers this send (held messages too; at worst a little more).
-        self.replication.wait_replicated(self.store.commitlog.max_offset)
-        return [r for r in results if r is not None]
+        return self.sender.send(messages, producer_group=producer_group)
 
     def send_columns(self, batch: ColumnBatch, *, queue_id: int | None = None) -> np.ndarray:
-        """Store an encoded batch of plain (NORMAL) messages of one topic; returns their
-        queue offsets.
-
-        What the converters of plain batches (SendMessage, SendBulk, the 4.x batch) call:
-        nothing to route, so the batch goes to the store's one put as it is, the path
-        :meth:`send` takes for its plain messages. Queues are chosen round robin, as
-        ``send`` does for each message but in contiguous blocks (:func:`spread_in_blocks`:
-        each queue gets as many as round robin gives it, its rows side by side in the
-        commitlog), or all go to ``queue_id`` (a 4.x batch names its queue).
-        """
+        """Store an encoded batch of plain messages of one topic; returns their queue
+        offsets (:meth:`Sender.send_columns`). NotMasterError on a slave."""
         self.require_master()
-        if not len(batch):
-            raise InvalidArgumentError("send needs at least one message")
-        if len(set(batch.topics)) != 1:
-            raise InvalidArgumentError("a column batch holds the messages of one topic")
-        config = self.topics.for_send(batch.topic)
-        if not config.accepts("NORMAL"):
-            raise InvalidArgumentError(
-                f"topic {batch.topic} takes {config.message_type} messages, not NORMAL"
-            )
-        if queue_id is None:
-            first = self._send_counter + 1
-            self._send_counter += len(batch)
-            spread_in_blocks(batch, first, config.write_queue_nums)
-        elif 0 <= queue_id < config.write_queue_nums:
-            batch.queue_ids = queue_id
-        else:
-            raise InvalidArgumentError(
-                f"queue {queue_id} of topic {batch.topic} does not exist "
-                f"(it has {config.write_queue_nums} write queues)"
-            )
-        self.store.put_batch(batch)
-        self.replication.wait_replicated(self.store.commitlog.max_offset)
-        return batch.queue_offsets.astype(np.int64)
+        return self.sender.send_columns(batch, queue_id=queue_id)
 
     def require_master(self) -> None:
         """NotMasterError on a slave (before anything is created or written)."""
         if self.store.slave_of:
             raise NotMasterError(self.store.slave_of)
-
-    def _spread_plain(self, messages: Sequence[Message], configs: dict[str, TopicConfig]) -> None:
-        """Give the messages the broker places round robin (no queue, no message group, not
-        PRIORITY/LITE, which route first) their queues as :meth:`send_columns` places a
-        column batch: round robin's counts per queue, in contiguous blocks per topic."""
-        by_topic: dict[str, list[Message]] = {}
-        for msg in messages:
-            if (
-                msg.queue_id < 0
-                and not msg.properties.get(PROPERTY_MESSAGE_GROUP)
-                and message_type(msg) not in ("PRIORITY", "LITE")
-            ):
-                by_topic.setdefault(msg.topic, []).append(msg)
-        for topic, placed in by_topic.items():
-            config = configs.get(topic)
-            if config is None:
-                config = configs[topic] = self.topics.for_send(topic)
-            first = self._send_counter + 1
-            self._send_counter += len(placed)
-            queues, sizes = queue_blocks(len(placed), first, config.write_queue_nums)
-            for msg, queue_id in zip(placed, np.repeat(queues, sizes).tolist(), strict=True):
-                msg.queue_id = queue_id
-
-    def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
-        kind = message_type(msg)
-        if not config.accepts(kind):
-            raise InvalidArgumentError(
-                f"topic {msg.topic} takes {config.message_type} messages, not {kind}"
-            )
-        if kind in ("PRIORITY", "LITE"):
-            config = route(msg, kind, config)
-        if msg.queue_id < 0:  # the broker chooses: by message group (FIFO), else round robin
-            self._send_counter += 1
-            msg.queue_id = select_write_queue(
-                config.write_queue_nums,
-                msg.properties.get(PROPERTY_MESSAGE_GROUP),
-                self._send_counter,
-            )
-        if not 0 <= msg.queue_id < config.write_queue_nums:
-            raise InvalidArgumentError(
-                f"queue {msg.queue_id} of topic {msg.topic} does not exist "
-                f"(it has {config.write_queue_nums} write queues)"
-            )
-        if not msg.properties.get(PROPERTY_UNIQ_KEY):
-            msg.properties[PROPERTY_UNIQ_KEY] = new_message_id()
-        if not msg.born_timestamp_ms:
-            msg.born_timestamp_ms = now
-
-    def _send_held(self, msg: Message, producer_group: str | None, now: int) -> SendResult | None:
-        """Route a message that is not delivered at once; None for a plain one."""
-        props = msg.properties
-        msg_id = props[PROPERTY_UNIQ_KEY]
-        if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-            if not producer_group:
-                raise InvalidArgumentError("a transactional message needs its producer group")
-            tx_id = props.get(PROPERTY_TRANSACTION_ID) or msg_id
-            prepared = self.transactions.prepare(msg, producer_group, tx_id)
-            return SendResult(
-                prepared.message_id,
-                msg.topic,
-                msg.queue_id,
-                prepared.queue_offset,
-                transaction_id=tx_id,
-                half_offset=prepared.physical_offset,
-            )
-        level = props.get(PROPERTY_DELAY_LEVEL)
-        if level:
-            if not level.isdigit():
-                raise InvalidArgumentError(f"delay level must be 1..18, got {level!r}")
-            delay_level_ms(int(level))  # validates the range
-            put = self.schedule.schedule(msg, int(level))
-            return SendResult(msg_id, msg.topic, msg.queue_id, put.queue_offset)
-        deliver = props.get(PROPERTY_DELIVER_TIME_MS)
-        if deliver:
-            if not deliver.isdigit():
-                raise InvalidArgumentError(f"delivery timestamp must be ms, got {deliver!r}")
-            if int(deliver) > now:
-                put = self.timer.schedule(msg, int(deliver))
-                return SendResult(
-                    msg_id, msg.topic, msg.queue_id, put.queue_offset, recall_handle=put.message_id
-                )
-            del props[PROPERTY_DELIVER_TIME_MS]  # already due: deliver now
-        return None
 
     def recall(self, recall_handle: str, *, topic: str | None = None) -> bool:
         """Cancel a timed message that has not been delivered yet; with ``topic`` only a

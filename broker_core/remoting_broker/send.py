@@ -19,7 +19,7 @@ checks (``access.py``); the UNIQ_KEY is the client's own (and ``transactionId``)
 
 from __future__ import annotations
 
-from broker_core.broker.broker import SendResult
+from broker_core.broker.sending import SendResult
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import (
     PROPERTY_PRODUCER_GROUP,

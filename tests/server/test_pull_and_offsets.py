@@ -22,8 +22,9 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 from rocketmq.v5.model import Message as ClientMessage
 
-from broker_core.broker.broker import Broker, SendResult
+from broker_core.broker.broker import Broker
 from broker_core.broker.groups import GroupConfig
+from broker_core.broker.sending import SendResult
 from broker_core.broker.topics import TopicConfig
 from broker_core.client.raw import RAW_PULL_METHOD
 from broker_core.config import BrokerConfig, StoreConfig
