@@ -105,12 +105,13 @@ class Sender:
         plain: list[tuple[int, Message]] = []
         now = self._clock_ms()
         configs: dict[str, TopicConfig] = {}  # one lookup per topic, not per message
-        self._spread_plain(messages, configs)
-        for i, msg in enumerate(messages):
+        kinds = [message_type(msg) for msg in messages]  # once per message, used twice
+        self._spread_plain(messages, kinds, configs)
+        for i, (msg, kind) in enumerate(zip(messages, kinds, strict=True)):
             config = configs.get(msg.topic)
             if config is None:
                 config = configs[msg.topic] = self.topics.for_send(msg.topic)
-            self._prepare_for_send(msg, config, now)
+            self._prepare_for_send(msg, kind, config, now)
             held = self._send_held(msg, producer_group, now)
             if held is None:
                 plain.append((i, msg))
@@ -159,16 +160,23 @@ class Sender:
         self._after_put()
         return batch.queue_offsets.astype(np.int64)
 
-    def _spread_plain(self, messages: Sequence[Message], configs: dict[str, TopicConfig]) -> None:
+    def _spread_plain(
+        self,
+        messages: Sequence[Message],
+        kinds: Sequence[str],
+        configs: dict[str, TopicConfig],
+    ) -> None:
         """Give the messages the broker places round robin (no queue, no message group, not
         PRIORITY/LITE, which route first) their queues as :meth:`send_columns` places a
-        column batch: round robin's counts per queue, in contiguous blocks per topic."""
+        column batch: round robin's counts per queue, in contiguous blocks per topic.
+
+        ``kinds[i]`` is :func:`message_type` of ``messages[i]``."""
         by_topic: dict[str, list[Message]] = {}
-        for msg in messages:
+        for msg, kind in zip(messages, kinds, strict=True):
             if (
                 msg.queue_id < 0
                 and not msg.properties.get(PROPERTY_MESSAGE_GROUP)
-                and message_type(msg) not in ("PRIORITY", "LITE")
+                and kind not in ("PRIORITY", "LITE")
             ):
                 by_topic.setdefault(msg.topic, []).append(msg)
         for topic, placed in by_topic.items():
@@ -181,8 +189,9 @@ class Sender:
             for msg, queue_id in zip(placed, np.repeat(queues, sizes).tolist(), strict=True):
                 msg.queue_id = queue_id
 
-    def _prepare_for_send(self, msg: Message, config: TopicConfig, now: int) -> None:
-        kind = message_type(msg)
+    def _prepare_for_send(self, msg: Message, kind: str, config: TopicConfig, now: int) -> None:
+        """Check ``msg`` (of :func:`message_type` ``kind``) against its topic, choose its
+        queue if it has none, and give it an id and a born time if it has none."""
         if not config.accepts(kind):
             raise InvalidArgumentError(
                 f"topic {msg.topic} takes {config.message_type} messages, not {kind}"
