@@ -278,6 +278,20 @@ class MessageStore:
     def _store_encoded(self, messages: Sequence[Message], batch: ColumnBatch) -> list[PutResult]:
         """:meth:`put_batch` of ``messages`` encoded as ``batch``; one result per message."""
         ts, host = self.put_batch(batch), self._store_host
+        if len(messages) == 1:  # the common single put: no column lists to build
+            msg = messages[0]
+            return [
+                PutResult(
+                    msg.topic,
+                    msg.queue_id,
+                    batch.queue_offsets.item(0),
+                    batch.physical_offsets.item(0),
+                    batch.sizes.item(0),
+                    ts,
+                    msg.properties.get(PROPERTY_UNIQ_KEY),
+                    host,
+                )
+            ]
         return [
             PutResult(
                 msg.topic,
