@@ -75,6 +75,7 @@ class PutCombiner(Generic[Batch, Result]):
         self._mutex = threading.Lock()  # guards _queue and _leading
         self._queue: list[_Call[Result]] = []
         self._leading = False  # a leader is at work: whatever is queued will be taken
+        self._leader_thread = 0  # ident of the thread storing a batch, 0 when none
         self.batches = 0  # combined stores done (a metric)
         self.calls = 0  # calls they carried
 
@@ -84,7 +85,14 @@ class PutCombiner(Generic[Batch, Result]):
         return len(self._queue)
 
     def put(self, messages: Sequence[Message]) -> list[Result]:
-        """Store ``messages`` (combined with concurrent calls); their results in order."""
+        """Store ``messages`` (combined with concurrent calls); their results in order.
+
+        A put made by the leader's own thread while it stores (a dispatch listener or an
+        append hook that puts) is stored at once, alone: queued, it would wait for
+        itself.
+        """
+        if self._leader_thread == threading.get_ident():
+            return self._store(messages, self._encode(messages))
         call: _Call[Result] = _Call(messages)
         with self._mutex:
             self._queue.append(call)
@@ -102,6 +110,7 @@ class PutCombiner(Generic[Batch, Result]):
         """Store what is queued (this caller's call first), pass the lead, wake the batch."""
         with self._mutex:
             group = self._take()
+        self._leader_thread = threading.get_ident()
         try:
             self._commit(group)
         except BaseException as exc:  # e.g. KeyboardInterrupt: nobody may wait forever
@@ -109,6 +118,7 @@ class PutCombiner(Generic[Batch, Result]):
                 call.error = call.error or exc
             raise
         finally:
+            self._leader_thread = 0
             self._hand_over(group)
 
     def _hand_over(self, group: list[_Call[Result]]) -> None:

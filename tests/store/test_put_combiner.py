@@ -51,7 +51,7 @@ class Caller(threading.Thread):
     """One ``put_messages`` call on its own thread; keeps its results or its error."""
 
     def __init__(self, store: MessageStore, messages: list[Message]) -> None:
-        super().__init__()
+        super().__init__(daemon=True)  # a hung call must not hang the test run
         self.store, self.messages = store, messages
         self.results: list[PutResult] = []
         self.error: BaseException | None = None
@@ -162,3 +162,21 @@ def test_a_lone_call_leads_at_once(open_store: Open) -> None:
         (result,) = store.put_messages([make_message(i)])
         assert store.commitlog.flushed_offset >= result.physical_offset + result.size
     assert (store._combiner.batches, store._combiner.calls) == (3, 3)
+
+
+def test_a_put_from_a_dispatch_listener_does_not_wait_for_itself(open_store: Open) -> None:
+    """The leader runs dispatch listeners while it stores; one that puts is not queued
+    behind the batch its own thread is storing."""
+    store = open_store(flush_mode="sync", sync_flush_timeout_ms=3_000)
+    audits: list[PutResult] = []
+
+    def audit(topic: str, queue_id: int, max_offset: int) -> None:
+        if topic == "orders":
+            audits.extend(store.put_messages([Message("audit", b"seen", queue_id=0)]))
+
+    store.add_dispatch_listener(audit)
+    caller = Caller(store, [make_message(1)])
+    caller.join(10)
+    assert not caller.is_alive() and caller.error is None
+    assert [r.topic for r in audits] == ["audit"]
+    assert store.commitlog.flushed_offset >= audits[0].physical_offset + audits[0].size
