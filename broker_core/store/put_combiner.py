@@ -37,10 +37,11 @@ Result = TypeVar("Result")
 class _Call(Generic[Result]):
     """One queued ``put``: its messages, its wake-up lock, then its outcome."""
 
-    __slots__ = ("error", "lead", "messages", "next", "results", "wake")
+    __slots__ = ("body_bytes", "error", "lead", "messages", "next", "results", "wake")
 
     def __init__(self, messages: Sequence[Message]) -> None:
         self.messages = messages
+        self.body_bytes = sum(len(m.body) for m in messages)
         self.wake = threading.Lock()
         self.wake.acquire()
         self.lead = False  # woken to lead the next batch, not with an outcome
@@ -59,7 +60,8 @@ class PutCombiner(Generic[Batch, Result]):
 
     ``encode(messages)`` validates and encodes (raising for bad input, storing nothing);
     ``store(messages, batch)`` appends the batch, returns once it is durable and gives one
-    result per message, in order.
+    result per message, in order. A batch holds at most ``max_messages`` messages and
+    ``max_body_bytes`` of bodies, unless one call alone is larger.
     """
 
     def __init__(
@@ -68,10 +70,12 @@ class PutCombiner(Generic[Batch, Result]):
         store: Callable[[Sequence[Message], Batch], list[Result]],
         *,
         max_messages: int = 1024,
+        max_body_bytes: int = 8 << 20,
     ) -> None:
         self._encode = encode
         self._store = store
         self._max_messages = max_messages
+        self._max_body_bytes = max_body_bytes
         self._mutex = threading.Lock()  # guards _queue and _leading
         self._queue: list[_Call[Result]] = []
         self._leading = False  # a leader is at work: whatever is queued will be taken
@@ -141,11 +145,15 @@ class PutCombiner(Generic[Batch, Result]):
             followers[0].wake.release()
 
     def _take(self) -> list[_Call[Result]]:
-        """The calls of the next batch: the first queued and those after it that fit in
-        ``max_messages``. Caller holds the mutex."""
-        queue, count, end = self._queue, len(self._queue[0].messages), 1
-        while end < len(queue) and count + len(queue[end].messages) <= self._max_messages:
+        """The calls of the next batch: the first queued and those after it that keep the
+        batch within ``max_messages`` and ``max_body_bytes``. Caller holds the mutex."""
+        queue = self._queue
+        count, size, end = len(queue[0].messages), queue[0].body_bytes, 1
+        while end < len(queue):
             count += len(queue[end].messages)
+            size += queue[end].body_bytes
+            if count > self._max_messages or size > self._max_body_bytes:
+                break
             end += 1
         group, self._queue = queue[:end], queue[end:]
         return group

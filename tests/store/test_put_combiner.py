@@ -180,3 +180,17 @@ def test_a_put_from_a_dispatch_listener_does_not_wait_for_itself(open_store: Ope
     assert not caller.is_alive() and caller.error is None
     assert [r.topic for r in audits] == ["audit"]
     assert store.commitlog.flushed_offset >= audits[0].physical_offset + audits[0].size
+
+
+def test_a_batch_stops_at_its_byte_bound(open_store: Open, held_flush: HeldFlush) -> None:
+    store = open_store(flush_mode="sync", segment_size_bytes=1 << 20)
+    store._combiner._max_body_bytes = 2_000
+    calls = [[make_message(i, size=900)] for i in range(1, 6)]
+    leader, followers = queued_behind_a_held_leader(store, calls)
+    held_flush.release()
+    for caller in (leader, *followers):
+        caller.join(10)
+        assert caller.error is None
+    # the leader alone, then the five calls of ~910 body bytes two by two
+    assert (store._combiner.batches, store._combiner.calls) == (4, 6)
+    assert [c.results[0].queue_offset for c in followers] == [1, 2, 3, 4, 5]
