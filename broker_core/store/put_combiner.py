@@ -7,10 +7,10 @@ the GIL for one message at a time spend most of their time handing the GIL and t
 commitlog's put lock to each other (see bench/NOTES.md, "Sync group commit"). Here the
 calls also share the append, leader/follower style (MySQL's binlog group commit, flat
 combining): a caller queues its messages; the first caller to find nobody at work becomes
-the leader, takes everything queued (up to ``max_messages``), stores it as one batch with
-one durability wait, hands every caller its results or its error, wakes them, and passes
-the lead to the first caller that queued meanwhile. A lone caller leads at once and never
-waits for anyone.
+the leader, takes everything queued (within ``max_messages`` and ``max_body_bytes``),
+stores it as one batch with one durability wait, hands every caller its results or its
+error, wakes them, and passes the lead to the first caller that queued meanwhile. A lone
+caller leads at once and never waits for anyone.
 
 Contract, per call, as if it had been stored alone: its messages are validated as a whole
 (a bad message fails only its own call, which stores nothing), stored contiguously and in
