@@ -61,6 +61,7 @@ class Dispatcher:
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()  # held while a chunk is dispatched
         self._progress = threading.Condition()
+        self._waiters = 0  # threads in wait_dispatched (guarded by _progress)
         self._running = False
         self._last_done = 0  # bytes the thread's last round dispatched
         # A retriable error (e.g. no room for a queue file) is retried every 0.5 s; any
@@ -222,8 +223,11 @@ class Dispatcher:
                 return
 
     def _announce(self, grown: dict[tuple[str, int], int]) -> None:
-        with self._progress:
-            self._progress.notify_all()
+        # Waiters count themselves under _progress before they read dispatched_offset,
+        # which was advanced before this read: one that this misses has seen the offset.
+        if self._waiters:
+            with self._progress:
+                self._progress.notify_all()
         for (topic, queue_id), max_offset in grown.items():
             for listener in self._listeners:
                 try:
@@ -273,11 +277,15 @@ class Dispatcher:
         """Block until everything below ``offset`` is dispatched; False on timeout."""
         deadline = time.monotonic() + timeout_s
         with self._progress:
-            while self.dispatched_offset < offset and self.failure is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._progress.wait(remaining)
+            self._waiters += 1
+            try:
+                while self.dispatched_offset < offset and self.failure is None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._progress.wait(remaining)
+            finally:
+                self._waiters -= 1
         return self.dispatched_offset >= offset
 
     def snapshot(self) -> tuple[int, dict[str, dict[str, list[int]]]]:

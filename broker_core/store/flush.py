@@ -56,7 +56,8 @@ class CommitLogFlusher:
         self.failure: BaseException | None = None  # a flush failed: sticky, appenders are refused
         self.flush_count = 0
         self.last_flush_ms = 0.0  # how long the last flush took (a metric)
-        self._last_group = 0  # appenders waiting when the last group commit released its own
+        self._last_group = 0  # appenders the next group commit expects (see _group_commit)
+        self._group_before = 0  # appenders waiting when the last group commit released
         # Sync mode: a round blocks on ``_work`` (an appender registered) for up to the
         # interval and runs the next round at once, so appenders already covered by a
         # group commit never trigger an extra, smaller one. A failed flush fails its round
@@ -87,8 +88,8 @@ class CommitLogFlusher:
     def _gather(self) -> None:
         """Let appenders that are still arriving join this group commit.
 
-        Returns once as many appenders wait as were waiting when the last group commit
-        ended (all back: nothing more is expected), or when none registered for
+        Returns once as many appenders wait as were waiting when either of the last two
+        group commits ended (all back: nothing more is expected), or when none registered for
         ``GATHER_GAP_S``, or ``GATHER_MAX_S`` after it started. When fdatasync is fast next
         to the appenders' own work, the appenders the last flush released are still
         appending when the next flush could start; without this wait every fdatasync would
@@ -116,8 +117,11 @@ class CommitLogFlusher:
             covered = [w for w in later if w[0] <= flushed or flushed < 0]
             if covered:
                 self._pending = [w for w in later if w[0] > flushed and flushed >= 0]
-            # Everyone waiting now: the next group commit expects them all back.
-            self._last_group = len(batch) + len(later)
+            # The next group commit expects back everyone waiting now and, as many
+            # appenders alternate between two groups (one appends while the other's
+            # fdatasync runs), as many as the commit before released.
+            group = len(batch) + len(later)
+            self._last_group, self._group_before = max(group, self._group_before), group
         for _offset, waiter in batch:
             waiter.release()  # a failed flush releases everyone: they read ``failure``
         for _offset, waiter in covered:

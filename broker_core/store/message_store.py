@@ -55,6 +55,7 @@ from broker_core.store.dispatch import Dispatcher, Listener
 from broker_core.store.flush import Checkpoint, CommitLogFlusher, DerivedFlusher
 from broker_core.store.index_service import IndexService
 from broker_core.store.lock import StoreLock
+from broker_core.store.put_combiner import PutCombiner
 from broker_core.store.queue_read import (
     GetResult,
     QueueRead,
@@ -121,6 +122,9 @@ class MessageStore:
             self.commitlog,
             sync=config.flush_mode is FlushMode.SYNC,
             interval_ms=config.flush_interval_ms,
+        )
+        self._combiner: PutCombiner[ColumnBatch, PutResult] = PutCombiner(
+            self._encode, self._store_encoded
         )
         self._derived = DerivedFlusher(config.derived_flush_interval_ms, self.checkpoint)
         self.cleanup = CleanupService(
@@ -245,25 +249,49 @@ class MessageStore:
     # ---- writing ------------------------------------------------------------------------
 
     def put_message(self, message: Message) -> PutResult:
-        return self.put_messages([message])[0]
+        return self.put_messages((message,))[0]
 
     def put_messages(self, messages: Sequence[Message]) -> list[PutResult]:
         """Append messages in order, atomically validated: a bad one fails the whole call.
 
         The per-message API (retry, DLQ, timers, transactions): the messages are encoded
         as one batch (``columns.encode_messages``) and stored by :meth:`put_batch`. With
-        ``flush_mode = sync`` this returns only once the batch is durable.
+        ``flush_mode = sync`` this returns only once the batch is durable, and concurrent
+        calls share one batch (``put_combiner``: each call is still validated, stored and
+        answered as if alone).
         """
         if not messages:
             self._check_writable()
             return []
+        if self.flusher.sync:
+            return self._combiner.put(messages)
+        return self._store_encoded(messages, self._encode(messages))
+
+    def _encode(self, messages: Sequence[Message]) -> ColumnBatch:
         cfg = self.config
-        batch = encode_messages(
+        return encode_messages(
             messages,
             max_body_bytes=cfg.max_body_bytes,
             max_properties_bytes=cfg.max_properties_bytes,
         )
+
+    def _store_encoded(self, messages: Sequence[Message], batch: ColumnBatch) -> list[PutResult]:
+        """:meth:`put_batch` of ``messages`` encoded as ``batch``; one result per message."""
         ts, host = self.put_batch(batch), self._store_host
+        if len(messages) == 1:  # the common single put: no column lists to build
+            msg = messages[0]
+            return [
+                PutResult(
+                    msg.topic,
+                    msg.queue_id,
+                    batch.queue_offsets.item(0),
+                    batch.physical_offsets.item(0),
+                    batch.sizes.item(0),
+                    ts,
+                    msg.properties.get(PROPERTY_UNIQ_KEY),
+                    host,
+                )
+            ]
         return [
             PutResult(
                 msg.topic,

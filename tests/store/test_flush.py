@@ -11,9 +11,11 @@ from collections.abc import Callable
 import pytest
 
 from broker_core.errors import FlushTimeoutError, StoreError
+from broker_core.message import Message
+from broker_core.store.columns import encode_messages
 from broker_core.store.flush import Checkpoint
 from broker_core.store.message_store import MessageStore
-from tests.store.conftest import make_message
+from tests.store.conftest import UNIT_LIMITS, make_message
 
 Open = Callable[..., MessageStore]
 
@@ -56,8 +58,23 @@ def test_concurrent_sync_appends_share_one_fdatasync(open_store: Open) -> None:
     assert store.flusher.flush_count < threads * per_thread  # group commit happened
 
 
+def put_one_message(store: MessageStore, message: Message) -> int:
+    """``put_message`` (sync calls combined: ``put_combiner``); the end of its unit."""
+    result = store.put_message(message)
+    return result.physical_offset + result.size
+
+
+def put_one_batch(store: MessageStore, message: Message) -> int:
+    """``put_batch`` of one encoded message (what SendMessage does): the flusher's group
+    commit alone shares the fdatasyncs. The end of its unit."""
+    batch = encode_messages([message], **UNIT_LIMITS)
+    store.put_batch(batch)
+    return int(batch.physical_offsets[0] + batch.sizes[0])
+
+
+@pytest.mark.parametrize("put", [put_one_message, put_one_batch])
 def test_group_commit_one_fdatasync_covers_many_appenders(
-    open_store: Open, monkeypatch: pytest.MonkeyPatch
+    open_store: Open, monkeypatch: pytest.MonkeyPatch, put: Callable[[MessageStore, Message], int]
 ) -> None:
     """64 concurrent sync appenders: every append returns only after an fdatasync that
     started once its bytes were written, and fdatasyncs are shared (fewer than one per 4
@@ -84,9 +101,9 @@ def test_group_commit_one_fdatasync_covers_many_appenders(
     def appender(t: int) -> None:
         barrier.wait()
         for i in range(per_thread):
-            r = store.put_message(make_message(t * 1000 + i, size=200))
-            if r.physical_offset + r.size > durable[0]:
-                early.append(r.physical_offset + r.size)
+            end = put(store, make_message(t * 1000 + i, size=200))
+            if end > durable[0]:
+                early.append(end)
 
     workers = [threading.Thread(target=appender, args=(t,)) for t in range(threads)]
     for w in workers:
