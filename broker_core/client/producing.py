@@ -126,9 +126,33 @@ class AsyncSends(ClientCore):
         ).result()
 
     def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
-        """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""
+        """Send one message and wait for its receipt; ``fields`` are
+        :class:`OutgoingMessage`'s (tag, keys, ...).
+
+        One blocking SendMessage call (retried as ``_retrying`` says): the caller waits
+        anyway, so no future (grpcio would start a channel-spin thread for it). When this
+        client has requests in flight (``send_batch_async``), the message queues behind
+        them in the window instead, so message groups keep their order. A cluster client
+        sends it to the topic's next broker group (its message group's, for FIFO).
+        """
         data = body.encode("utf-8") if isinstance(body, str) else body
-        return self.send_batch(topic, [OutgoingMessage(data, **fields)])[0]
+        message = OutgoingMessage(data, **fields)
+        if self.cluster is not None:
+            if message.message_group:
+                return self.cluster.send_split(
+                    topic, [message.message_group], lambda c, _: [c.send(topic, data, **fields)]
+                )[0]
+            return self.cluster.send(topic, lambda c: c.send(topic, data, **fields))
+        if self._window.open:
+            return self.send_batch_async(topic, [message]).result()[0]
+        request, _ = wire.encode_messages(topic, [message], namespace=self.namespace)
+        call = self._raw_method("SendMessage")
+        return self._retrying(
+            "SendMessage",
+            lambda: receipts_of(
+                call(request, timeout=self.timeout_s, metadata=self._metadata()), 1
+            )[0],
+        )
 
     def send_batch_async(self, topic: str, messages: Iterable[Any]) -> PendingSend:
         """:meth:`send_batch` without waiting for the answer: the request joins the
