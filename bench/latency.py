@@ -10,6 +10,15 @@ they send back to back and the achieved rate is recorded. Redis is then driven a
 our side achieved (at most the target), so both systems carry the same load; its own
 achieved rate is recorded too.
 
+First, in the same run, the ceiling of single unary calls on this machine is measured
+(:mod:`bench.echo_ceiling`): a grpcio server that does nothing, in its own process, called
+back to back by the same sender processes and threads. No grpcio broker can take more
+single-message requests than that, so when the ceiling is below the target our senders
+are offered the ceiling's rate instead (``details["offered_msg_s"]`` and
+``details["offered_because"]`` say so), and the report shows how far the target is from
+what grpcio itself does here (``details["echo_ceiling_calls_s"]`` and
+``details["echo_ceiling_ms"]``, its round trips' p50/p99/p999).
+
 Each body starts with the message's sequence number and the sender's
 ``time.monotonic_ns()`` taken just before the send call (system-wide on Linux, so it
 compares across processes); the consumer, in the bench process, subtracts it from its
@@ -45,6 +54,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from bench import echo_ceiling
 from bench.peers import redis_client, start_redis
 from bench.report import Result, percentiles_ms
 from broker_core.client import RocketMQClient
@@ -261,9 +271,16 @@ def _redis(
 def run(size: str) -> list[Result]:
     rate, seconds = SIZES[size]
     senders = SENDERS[size]
+    ceiling = echo_ceiling.measure(seconds, senders, BODY_BYTES)
+    offered = min(rate, ceiling.calls_s)
+    because = (
+        "target"
+        if offered == rate
+        else f"grpcio echo ceiling {ceiling.calls_s:,.0f} calls/s is below the target"
+    )
     root = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     try:
-        ours_ns, ours_rate = _ours(root / "ours", rate, seconds, senders)
+        ours_ns, ours_rate = _ours(root / "ours", offered, seconds, senders)
         # Redis gets the load we managed to offer, so both sides carry the same traffic.
         redis_target = min(rate, ours_rate)
         redis_ns, redis_rate = _redis(root / "redis", redis_target, seconds, senders)
@@ -285,6 +302,10 @@ def run(size: str) -> list[Result]:
             "body_bytes": BODY_BYTES,
             "messages": [len(ours_ns), len(redis_ns)],
             "target_msg_s": rate,
+            "echo_ceiling_calls_s": round(ceiling.calls_s),
+            "echo_ceiling_ms": ceiling.round_trip_ms,
+            "offered_msg_s": round(offered),
+            "offered_because": because,
             "ours_achieved_msg_s": round(ours_rate),
             "redis_target_msg_s": round(redis_target),
             "redis_achieved_msg_s": round(redis_rate),
@@ -299,6 +320,13 @@ def run(size: str) -> list[Result]:
         (f"ours {name}", f"{ours[name]:.3f} ms", f"Redis {theirs[name]:.3f} ms")
         for name in ("p50", "p99", "p999")
     ]
+    result.rows.append(
+        (
+            "grpcio echo ceiling",
+            f"{ceiling.calls_s:,.0f} calls/s",
+            f"p99 {ceiling.round_trip_ms['p99']:.3f} ms; ours offered {offered:,.0f} msg/s",
+        )
+    )
     result.rows.append(
         (
             "send rate achieved",
