@@ -73,9 +73,9 @@ class Coalescer:
     def send(self, topic: str, message: OutgoingMessage, send_now: SendNow) -> SendReceipt:
         """Send ``message`` alone or with the sends waiting beside it; its receipt."""
         me = _Waiter(message)
+        if self._pid != os.getpid():  # forked: the parent's lanes (and lock) mean nothing
+            self._lock, self._lanes, self._pid = threading.Lock(), {}, os.getpid()
         with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's lanes mean nothing here
-                self._lanes, self._pid = {}, os.getpid()
             lane = self._lanes.setdefault(topic, _Lane())
             if lane.busy:
                 lane.waiting.append(me)

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from broker_core import errors
-from broker_core.client import BrokerUnavailableError, RocketMQClient
+from broker_core.client import BrokerUnavailableError, OutgoingMessage, RocketMQClient
 from broker_core.client.coalesce import Coalescer, _Lane
+from broker_core.client.model import SendReceipt
 from tests.server.conftest import BrokerProcess
 
 THREADS = 6
@@ -165,3 +166,19 @@ def test_max_batch_bounds_the_messages_of_a_request(
         receipts = _in_threads(THREADS, lambda i: client.send(topic, b"%099d" % i))
         assert max(held.sizes) == most and sum(held.sizes) == THREADS
         assert sorted(r.offset for r in receipts) == list(range(THREADS))
+
+
+def test_a_forked_copy_ignores_the_parents_request_in_flight() -> None:
+    coalescer = Coalescer()
+    coalescer._lanes["t"] = _Lane(busy=True, waiting=[])  # the parent's request in flight
+    coalescer._lock.acquire()  # held by a parent thread at the fork
+    coalescer._pid = -1  # as a forked child sees it
+    sent: list[list[bytes]] = []
+
+    def send_now(topic: str, messages: list[OutgoingMessage]) -> list[SendReceipt]:
+        sent.append([m.body for m in messages])
+        return [SendReceipt("id", 7, "", "")]
+
+    receipt = coalescer.send("t", OutgoingMessage(b"child"), send_now)
+    assert (receipt.offset, sent) == (7, [[b"child"]])
+    assert not coalescer._lanes["t"].busy
