@@ -20,6 +20,7 @@ in flight is answered. Contract:
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections.abc import Callable
@@ -53,6 +54,16 @@ class _Lane:
 
     busy: bool = False
     waiting: list[_Waiter] = field(default_factory=list)
+
+
+def _copies(exc: BaseException, count: int) -> list[BaseException]:
+    """``exc`` and ``count - 1`` copies of it: each caller raises its own (tracebacks of
+    one exception raised in several threads would mix); ``exc`` itself when it cannot be
+    copied."""
+    try:
+        return [exc] + [copy.copy(exc) for _ in range(count - 1)]
+    except Exception:
+        return [exc] * count
 
 
 class Coalescer:
@@ -122,12 +133,12 @@ class Coalescer:
             receipts = send_now(topic, [w.message for w in batch])
         except RocketMQError as exc:
             if exc.retriable or len(batch) == 1:
-                self._settle(batch, [exc] * len(batch))
+                self._settle(batch, _copies(exc, len(batch)))
             else:  # one message may be bad: each on its own, for its own outcome
                 self._settle(batch, [self._alone(topic, w, send_now) for w in batch])
             return
         except BaseException as exc:
-            self._settle(batch, [exc] * len(batch))
+            self._settle(batch, _copies(exc, len(batch)))
             raise
         self._settle(batch, receipts)
 

@@ -139,6 +139,8 @@ def test_a_failed_request_fails_every_sender_in_it() -> None:
     with client:
         outcomes = _in_threads(THREADS, lambda i: client.send("anything", b"%d" % i))
         assert all(isinstance(o, BrokerUnavailableError) for o in outcomes), outcomes
+        assert len({id(o) for o in outcomes}) == THREADS  # each caller its own error
+        assert len({str(o) for o in outcomes}) == 1
         assert client.coalescer is not None and not client.coalescer._lanes["anything"].busy
 
 
