@@ -10,6 +10,15 @@ they send back to back and the achieved rate is recorded. Redis is then driven a
 our side achieved (at most the target), so both systems carry the same load; its own
 achieved rate is recorded too.
 
+First, in the same run, the ceiling of single unary calls on this machine is measured
+(:mod:`bench.echo_ceiling`): a grpcio server that does nothing, in its own process, called
+back to back by the same sender processes and threads. No grpcio broker can take more
+single-message requests than that, so when the ceiling is below the target our senders
+are offered the ceiling's rate instead (``details["offered_msg_s"]`` and
+``details["offered_because"]`` say so), and the report shows how far the target is from
+what grpcio itself does here (``details["echo_ceiling_calls_s"]`` and
+``details["echo_ceiling_ms"]``, its round trips' p50/p99/p999).
+
 Each body starts with the message's sequence number and the sender's
 ``time.monotonic_ns()`` taken just before the send call (system-wide on Linux, so it
 compares across processes); the consumer, in the bench process, subtracts it from its
@@ -23,6 +32,10 @@ after the last process's marker.
   columns) with ``long_polling_timeout_ms`` from its offset. The PullMessage stream (one
   response per message) costs the consumer about 1 ms a message on this machine, so at
   1,000 msg/s a backlog builds up and latency is the backlog's age, not the wake-up's.
+* ours, coalesced: the same with clients made ``coalesce=True`` (the sends that a
+  process's threads make while one of its requests is in flight share the next request,
+  ``client/coalesce.py``), on a fresh broker; reported beside the headline figure
+  (``details["coalesced_ms"]``, ``details["coalesced_achieved_msg_s"]``).
 * Redis: ``XADD`` per message; consumer ``XREADGROUP … BLOCK 1000 NOACK`` (NOACK: like
   our offset pull it keeps no per-message delivery state).
 
@@ -45,6 +58,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from bench import echo_ceiling
 from bench.peers import redis_client, start_redis
 from bench.report import Result, percentiles_ms
 from broker_core.client import RocketMQClient
@@ -129,8 +143,8 @@ def _producer(
 ) -> None:
     """Child process: ``threads`` paced senders to our broker or Redis; reports msg/s."""
     step = 1 / (threads * processes)  # phases spread over all senders of all processes
-    if kind == "ours":
-        with RocketMQClient(address) as client:
+    if kind.startswith("ours"):
+        with RocketMQClient(address, coalesce=kind == "ours-coalesced") as client:
             out.send(
                 _threads(
                     lambda body: client.send(TOPIC, body),
@@ -215,8 +229,10 @@ def _measure(
 
 
 def _ours(
-    workdir: Path, rate: float, seconds: float, senders: tuple[int, int]
+    workdir: Path, rate: float, seconds: float, senders: tuple[int, int], kind: str = "ours"
 ) -> tuple[list[int], float]:
+    """Our broker under ``kind`` senders ("ours", or "ours-coalesced": clients made with
+    ``coalesce=True``); (latencies ns, achieved msg/s)."""
     broker = launch_broker(workdir, config={"store": {"segment_size_bytes": 64 << 20}})
     try:
         with RocketMQClient(broker.endpoint) as client:
@@ -231,7 +247,7 @@ def _ours(
                 offset = batch.next_offset
                 return decode_units(batch.data, batch.sizes).body.to_pylist()
 
-            return _measure("ours", broker.endpoint, receive, rate, seconds, senders)
+            return _measure(kind, broker.endpoint, receive, rate, seconds, senders)
     finally:
         broker.stop()
 
@@ -258,18 +274,31 @@ def _redis(
         peer.stop()
 
 
+def _offer(rate: float, ceiling: echo_ceiling.Ceiling) -> tuple[float, str]:
+    """The rate our senders are offered (the target, or grpcio's ceiling below it), and why."""
+    if ceiling.calls_s >= rate:
+        return rate, "target"
+    return (
+        ceiling.calls_s,
+        f"grpcio echo ceiling {ceiling.calls_s:,.0f} calls/s is below the target",
+    )
+
+
 def run(size: str) -> list[Result]:
     rate, seconds = SIZES[size]
     senders = SENDERS[size]
+    ceiling = echo_ceiling.measure(seconds, senders, BODY_BYTES)
+    offered, because = _offer(rate, ceiling)
     root = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     try:
-        ours_ns, ours_rate = _ours(root / "ours", rate, seconds, senders)
+        ours_ns, ours_rate = _ours(root / "ours", offered, seconds, senders)
+        merged_ns, merged_rate = _ours(root / "merged", offered, seconds, senders, "ours-coalesced")
         # Redis gets the load we managed to offer, so both sides carry the same traffic.
         redis_target = min(rate, ours_rate)
         redis_ns, redis_rate = _redis(root / "redis", redis_target, seconds, senders)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    ours, theirs = percentiles_ms(ours_ns), percentiles_ms(redis_ns)
+    ours, theirs, merged = (percentiles_ms(ns) for ns in (ours_ns, redis_ns, merged_ns))
     result = Result(
         "latency",
         ours["p99"],
@@ -285,11 +314,17 @@ def run(size: str) -> list[Result]:
             "body_bytes": BODY_BYTES,
             "messages": [len(ours_ns), len(redis_ns)],
             "target_msg_s": rate,
+            "echo_ceiling_calls_s": round(ceiling.calls_s),
+            "echo_ceiling_ms": ceiling.round_trip_ms,
+            "offered_msg_s": round(offered),
+            "offered_because": because,
             "ours_achieved_msg_s": round(ours_rate),
             "redis_target_msg_s": round(redis_target),
             "redis_achieved_msg_s": round(redis_rate),
             "ours_ms": ours,
             "redis_ms": theirs,
+            "coalesced_achieved_msg_s": round(merged_rate),
+            "coalesced_ms": merged,
             "long_poll_ms": POLL_MS,
             "sender_processes": senders[0],
             "sender_threads_each": senders[1],
@@ -299,11 +334,21 @@ def run(size: str) -> list[Result]:
         (f"ours {name}", f"{ours[name]:.3f} ms", f"Redis {theirs[name]:.3f} ms")
         for name in ("p50", "p99", "p999")
     ]
-    result.rows.append(
+    result.rows += [
         (
             "send rate achieved",
             f"{ours_rate:,.0f} msg/s",
-            f"target {rate:,.0f}; Redis {redis_rate:,.0f} of {redis_target:,.0f}",
-        )
-    )
+            f"offered {offered:,.0f} of target {rate:,.0f}; Redis {redis_rate:,.0f}",
+        ),
+        (
+            "grpcio echo ceiling",
+            f"{ceiling.calls_s:,.0f} calls/s",
+            f"round trip p99 {ceiling.round_trip_ms['p99']:.3f} ms",
+        ),
+        (
+            "ours, sends coalesced",
+            f"p99 {merged['p99']:.3f} ms",
+            f"p50 {merged['p50']:.3f} ms at {merged_rate:,.0f} msg/s",
+        ),
+    ]
     return [result]

@@ -22,6 +22,9 @@ Contract:
   offers them; an endpoint that answers UNIMPLEMENTED is remembered (per endpoint and
   process) and served by the standard ``apache.rocketmq.v2`` RPCs instead where the
   protocol has them (``client/standard.py``), else the call raises UnsupportedError.
+* **Coalescing** (``coalesce=True``, off by default): ``send`` calls made at the same
+  time by several threads share SendMessage requests, Kafka-style with no linger
+  (``client/coalesce.py``); each caller still gets its own receipt or error.
 * **Clusters.** ``RocketMQClient(namesrv="h:p")`` routes each queue to the broker group
   that owns it: queue calls take ``broker=NAME``, sends rotate over the topic's broker
   groups (see ``client/cluster.py``); ``endpoints`` alone is one broker, as always.
@@ -51,6 +54,7 @@ from broker_core.client import standard
 from broker_core.client.admin import AdminCalls
 from broker_core.client.admin_auth import AuthAdminCalls
 from broker_core.client.cluster import ClusterRouting
+from broker_core.client.coalesce import Coalescer
 from broker_core.client.in_flight import DEFAULT_MAX_IN_FLIGHT, SendWindow
 from broker_core.client.producing import AsyncSends
 from broker_core.client.pulling import PullCalls
@@ -87,6 +91,7 @@ class RocketMQClient(PullCalls, AsyncSends, AuthAdminCalls):
         key_file: str | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         bulk: bool = True,
+        coalesce: bool = False,
     ) -> None:
         if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0 or max_in_flight < 1:
             raise InvalidArgumentError(
@@ -122,6 +127,7 @@ class RocketMQClient(PullCalls, AsyncSends, AuthAdminCalls):
                     key_file=key_file,
                     max_in_flight=max_in_flight,
                     bulk=bulk,
+                    coalesce=coalesce,
                 ),
                 tls_files=(ca_file, cert_file, key_file) if self.tls else None,
             )
@@ -140,6 +146,8 @@ class RocketMQClient(PullCalls, AsyncSends, AuthAdminCalls):
         self.bulk = bulk  # plain batches go by SendBulk when the broker offers it
         self._bulk_offered: bool | None = None  # None: not asked yet
         self._window = SendWindow(max_in_flight, lambda: self.endpoint)
+        # single sends of several threads share requests (client/coalesce.py)
+        self.coalescer = Coalescer() if coalesce else None
 
     def __enter__(self) -> RocketMQClient:
         return self

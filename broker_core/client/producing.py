@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.client import bulk, standard, wire
+from broker_core.client.coalesce import Coalescer
 from broker_core.client.in_flight import PendingSend, receipts_of
 from broker_core.client.model import OutgoingMessage, SendReceipt
 from broker_core.client.transport import ClientCore
@@ -45,6 +46,7 @@ class AsyncSends(ClientCore):
 
     bulk: bool
     _bulk_offered: bool | None
+    coalescer: Coalescer | None
 
     def _again(self, first: RocketMQError, what: str, attempt: Callable[[], T]) -> T:
         """A request's retries after its first attempt failed with ``first`` (retriable):
@@ -126,9 +128,41 @@ class AsyncSends(ClientCore):
         ).result()
 
     def send(self, topic: str, body: bytes | str, **fields: Any) -> SendReceipt:
-        """Send one message; ``fields`` are :class:`OutgoingMessage`'s (tag, keys, ...)."""
+        """Send one message and wait for its receipt; ``fields`` are
+        :class:`OutgoingMessage`'s (tag, keys, ...).
+
+        One blocking SendMessage call (retried as ``_retrying`` says): the caller waits
+        anyway, so no future (grpcio would start a channel-spin thread for it). When this
+        client has requests in flight (``send_batch_async``), the message queues behind
+        them in the window instead, so message groups keep their order. A cluster client
+        sends it to the topic's next broker group (its message group's, for FIFO). With
+        ``coalesce=True`` sends that other threads make meanwhile share the request
+        (:mod:`broker_core.client.coalesce`).
+        """
         data = body.encode("utf-8") if isinstance(body, str) else body
-        return self.send_batch(topic, [OutgoingMessage(data, **fields)])[0]
+        message = OutgoingMessage(data, **fields)
+        if self.cluster is not None:
+            if message.message_group:
+                return self.cluster.send_split(
+                    topic, [message.message_group], lambda c, _: [c.send(topic, data, **fields)]
+                )[0]
+            return self.cluster.send(topic, lambda c: c.send(topic, data, **fields))
+        if self._window.open:
+            return self.send_batch_async(topic, [message]).result()[0]
+        if self.coalescer is not None:
+            return self.coalescer.send(topic, message, self._send_blocking)
+        return self._send_blocking(topic, [message])[0]
+
+    def _send_blocking(self, topic: str, messages: list[OutgoingMessage]) -> list[SendReceipt]:
+        """``messages`` in one blocking SendMessage call (retried); their receipts."""
+        request, count = wire.encode_messages(topic, messages, namespace=self.namespace)
+        call = self._raw_method("SendMessage")
+        return self._retrying(
+            "SendMessage",
+            lambda: receipts_of(
+                call(request, timeout=self.timeout_s, metadata=self._metadata()), count
+            ),
+        )
 
     def send_batch_async(self, topic: str, messages: Iterable[Any]) -> PendingSend:
         """:meth:`send_batch` without waiting for the answer: the request joins the
