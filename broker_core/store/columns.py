@@ -8,11 +8,18 @@ topics, transaction units). Below it there is one store put (``MessageStore.put_
 one append (``CommitLog.append``), one packer (``packer.pack_units``) and one dispatch
 record (``appended.Appended``), so a format or validation rule is written once.
 
-The batch holds each message's 100-byte unit header as one record of
-:data:`~broker_core.protocol.unit.HEADER_DTYPE`, with every field known before the append
-filled in; the append fills the rest (queue offset, physical offset, store time and host,
-unit CRC). Bodies and tails (topic length, topic, properties length, properties) stay
-``bytes``, with the tail's CRC computed here, outside the commitlog's lock.
+The batch holds the finished units back to back in one buffer (``units``: header, body,
+tail — topic length, topic, properties length, properties — as the commitlog will hold
+them) and each message's 100-byte header once more as one record of
+:data:`~broker_core.protocol.unit.HEADER_DTYPE` (``head``), the copy fields are read and
+written in. Everything known before the append is filled in; the append fills the open
+fields (:data:`~broker_core.protocol.unit_crc.OPEN_FIELDS`: queue id, queue offset,
+physical offset, store time and host) and writes the headers into ``units``.
+Until packed, each header's ``unit_crc`` is the unit CRC with the open fields zero: the
+packer patches it
+(:mod:`~broker_core.protocol.unit_crc`) instead of computing a CRC per unit under the
+commitlog's lock. A bulk frame's units arrive finished from the client; the encoders here
+build them for every other way in.
 
 Validation happens here, before anything is stored: an oversize body or properties, a bad
 topic, a property that does not encode, an integer the header cannot hold fails the whole
@@ -44,22 +51,27 @@ from broker_core.store import codec
 SMALL_BATCH = 16
 
 QueueKey = tuple[str, int]
+_QUEUE_ID = struct.Struct(">i")
+_QUEUE_ID_POS = layout.field_pos("queue_id")
 
 
 @dataclass(slots=True)
 class ColumnBatch:
     """Encoded messages; every array and list has one entry per message, in order.
 
-    ``head`` holds the unit headers with the append-time fields still zero. Queue ids may
-    be chosen after encoding (``queue_ids`` setter): the broker picks them. A batch
-    belongs to the thread sending it; the append writes its results into ``head``.
+    ``units`` holds the units back to back, unit ``i`` at ``starts[i]`` (its header bytes
+    there are only placeholders until the packer writes ``head`` over them); ``head``
+    holds the headers with the open fields still zero but for queue ids, which may be
+    chosen after encoding (``queue_ids`` setter): the broker picks them; until packed,
+    its ``unit_crc`` is each unit's CRC with the open fields zero. A batch belongs
+    to the thread sending it; the append writes its results into ``head``.
     """
 
-    head: np.ndarray  # records of HEADER_DTYPE
+    head: np.ndarray  # records of HEADER_DTYPE, contiguous
     raw: memoryview  # the same header bytes, flat (format "B")
-    bodies: list[bytes]
-    tails: list[bytes]  # topic length, topic, properties length, properties
-    tail_crcs: list[int]
+    units: bytearray  # the units back to back
+    known_starts: np.ndarray | None  # int64: where each unit starts in ``units`` (None:
+    # not yet computed, see ``starts``)
     topics: list[str]
     index_keys: list[list[str]]  # UNIQ_KEY then KEYS, per message
     # Views of header columns, made once: a field view costs as much as packing a header.
@@ -78,7 +90,23 @@ class ColumnBatch:
         self.tags_codes = head["tags_code"]
 
     def __len__(self) -> int:
-        return len(self.bodies)
+        return len(self.head)
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each unit starts in ``units`` (int64), computed once when needed."""
+        if self.known_starts is None:
+            sizes = self.sizes.astype(np.int64)
+            self.known_starts = np.cumsum(sizes) - sizes
+        return self.known_starts
+
+    def unit_start(self, row: int) -> int:
+        """Where unit ``row`` starts in ``units``."""
+        return 0 if row == 0 else int(self.starts[row])
+
+    def body_bytes(self) -> int:
+        """The bodies' bytes, all messages together."""
+        return int(self.head["body_length"].sum())
 
     @property
     def topic(self) -> str:
@@ -209,15 +237,33 @@ def encode_columns(
     head["total_size"] = sizes
     head["magic"] = layout.MESSAGE_MAGIC
     head["body_crc"] = body_crcs
-    head["queue_id"] = -1
     head["born_timestamp_ms"] = born_ms
     head["born_host_ip"] = np.void(codec.ip4(born_host[0]))
     head["born_host_port"] = born_host[1]
     head["tags_code"] = tags_codes
     head["body_length"] = body_lens
-    tail_crcs = [zlib.crc32(t) for t in tails]
     raw = head.view(np.uint8).data
-    return ColumnBatch(head, raw, bodies, tails, tail_crcs, [topic] * len(bodies), index_keys)
+    crc32, size, start = zlib.crc32, layout.HEADER_SIZE, layout.CRC_START
+    head["unit_crc"] = np.fromiter(  # open fields zero: the queue id is set below
+        (
+            crc32(raw[at + start : at + size], crc32(tail))
+            for at, tail in zip(range(0, len(raw), size), tails, strict=True)
+        ),
+        np.uint32,
+        len(tails),
+    )
+    head["queue_id"] = -1
+    units, starts = join_units(raw, bodies, tails), np.cumsum(sizes) - sizes
+    return ColumnBatch(head, raw, units, starts, [topic] * len(bodies), index_keys)
+
+
+def join_units(raw: memoryview, bodies: Sequence[bytes], tails: Sequence[bytes]) -> bytearray:
+    """The units back to back, with header placeholders from ``raw``."""
+    size = layout.HEADER_SIZE
+    pieces: list[bytes | memoryview] = []
+    for at, body, tail in zip(range(0, len(raw), size), bodies, tails, strict=True):
+        pieces += (raw[at : at + size], body, tail)
+    return bytearray().join(pieces)
 
 
 def encode_messages(
@@ -225,14 +271,15 @@ def encode_messages(
 ) -> ColumnBatch:
     """Validate and encode ``Message`` objects (any kind, any topics) as one batch."""
     raw = bytearray(layout.HEADER_SIZE * len(messages))
-    bodies, tails, tail_crcs, topics, index_keys = [], [], [], [], []
+    bodies, tails, topics, index_keys = [], [], [], []
     rows: dict[QueueKey, list[int]] = {}  # queue_rows(), cheaper here than from the headers
-    crc32, size_limit = zlib.crc32, min(max_properties_bytes, 0xFFFF)
+    crc32, size_limit, span = zlib.crc32, min(max_properties_bytes, 0xFFFF), layout.CRC_START
     encode_properties, topic_head, keys_of = (
         codec.encode_properties,
         codec.topic_head,
         codec.index_keys,
     )
+    at = 0
     for row, msg in enumerate(messages):
         body = msg.body if type(msg.body) is bytes else bytes(msg.body)
         if len(body) > max_body_bytes:
@@ -247,17 +294,28 @@ def encode_messages(
         tail = topic_head(msg.topic) + len(props).to_bytes(2, "big") + props
         size = layout.HEADER_SIZE + len(body) + len(tail)
         _pack_known(raw, row, msg, size, crc32(body), len(body))
+        unit_crc = crc32(raw[at + span : at + layout.HEADER_SIZE], crc32(tail))
+        layout.CRC.pack_into(raw, at + layout.UNIT_CRC_POS, unit_crc)
+        _pack_queue_id(raw, at, msg)  # an open field: after the CRC
         bodies.append(body)
         tails.append(tail)
-        tail_crcs.append(crc32(tail))
         topics.append(msg.topic)
         index_keys.append(keys_of(msg.properties))
         if (msg.sys_flag & layout.SYSFLAG_TRANSACTION_MASK) not in layout.NOT_IN_QUEUE:
             rows.setdefault((msg.topic, msg.queue_id), []).append(row)
+        at += layout.HEADER_SIZE
     head = np.frombuffer(raw, layout.HEADER_DTYPE)  # writable: it is the bytearray's memory
-    batch = ColumnBatch(head, memoryview(raw), bodies, tails, tail_crcs, topics, index_keys)
+    view = memoryview(raw)
+    batch = ColumnBatch(head, view, join_units(view, bodies, tails), None, topics, index_keys)
     batch.known_rows = rows
     return batch
+
+
+def _pack_queue_id(raw: bytearray, at: int, msg: Message) -> None:
+    try:
+        _QUEUE_ID.pack_into(raw, at + _QUEUE_ID_POS, msg.queue_id)
+    except struct.error:
+        codec.explain_bad_ranges(msg, msg.born_host[1])
 
 
 def _pack_known(
@@ -273,7 +331,7 @@ def _pack_known(
             layout.MESSAGE_MAGIC,
             0,
             body_crc,
-            msg.queue_id,
+            0,  # queue id: an open field, packed after the CRC
             msg.flag,
             0,
             0,

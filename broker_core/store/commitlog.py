@@ -226,7 +226,7 @@ class CommitLog:
         """
         queue_rows = batch.queue_rows()  # outside the lock
 
-        def pack(lo: int, hi: int, phys: int) -> bytes:
+        def pack(lo: int, hi: int, phys: int) -> memoryview:
             if lo == 0:  # taken only once the segments exist: a refused batch leaves no gap
                 assign_queue_offsets(batch, queue_rows, self.queue_offsets.take_many)
             return pack_units(batch, lo, hi, phys, now_ms, self._store_host)
@@ -239,7 +239,9 @@ class CommitLog:
                 self.on_append(appended(before, end, now_ms, batch, queue_rows))
             return end
 
-    def _fill(self, sizes: list[int], pack: Callable[[int, int, int], bytes | bytearray]) -> int:
+    def _fill(
+        self, sizes: list[int], pack: Callable[[int, int, int], bytes | bytearray | memoryview]
+    ) -> int:
         """Write units of ``sizes`` after the log's end; returns the new end offset.
 
         ``pack(lo, hi, phys)`` gives the bytes of units ``[lo, hi)`` placed at global
