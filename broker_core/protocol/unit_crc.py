@@ -83,6 +83,7 @@ def _table() -> np.ndarray:
 
 
 TABLE: Final = _table()
+_FLAT: Final = TABLE.ravel()
 
 
 def field_positions(names: tuple[str, ...]) -> np.ndarray:
@@ -95,8 +96,9 @@ def delta_crcs(delta: np.ndarray, positions: np.ndarray) -> np.ndarray:
     old and new header bytes at header ``positions`` (each in [12, 100))."""
     if not len(delta):
         return np.zeros(0, np.uint32)
-    looked_up = TABLE[positions - SPAN_START, delta]  # (units, positions) uint32
-    return np.bitwise_xor.reduce(looked_up, axis=1).astype(np.uint32)
+    index = delta.astype(np.intp)  # into the flat table: row p starts at p * 256
+    index += (positions - SPAN_START).astype(np.intp) << 8
+    return np.bitwise_xor.reduce(_FLAT[index], axis=1).astype(np.uint32)
 
 
 def patch(crcs: np.ndarray, headers: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -109,6 +111,12 @@ def patch_one(crc: int, delta_span: bytes) -> int:
     """One unit's CRC patched by ``delta_span``: the 88-byte XOR of old and new header
     bytes [12, 100) (zeros where nothing changed)."""
     return crc ^ zlib.crc32(delta_span) ^ _ZERO_SPAN_CRC
+
+
+def header_delta(record: np.ndarray) -> int:
+    """``L`` of one header record (HEADER_DTYPE, shape (1,)) taken as the delta: what
+    setting its non-zero fields in [12, 100) adds to the CRC of a unit where they were 0."""
+    return patch_one(0, record.view(np.uint8)[SPAN_START:].tobytes())
 
 
 def open_part(span: bytes | bytearray | memoryview) -> bytes:

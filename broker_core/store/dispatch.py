@@ -155,12 +155,16 @@ class Dispatcher:
                     )
                 grown[key] = cq.max_offset
                 continue
+            at: slice | list[int] = rows
+            if rows[-1] - rows[0] == len(rows) - 1:  # side by side: views, not gathers
+                at = slice(rows[0], rows[-1] + 1)
             units = np.empty(len(rows), UNIT_DTYPE)
-            units["phys"] = batch.physical_offset[rows]
-            units["size"] = batch.size[rows]
-            units["tag"] = batch.tags_code[rows]
-            first = int(batch.queue_offset[rows[0]])
-            if int(batch.queue_offset[rows[-1]]) - first != len(rows) - 1:
+            units["phys"] = batch.physical_offset[at]
+            units["size"] = batch.size[at]
+            units["tag"] = batch.tags_code[at]
+            offsets = batch.queue_offset[at]
+            first = int(offsets[0])
+            if int(offsets[-1]) - first != len(rows) - 1:
                 raise StoreError(f"queue offsets of {key} are not consecutive in one batch")
             cq = self._queues.find_or_create(*key)
             cq.put_many(first, units)

@@ -40,7 +40,6 @@ _STAMP: Final = struct.Struct(">q4si")  # store time, store host ip and port: co
 assert layout.field_pos("store_host_port") == layout.STORE_TIME_POS + 12
 # open fields that differ between units of a run (the store time and host do not)
 _VARYING: Final = unit_crc.field_positions(("queue_id", "queue_offset", "physical_offset"))
-_HEADER_RANGE: Final = np.arange(layout.HEADER_SIZE, dtype=np.int64)
 
 
 def assign_queue_offsets(
@@ -113,7 +112,7 @@ def _place_all(
         block = units[first : first + size * (hi - lo)].reshape(hi - lo, size)
         block[:, : layout.HEADER_SIZE] = headers
     else:
-        units[batch.starts[lo:hi, None] + _HEADER_RANGE] = headers
+        layout.write_rows(units, batch.starts[lo:hi], headers)
 
 
 def _stamp_crc(store_timestamp_ms: int, store_host: tuple[bytes, int]) -> int:

@@ -1,0 +1,240 @@
+"""Checking a SendBulk frame's units as arrays: headers, tails, the id-only properties.
+
+Every unit's 100-byte header is gathered with one numpy fancy index at the unit starts,
+and each rule is one array comparison over all units; the first unit breaking a rule is
+named in the error. Nothing here touches the store. Used by ``convert_bulk``.
+
+Rules (in the order checked):
+
+* ``total_size`` equals the size the frame declares; magic is a message's;
+* plain messages: flag, sys_flag, reconsume times, prepared-transaction offset zero;
+* the fields the broker fills are zero: queue id, queue offset, physical offset, store
+  time and host, born host; born time not negative;
+* body length at least 1 and within the broker's limit, and the body leaves room for a
+  tail;
+* body, topic and properties lengths add up to the unit's size; the topic is the
+  request's (length byte and bytes); the properties within the broker's limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from broker_core.errors import (
+    EmptyBodyError,
+    InvalidTopicError,
+    MessageCorruptedError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+)
+from broker_core.message import PROPERTY_UNIQ_KEY
+from broker_core.protocol import unit as layout
+from broker_core.protocol import unit_crc
+from broker_core.server.convert_in import MAX_MESSAGE_ID_CHARS
+
+_MUST_BE_ZERO: Final = (
+    "flag",
+    "sys_flag",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "queue_id",
+    "queue_offset",
+    "physical_offset",
+    "store_timestamp_ms",
+    "store_host_ip",
+    "store_host_port",
+    "born_host_ip",
+    "born_host_port",
+)
+_ZERO_POSITIONS: Final = unit_crc.field_positions(_MUST_BE_ZERO)
+# the same bytes as two spans of the header: slices, cheaper than a gather
+_ZERO_SPANS: Final = (slice(16, 44), slice(52, 88))
+assert np.array_equal(np.r_[_ZERO_SPANS[0], _ZERO_SPANS[1]], _ZERO_POSITIONS)
+_NO_SUM: Final = "lengths (body, topic, properties) do not add up to its size"
+_OTHER_TOPIC: Final = "is not of the request's topic"
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """A frame's units located: headers gathered, properties found."""
+
+    data: np.ndarray  # uint8, the units back to back
+    starts: np.ndarray  # int64
+    head: np.ndarray  # records of HEADER_DTYPE (a contiguous copy)
+    props_starts: np.ndarray  # int64, in ``data``
+    props_lengths: np.ndarray  # int64
+
+
+def _refuse(bad: np.ndarray, error: type[Exception], what: str) -> None:
+    if bad.any():
+        raise error(f"SendBulk: unit {int(np.flatnonzero(bad)[0])} {what}")
+
+
+def _refuse_set_fields(headers: np.ndarray) -> None:
+    """Refuse units setting a field that must be zero, naming the field."""
+    for name in _MUST_BE_ZERO:
+        positions = unit_crc.field_positions((name,))
+        _refuse(
+            np.asarray(headers[:, positions].any(axis=1)),
+            MessageCorruptedError,
+            f"sets {name}, which must be 0",
+        )
+
+
+def _check_headers(
+    head: np.ndarray, headers: np.ndarray, sizes: np.ndarray, max_body_bytes: int
+) -> np.ndarray:
+    """The body lengths (int64) once every header is checked: one combined test, then,
+    only when it fails, rule by rule to name the first unit breaking the first rule."""
+    body = head["body_length"].astype(np.int64)
+    bad = (
+        (head["total_size"] != sizes)
+        | (head["magic"] != layout.MESSAGE_MAGIC)
+        | (head["born_timestamp_ms"] < 0)
+        | (body < 1)
+        | (body > max_body_bytes)
+    )
+    if bad.any() or headers[:, _ZERO_SPANS[0]].any() or headers[:, _ZERO_SPANS[1]].any():
+        _refuse(head["total_size"] != sizes, MessageCorruptedError, "size differs from the frame's")
+        _refuse(head["magic"] != layout.MESSAGE_MAGIC, MessageCorruptedError, "has a bad magic")
+        _refuse_set_fields(headers)
+        _refuse(head["born_timestamp_ms"] < 0, MessageCorruptedError, "has a negative born time")
+        _refuse(body < 1, EmptyBodyError, "has an empty body")
+        _refuse(
+            body > max_body_bytes,
+            MessageTooLargeError,
+            f"has a body over the limit of {max_body_bytes} bytes",
+        )
+    return body
+
+
+def check_units(
+    data: np.ndarray,
+    sizes: np.ndarray,
+    topic_head: bytes,
+    *,
+    max_body_bytes: int,
+    max_properties_bytes: int,
+) -> Units:
+    """Locate and check every unit of ``data`` (sizes from the frame); raises the first
+    rule broken (see the module docstring), naming the unit."""
+    starts = np.cumsum(sizes) - sizes
+    headers = layout.rows_at(data, starts, layout.HEADER_SIZE)
+    head = headers.view(layout.HEADER_DTYPE).reshape(len(sizes))
+    body = _check_headers(head, headers, sizes, max_body_bytes)
+    ends = starts + sizes
+    tail_at = starts + layout.HEADER_SIZE + body
+    fixed = layout.TOPIC_LEN.size + layout.PROPS_LEN.size
+    _refuse(tail_at + fixed > ends, MessageCorruptedError, "is too short for its body length")
+    topic_lengths = data[tail_at].astype(np.int64)
+    length_at = tail_at + layout.TOPIC_LEN.size + topic_lengths
+    readable = np.minimum(length_at, len(data) - layout.PROPS_LEN.size)  # checked below
+    props_lengths = (data[readable].astype(np.int64) << 8) | data[readable + 1]
+    props_starts = length_at + layout.PROPS_LEN.size
+    wanted = np.frombuffer(topic_head, np.uint8)
+    limit = min(max_properties_bytes, 0xFFFF)
+    bad = (
+        (props_starts + props_lengths != ends)
+        | (topic_lengths != len(wanted) - 1)
+        | (props_lengths > limit)
+    )
+    if bad.any():
+        _refuse(props_starts + props_lengths != ends, MessageCorruptedError, _NO_SUM)
+        _refuse(topic_lengths != len(wanted) - 1, InvalidTopicError, _OTHER_TOPIC)
+        _refuse(
+            props_lengths > limit,
+            PropertiesTooLargeError,
+            f"has properties over the limit of {limit} bytes",
+        )
+    topics = layout.rows_at(data, tail_at, len(wanted))
+    _refuse((topics != wanted).any(axis=1), InvalidTopicError, _OTHER_TOPIC)
+    return Units(data, starts, head, props_starts, props_lengths)
+
+
+def properties_block(units: Units) -> np.ndarray:
+    """Every unit's properties, back to back (uint8)."""
+    lengths, starts = units.props_lengths, units.props_starts
+    if int(lengths.min()) == int(lengths.max()):
+        return layout.rows_at(units.data, starts, int(lengths[0])).reshape(-1)
+    ends = np.cumsum(lengths)
+    index = np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]))
+    return units.data[index]
+
+
+def message_ids(units: Units) -> list[str] | None:
+    """:func:`ids_only` of the units' properties: as the rows of one array when they are
+    all of one length (a sender of bodies alone), else gathered into one block."""
+    lengths = units.props_lengths
+    length = int(lengths[0])
+    if int(lengths.min()) != length or int(lengths.max()) != length:
+        return ids_only(properties_block(units), lengths)
+    rows = layout.rows_at(units.data, units.props_starts, length)
+    return _ids_of_rows(rows)
+
+
+def _ids_of_rows(rows: np.ndarray) -> list[str] | None:
+    """:func:`ids_only` for properties of one length, the rows of ``rows``."""
+    head = len(_ID_ONLY_HEAD)
+    id_length = rows.shape[1] - head - 1
+    if not 1 <= id_length <= MAX_MESSAGE_ID_CHARS:
+        return None
+    ids = rows[:, head:-1]
+    if (
+        int(ids.max()) >= 0x80
+        or int(ids.min()) < 3  # NUL, \x01, \x02: none inside an id
+        or (rows[:, -1] != 2).any()
+        or (rows[:, :head] != _ID_HEAD_BYTES).any()
+    ):
+        return None
+    blank = _BLANK[ids]
+    if blank.any() and not (~blank).any(axis=1).all():
+        return None
+    text = rows.tobytes().decode("ascii")  # no separator inside an id: split at them
+    return text[head:-1].split(_BETWEEN_IDS)
+
+
+_ID_ONLY_HEAD: Final = f"{PROPERTY_UNIQ_KEY}\x01".encode()
+_BETWEEN_IDS: Final = "\x02" + _ID_ONLY_HEAD.decode()
+_ID_HEAD_BYTES: Final = np.frombuffer(_ID_ONLY_HEAD, np.uint8)
+_BLANK: Final = np.zeros(256, bool)  # per byte value: str.isspace, ASCII (np.isin is slow)
+_BLANK[np.frombuffer(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f", np.uint8)] = True
+
+
+def ids_only(block: np.ndarray, lengths: np.ndarray) -> list[str] | None:
+    """Every message id when every message's properties (``block``, ``lengths`` each) are
+    ``UNIQ_KEY \\x01 id \\x02`` with a plain ASCII id (what our client sends for bodies
+    alone), checked as arrays; None when any message holds more (or anything odd)."""
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    head = len(_ID_ONLY_HEAD)
+    id_lengths = lengths - head - 1
+    if (
+        int(id_lengths.min()) < 1
+        or int(id_lengths.max()) > MAX_MESSAGE_ID_CHARS
+        or int(block.max()) >= 0x80
+        or int(block.min()) == 0
+    ):
+        return None
+    seps = np.flatnonzero(block < 3)  # \x01 and \x02: exactly one of each per message
+    expected = np.empty(2 * len(starts), np.int64)
+    expected[0::2], expected[1::2] = starts + head - 1, ends - 1
+    if (
+        len(seps) != len(expected)
+        or not np.array_equal(seps, expected)
+        or not (block[expected[0::2]] == 1).all()
+    ):
+        return None
+    heads = layout.rows_at(block, starts, head)
+    if not (heads == _ID_HEAD_BYTES).all():
+        return None
+    blank = _BLANK[block]
+    if blank.any():  # rare: then each id needs some byte other than a space
+        visible = np.zeros(len(block) + 1, np.int64)
+        np.cumsum(~blank, out=visible[1:])
+        if (visible[ends - 1] - visible[starts + head] < 1).any():
+            return None
+    text = block.tobytes().decode("ascii")
+    return [text[a:b] for a, b in zip((starts + head).tolist(), (ends - 1).tolist(), strict=True)]
