@@ -113,10 +113,13 @@ def patch_one(crc: int, delta_span: bytes) -> int:
     return crc ^ zlib.crc32(delta_span) ^ _ZERO_SPAN_CRC
 
 
-def header_delta(record: np.ndarray) -> int:
-    """``L`` of one header record (HEADER_DTYPE, shape (1,)) taken as the delta: what
-    setting its non-zero fields in [12, 100) adds to the CRC of a unit where they were 0."""
-    return patch_one(0, record.view(np.uint8)[SPAN_START:].tobytes())
+def bytes_delta(pos: int, value: bytes) -> int:
+    """What writing ``value`` at header position ``pos`` (in [12, 100), zero before) adds
+    to a unit CRC."""
+    span = bytearray(SPAN)
+    at = pos - SPAN_START
+    span[at : at + len(value)] = value
+    return patch_one(0, bytes(span))
 
 
 def open_part(span: bytes | bytearray | memoryview) -> bytes:

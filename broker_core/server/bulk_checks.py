@@ -182,16 +182,18 @@ def _ids_of_rows(rows: np.ndarray) -> list[str] | None:
     if not 1 <= id_length <= MAX_MESSAGE_ID_CHARS:
         return None
     ids = rows[:, head:-1]
+    low = int(ids.min())
     if (
         int(ids.max()) >= 0x80
-        or int(ids.min()) < 3  # NUL, \x01, \x02: none inside an id
+        or low < 3  # NUL, \x01, \x02: none inside an id
         or (rows[:, -1] != 2).any()
         or (rows[:, :head] != _ID_HEAD_BYTES).any()
     ):
         return None
-    blank = _BLANK[ids]
-    if blank.any() and not (~blank).any(axis=1).all():
-        return None
+    if low <= 0x20:  # blanks are all at most a space: else no id can be blank
+        blank = _BLANK[ids]
+        if not (~blank).any(axis=1).all():
+            return None
     text = rows.tobytes().decode("ascii")  # no separator inside an id: split at them
     return text[head:-1].split(_BETWEEN_IDS)
 

@@ -161,17 +161,9 @@ def _fill_born(head: np.ndarray, ip: bytes, port: int, now_ms: int) -> None:
     headers = head.view(np.uint8).reshape(len(head), layout.HEADER_SIZE)
     host = _BORN_HOST.pack(ip, port)
     headers[:, _BORN_HOST_POS : _BORN_HOST_POS + len(host)] = np.frombuffer(host, np.uint8)
-    crcs = head["unit_crc"] ^ np.uint32(_delta(_BORN_HOST_POS, host))
+    crcs = head["unit_crc"] ^ np.uint32(unit_crc.bytes_delta(_BORN_HOST_POS, host))
     unborn = head["born_timestamp_ms"] == 0
     if unborn.any():
         head["born_timestamp_ms"][unborn] = now_ms
-        crcs[unborn] ^= np.uint32(_delta(_BORN_TIME_POS, _BORN_TIME.pack(now_ms)))
+        crcs[unborn] ^= np.uint32(unit_crc.bytes_delta(_BORN_TIME_POS, _BORN_TIME.pack(now_ms)))
     head["unit_crc"] = crcs
-
-
-def _delta(pos: int, value: bytes) -> int:
-    """What writing ``value`` at header ``pos`` (zero before) adds to a unit CRC."""
-    span = bytearray(unit_crc.SPAN)
-    at = pos - unit_crc.SPAN_START
-    span[at : at + len(value)] = value
-    return unit_crc.patch_one(0, bytes(span))

@@ -55,6 +55,8 @@ def assign_queue_offsets(
         first = take_many(topic, queue_id, len(rows))
         if len(rows) == 1:
             offsets[rows[0]] = first
+        elif rows[-1] - rows[0] == len(rows) - 1:  # side by side (rows ascend): a slice
+            offsets[rows[0] : rows[-1] + 1] = np.arange(first, first + len(rows))
         else:
             offsets[rows] = np.arange(first, first + len(rows))
 
@@ -96,32 +98,22 @@ def _place_all(
     head = batch.head[lo:hi]
     sizes = batch.sizes[lo:hi].astype(np.int64)
     head["physical_offset"] = np.cumsum(sizes) + (physical_offset - sizes)
-    head["store_timestamp_ms"] = store_timestamp_ms
-    head["store_host_ip"] = np.void(store_host[0])
-    head["store_host_port"] = store_host[1]
     headers = head.view(np.uint8).reshape(hi - lo, layout.HEADER_SIZE)
-    same = _stamp_crc(store_timestamp_ms, store_host)  # one value for the whole run
+    stamp = _STAMP.pack(store_timestamp_ms, *store_host)  # one slice for the three fields
+    headers[:, layout.STORE_TIME_POS : layout.STORE_TIME_POS + len(stamp)] = np.frombuffer(
+        stamp, np.uint8
+    )
+    same = unit_crc.bytes_delta(layout.STORE_TIME_POS, stamp)  # one value for the run
     varying = unit_crc.delta_crcs(headers[:, _VARYING], _VARYING)
     head["unit_crc"] ^= varying ^ np.uint32(same)
     units = np.frombuffer(batch.units, np.uint8)
-    first = int(batch.starts[lo])
     size = int(sizes[0])
-    if int(sizes.min()) == int(sizes.max()) and int(batch.starts[hi - 1]) - first == size * (
-        hi - lo - 1
-    ):  # units of one size side by side: a strided copy
+    if int(sizes.min()) == int(sizes.max()):  # units of one size: a strided copy
+        first = int(batch.starts[lo])
         block = units[first : first + size * (hi - lo)].reshape(hi - lo, size)
         block[:, : layout.HEADER_SIZE] = headers
     else:
         layout.write_rows(units, batch.starts[lo:hi], headers)
-
-
-def _stamp_crc(store_timestamp_ms: int, store_host: tuple[bytes, int]) -> int:
-    """``L`` of the store time and host fields (the same in every unit of a run)."""
-    span = bytearray(unit_crc.SPAN)
-    _STAMP.pack_into(
-        span, layout.STORE_TIME_POS - unit_crc.SPAN_START, store_timestamp_ms, *store_host
-    )
-    return unit_crc.patch_one(0, bytes(span))
 
 
 def _place_each(
