@@ -63,7 +63,8 @@ class ColumnBatch:
     there are only placeholders until the packer writes ``head`` over them); ``head``
     holds the headers with the open fields still zero but for queue ids, which may be
     chosen after encoding (``queue_ids`` setter): the broker picks them; until packed,
-    its ``unit_crc`` is each unit's CRC with the open fields zero. A batch belongs
+    its ``unit_crc`` is each unit's CRC with the open fields zero (but for a short batch
+    of ``encode_messages``, which keeps its ``tail_crcs`` instead). A batch belongs
     to the thread sending it; the append writes its results into ``head``.
     """
 
@@ -81,6 +82,9 @@ class ColumnBatch:
     tags_codes: np.ndarray = field(init=False)
     # queue_rows() as found while encoding Message objects (dropped when queue ids change)
     known_rows: dict[QueueKey, list[int]] | None = field(default=None, init=False)
+    # A short batch of encode_messages: each tail's CRC, the unit CRCs not yet computed
+    # (the packer computes them whole: cheaper than a patch for a few units)
+    tail_crcs: list[int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         head = self.head
@@ -279,6 +283,7 @@ def encode_messages(
         codec.topic_head,
         codec.index_keys,
     )
+    tail_crcs: list[int] | None = [] if len(messages) < SMALL_BATCH else None
     at = 0
     for row, msg in enumerate(messages):
         body = msg.body if type(msg.body) is bytes else bytes(msg.body)
@@ -293,10 +298,14 @@ def encode_messages(
             )
         tail = topic_head(msg.topic) + len(props).to_bytes(2, "big") + props
         size = layout.HEADER_SIZE + len(body) + len(tail)
-        _pack_known(raw, row, msg, size, crc32(body), len(body))
-        unit_crc = crc32(raw[at + span : at + layout.HEADER_SIZE], crc32(tail))
-        layout.CRC.pack_into(raw, at + layout.UNIT_CRC_POS, unit_crc)
-        _pack_queue_id(raw, at, msg)  # an open field: after the CRC
+        if tail_crcs is None:  # the unit CRC with the open fields zero, patched when packed
+            _pack_known(raw, row, msg, size, crc32(body), len(body), 0)
+            unit_crc = crc32(raw[at + span : at + layout.HEADER_SIZE], crc32(tail))
+            layout.CRC.pack_into(raw, at + layout.UNIT_CRC_POS, unit_crc)
+            _pack_queue_id(raw, at, msg)  # an open field: after the CRC
+        else:  # a short batch: the packer computes each unit CRC whole
+            _pack_known(raw, row, msg, size, crc32(body), len(body), msg.queue_id)
+            tail_crcs.append(crc32(tail))
         bodies.append(body)
         tails.append(tail)
         topics.append(msg.topic)
@@ -308,6 +317,7 @@ def encode_messages(
     view = memoryview(raw)
     batch = ColumnBatch(head, view, join_units(view, bodies, tails), None, topics, index_keys)
     batch.known_rows = rows
+    batch.tail_crcs = tail_crcs
     return batch
 
 
@@ -319,7 +329,13 @@ def _pack_queue_id(raw: bytearray, at: int, msg: Message) -> None:
 
 
 def _pack_known(
-    raw: bytearray, row: int, msg: Message, size: int, body_crc: int, body_length: int
+    raw: bytearray,
+    row: int,
+    msg: Message,
+    size: int,
+    body_crc: int,
+    body_length: int,
+    queue_id: int,
 ) -> None:
     """Write the header fields known before the append (the rest stays zero)."""
     host, port = msg.born_host
@@ -331,7 +347,7 @@ def _pack_known(
             layout.MESSAGE_MAGIC,
             0,
             body_crc,
-            0,  # queue id: an open field, packed after the CRC
+            queue_id,
             msg.flag,
             0,
             0,
