@@ -50,9 +50,14 @@ _MUST_BE_ZERO: Final = (
     "born_host_port",
 )
 _ZERO_POSITIONS: Final = unit_crc.field_positions(_MUST_BE_ZERO)
-# the same bytes as two spans of the header: slices, cheaper than a gather
-_ZERO_SPANS: Final = (slice(16, 44), slice(52, 88))
-assert np.array_equal(np.r_[_ZERO_SPANS[0], _ZERO_SPANS[1]], _ZERO_POSITIONS)
+# The magic and the fields that must be zero, as 4-byte words of the header: a few
+# whole-array reductions check them all.
+_MAGIC_WORD: Final = layout.field_pos("magic") // 4
+_MAGIC_NATIVE: Final = np.frombuffer(layout.MESSAGE_MAGIC.to_bytes(4, "big"), np.uint32)[0]
+_ZERO_WORDS: Final = (slice(16 // 4, 44 // 4), slice(52 // 4, 88 // 4))
+assert np.array_equal(np.r_[16:44, 52:88], _ZERO_POSITIONS), (
+    "the zero fields moved: update _ZERO_WORDS"
+)
 _NO_SUM: Final = "lengths (body, topic, properties) do not add up to its size"
 _OTHER_TOPIC: Final = "is not of the request's topic"
 
@@ -66,6 +71,7 @@ class Units:
     head: np.ndarray  # records of HEADER_DTYPE (a contiguous copy)
     props_starts: np.ndarray  # int64, in ``data``
     props_lengths: np.ndarray  # int64
+    props_rows: np.ndarray | None  # the properties as rows, when all have one length
 
 
 def _refuse(bad: np.ndarray, error: type[Exception], what: str) -> None:
@@ -90,14 +96,15 @@ def _check_headers(
     """The body lengths (int64) once every header is checked: one combined test, then,
     only when it fails, rule by rule to name the first unit breaking the first rule."""
     body = head["body_length"].astype(np.int64)
+    words = headers.view(np.uint32)  # native order: only compared with constants
     bad = (
-        (head["total_size"] != sizes)
-        | (head["magic"] != layout.MESSAGE_MAGIC)
-        | (head["born_timestamp_ms"] < 0)
-        | (body < 1)
-        | (body > max_body_bytes)
+        (head["total_size"] != sizes).any()
+        or ((body - 1).view(np.uint64) >= max_body_bytes).any()  # below 1 wraps: too big
+        or (head["born_timestamp_ms"] < 0).any()
+        or (words[:, _MAGIC_WORD] != _MAGIC_NATIVE).any()
+        or any(np.count_nonzero(words[:, span]) for span in _ZERO_WORDS)
     )
-    if bad.any() or headers[:, _ZERO_SPANS[0]].any() or headers[:, _ZERO_SPANS[1]].any():
+    if bad:
         _refuse(head["total_size"] != sizes, MessageCorruptedError, "size differs from the frame's")
         _refuse(head["magic"] != layout.MESSAGE_MAGIC, MessageCorruptedError, "has a bad magic")
         _refuse_set_fields(headers)
@@ -127,31 +134,47 @@ def check_units(
     body = _check_headers(head, headers, sizes, max_body_bytes)
     ends = starts + sizes
     tail_at = starts + layout.HEADER_SIZE + body
+    fixed = len(topic_head) + layout.PROPS_LEN.size  # the tail up to the properties
+    props_starts = tail_at + fixed
+    props_lengths = ends - props_starts
+    limit = min(max_properties_bytes, 0xFFFF)
+    shortest, longest = int(props_lengths.min()), int(props_lengths.max())
+    if shortest < 0 or longest > limit:
+        _name_tail_problem(data, tail_at, ends, topic_head, limit)
+    same = shortest == longest  # then the properties come in the same gather, as rows
+    tails = layout.rows_at(data, tail_at, fixed + longest if same else fixed)
+    declared = tails[:, fixed - 2 : fixed].copy().view(">u2")[:, 0]
+    wanted = np.frombuffer(topic_head, np.uint8)
+    if (tails[:, : fixed - 2] != wanted).any() or (declared != props_lengths).any():
+        _name_tail_problem(data, tail_at, ends, topic_head, limit)
+    rows = tails[:, fixed:] if same else None
+    return Units(data, starts, head, props_starts, props_lengths, rows)
+
+
+def _name_tail_problem(
+    data: np.ndarray, tail_at: np.ndarray, ends: np.ndarray, topic_head: bytes, limit: int
+) -> None:
+    """Raise the first tail problem, read with each unit's own topic length."""
     fixed = layout.TOPIC_LEN.size + layout.PROPS_LEN.size
     _refuse(tail_at + fixed > ends, MessageCorruptedError, "is too short for its body length")
     topic_lengths = data[tail_at].astype(np.int64)
     length_at = tail_at + layout.TOPIC_LEN.size + topic_lengths
-    readable = np.minimum(length_at, len(data) - layout.PROPS_LEN.size)  # checked below
+    readable = np.minimum(length_at, len(data) - layout.PROPS_LEN.size)  # checked next
     props_lengths = (data[readable].astype(np.int64) << 8) | data[readable + 1]
-    props_starts = length_at + layout.PROPS_LEN.size
-    wanted = np.frombuffer(topic_head, np.uint8)
-    limit = min(max_properties_bytes, 0xFFFF)
-    bad = (
-        (props_starts + props_lengths != ends)
-        | (topic_lengths != len(wanted) - 1)
-        | (props_lengths > limit)
+    sums = length_at + layout.PROPS_LEN.size + props_lengths
+    _refuse(
+        (sums != ends) | (length_at + layout.PROPS_LEN.size > ends), MessageCorruptedError, _NO_SUM
     )
-    if bad.any():
-        _refuse(props_starts + props_lengths != ends, MessageCorruptedError, _NO_SUM)
-        _refuse(topic_lengths != len(wanted) - 1, InvalidTopicError, _OTHER_TOPIC)
-        _refuse(
-            props_lengths > limit,
-            PropertiesTooLargeError,
-            f"has properties over the limit of {limit} bytes",
-        )
+    wanted = np.frombuffer(topic_head, np.uint8)
+    _refuse(topic_lengths != len(wanted) - 1, InvalidTopicError, _OTHER_TOPIC)
     topics = layout.rows_at(data, tail_at, len(wanted))
     _refuse((topics != wanted).any(axis=1), InvalidTopicError, _OTHER_TOPIC)
-    return Units(data, starts, head, props_starts, props_lengths)
+    _refuse(
+        props_lengths > limit,
+        PropertiesTooLargeError,
+        f"has properties over the limit of {limit} bytes",
+    )
+    raise MessageCorruptedError("SendBulk: a unit's tail does not parse")  # not reached
 
 
 def properties_block(units: Units) -> np.ndarray:
@@ -167,12 +190,9 @@ def properties_block(units: Units) -> np.ndarray:
 def message_ids(units: Units) -> list[str] | None:
     """:func:`ids_only` of the units' properties: as the rows of one array when they are
     all of one length (a sender of bodies alone), else gathered into one block."""
-    lengths = units.props_lengths
-    length = int(lengths[0])
-    if int(lengths.min()) != length or int(lengths.max()) != length:
-        return ids_only(properties_block(units), lengths)
-    rows = layout.rows_at(units.data, units.props_starts, length)
-    return _ids_of_rows(rows)
+    if units.props_rows is None:
+        return ids_only(properties_block(units), units.props_lengths)
+    return _ids_of_rows(units.props_rows)
 
 
 def _ids_of_rows(rows: np.ndarray) -> list[str] | None:

@@ -226,7 +226,7 @@ class CommitLog:
         """
         queue_rows = batch.queue_rows()  # outside the lock
 
-        def pack(lo: int, hi: int, phys: int) -> memoryview:
+        def pack(lo: int, hi: int, phys: int) -> bytearray | memoryview:
             if lo == 0:  # taken only once the segments exist: a refused batch leaves no gap
                 assign_queue_offsets(batch, queue_rows, self.queue_offsets.take_many)
             return pack_units(batch, lo, hi, phys, now_ms, self._store_host)

@@ -69,9 +69,9 @@ def pack_units(
     physical_offset: int,
     store_timestamp_ms: int,
     store_host: tuple[bytes, int],
-) -> memoryview:
-    """The finished units of messages ``[lo, hi)``, placed from ``physical_offset``: a
-    view of ``batch.units`` (valid while the batch lives).
+) -> bytearray | memoryview:
+    """The finished units of messages ``[lo, hi)``, placed from ``physical_offset``:
+    ``batch.units`` or a view of it (valid while the batch lives).
 
     Queue offsets must be assigned already. Pure but for filling ``batch.head[lo:hi]``
     (whose CRCs are patched in place: a run is packed once) and writing those headers
@@ -83,7 +83,8 @@ def pack_units(
         _place_all(batch, lo, hi, physical_offset, store_timestamp_ms, store_host)
         start = int(batch.starts[lo])
         end = int(batch.starts[hi - 1]) + int(batch.sizes[hi - 1])
-    return memoryview(batch.units)[start:end]
+    units = batch.units
+    return units if start == 0 and end == len(units) else memoryview(units)[start:end]
 
 
 def _place_all(

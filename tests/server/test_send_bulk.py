@@ -8,6 +8,7 @@ it and falls back to SendMessage when not.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import zlib
@@ -24,6 +25,7 @@ from broker_core.errors import (
     InvalidMessageIdError,
     InvalidPropertyError,
     InvalidTagError,
+    InvalidTopicError,
     MessageCorruptedError,
     MessageTooLargeError,
     RocketMQError,
@@ -169,3 +171,13 @@ def test_a_bad_id_alone_is_refused(bad_id: str) -> None:
     frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0, born_host="10.0.0.7")
     with pytest.raises((InvalidMessageIdError, InvalidPropertyError)):
         to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
+
+
+@pytest.mark.parametrize("other", ["lanez", "lanes-longer", "l"])
+def test_units_of_another_topic_are_refused_whatever_its_length(other: str) -> None:
+    frame = encode_request(
+        other, [b"a", b"b"], [_props(0), _props(1)], born_timestamp_ms=T0, born_host="h"
+    )
+    req = dataclasses.replace(decode_request(frame), topic="lanes")
+    with pytest.raises(InvalidTopicError, match="unit 0 is not of the request's topic"):
+        to_column_batch(req, limits=LIMITS, peer=PEER, now_ms=T0)
