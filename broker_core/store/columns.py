@@ -85,6 +85,8 @@ class ColumnBatch:
     # A short batch of encode_messages: each tail's CRC, the unit CRCs not yet computed
     # (the packer computes them whole: cheaper than a patch for a few units)
     tail_crcs: list[int] | None = field(default=None, init=False)
+    # the largest queue offset assign_queue_offsets gave (None: not assigned that way)
+    max_queue_offset: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         head = self.head

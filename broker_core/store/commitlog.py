@@ -231,10 +231,15 @@ class CommitLog:
                 assign_queue_offsets(batch, queue_rows, self.queue_offsets.take_many)
             return pack_units(batch, lo, hi, phys, now_ms, self._store_host)
 
-        sizes = batch.sizes.tolist()
+        total = len(batch.units)  # the units' bytes: the sizes' sum
         with self._put_lock:
             before = self.max_offset
-            end = self._fill(sizes, pack)
+            seg = self._writable_segment()
+            if seg.wrote_position + total + layout.MIN_BLANK_BYTES <= seg.size:  # all fit
+                seg.append(pack(0, len(batch), seg.base_offset + seg.wrote_position))
+                end = seg.end_offset
+            else:
+                end = self._fill(batch.sizes.tolist(), pack)
             if self.on_append is not None:
                 self.on_append(appended(before, end, now_ms, batch, queue_rows))
             return end

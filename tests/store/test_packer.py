@@ -120,3 +120,30 @@ def test_queue_offsets_are_consecutive_per_queue_in_batch_order() -> None:
     batch = encode_messages(messages, **LIMITS)
     pack_in_runs(batch, [40], 0)
     assert batch.head["queue_offset"].tolist() == [10 + i // 2 for i in range(40)]
+
+
+@pytest.mark.parametrize(
+    ("first_queue_offset", "first_offset"),
+    [(10, 4096), ((1 << 32) - 3, 4096), (10, (1 << 32) - 300), (1 << 40, (1 << 33) + 7)],
+)
+def test_patched_crcs_hold_across_the_high_halves_of_the_offsets(
+    monkeypatch: pytest.MonkeyPatch, first_queue_offset: int, first_offset: int
+) -> None:
+    """The packer patches only the low halves of the offsets when the high ones are the
+    same in every unit; runs crossing 2**32 (queue or physical offsets) take all bytes."""
+    messages = mixed_messages(40, 7)
+    packed = []
+    for small in (0, 1 << 30):  # patched as a run, then each unit's CRC computed whole
+        with_threshold(monkeypatch, small)
+        batch = encode_messages(messages, **LIMITS)
+
+        def take_many(topic: str, queue_id: int, n: int) -> int:
+            return first_queue_offset + queue_id
+
+        packer.assign_queue_offsets(batch, batch.queue_rows(), take_many)
+        packed.append(bytes(packer.pack_units(batch, 0, 40, first_offset, NOW_MS, HOST)))
+        monkeypatch.undo()
+    assert packed[0] == packed[1]
+    pos = 0
+    while pos < len(packed[0]):  # every unit's CRCs check out
+        pos += codec.check_unit(packed[0], pos, first_offset + pos)
