@@ -196,30 +196,35 @@ def message_ids(units: Units) -> list[str] | None:
 
 
 def _ids_of_rows(rows: np.ndarray) -> list[str] | None:
-    """:func:`ids_only` for properties of one length, the rows of ``rows``."""
-    head = len(_ID_ONLY_HEAD)
-    id_length = rows.shape[1] - head - 1
-    if not 1 <= id_length <= MAX_MESSAGE_ID_CHARS:
+    """:func:`ids_only` for properties of one length, the rows of ``rows``, checked as
+    one string: every row ends with its only \\x02, so the n - 1 separators found between
+    ids sit at row boundaries, and with n \\x01 in all no id holds one."""
+    count, head = len(rows), len(_ID_ONLY_HEAD)
+    if not 1 <= rows.shape[1] - head - 1 <= MAX_MESSAGE_ID_CHARS or (rows[:, -1] != 2).any():
         return None
-    ids = rows[:, head:-1]
-    low = int(ids.min())
+    try:
+        text = rows.tobytes().decode("ascii")
+    except UnicodeDecodeError:
+        return None
     if (
-        int(ids.max()) >= 0x80
-        or low < 3  # NUL, \x01, \x02: none inside an id
-        or (rows[:, -1] != 2).any()
-        or (rows[:, :head] != _ID_HEAD_BYTES).any()
+        text.count("\x02") != count
+        or text.count("\x01") != count
+        or "\x00" in text
+        or not text.startswith(_ID_ONLY_HEAD_TEXT)
     ):
         return None
-    if low <= 0x20:  # blanks are all at most a space: else no id can be blank
-        blank = _BLANK[ids]
-        if not (~blank).any(axis=1).all():
-            return None
-    text = rows.tobytes().decode("ascii")  # no separator inside an id: split at them
-    return text[head:-1].split(_BETWEEN_IDS)
+    ids = text[head:-1].split(_BETWEEN_IDS)
+    if len(ids) != count:
+        return None
+    ids_bytes = rows[:, head:-1]
+    if int(ids_bytes.min()) <= 0x20 and not (~_BLANK[ids_bytes]).any(axis=1).all():
+        return None  # an id of blanks alone (none can be when no byte is a blank)
+    return ids
 
 
 _ID_ONLY_HEAD: Final = f"{PROPERTY_UNIQ_KEY}\x01".encode()
-_BETWEEN_IDS: Final = "\x02" + _ID_ONLY_HEAD.decode()
+_ID_ONLY_HEAD_TEXT: Final = _ID_ONLY_HEAD.decode()
+_BETWEEN_IDS: Final = "\x02" + _ID_ONLY_HEAD_TEXT
 _ID_HEAD_BYTES: Final = np.frombuffer(_ID_ONLY_HEAD, np.uint8)
 _BLANK: Final = np.zeros(256, bool)  # per byte value: str.isspace, ASCII (np.isin is slow)
 _BLANK[np.frombuffer(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f", np.uint8)] = True

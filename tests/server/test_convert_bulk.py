@@ -54,6 +54,10 @@ def test_an_id_of_blanks_alone_is_refused_whole(blank: str) -> None:
         (["A1", "B2", "C3"], True),
         (["A1", "  ", "C3"], False),  # one length: the rows path; a blank id
         (["A1", "B\x01", "C3"], False),
+        (["A1", "B\x02", "C3"], False),
+        (["A1", "B\x00", "C3"], False),
+        (["A1", "é", "C3"], False),  # 2 bytes of UTF-8: one length, not ASCII
+        (["A1", "\x02\x01", "C3"], False),
         (["A1", "B 2", " C3"], True),  # lengths differ: the block path
     ],
 )
