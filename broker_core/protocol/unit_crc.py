@@ -49,8 +49,8 @@ OPEN_FIELDS: Final = (
 )
 
 
-def _field_positions(names: tuple[str, ...]) -> np.ndarray:
-    """The header byte positions of ``names``' fields, ascending."""
+def field_positions(names: tuple[str, ...]) -> np.ndarray:
+    """The header byte positions (in the 100-byte header) of ``names``' fields, ascending."""
     fields = layout.HEADER_DTYPE.fields
     assert fields is not None
     out: list[int] = []
@@ -60,7 +60,7 @@ def _field_positions(names: tuple[str, ...]) -> np.ndarray:
     return np.array(sorted(out), np.int64)
 
 
-OPEN_POSITIONS: Final = _field_positions(OPEN_FIELDS)
+OPEN_POSITIONS: Final = field_positions(OPEN_FIELDS)
 _OPEN_MASK: Final = int.from_bytes(
     bytes(0xFF if SPAN_START + i in set(OPEN_POSITIONS.tolist()) else 0 for i in range(SPAN)),
     "big",
@@ -84,11 +84,6 @@ def _table() -> np.ndarray:
 
 TABLE: Final = _table()
 _FLAT: Final = TABLE.ravel()
-
-
-def field_positions(names: tuple[str, ...]) -> np.ndarray:
-    """Header byte positions (within the 100-byte header) of the named fields."""
-    return _field_positions(names)
 
 
 def delta_crcs(delta: np.ndarray, positions: np.ndarray) -> np.ndarray:

@@ -1,8 +1,10 @@
 """Checking a SendBulk frame's units as arrays: headers, tails, the id-only properties.
 
-Every unit's 100-byte header is gathered with one numpy fancy index at the unit starts,
-and each rule is one array comparison over all units; the first unit breaking a rule is
-named in the error. Nothing here touches the store. Used by ``convert_bulk``.
+Every unit's 100-byte header is gathered at the unit starts in one numpy gather (a
+strided view of every window, ``unit.rows_at``), and all rules are tested together with
+a few whole-array reductions; only when one fails are they tested again rule by rule, to
+name the first unit breaking the first rule. Nothing here touches the store. Used by
+``convert_bulk``.
 
 Rules (in the order checked):
 

@@ -11,15 +11,16 @@ record (``appended.Appended``), so a format or validation rule is written once.
 The batch holds the finished units back to back in one buffer (``units``: header, body,
 tail — topic length, topic, properties length, properties — as the commitlog will hold
 them) and each message's 100-byte header once more as one record of
-:data:`~broker_core.protocol.unit.HEADER_DTYPE` (``head``), the copy fields are read and
-written in. Everything known before the append is filled in; the append fills the open
-fields (:data:`~broker_core.protocol.unit_crc.OPEN_FIELDS`: queue id, queue offset,
-physical offset, store time and host) and writes the headers into ``units``.
-Until packed, each header's ``unit_crc`` is the unit CRC with the open fields zero: the
-packer patches it
-(:mod:`~broker_core.protocol.unit_crc`) instead of computing a CRC per unit under the
-commitlog's lock. A bulk frame's units arrive finished from the client; the encoders here
-build them for every other way in.
+:data:`~broker_core.protocol.unit.HEADER_DTYPE` (``head``): the copy that fields are read
+and written in. Everything known before the append is filled in; the append fills the
+open fields (:data:`~broker_core.protocol.unit_crc.OPEN_FIELDS`: queue id, queue offset,
+physical offset, store time and host) and writes the headers into ``units``. Until
+packed, each header's ``unit_crc`` is the unit CRC with the open fields zero: the packer
+patches it (:mod:`~broker_core.protocol.unit_crc`) instead of computing a CRC per unit
+under the commitlog's lock (a short batch of ``encode_messages`` keeps its tail CRCs
+instead, and the packer computes each unit CRC whole: one call, cheaper than a patch).
+A bulk frame's units arrive finished from the client; the encoders here build them for
+every other way in.
 
 Validation happens here, before anything is stored: an oversize body or properties, a bad
 topic, a property that does not encode, an integer the header cannot hold fails the whole
