@@ -14,13 +14,12 @@ them) and each message's 100-byte header once more as one record of
 :data:`~broker_core.protocol.unit.HEADER_DTYPE` (``head``): the copy that fields are read
 and written in. Everything known before the append is filled in; the append fills the
 open fields (:data:`~broker_core.protocol.unit_crc.OPEN_FIELDS`: queue id, queue offset,
-physical offset, store time and host) and writes the headers into ``units``. Until
-packed, each header's ``unit_crc`` is the unit CRC with the open fields zero: the packer
-patches it (:mod:`~broker_core.protocol.unit_crc`) instead of computing a CRC per unit
-under the commitlog's lock (a short batch of ``encode_messages`` keeps its tail CRCs
-instead, and the packer computes each unit CRC whole: one call, cheaper than a patch).
-A bulk frame's units arrive finished from the client; the encoders here build them for
-every other way in.
+physical offset, store time and host) and writes the headers into ``units``. The unit
+CRCs: a bulk frame's units arrive with each CRC computed by the client with the open
+fields zero, and the packer patches them (:mod:`~broker_core.protocol.unit_crc`: no CRC
+call per unit); the encoders here, which build the units for every other way in, keep
+each tail's CRC, and the packer computes each unit CRC whole, once the fields are final
+(one call a unit either way, and a patch on top would only add work: measured).
 
 Validation happens here, before anything is stored: an oversize body or properties, a bad
 topic, a property that does not encode, an integer the header cannot hold fails the whole
@@ -52,8 +51,6 @@ from broker_core.store import codec
 SMALL_BATCH = 16
 
 QueueKey = tuple[str, int]
-_QUEUE_ID = struct.Struct(">i")
-_QUEUE_ID_POS = layout.field_pos("queue_id")
 
 
 @dataclass(slots=True)
@@ -63,9 +60,9 @@ class ColumnBatch:
     ``units`` holds the units back to back, unit ``i`` at ``starts[i]`` (its header bytes
     there are only placeholders until the packer writes ``head`` over them); ``head``
     holds the headers with the open fields still zero but for queue ids, which may be
-    chosen after encoding (``queue_ids`` setter): the broker picks them; until packed,
-    its ``unit_crc`` is each unit's CRC with the open fields zero (but for a short batch
-    of ``encode_messages``, which keeps its ``tail_crcs`` instead). A batch belongs
+    chosen after encoding (``queue_ids`` setter): the broker picks them. Until packed, its
+    ``unit_crc`` is either not computed yet (``tail_crcs`` set) or each unit's CRC with
+    the open fields zero (``tail_crcs`` None: a bulk frame's units). A batch belongs
     to the thread sending it; the append writes its results into ``head``.
     """
 
@@ -83,8 +80,10 @@ class ColumnBatch:
     tags_codes: np.ndarray = field(init=False)
     # queue_rows() as found while encoding Message objects (dropped when queue ids change)
     known_rows: dict[QueueKey, list[int]] | None = field(default=None, init=False)
-    # A short batch of encode_messages: each tail's CRC, the unit CRCs not yet computed
-    # (the packer computes them whole: cheaper than a patch for a few units)
+    # Each tail's CRC when the unit CRCs are not computed yet (the encoders' batches: the
+    # packer computes each whole once the open fields are filled); None when each
+    # header's unit_crc is the CRC with the open fields zero (a bulk frame's units), which
+    # the packer patches
     tail_crcs: list[int] | None = field(default=None, init=False)
     # the largest queue offset assign_queue_offsets gave (None: not assigned that way)
     max_queue_offset: int | None = field(default=None, init=False)
@@ -249,19 +248,12 @@ def encode_columns(
     head["born_host_port"] = born_host[1]
     head["tags_code"] = tags_codes
     head["body_length"] = body_lens
-    raw = head.view(np.uint8).data
-    crc32, size, start = zlib.crc32, layout.HEADER_SIZE, layout.CRC_START
-    head["unit_crc"] = np.fromiter(  # open fields zero: the queue id is set below
-        (
-            crc32(raw[at + start : at + size], crc32(tail))
-            for at, tail in zip(range(0, len(raw), size), tails, strict=True)
-        ),
-        np.uint32,
-        len(tails),
-    )
     head["queue_id"] = -1
+    raw = head.view(np.uint8).data
     units, starts = join_units(raw, bodies, tails), np.cumsum(sizes) - sizes
-    return ColumnBatch(head, raw, units, starts, [topic] * len(bodies), index_keys)
+    batch = ColumnBatch(head, raw, units, starts, [topic] * len(bodies), index_keys)
+    batch.tail_crcs = list(map(zlib.crc32, tails))  # the unit CRCs: whole, when packed
+    return batch
 
 
 def join_units(raw: memoryview, bodies: Sequence[bytes], tails: Sequence[bytes]) -> bytearray:
@@ -280,13 +272,13 @@ def encode_messages(
     raw = bytearray(layout.HEADER_SIZE * len(messages))
     bodies, tails, topics, index_keys = [], [], [], []
     rows: dict[QueueKey, list[int]] = {}  # queue_rows(), cheaper here than from the headers
-    crc32, size_limit, span = zlib.crc32, min(max_properties_bytes, 0xFFFF), layout.CRC_START
+    crc32, size_limit = zlib.crc32, min(max_properties_bytes, 0xFFFF)
     encode_properties, topic_head, keys_of = (
         codec.encode_properties,
         codec.topic_head,
         codec.index_keys,
     )
-    tail_crcs: list[int] | None = [] if len(messages) < SMALL_BATCH else None
+    tail_crcs: list[int] = []
     at = 0
     for row, msg in enumerate(messages):
         body = msg.body if type(msg.body) is bytes else bytes(msg.body)
@@ -301,14 +293,8 @@ def encode_messages(
             )
         tail = topic_head(msg.topic) + len(props).to_bytes(2, "big") + props
         size = layout.HEADER_SIZE + len(body) + len(tail)
-        if tail_crcs is None:  # the unit CRC with the open fields zero, patched when packed
-            _pack_known(raw, row, msg, size, crc32(body), len(body), 0)
-            unit_crc = crc32(raw[at + span : at + layout.HEADER_SIZE], crc32(tail))
-            layout.CRC.pack_into(raw, at + layout.UNIT_CRC_POS, unit_crc)
-            _pack_queue_id(raw, at, msg)  # an open field: after the CRC
-        else:  # a short batch: the packer computes each unit CRC whole
-            _pack_known(raw, row, msg, size, crc32(body), len(body), msg.queue_id)
-            tail_crcs.append(crc32(tail))
+        _pack_known(raw, row, msg, size, crc32(body), len(body))
+        tail_crcs.append(crc32(tail))
         bodies.append(body)
         tails.append(tail)
         topics.append(msg.topic)
@@ -324,21 +310,8 @@ def encode_messages(
     return batch
 
 
-def _pack_queue_id(raw: bytearray, at: int, msg: Message) -> None:
-    try:
-        _QUEUE_ID.pack_into(raw, at + _QUEUE_ID_POS, msg.queue_id)
-    except struct.error:
-        codec.explain_bad_ranges(msg, msg.born_host[1])
-
-
 def _pack_known(
-    raw: bytearray,
-    row: int,
-    msg: Message,
-    size: int,
-    body_crc: int,
-    body_length: int,
-    queue_id: int,
+    raw: bytearray, row: int, msg: Message, size: int, body_crc: int, body_length: int
 ) -> None:
     """Write the header fields known before the append (the rest stays zero)."""
     host, port = msg.born_host
@@ -350,7 +323,7 @@ def _pack_known(
             layout.MESSAGE_MAGIC,
             0,
             body_crc,
-            queue_id,
+            msg.queue_id,
             msg.flag,
             0,
             0,

@@ -3,20 +3,21 @@
 Under the commitlog's put lock, ``CommitLog.append`` takes queue offsets
 (:func:`assign_queue_offsets`) and, once per segment the batch touches, packs the units
 placed there (:func:`pack_units`). What the batch left open in its header records is
-filled here: queue offset, physical offset, store time and host. The unit CRC is not
-computed again: the batch's headers carry each unit's CRC with those fields zero, and
-the packer patches in their contribution
-(:mod:`broker_core.protocol.unit_crc`: CRC-32 is affine), then writes the headers over
-their placeholders in the batch's joined units (``batch.units``) and returns that run as
-one view: no per-unit join, one write per segment. The byte layout is
+filled here: queue offset, physical offset, store time and host. Then the unit CRCs
+(tail, then header bytes [12, 100)): a batch that arrived with them computed with those
+fields zero (a bulk frame's units) has them patched (:mod:`broker_core.protocol.unit_crc`:
+CRC-32 is affine, so no CRC call per unit); a batch the broker encoded itself has each
+computed whole from its tail's CRC. The headers are then written over their placeholders
+in the batch's joined units (``batch.units``), and the run goes out as one buffer: no
+per-unit join, one write per segment. The byte layout is
 :mod:`broker_core.protocol.unit`'s; readers, recovery and replication verify it with
 ``codec.check_unit`` and ``protocol.verify``.
 
 A run of many headers is filled with numpy field assignments, one per field for the
 whole run, its CRCs patched with one table gather; a run shorter than ``SMALL_BATCH`` is
-filled record by record with the same ``struct`` layouts and one ``zlib.crc32`` of each
-unit's 88-byte delta instead, since numpy's fixed cost per call would make a one-message
-send slower (tests compare the two byte for byte).
+filled record by record with the same ``struct`` layouts (a patch is then one
+``zlib.crc32`` of the unit's 88-byte delta), since numpy's fixed cost per call would make
+a one-message send slower (tests compare the two byte for byte).
 
 The header records are written in place: after the append the batch's ``head`` says
 where every message went (``queue_offset``, ``physical_offset``, ``store_timestamp_ms``).
@@ -116,13 +117,12 @@ def _place_all(
     if batch.tail_crcs is None:
         last = physical_offset + int(starts[-1]) - first
         _patch_crcs(head, headers, batch.max_queue_offset, (physical_offset, last), stamp)
-    else:  # CRCs not computed yet (a short batch packed as one run: tests do)
-        spans = headers[:, unit_crc.SPAN_START :].tobytes()
+    else:  # the broker's own encoding: each CRC computed whole, now the fields are final
+        crc32, size, start = zlib.crc32, layout.HEADER_SIZE, unit_crc.SPAN_START
+        raw = batch.raw[lo * size : hi * size]
         head["unit_crc"] = [
-            zlib.crc32(spans[at : at + unit_crc.SPAN], tail_crc)
-            for at, tail_crc in zip(
-                range(0, len(spans), unit_crc.SPAN), batch.tail_crcs[lo:hi], strict=True
-            )
+            crc32(raw[at + start : at + size], tail_crc)
+            for at, tail_crc in zip(range(0, len(raw), size), batch.tail_crcs[lo:hi], strict=True)
         ]
     _write_headers(batch, lo, hi, headers)
 
@@ -178,7 +178,7 @@ def _place_each(
     for row, unit_size in enumerate(batch.sizes[lo:hi].tolist(), lo):
         _PHYS.pack_into(raw, at + _PHYS_POS, phys)
         _STAMP.pack_into(raw, at + layout.STORE_TIME_POS, store_timestamp_ms, ip, port)
-        if tail_crcs is not None:  # computed whole: one CRC call, as a patch costs
+        if tail_crcs is not None:  # computed whole
             crc.pack_into(
                 raw,
                 at + layout.UNIT_CRC_POS,
