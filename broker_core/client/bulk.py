@@ -1,19 +1,18 @@
-"""Our side of SendBulk: columns → a bulk frame, and the answer → receipts.
+"""Our side of SendBulk: columns → a bulk frame of finished units, and the answer → receipts.
 
-Frames are :mod:`broker_core.protocol.bulk_send`'s. Properties are written exactly as the
-broker stores them for SendMessage (UNIQ_KEY, TAGS, KEYS, then user properties), so a
-bulk send stores the same bytes. Message ids are drawn like ``wire``'s (one block per
-batch). Pure functions; any thread.
+Frames are :mod:`broker_core.protocol.bulk_send`'s: the units are built as arrays by
+:mod:`broker_core.protocol.bulk_units`. Properties are written exactly as the broker
+stores them for SendMessage (UNIQ_KEY, TAGS, KEYS, then user properties), so a bulk send
+stores the same bytes. Message ids are drawn like ``wire``'s (one block per batch). Pure
+functions; any thread.
 
 >>> frame, ids = encode_bulk("t", [b"a"], tags=["x"], keys=[["k1", "k2"]],
 ...                          properties=[{"region": "eu"}])
->>> from broker_core.protocol.bulk_send import decode_request
->>> decode_request(frame).properties[0] == (
-...     f"UNIQ_KEY\\x01{ids.strings()[0]}\\x02TAGS\\x01x\\x02KEYS\\x01k1 k2\\x02region\\x01eu\\x02"
-... ).encode()
+>>> (f"UNIQ_KEY\\x01{ids.strings()[0]}\\x02TAGS\\x01x\\x02KEYS\\x01k1 k2\\x02region\\x01eu\\x02"
+...  ).encode() in frame
 True
 >>> frame, ids = encode_bulk("t", [b"a", b"b"])  # bodies alone: ids made as an array
->>> [p.decode()[9:-1] for p in decode_request(frame).properties] == ids.strings()
+>>> all(f"UNIQ_KEY\\x01{i}\\x02".encode() in frame for i in ids.strings())
 True
 """
 
@@ -32,7 +31,7 @@ from broker_core.client.errors import check
 from broker_core.client.message_ids import ID_BLOCKS
 from broker_core.client.model import SendReceipt
 from broker_core.errors import InvalidArgumentError
-from broker_core.message import KEY_SEPARATOR
+from broker_core.message import KEY_SEPARATOR, tag_hash
 from broker_core.protocol.bulk_send import (
     SEND_METHOD,
     SERVICE_NAME,
@@ -123,6 +122,7 @@ def encode_bulk(
         encoded,
         born_timestamp_ms=time.time_ns() // 1_000_000,
         born_host=local_host(),
+        tags_codes=[0] * count if tags is None else [tag_hash(tag) for tag in tags],
     )
     return frame, ids
 

@@ -1,24 +1,24 @@
-"""``rmq.bulk.v1.Bulk/SendBulk`` frames: many plain messages of one topic as columns.
+"""``rmq.bulk.v1.Bulk/SendBulk`` frames: many plain messages of one topic as finished units.
 
 The mirror of PullRaw for producers (as Kafka's producer ships record batches): our
-client encodes a batch column by column (numpy for the length and CRC columns, one join
-per column), the broker checks it with array operations and one pass over the
-properties, and stores it through the same path as SendMessage's column batches, so the
-bytes stored are those SendMessage stores for the same messages.
+client encodes the batch as the commitlog units the broker will store
+(:mod:`broker_core.protocol.bulk_units`, built as arrays), with the fields only the broker
+knows left zero — queue id, queue offset, physical offset, store time and host, born
+host — and each unit CRC computed with them zero. The broker checks the frame's CRC,
+checks every unit with array operations, fills those fields as numpy assignments,
+patches the unit CRCs (:mod:`broker_core.protocol.unit_crc`) and appends the block
+through the same path as every other send, so the bytes stored are those SendMessage
+stores for the same messages.
 
 Request bytes (integers big-endian)::
 
     offset  size     field
-    0       4        header_length N      uint32
-    4       N        header               UTF-8 JSON {"topic", "count", "born_timestamp_ms",
-                                          "born_host"}
-    …       4·count  body lengths         int32, each ≥ 1
-    …       4·count  body CRC32s          uint32 (the broker recomputes and compares them)
-    …       4·count  properties lengths   int32
-    …       Σ        bodies               back to back
-    …       Σ        properties           back to back, each as stored: ``name \\x01 value
-                                          \\x02`` repeated, UNIQ_KEY first, then TAGS and
-                                          KEYS when present, then user properties
+    0       1        version              uint8, FRAME_VERSION; any other is refused
+    1       4        frame_crc            uint32, CRC32 of every byte after this field
+    5       4        header_length N      uint32
+    9       N        header               UTF-8 JSON {"topic", "count", "born_host"}
+    …       4·count  unit sizes           int32, each unit's total_size
+    …       Σ        units                back to back (:mod:`broker_core.protocol.unit`)
 
 Response bytes::
 
@@ -31,8 +31,8 @@ Response bytes::
 >>> frame = encode_request("t", [b"ab", b"c"], [b"UNIQ_KEY\\x01A\\x02", b"UNIQ_KEY\\x01B\\x02"],
 ...                        born_timestamp_ms=5, born_host="10.0.0.1")
 >>> req = decode_request(frame)
->>> req.topic, req.bodies, req.properties, req.body_crcs.tolist() == [0x9E83486D, 0x06B9DF6F]
-('t', [b'ab', b'c'], [b'UNIQ_KEY\\x01A\\x02', b'UNIQ_KEY\\x01B\\x02'], True)
+>>> req.topic, req.born_host, req.sizes.tolist(), len(req.units)
+('t', '10.0.0.1', [117, 116], 233)
 >>> decode_response(encode_response({"code": 20000, "message": "OK"}, [7, 8]))
 ({'code': 20000, 'message': 'OK'}, [7, 8])
 """
@@ -48,33 +48,35 @@ from typing import Any, Final
 
 import numpy as np
 
-from broker_core.errors import InvalidArgumentError, MessageCorruptedError
+from broker_core.errors import InvalidArgumentError, MessageCorruptedError, UnsupportedError
+from broker_core.protocol import unit as layout
+from broker_core.protocol.bulk_units import build_units
 
 SERVICE_NAME: Final = "rmq.bulk.v1.Bulk"
 SEND_METHOD: Final = "SendBulk"
+FRAME_VERSION: Final = 2
 HEADER_LENGTH: Final = struct.Struct(">I")
+_PREFIX: Final = struct.Struct(">BI")  # version, frame CRC
 MAX_HEADER_BYTES: Final = 64 << 10
 
 
 @dataclass(frozen=True, slots=True)
 class BulkRequest:
-    """A decoded SendBulk request; one entry per message in each list and array."""
+    """A decoded SendBulk request: its units not yet checked but for their count and
+    sizes adding up (and the frame CRC matching)."""
 
     topic: str
-    born_timestamp_ms: int
     born_host: str
-    bodies: list[bytes]
-    body_crcs: np.ndarray  # uint32, as the client computed them
-    properties: list[bytes]
+    sizes: np.ndarray  # int64, one per unit
+    units: memoryview  # the units back to back (a view of the frame)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
 
 
 def _frame(header: dict[str, Any], *parts: bytes) -> bytes:
     head = json.dumps(header, separators=(",", ":")).encode()
     return b"".join((HEADER_LENGTH.pack(len(head)), head, *parts))
-
-
-def _lengths(items: Sequence[bytes]) -> np.ndarray:
-    return np.fromiter(map(len, items), np.int64, len(items))
 
 
 def encode_request(
@@ -84,43 +86,31 @@ def encode_request(
     *,
     born_timestamp_ms: int,
     born_host: str,
+    tags_codes: Sequence[int] | None = None,
 ) -> bytes:
     """The request frame (``properties`` already encoded as stored, one per body: a
     sequence of bytes, or a 2-D uint8 array whose rows are the properties, all of one
-    length)."""
+    length; ``tags_codes`` default to the TAGS found in them)."""
     if len(bodies) != len(properties):
         raise InvalidArgumentError(f"{len(bodies)} bodies but {len(properties)} properties")
-    if isinstance(properties, np.ndarray):
-        prop_lengths = np.full(len(properties), properties.shape[1], np.int64)
-        prop_block = np.ascontiguousarray(properties, np.uint8).tobytes()
-    else:
-        prop_lengths, prop_block = _lengths(properties), b"".join(properties)
-    crcs = np.fromiter(map(zlib.crc32, bodies), np.uint32, len(bodies))
-    header = {
-        "topic": topic,
-        "count": len(bodies),
-        "born_timestamp_ms": born_timestamp_ms,
-        "born_host": born_host,
-    }
-    return _frame(
-        header,
-        _lengths(bodies).astype(">i4").tobytes(),
-        crcs.astype(">u4").tobytes(),
-        prop_lengths.astype(">i4").tobytes(),
-        b"".join(bodies),
-        prop_block,
+    units, sizes = build_units(
+        topic, bodies, properties, born_timestamp_ms=born_timestamp_ms, tags_codes=tags_codes
     )
+    header = {"topic": topic, "count": len(bodies), "born_host": born_host}
+    body = _frame(header, sizes.astype(">i4").tobytes())
+    crc = zlib.crc32(units, zlib.crc32(body))
+    return b"".join((_PREFIX.pack(FRAME_VERSION, crc), body, units))
 
 
-def _header(frame: bytes) -> tuple[dict[str, Any], int]:
-    if len(frame) < HEADER_LENGTH.size:
+def _header(frame: bytes | memoryview, start: int = 0) -> tuple[dict[str, Any], int]:
+    if len(frame) < start + HEADER_LENGTH.size:
         raise MessageCorruptedError("bulk frame shorter than its header length")
-    (length,) = HEADER_LENGTH.unpack_from(frame)
-    end = HEADER_LENGTH.size + length
+    (length,) = HEADER_LENGTH.unpack_from(frame, start)
+    end = start + HEADER_LENGTH.size + length
     if length > MAX_HEADER_BYTES or end > len(frame):
         raise MessageCorruptedError(f"bulk frame header of {length} bytes does not fit")
     try:
-        header = json.loads(frame[HEADER_LENGTH.size : end])
+        header = json.loads(bytes(frame[start + HEADER_LENGTH.size : end]))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MessageCorruptedError(f"bulk frame header is not JSON: {exc}") from None
     if not isinstance(header, dict):
@@ -135,40 +125,34 @@ def _field(header: dict[str, Any], name: str, kind: type) -> Any:
     return value
 
 
-def _split(data: bytes, start: int, lengths: np.ndarray) -> tuple[list[bytes], int]:
-    ends = (start + np.cumsum(lengths)).tolist()
-    starts = [start, *ends[:-1]]
-    return [data[a:b] for a, b in zip(starts, ends, strict=True)], ends[-1] if ends else start
-
-
 def decode_request(frame: bytes) -> BulkRequest:
-    """The request in ``frame``; MessageCorruptedError when its lengths do not add up."""
-    header, pos = _header(frame)
+    """The request in ``frame``: UnsupportedError for another frame version,
+    MessageCorruptedError when the frame CRC or the unit sizes do not add up."""
+    if len(frame) < _PREFIX.size:
+        raise MessageCorruptedError("bulk frame shorter than its version and CRC")
+    version, crc = _PREFIX.unpack_from(frame)
+    if version != FRAME_VERSION:
+        raise UnsupportedError(
+            f"SendBulk frame version {version} is not supported (this broker reads "
+            f"version {FRAME_VERSION})"
+        )
+    view = memoryview(frame)
+    if zlib.crc32(view[_PREFIX.size :]) != crc:
+        raise MessageCorruptedError("SendBulk frame CRC mismatch: the frame was damaged")
+    header, pos = _header(view, _PREFIX.size)
     count = _field(header, "count", int)
     if count < 1:
         raise InvalidArgumentError(f"SendBulk carries no message (count {count})")
-    columns = (
-        np.frombuffer(frame, ">u4", 3 * count, pos)
-        if pos + 12 * count <= len(frame)
-        else np.zeros(0, ">u4")
-    )
-    if len(columns) != 3 * count:
-        raise MessageCorruptedError(f"bulk frame too short for {count} messages")
-    body_lens = columns[:count].astype(np.int64)
-    prop_lens = columns[2 * count :].astype(np.int64)
-    total = pos + 12 * count + int(body_lens.sum()) + int(prop_lens.sum())
-    if int(body_lens.min()) < 1 or int(prop_lens.max()) > 0xFFFF or total != len(frame):
-        raise MessageCorruptedError("bulk frame lengths do not add up to its size")
-    bodies, at = _split(frame, pos + 12 * count, body_lens)
-    properties, _ = _split(frame, at, prop_lens)
-    return BulkRequest(
-        _field(header, "topic", str),
-        _field(header, "born_timestamp_ms", int),
-        _field(header, "born_host", str),
-        bodies,
-        columns[count : 2 * count].astype(np.uint32),
-        properties,
-    )
+    if pos + 4 * count > len(frame):
+        raise MessageCorruptedError(f"bulk frame too short for {count} unit sizes")
+    sizes = np.frombuffer(frame, ">i4", count, pos).astype(np.int64)
+    units = view[pos + 4 * count :]
+    if int(sizes.min()) < layout.MIN_UNIT_BYTES or int(sizes.sum()) != len(units):
+        raise MessageCorruptedError(
+            f"SendBulk unit sizes add up to {int(sizes.sum())} bytes, the frame holds "
+            f"{len(units)} (or a unit is shorter than {layout.MIN_UNIT_BYTES})"
+        )
+    return BulkRequest(_field(header, "topic", str), _field(header, "born_host", str), sizes, units)
 
 
 def encode_response(status: dict[str, Any], offsets: Sequence[int] | np.ndarray) -> bytes:

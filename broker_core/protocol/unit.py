@@ -106,3 +106,21 @@ NOT_IN_QUEUE: Final = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBAC
 
 NAME_VALUE_SEP: Final = "\x01"
 PROPERTY_SEP: Final = "\x02"
+
+
+def _windows(data: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width``-byte window of ``data`` (1-D uint8, contiguous) as a 2-D view."""
+    return np.ndarray((max(len(data) - width + 1, 0), width), np.uint8, buffer=data, strides=(1, 1))
+
+
+def rows_at(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """A copy of the ``width`` bytes at each of ``starts`` in ``data`` (uint8), as the rows
+    of a 2-D array: one gather from a strided view of every window (faster than an index
+    array of every byte). Each ``start + width`` must be within ``data``."""
+    return _windows(data, width)[starts]
+
+
+def write_rows(data: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> None:
+    """Write the rows of ``rows`` (uint8, 2-D) into ``data`` (writable) at ``starts``
+    (which must not make two rows overlap)."""
+    _windows(data, rows.shape[1])[starts] = rows

@@ -2,15 +2,23 @@
 
 The third converter of the send path, beside ``convert_in`` (protobuf → messages) and
 ``convert_columns`` (protobuf → columns); below it everything is shared
-(``Broker.send_columns``, one store put, one packer). It shares the column converter's
-checks (``_plain``, the size limits of ``encode_columns``, the system-key registry) and,
-unlike it, never falls back: a frame holds plain messages only, so anything wrong is the
-producer's error, named with the index of the first bad message.
+(``Broker.send_columns``, one store put, one packer). The frame already holds the units
+as the commitlog will (``protocol.bulk_send``): the converter checks them as arrays
+(``bulk_checks``), fills the born host (and the born time where the client left it 0)
+and patches the unit CRCs for it, then hands the units on as the batch's joined units —
+no unit is rebuilt. It never falls back: a frame holds plain messages only, so anything
+wrong is the producer's error, named with the index of the first bad message.
 
-Checks, all before anything is stored: the topic name; every body's CRC recomputed and
-compared; the properties UTF-8 and well formed (``name \\x01 value \\x02`` pairs, no NUL),
-UNIQ_KEY first and plain, TAGS and KEYS as SendMessage accepts them, no other system key,
-sizes within the store's limits.
+Checks, all before anything is stored: the topic name; every header and tail
+(``bulk_checks``: sizes, magic, the broker's fields zero, body and properties within the
+store's limits, the topic bytes the request's); the properties UTF-8 and well formed
+(``name \\x01 value \\x02`` pairs, no NUL), UNIQ_KEY first and plain, TAGS and KEYS as
+SendMessage accepts them, no other system key; each header's tag hash that of its TAGS.
+
+Index keys (UNIQ_KEY, then KEYS) are read from the checked properties, not sent beside
+the units: the broker must parse the properties anyway to refuse system keys, and keys
+it derives need no check against the units. Body CRCs and unit CRCs are the client's:
+the frame CRC covers transport damage, and readers verify both end to end.
 
 >>> from broker_core.protocol.bulk_send import decode_request, encode_request
 >>> frame = encode_request("t", [b"hi"], [b"UNIQ_KEY\\x01ID1\\x02TAGS\\x01a\\x02"],
@@ -23,13 +31,11 @@ sizes within the store's limits.
 
 from __future__ import annotations
 
-import zlib
+import struct
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from broker_core.errors import (
-    InvalidArgumentError,
     InvalidKeyError,
     InvalidMessageIdError,
     InvalidPropertyError,
@@ -44,65 +50,23 @@ from broker_core.message import (
     tag_hash,
     validate_topic_name,
 )
+from broker_core.protocol import unit as layout
+from broker_core.protocol import unit_crc
 from broker_core.protocol.bulk_send import BulkRequest
 from broker_core.protocol.properties import SYSTEM_PROPERTY_KEYS
+from broker_core.server.bulk_checks import Units, check_units, message_ids
 from broker_core.server.convert_columns import _MAX_PROPERTY_KEY_CHARS, _plain
 from broker_core.server.convert_in import MAX_MESSAGE_ID_CHARS, MAX_TAG_CHARS, Limits, _born_host
-from broker_core.store.columns import ColumnBatch, encode_columns
+from broker_core.store import codec
+from broker_core.store.columns import ColumnBatch
 
 __all__ = ["Limits", "to_column_batch"]
 
-
-def _check_crcs(req: BulkRequest) -> None:
-    crcs = np.fromiter(map(zlib.crc32, req.bodies), np.uint32, len(req.bodies))
-    bad = np.flatnonzero(crcs != req.body_crcs)
-    if len(bad):
-        raise MessageCorruptedError(f"SendBulk: body CRC mismatch at message {int(bad[0])}")
-
-
-_ID_ONLY_HEAD = f"{PROPERTY_UNIQ_KEY}\x01".encode()
-_BLANK = np.zeros(256, bool)  # per byte value: str.isspace, ASCII (a table: np.isin is slow)
-_BLANK[np.frombuffer(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f", np.uint8)] = True
-
-
-def _ids_only(req: BulkRequest) -> list[str] | None:
-    """Every message id when every message's properties are ``UNIQ_KEY \x01 id \x02`` with
-    a plain ASCII id (what our client sends for bodies alone), checked as arrays over
-    the whole properties block; None when any message holds more (or anything odd)."""
-    block = b"".join(req.properties)
-    data = np.frombuffer(block, np.uint8)
-    lengths = np.fromiter(map(len, req.properties), np.int64, len(req.properties))
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    head = len(_ID_ONLY_HEAD)
-    id_lengths = lengths - head - 1
-    if (
-        int(id_lengths.min()) < 1
-        or int(id_lengths.max()) > MAX_MESSAGE_ID_CHARS
-        or int(data.max()) >= 0x80
-        or int(data.min()) == 0
-    ):
-        return None
-    seps = np.flatnonzero(data < 3)  # \x01 and \x02: exactly one of each per message
-    expected = np.empty(2 * len(starts), np.int64)
-    expected[0::2], expected[1::2] = starts + head - 1, ends - 1
-    if (
-        len(seps) != len(expected)
-        or not np.array_equal(seps, expected)
-        or not (data[expected[0::2]] == 1).all()
-    ):
-        return None
-    heads = sliding_window_view(data, head)[starts]
-    if not (heads == np.frombuffer(_ID_ONLY_HEAD, np.uint8)).all():
-        return None
-    blank = _BLANK[data]
-    if blank.any():  # rare: then each id needs some byte other than a space
-        visible = np.zeros(len(data) + 1, np.int64)
-        np.cumsum(~blank, out=visible[1:])
-        if (visible[ends - 1] - visible[starts + head] < 1).any():
-            return None
-    text = block.decode("ascii")
-    return [text[a:b] for a, b in zip((starts + head).tolist(), (ends - 1).tolist(), strict=True)]
+_BORN_HOST = struct.Struct(">4si")  # born host ip and port: side by side
+_BORN_HOST_POS = layout.field_pos("born_host_ip")
+_BORN_TIME = struct.Struct(">q")
+_BORN_TIME_POS = layout.field_pos("born_timestamp_ms")
+assert layout.field_pos("born_host_port") == _BORN_HOST_POS + 4
 
 
 def _keys_of(index: int, raw: bytes) -> tuple[str | None, list[str]]:
@@ -149,29 +113,57 @@ def to_column_batch(
 ) -> ColumnBatch:
     """The column batch of a decoded frame; raises the first problem found (see above)."""
     validate_topic_name(req.topic)
-    if req.born_timestamp_ms < 0:
-        raise InvalidArgumentError(f"SendBulk: born_timestamp_ms {req.born_timestamp_ms} < 0")
-    _check_crcs(req)
-    ids = _ids_only(req)
-    if ids is not None:
-        tags_codes = [0] * len(ids)
-        index_keys = [[message_id] for message_id in ids]
-    else:
-        tags_codes, index_keys = [], []
-        for index, raw in enumerate(req.properties):
-            tag, keys = _keys_of(index, raw)
-            tags_codes.append(tag_hash(tag))
-            index_keys.append(keys)
-    born = req.born_timestamp_ms or now_ms
-    return encode_columns(
-        req.topic,
-        req.bodies,
-        req.properties,
-        body_crcs=req.body_crcs.tolist(),
-        tags_codes=tags_codes,
-        born_ms=[born] * len(req.bodies),
-        born_host=(_born_host(req.born_host, peer[0]), peer[1]),
-        index_keys=index_keys,
+    data = np.frombuffer(req.units, np.uint8)
+    units = check_units(
+        data,
+        req.sizes,
+        codec.topic_head(req.topic),
         max_body_bytes=limits.max_body_bytes,
         max_properties_bytes=limits.max_properties_bytes,
     )
+    index_keys = _index_keys(req, units)
+    head = units.head
+    _fill_born(head, codec.ip4(_born_host(req.born_host, peer[0])), peer[1], now_ms)
+    return ColumnBatch(
+        head,
+        head.view(np.uint8).data,
+        bytearray(req.units),
+        units.starts,
+        [req.topic] * len(head),
+        index_keys,
+    )
+
+
+def _index_keys(req: BulkRequest, units: Units) -> list[list[str]]:
+    """Each message's index keys, its properties checked, its tag hash compared."""
+    ids = message_ids(units)
+    tags = units.head["tags_code"]
+    if ids is not None:
+        if tags.any():
+            raise MessageCorruptedError(
+                f"SendBulk: unit {int(np.flatnonzero(tags)[0])} has a tag hash but no tag"
+            )
+        return [[message_id] for message_id in ids]
+    index_keys = []
+    for index, (start, length, code) in enumerate(
+        zip(units.props_starts.tolist(), units.props_lengths.tolist(), tags.tolist(), strict=True)
+    ):
+        tag, keys = _keys_of(index, bytes(req.units[start : start + length]))
+        if tag_hash(tag) != code:
+            raise MessageCorruptedError(f"SendBulk: unit {index}'s tag hash is not its tag's")
+        index_keys.append(keys)
+    return index_keys
+
+
+def _fill_born(head: np.ndarray, ip: bytes, port: int, now_ms: int) -> None:
+    """Set the born host (and born time where 0: now) and patch the unit CRCs for them
+    (both were zero when the client computed them)."""
+    headers = head.view(np.uint8).reshape(len(head), layout.HEADER_SIZE)
+    host = _BORN_HOST.pack(ip, port)
+    headers[:, _BORN_HOST_POS : _BORN_HOST_POS + len(host)] = np.frombuffer(host, np.uint8)
+    crcs = head["unit_crc"] ^ np.uint32(unit_crc.bytes_delta(_BORN_HOST_POS, host))
+    unborn = head["born_timestamp_ms"] == 0
+    if unborn.any():
+        head["born_timestamp_ms"][unborn] = now_ms
+        crcs[unborn] ^= np.uint32(unit_crc.bytes_delta(_BORN_TIME_POS, _BORN_TIME.pack(now_ms)))
+    head["unit_crc"] = crcs

@@ -8,11 +8,18 @@ topics, transaction units). Below it there is one store put (``MessageStore.put_
 one append (``CommitLog.append``), one packer (``packer.pack_units``) and one dispatch
 record (``appended.Appended``), so a format or validation rule is written once.
 
-The batch holds each message's 100-byte unit header as one record of
-:data:`~broker_core.protocol.unit.HEADER_DTYPE`, with every field known before the append
-filled in; the append fills the rest (queue offset, physical offset, store time and host,
-unit CRC). Bodies and tails (topic length, topic, properties length, properties) stay
-``bytes``, with the tail's CRC computed here, outside the commitlog's lock.
+The batch holds the finished units back to back in one buffer (``units``: header, body,
+tail — topic length, topic, properties length, properties — as the commitlog will hold
+them) and each message's 100-byte header once more as one record of
+:data:`~broker_core.protocol.unit.HEADER_DTYPE` (``head``): the copy that fields are read
+and written in. Everything known before the append is filled in; the append fills the
+open fields (:data:`~broker_core.protocol.unit_crc.OPEN_FIELDS`: queue id, queue offset,
+physical offset, store time and host) and writes the headers into ``units``. The unit
+CRCs: a bulk frame's units arrive with each CRC computed by the client with the open
+fields zero, and the packer patches them (:mod:`~broker_core.protocol.unit_crc`: no CRC
+call per unit); the encoders here, which build the units for every other way in, keep
+each tail's CRC, and the packer computes each unit CRC whole, once the fields are final
+(one call a unit either way, and a patch on top would only add work: measured).
 
 Validation happens here, before anything is stored: an oversize body or properties, a bad
 topic, a property that does not encode, an integer the header cannot hold fails the whole
@@ -50,16 +57,20 @@ QueueKey = tuple[str, int]
 class ColumnBatch:
     """Encoded messages; every array and list has one entry per message, in order.
 
-    ``head`` holds the unit headers with the append-time fields still zero. Queue ids may
-    be chosen after encoding (``queue_ids`` setter): the broker picks them. A batch
-    belongs to the thread sending it; the append writes its results into ``head``.
+    ``units`` holds the units back to back, unit ``i`` at ``starts[i]`` (its header bytes
+    there are only placeholders until the packer writes ``head`` over them); ``head``
+    holds the headers with the open fields still zero but for queue ids, which may be
+    chosen after encoding (``queue_ids`` setter): the broker picks them. Until packed, its
+    ``unit_crc`` is either not computed yet (``tail_crcs`` set) or each unit's CRC with
+    the open fields zero (``tail_crcs`` None: a bulk frame's units). A batch belongs
+    to the thread sending it; the append writes its results into ``head``.
     """
 
-    head: np.ndarray  # records of HEADER_DTYPE
+    head: np.ndarray  # records of HEADER_DTYPE, contiguous
     raw: memoryview  # the same header bytes, flat (format "B")
-    bodies: list[bytes]
-    tails: list[bytes]  # topic length, topic, properties length, properties
-    tail_crcs: list[int]
+    units: bytearray  # the units back to back
+    known_starts: np.ndarray | None  # int64: where each unit starts in ``units`` (None:
+    # not yet computed, see ``starts``)
     topics: list[str]
     index_keys: list[list[str]]  # UNIQ_KEY then KEYS, per message
     # Views of header columns, made once: a field view costs as much as packing a header.
@@ -69,6 +80,13 @@ class ColumnBatch:
     tags_codes: np.ndarray = field(init=False)
     # queue_rows() as found while encoding Message objects (dropped when queue ids change)
     known_rows: dict[QueueKey, list[int]] | None = field(default=None, init=False)
+    # Each tail's CRC when the unit CRCs are not computed yet (the encoders' batches: the
+    # packer computes each whole once the open fields are filled); None when each
+    # header's unit_crc is the CRC with the open fields zero (a bulk frame's units), which
+    # the packer patches
+    tail_crcs: list[int] | None = field(default=None, init=False)
+    # the largest queue offset assign_queue_offsets gave (None: not assigned that way)
+    max_queue_offset: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         head = self.head
@@ -78,7 +96,23 @@ class ColumnBatch:
         self.tags_codes = head["tags_code"]
 
     def __len__(self) -> int:
-        return len(self.bodies)
+        return len(self.head)
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each unit starts in ``units`` (int64), computed once when needed."""
+        if self.known_starts is None:
+            sizes = self.sizes.astype(np.int64)
+            self.known_starts = np.cumsum(sizes) - sizes
+        return self.known_starts
+
+    def unit_start(self, row: int) -> int:
+        """Where unit ``row`` starts in ``units``."""
+        return 0 if row == 0 else int(self.starts[row])
+
+    def body_bytes(self) -> int:
+        """The bodies' bytes, all messages together."""
+        return int(self.head["body_length"].sum())
 
     @property
     def topic(self) -> str:
@@ -209,15 +243,26 @@ def encode_columns(
     head["total_size"] = sizes
     head["magic"] = layout.MESSAGE_MAGIC
     head["body_crc"] = body_crcs
-    head["queue_id"] = -1
     head["born_timestamp_ms"] = born_ms
     head["born_host_ip"] = np.void(codec.ip4(born_host[0]))
     head["born_host_port"] = born_host[1]
     head["tags_code"] = tags_codes
     head["body_length"] = body_lens
-    tail_crcs = [zlib.crc32(t) for t in tails]
+    head["queue_id"] = -1
     raw = head.view(np.uint8).data
-    return ColumnBatch(head, raw, bodies, tails, tail_crcs, [topic] * len(bodies), index_keys)
+    units, starts = join_units(raw, bodies, tails), np.cumsum(sizes) - sizes
+    batch = ColumnBatch(head, raw, units, starts, [topic] * len(bodies), index_keys)
+    batch.tail_crcs = list(map(zlib.crc32, tails))  # the unit CRCs: whole, when packed
+    return batch
+
+
+def join_units(raw: memoryview, bodies: Sequence[bytes], tails: Sequence[bytes]) -> bytearray:
+    """The units back to back, with header placeholders from ``raw``."""
+    size = layout.HEADER_SIZE
+    pieces: list[bytes | memoryview] = []
+    for at, body, tail in zip(range(0, len(raw), size), bodies, tails, strict=True):
+        pieces += (raw[at : at + size], body, tail)
+    return bytearray().join(pieces)
 
 
 def encode_messages(
@@ -225,7 +270,7 @@ def encode_messages(
 ) -> ColumnBatch:
     """Validate and encode ``Message`` objects (any kind, any topics) as one batch."""
     raw = bytearray(layout.HEADER_SIZE * len(messages))
-    bodies, tails, tail_crcs, topics, index_keys = [], [], [], [], []
+    bodies, tails, topics, index_keys = [], [], [], []
     rows: dict[QueueKey, list[int]] = {}  # queue_rows(), cheaper here than from the headers
     crc32, size_limit = zlib.crc32, min(max_properties_bytes, 0xFFFF)
     encode_properties, topic_head, keys_of = (
@@ -233,6 +278,8 @@ def encode_messages(
         codec.topic_head,
         codec.index_keys,
     )
+    tail_crcs: list[int] = []
+    at = 0
     for row, msg in enumerate(messages):
         body = msg.body if type(msg.body) is bytes else bytes(msg.body)
         if len(body) > max_body_bytes:
@@ -247,16 +294,19 @@ def encode_messages(
         tail = topic_head(msg.topic) + len(props).to_bytes(2, "big") + props
         size = layout.HEADER_SIZE + len(body) + len(tail)
         _pack_known(raw, row, msg, size, crc32(body), len(body))
+        tail_crcs.append(crc32(tail))
         bodies.append(body)
         tails.append(tail)
-        tail_crcs.append(crc32(tail))
         topics.append(msg.topic)
         index_keys.append(keys_of(msg.properties))
         if (msg.sys_flag & layout.SYSFLAG_TRANSACTION_MASK) not in layout.NOT_IN_QUEUE:
             rows.setdefault((msg.topic, msg.queue_id), []).append(row)
+        at += layout.HEADER_SIZE
     head = np.frombuffer(raw, layout.HEADER_DTYPE)  # writable: it is the bytearray's memory
-    batch = ColumnBatch(head, memoryview(raw), bodies, tails, tail_crcs, topics, index_keys)
+    view = memoryview(raw)
+    batch = ColumnBatch(head, view, join_units(view, bodies, tails), None, topics, index_keys)
     batch.known_rows = rows
+    batch.tail_crcs = tail_crcs
     return batch
 
 

@@ -226,20 +226,27 @@ class CommitLog:
         """
         queue_rows = batch.queue_rows()  # outside the lock
 
-        def pack(lo: int, hi: int, phys: int) -> bytes:
+        def pack(lo: int, hi: int, phys: int) -> bytearray | memoryview:
             if lo == 0:  # taken only once the segments exist: a refused batch leaves no gap
                 assign_queue_offsets(batch, queue_rows, self.queue_offsets.take_many)
             return pack_units(batch, lo, hi, phys, now_ms, self._store_host)
 
-        sizes = batch.sizes.tolist()
+        total = len(batch.units)  # the units' bytes: the sizes' sum
         with self._put_lock:
             before = self.max_offset
-            end = self._fill(sizes, pack)
+            seg = self._writable_segment()
+            if seg.wrote_position + total + layout.MIN_BLANK_BYTES <= seg.size:  # all fit
+                seg.append(pack(0, len(batch), seg.base_offset + seg.wrote_position))
+                end = seg.end_offset
+            else:
+                end = self._fill(batch.sizes.tolist(), pack)
             if self.on_append is not None:
                 self.on_append(appended(before, end, now_ms, batch, queue_rows))
             return end
 
-    def _fill(self, sizes: list[int], pack: Callable[[int, int, int], bytes | bytearray]) -> int:
+    def _fill(
+        self, sizes: list[int], pack: Callable[[int, int, int], bytes | bytearray | memoryview]
+    ) -> int:
         """Write units of ``sizes`` after the log's end; returns the new end offset.
 
         ``pack(lo, hi, phys)`` gives the bytes of units ``[lo, hi)`` placed at global

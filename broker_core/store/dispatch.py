@@ -50,6 +50,15 @@ _POLL_MS = 50  # the thread's safety-net poll when nothing was left to dispatch
 _BLOCK_MIN_UNITS = 8  # fewer units of one queue than this are written one by one
 
 
+def _queue_units(batch: Appended) -> np.ndarray:
+    """Every message's consume-queue unit (UNIT_DTYPE), in batch order."""
+    units = np.empty(len(batch.size), UNIT_DTYPE)
+    units["phys"] = batch.physical_offset
+    units["size"] = batch.size
+    units["tag"] = batch.tags_code
+    return units
+
+
 class Dispatcher:
     """Follows the commitlog and keeps consume queues and index up to date."""
 
@@ -144,6 +153,7 @@ class Dispatcher:
         twice; queries drop duplicate offsets).
         """
         grown: dict[tuple[str, int], int] = {}
+        all_units: np.ndarray | None = None  # every row's queue unit, made once if needed
         for key, rows in batch.queues.items():
             if len(rows) < _BLOCK_MIN_UNITS:  # a block's numpy set-up costs more
                 cq = self._queues.find_or_create(*key)
@@ -156,15 +166,16 @@ class Dispatcher:
                     )
                 grown[key] = cq.max_offset
                 continue
-            units = np.empty(len(rows), UNIT_DTYPE)
-            units["phys"] = batch.physical_offset[rows]
-            units["size"] = batch.size[rows]
-            units["tag"] = batch.tags_code[rows]
-            first = int(batch.queue_offset[rows[0]])
-            if int(batch.queue_offset[rows[-1]]) - first != len(rows) - 1:
+            if all_units is None:
+                all_units = _queue_units(batch)
+            at: slice | list[int] = rows
+            if rows[-1] - rows[0] == len(rows) - 1:  # side by side: views, not gathers
+                at = slice(rows[0], rows[-1] + 1)
+            first, last = int(batch.queue_offset[rows[0]]), int(batch.queue_offset[rows[-1]])
+            if last - first != len(rows) - 1:
                 raise StoreError(f"queue offsets of {key} are not consecutive in one batch")
             cq = self._queues.find_or_create(*key)
-            cq.put_many(first, units)
+            cq.put_many(first, all_units[at])
             grown[key] = cq.max_offset
         keys, phys = batch.index_keys, batch.index_phys
         if phys and phys[0] < self._indexed_to:

@@ -8,6 +8,7 @@ it and falls back to SendMessage when not.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import zlib
@@ -18,15 +19,19 @@ import pytest
 
 from broker_core.broker.broker import Broker
 from broker_core.client import RocketMQClient
+from broker_core.client.columnar import decode_units
 from broker_core.config import BrokerConfig
 from broker_core.errors import (
     InvalidMessageIdError,
     InvalidPropertyError,
     InvalidTagError,
+    InvalidTopicError,
     MessageCorruptedError,
     MessageTooLargeError,
     RocketMQError,
 )
+from broker_core.message import tag_hash
+from broker_core.protocol import unit as layout
 from broker_core.protocol.bulk_send import decode_request, encode_request
 from broker_core.server.convert_bulk import to_column_batch
 from tests.server.conftest import BrokerProcess
@@ -139,9 +144,17 @@ def test_our_client_falls_back_to_send_message() -> None:
         proc.wait()
 
 
-def test_crc_of_a_frame_is_the_bodys() -> None:
-    frame = encode_request("t", [b"abc"], [_props(0)], born_timestamp_ms=1, born_host="h")
-    assert decode_request(frame).body_crcs.tolist() == [zlib.crc32(b"abc")]
+def test_the_units_of_a_frame_verify_as_they_stand() -> None:
+    """Open fields zero and unit CRCs computed so: readers' checks pass on them as sent."""
+    bodies = [b"abc", b"de" * 300]
+    frame = encode_request(
+        "t", bodies, [_props(0), _props(1) + b"TAGS\x01x\x02"], born_timestamp_ms=1, born_host="h"
+    )
+    req = decode_request(frame)
+    columns = decode_units(bytes(req.units), req.sizes)  # checks body and unit CRCs
+    assert columns.body.to_pylist() == bodies and columns.born_timestamp_ms.tolist() == [1, 1]
+    second = layout.HEADER.unpack_from(req.units, int(req.sizes[0]))
+    assert (second[3], second[-2]) == (zlib.crc32(bodies[1]), tag_hash("x"))
 
 
 @pytest.mark.parametrize("ids", [["ID1", "ID2"], ["ID1", "é-2"], ["I" * 128, "x"]])
@@ -158,3 +171,13 @@ def test_a_bad_id_alone_is_refused(bad_id: str) -> None:
     frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0, born_host="10.0.0.7")
     with pytest.raises((InvalidMessageIdError, InvalidPropertyError)):
         to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
+
+
+@pytest.mark.parametrize("other", ["lanez", "lanes-longer", "l"])
+def test_units_of_another_topic_are_refused_whatever_its_length(other: str) -> None:
+    frame = encode_request(
+        other, [b"a", b"b"], [_props(0), _props(1)], born_timestamp_ms=T0, born_host="h"
+    )
+    req = dataclasses.replace(decode_request(frame), topic="lanes")
+    with pytest.raises(InvalidTopicError, match="unit 0 is not of the request's topic"):
+        to_column_batch(req, limits=LIMITS, peer=PEER, now_ms=T0)

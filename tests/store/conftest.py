@@ -28,7 +28,7 @@ def seal(
     """One finished unit of ``msg`` on its own, packed by the store's one packer."""
     batch = encode_messages([msg], **(limits or UNIT_LIMITS))
     batch.head["queue_offset"] = queue_offset
-    return pack_units(batch, 0, 1, physical_offset, store_timestamp_ms, store_host)
+    return bytes(pack_units(batch, 0, 1, physical_offset, store_timestamp_ms, store_host))
 
 
 def small_config(store_dir: Path, **overrides: Any) -> StoreConfig:

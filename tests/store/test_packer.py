@@ -15,6 +15,7 @@ import pytest
 
 from broker_core.message import Message
 from broker_core.protocol import unit as layout
+from broker_core.protocol import unit_crc
 from broker_core.store import codec, columns, packer
 from broker_core.store.columns import ColumnBatch, encode_messages
 
@@ -120,3 +121,44 @@ def test_queue_offsets_are_consecutive_per_queue_in_batch_order() -> None:
     batch = encode_messages(messages, **LIMITS)
     pack_in_runs(batch, [40], 0)
     assert batch.head["queue_offset"].tolist() == [10 + i // 2 for i in range(40)]
+
+
+def as_patchable(batch: ColumnBatch) -> ColumnBatch:
+    """The batch in a bulk frame's form: each unit CRC computed with the open fields
+    zero (as the client does), no tail CRCs, so the packer patches instead."""
+    assert batch.tail_crcs is not None
+    for row, tail_crc in enumerate(batch.tail_crcs):
+        header = batch.raw[row * layout.HEADER_SIZE : (row + 1) * layout.HEADER_SIZE]
+        batch.head["unit_crc"][row] = unit_crc.open_zero_crc(header, tail_crc)
+    batch.tail_crcs = None
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("first_queue_offset", "first_offset"),
+    [(10, 4096), ((1 << 32) - 3, 4096), (10, (1 << 32) - 300), (1 << 40, (1 << 33) + 7)],
+)
+@pytest.mark.parametrize("small", [0, 1 << 30])
+def test_patched_crcs_equal_crcs_computed_whole(
+    monkeypatch: pytest.MonkeyPatch, first_queue_offset: int, first_offset: int, small: int
+) -> None:
+    """The packer's patch (a run: the table, only the offsets' low halves when the high
+    ones are shared; short runs: one CRC of the delta) gives the bytes of CRCs computed
+    whole, on either side of 2**32 for queue and physical offsets."""
+    messages = mixed_messages(40, 7)
+    with_threshold(monkeypatch, small)
+
+    def take_many(topic: str, queue_id: int, n: int) -> int:
+        return first_queue_offset + queue_id
+
+    packed = []
+    for batch in (
+        encode_messages(messages, **LIMITS),
+        as_patchable(encode_messages(messages, **LIMITS)),
+    ):
+        packer.assign_queue_offsets(batch, batch.queue_rows(), take_many)
+        packed.append(bytes(packer.pack_units(batch, 0, 40, first_offset, NOW_MS, HOST)))
+    assert packed[0] == packed[1]
+    pos = 0
+    while pos < len(packed[0]):  # every unit's CRCs check out
+        pos += codec.check_unit(packed[0], pos, first_offset + pos)

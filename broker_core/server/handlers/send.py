@@ -83,7 +83,7 @@ def send_message(
     if batch is not None:  # plain messages: the fast lane
         offsets = ctx.broker.send_columns(batch)
         if ctx.metrics is not None:
-            ctx.metrics.messages_in(batch.topic, len(batch), sum(map(len, batch.bodies)))
+            ctx.metrics.messages_in(batch.topic, len(batch), batch.body_bytes())
         return _answer([keys[0] for keys in batch.index_keys], offsets.tolist())
     messages = to_messages(request.messages, limits=limits, peer=peer, now_ms=now)
     ids = [m.properties[PROPERTY_UNIQ_KEY] for m in messages]

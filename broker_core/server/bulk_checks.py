@@ -1,0 +1,269 @@
+"""Checking a SendBulk frame's units as arrays: headers, tails, the id-only properties.
+
+Every unit's 100-byte header is gathered at the unit starts in one numpy gather (a
+strided view of every window, ``unit.rows_at``), and all rules are tested together with
+a few whole-array reductions; only when one fails are they tested again rule by rule, to
+name the first unit breaking the first rule. Nothing here touches the store. Used by
+``convert_bulk``.
+
+Rules (in the order checked):
+
+* ``total_size`` equals the size the frame declares; magic is a message's;
+* plain messages: flag, sys_flag, reconsume times, prepared-transaction offset zero;
+* the fields the broker fills are zero: queue id, queue offset, physical offset, store
+  time and host, born host; born time not negative;
+* body length at least 1 and within the broker's limit, and the body leaves room for a
+  tail;
+* body, topic and properties lengths add up to the unit's size; the topic is the
+  request's (length byte and bytes); the properties within the broker's limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from broker_core.errors import (
+    EmptyBodyError,
+    InvalidTopicError,
+    MessageCorruptedError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+)
+from broker_core.message import PROPERTY_UNIQ_KEY
+from broker_core.protocol import unit as layout
+from broker_core.protocol import unit_crc
+from broker_core.server.convert_in import MAX_MESSAGE_ID_CHARS
+
+_MUST_BE_ZERO: Final = (
+    "flag",
+    "sys_flag",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "queue_id",
+    "queue_offset",
+    "physical_offset",
+    "store_timestamp_ms",
+    "store_host_ip",
+    "store_host_port",
+    "born_host_ip",
+    "born_host_port",
+)
+_ZERO_POSITIONS: Final = unit_crc.field_positions(_MUST_BE_ZERO)
+# The magic and the fields that must be zero, as 4-byte words of the header: a few
+# whole-array reductions check them all.
+_MAGIC_WORD: Final = layout.field_pos("magic") // 4
+_MAGIC_NATIVE: Final = np.frombuffer(layout.MESSAGE_MAGIC.to_bytes(4, "big"), np.uint32)[0]
+_ZERO_WORDS: Final = (slice(16 // 4, 44 // 4), slice(52 // 4, 88 // 4))
+assert np.array_equal(np.r_[16:44, 52:88], _ZERO_POSITIONS), (
+    "the zero fields moved: update _ZERO_WORDS"
+)
+_NO_SUM: Final = "lengths (body, topic, properties) do not add up to its size"
+_OTHER_TOPIC: Final = "is not of the request's topic"
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """A frame's units located: headers gathered, properties found."""
+
+    data: np.ndarray  # uint8, the units back to back
+    starts: np.ndarray  # int64
+    head: np.ndarray  # records of HEADER_DTYPE (a contiguous copy)
+    props_starts: np.ndarray  # int64, in ``data``
+    props_lengths: np.ndarray  # int64
+    props_rows: np.ndarray | None  # the properties as rows, when all have one length
+
+
+def _refuse(bad: np.ndarray, error: type[Exception], what: str) -> None:
+    if bad.any():
+        raise error(f"SendBulk: unit {int(np.flatnonzero(bad)[0])} {what}")
+
+
+def _refuse_set_fields(headers: np.ndarray) -> None:
+    """Refuse units setting a field that must be zero, naming the field."""
+    for name in _MUST_BE_ZERO:
+        positions = unit_crc.field_positions((name,))
+        _refuse(
+            np.asarray(headers[:, positions].any(axis=1)),
+            MessageCorruptedError,
+            f"sets {name}, which must be 0",
+        )
+
+
+def _check_headers(
+    head: np.ndarray, headers: np.ndarray, sizes: np.ndarray, max_body_bytes: int
+) -> np.ndarray:
+    """The body lengths (int64) once every header is checked: one combined test, then,
+    only when it fails, rule by rule to name the first unit breaking the first rule."""
+    body = head["body_length"].astype(np.int64)
+    words = headers.view(np.uint32)  # native order: only compared with constants
+    bad = (
+        (head["total_size"] != sizes).any()
+        or ((body - 1).view(np.uint64) >= max_body_bytes).any()  # below 1 wraps: too big
+        or (head["born_timestamp_ms"] < 0).any()
+        or (words[:, _MAGIC_WORD] != _MAGIC_NATIVE).any()
+        or any(np.count_nonzero(words[:, span]) for span in _ZERO_WORDS)
+    )
+    if bad:
+        _refuse(head["total_size"] != sizes, MessageCorruptedError, "size differs from the frame's")
+        _refuse(head["magic"] != layout.MESSAGE_MAGIC, MessageCorruptedError, "has a bad magic")
+        _refuse_set_fields(headers)
+        _refuse(head["born_timestamp_ms"] < 0, MessageCorruptedError, "has a negative born time")
+        _refuse(body < 1, EmptyBodyError, "has an empty body")
+        _refuse(
+            body > max_body_bytes,
+            MessageTooLargeError,
+            f"has a body over the limit of {max_body_bytes} bytes",
+        )
+    return body
+
+
+def check_units(
+    data: np.ndarray,
+    sizes: np.ndarray,
+    topic_head: bytes,
+    *,
+    max_body_bytes: int,
+    max_properties_bytes: int,
+) -> Units:
+    """Locate and check every unit of ``data`` (sizes from the frame); raises the first
+    rule broken (see the module docstring), naming the unit."""
+    starts = np.cumsum(sizes) - sizes
+    headers = layout.rows_at(data, starts, layout.HEADER_SIZE)
+    head = headers.view(layout.HEADER_DTYPE).reshape(len(sizes))
+    body = _check_headers(head, headers, sizes, max_body_bytes)
+    ends = starts + sizes
+    tail_at = starts + layout.HEADER_SIZE + body
+    fixed = len(topic_head) + layout.PROPS_LEN.size  # the tail up to the properties
+    props_starts = tail_at + fixed
+    props_lengths = ends - props_starts
+    limit = min(max_properties_bytes, 0xFFFF)
+    shortest, longest = int(props_lengths.min()), int(props_lengths.max())
+    if shortest < 0 or longest > limit:
+        _name_tail_problem(data, tail_at, ends, topic_head, limit)
+    same = shortest == longest  # then the properties come in the same gather, as rows
+    tails = layout.rows_at(data, tail_at, fixed + longest if same else fixed)
+    declared = tails[:, fixed - 2 : fixed].copy().view(">u2")[:, 0]
+    wanted = np.frombuffer(topic_head, np.uint8)
+    if (tails[:, : fixed - 2] != wanted).any() or (declared != props_lengths).any():
+        _name_tail_problem(data, tail_at, ends, topic_head, limit)
+    rows = tails[:, fixed:] if same else None
+    return Units(data, starts, head, props_starts, props_lengths, rows)
+
+
+def _name_tail_problem(
+    data: np.ndarray, tail_at: np.ndarray, ends: np.ndarray, topic_head: bytes, limit: int
+) -> None:
+    """Raise the first tail problem, read with each unit's own topic length."""
+    fixed = layout.TOPIC_LEN.size + layout.PROPS_LEN.size
+    _refuse(tail_at + fixed > ends, MessageCorruptedError, "is too short for its body length")
+    topic_lengths = data[tail_at].astype(np.int64)
+    length_at = tail_at + layout.TOPIC_LEN.size + topic_lengths
+    readable = np.minimum(length_at, len(data) - layout.PROPS_LEN.size)  # checked next
+    props_lengths = (data[readable].astype(np.int64) << 8) | data[readable + 1]
+    sums = length_at + layout.PROPS_LEN.size + props_lengths
+    _refuse(
+        (sums != ends) | (length_at + layout.PROPS_LEN.size > ends), MessageCorruptedError, _NO_SUM
+    )
+    wanted = np.frombuffer(topic_head, np.uint8)
+    _refuse(topic_lengths != len(wanted) - 1, InvalidTopicError, _OTHER_TOPIC)
+    topics = layout.rows_at(data, tail_at, len(wanted))
+    _refuse((topics != wanted).any(axis=1), InvalidTopicError, _OTHER_TOPIC)
+    _refuse(
+        props_lengths > limit,
+        PropertiesTooLargeError,
+        f"has properties over the limit of {limit} bytes",
+    )
+    raise MessageCorruptedError("SendBulk: a unit's tail does not parse")  # not reached
+
+
+def properties_block(units: Units) -> np.ndarray:
+    """Every unit's properties, back to back (uint8)."""
+    lengths, starts = units.props_lengths, units.props_starts
+    if int(lengths.min()) == int(lengths.max()):
+        return layout.rows_at(units.data, starts, int(lengths[0])).reshape(-1)
+    ends = np.cumsum(lengths)
+    index = np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]))
+    return units.data[index]
+
+
+def message_ids(units: Units) -> list[str] | None:
+    """:func:`ids_only` of the units' properties: as the rows of one array when they are
+    all of one length (a sender of bodies alone), else gathered into one block."""
+    if units.props_rows is None:
+        return ids_only(properties_block(units), units.props_lengths)
+    return _ids_of_rows(units.props_rows)
+
+
+def _ids_of_rows(rows: np.ndarray) -> list[str] | None:
+    """:func:`ids_only` for properties of one length, the rows of ``rows``, checked as
+    one string: every row ends with its only \\x02, so the n - 1 separators found between
+    ids sit at row boundaries, and with n \\x01 in all no id holds one."""
+    count, head = len(rows), len(_ID_ONLY_HEAD)
+    if not 1 <= rows.shape[1] - head - 1 <= MAX_MESSAGE_ID_CHARS or (rows[:, -1] != 2).any():
+        return None
+    try:
+        text = rows.tobytes().decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if (
+        text.count("\x02") != count
+        or text.count("\x01") != count
+        or "\x00" in text
+        or not text.startswith(_ID_ONLY_HEAD_TEXT)
+    ):
+        return None
+    ids = text[head:-1].split(_BETWEEN_IDS)
+    if len(ids) != count:
+        return None
+    ids_bytes = rows[:, head:-1]
+    if int(ids_bytes.min()) <= 0x20 and not (~_BLANK[ids_bytes]).any(axis=1).all():
+        return None  # an id of blanks alone (none can be when no byte is a blank)
+    return ids
+
+
+_ID_ONLY_HEAD: Final = f"{PROPERTY_UNIQ_KEY}\x01".encode()
+_ID_ONLY_HEAD_TEXT: Final = _ID_ONLY_HEAD.decode()
+_BETWEEN_IDS: Final = "\x02" + _ID_ONLY_HEAD_TEXT
+_ID_HEAD_BYTES: Final = np.frombuffer(_ID_ONLY_HEAD, np.uint8)
+_BLANK: Final = np.zeros(256, bool)  # per byte value: str.isspace, ASCII (np.isin is slow)
+_BLANK[np.frombuffer(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f", np.uint8)] = True
+
+
+def ids_only(block: np.ndarray, lengths: np.ndarray) -> list[str] | None:
+    """Every message id when every message's properties (``block``, ``lengths`` each) are
+    ``UNIQ_KEY \\x01 id \\x02`` with a plain ASCII id (what our client sends for bodies
+    alone), checked as arrays; None when any message holds more (or anything odd)."""
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    head = len(_ID_ONLY_HEAD)
+    id_lengths = lengths - head - 1
+    if (
+        int(id_lengths.min()) < 1
+        or int(id_lengths.max()) > MAX_MESSAGE_ID_CHARS
+        or int(block.max()) >= 0x80
+        or int(block.min()) == 0
+    ):
+        return None
+    seps = np.flatnonzero(block < 3)  # \x01 and \x02: exactly one of each per message
+    expected = np.empty(2 * len(starts), np.int64)
+    expected[0::2], expected[1::2] = starts + head - 1, ends - 1
+    if (
+        len(seps) != len(expected)
+        or not np.array_equal(seps, expected)
+        or not (block[expected[0::2]] == 1).all()
+    ):
+        return None
+    heads = layout.rows_at(block, starts, head)
+    if not (heads == _ID_HEAD_BYTES).all():
+        return None
+    blank = _BLANK[block]
+    if blank.any():  # rare: then each id needs some byte other than a space
+        visible = np.zeros(len(block) + 1, np.int64)
+        np.cumsum(~blank, out=visible[1:])
+        if (visible[ends - 1] - visible[starts + head] < 1).any():
+            return None
+    text = block.tobytes().decode("ascii")
+    return [text[a:b] for a, b in zip((starts + head).tolist(), (ends - 1).tolist(), strict=True)]
