@@ -10,7 +10,9 @@ times and prepared-transaction offset are zero.
 Headers are built as one array of :data:`~broker_core.protocol.unit.HEADER_DTYPE`
 records; when every body has one length and every properties one length (a sender of
 bodies alone: ids of one length), the units are assembled as the rows of one 2-D array,
-else joined once. The CRCs are one ``zlib.crc32`` call per body and per unit.
+else joined once. The CRCs are one ``zlib.crc32`` call per body and per unit, but for
+rows of one length that differ in a few columns only (ids of one length, equal bodies):
+those are :func:`~broker_core.protocol.row_crc.row_crcs`' one call and a patch.
 
 >>> units, sizes = build_units("t", [b"hi"], [b"UNIQ_KEY\\x01A\\x02"], born_timestamp_ms=5)
 >>> sizes.tolist(), units[100:102], units[-15:]
@@ -27,6 +29,7 @@ import numpy as np
 from broker_core.errors import InvalidTopicError
 from broker_core.message import tag_hash
 from broker_core.protocol import unit as layout
+from broker_core.protocol.row_crc import row_crcs
 
 _TAGS_AFTER_FIRST = b"\x02TAGS\x01"
 
@@ -83,17 +86,21 @@ def build_units(
         tags_codes = [0] * count if two_d else tags_codes_of(prop_list)
     body_lens = np.fromiter(map(len, bodies), np.int64, count)
     sizes = layout.HEADER_SIZE + body_lens + len(head_bytes) + 2 + prop_lens
+    body_rows = _body_rows(bodies, body_lens) if isinstance(tails, np.ndarray) else None
     head = np.zeros(count, layout.HEADER_DTYPE)
     head["total_size"] = sizes
     head["magic"] = layout.MESSAGE_MAGIC
-    head["body_crc"] = np.fromiter(map(zlib.crc32, bodies), np.uint32, count)
+    if body_rows is None:
+        head["body_crc"] = np.fromiter(map(zlib.crc32, bodies), np.uint32, count)
+    else:
+        head["body_crc"] = row_crcs(body_rows)
     head["born_timestamp_ms"] = born_timestamp_ms
     head["tags_code"] = tags_codes
     head["body_length"] = body_lens
     headers = head.view(np.uint8).reshape(count, layout.HEADER_SIZE)
     head["unit_crc"] = _unit_crcs(headers, tails)
-    if isinstance(tails, np.ndarray) and count and int(body_lens.min()) == int(body_lens.max()):
-        return _as_rows(headers, bodies, int(body_lens[0]), tails), sizes
+    if isinstance(tails, np.ndarray) and body_rows is not None:
+        return _as_rows(headers, body_rows, tails), sizes
     raw = headers.tobytes()
     size = layout.HEADER_SIZE
     pieces: list[bytes] = []
@@ -117,10 +124,8 @@ def _tail_rows(head_bytes: bytes, rows: np.ndarray) -> np.ndarray:
 def _unit_crcs(headers: np.ndarray, tails: list[bytes] | np.ndarray) -> np.ndarray:
     """Each unit's CRC: its tail, then header bytes [12, 100) (the open fields zero)."""
     crc32, start = zlib.crc32, layout.CRC_START
-    if isinstance(tails, np.ndarray):  # one row per unit: tail then header span, one call
-        joined = np.concatenate((tails, headers[:, start:]), axis=1)
-        width, flat = joined.shape[1], memoryview(joined.tobytes())
-        crcs = (crc32(flat[at : at + width]) for at in range(0, len(flat), width))
+    if isinstance(tails, np.ndarray):  # one row per unit: tail then header span
+        return row_crcs(np.concatenate((tails, headers[:, start:]), axis=1))
     else:
         spans = memoryview(headers.tobytes())
         size = layout.HEADER_SIZE
@@ -131,15 +136,18 @@ def _unit_crcs(headers: np.ndarray, tails: list[bytes] | np.ndarray) -> np.ndarr
     return np.fromiter(crcs, np.uint32, len(headers))
 
 
-def _as_rows(
-    headers: np.ndarray, bodies: Sequence[bytes], body_length: int, tails: np.ndarray
-) -> bytes:
+def _body_rows(bodies: Sequence[bytes], body_lens: np.ndarray) -> np.ndarray | None:
+    """The bodies as the rows of one 2-D uint8 array when all have one length, else None."""
+    if not len(body_lens) or int(body_lens.min()) != int(body_lens.max()):
+        return None
+    return np.frombuffer(b"".join(bodies), np.uint8).reshape(len(body_lens), int(body_lens[0]))
+
+
+def _as_rows(headers: np.ndarray, body_rows: np.ndarray, tails: np.ndarray) -> bytes:
     """Units of one size, assembled as the rows of one array."""
-    count, size = len(headers), layout.HEADER_SIZE
+    count, size, body_length = len(headers), layout.HEADER_SIZE, body_rows.shape[1]
     units = np.empty((count, size + body_length + tails.shape[1]), np.uint8)
     units[:, :size] = headers
-    units[:, size : size + body_length] = np.frombuffer(b"".join(bodies), np.uint8).reshape(
-        count, body_length
-    )
+    units[:, size : size + body_length] = body_rows
     units[:, size + body_length :] = tails
     return units.tobytes()
