@@ -41,6 +41,12 @@ def _picker(indexes: list[int]) -> Callable[[Sequence[T] | None], list[T] | None
     return pick
 
 
+def _all_bytes(items: list[Any]) -> bool:
+    """Whether ``items`` is non-empty and every item's type is exactly ``bytes`` (no
+    Python-level step per item)."""
+    return bool(items) and type(items[0]) is bytes and len(set(map(type, items))) == 1
+
+
 class AsyncSends(ClientCore):
     """Sends over the client's window of requests in flight; the synchronous ones wait."""
 
@@ -170,11 +176,11 @@ class AsyncSends(ClientCore):
         :mod:`broker_core.client.in_flight`). ``result()`` gives the receipts or raises;
         :meth:`flush` waits for every request in flight."""
         items = list(messages)
+        if self.cluster is None and _all_bytes(items):  # bodies alone: no group to read
+            return self.send_columns_async(topic, items)
         groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group for m in items]
         if self.cluster is not None:
             return self._window.finished(self.send_batch(topic, items))
-        if items and not any(groups) and all(type(m) is bytes for m in items):
-            return self.send_columns_async(topic, items)
         request, count = wire.encode_messages(topic, items, namespace=self.namespace)
         return self._submit(request, count, groups)
 

@@ -81,3 +81,13 @@ def test_receipts_refuse_a_count_mismatch() -> None:
     _frame, ids = encode_bulk("t", [b"a"] * 3)
     with pytest.raises(InvalidArgumentError, match="2 offsets for 3 messages"):
         bulk_receipts(encode_response(OK, [1, 2]), ids)
+
+
+def test_all_bytes_decides_the_bodies_alone_path() -> None:
+    from broker_core.client.producing import _all_bytes
+
+    assert _all_bytes([b"a", b"b"])
+    assert not _all_bytes([])
+    assert not _all_bytes([b"a", bytearray(b"b")])  # a subclass or other buffer is a message
+    assert not _all_bytes(["a", "b"])
+    assert not _all_bytes([b"a", {"body": b"b", "message_group": "g"}])
