@@ -39,7 +39,7 @@ def _byte_table(bytes_after: int) -> np.ndarray:
     return table.astype(np.uint32)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)  # at most 32 columns × 1 KiB each: ≤ 2 MiB
 def _tables(width: int, columns: bytes) -> np.ndarray:
     """The byte tables of ``columns`` (int64 column indexes, as bytes) of rows of ``width``
     bytes, stacked: (len(columns), 256) uint32."""
