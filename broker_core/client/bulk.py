@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Final
 
@@ -65,12 +65,16 @@ class IdBlock:
     prefix: str
     first: int
     count: int
+    # each id and a \x02 as the rows of a 2-D uint8 array, when the encoder made them
+    id_rows: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return self.count
 
     def strings(self) -> list[str]:
         """The ids in order, made as one array of ASCII rows and split in one call."""
+        if self.id_rows is not None:
+            return self.id_rows.tobytes().decode("ascii").split("\x02")[:-1]
         if not self.count:
             return []
         rows = np.tile(
@@ -121,6 +125,7 @@ def encode_bulk(
     encoded: Sequence[bytes] | np.ndarray
     if tags is None and keys is None and properties is None:
         encoded = _ids_only(ids)
+        ids = IdBlock(ids.prefix, first, count, encoded[:, len(_ID_HEAD) :])
     else:
         none = [None] * count
         encoded = [

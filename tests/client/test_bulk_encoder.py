@@ -91,3 +91,11 @@ def test_all_bytes_decides_the_bodies_alone_path() -> None:
     assert not _all_bytes([b"a", bytearray(b"b")])  # a subclass or other buffer is a message
     assert not _all_bytes(["a", "b"])
     assert not _all_bytes([b"a", {"body": b"b", "message_group": "g"}])
+
+
+def test_id_strings_from_the_encoders_rows_equal_those_made_alone() -> None:
+    _frame, ids = encode_bulk("t", [b"a"] * 70)
+    assert ids.id_rows is not None
+    alone = IdBlock(ids.prefix, ids.first, ids.count)
+    assert ids.strings() == alone.strings() and ids == alone
+    assert len(set(ids.strings())) == 70
