@@ -76,8 +76,8 @@ from broker_core.store.index_layout import (
     SLOT,
     Header,
     Layout,
-    chain,
     check_dimensions,
+    link,
 )
 from broker_core.store.index_validate import roll_back_torn_put, validate
 from broker_core.store.mapped_file import fdatasync_path
@@ -320,16 +320,16 @@ class IndexFile:
             if stored - begin > INT32_MAX:
                 return 0
         numbers = np.arange(count + 1, count + take + 1, dtype=np.int64)
-        slots = hashes[:take].astype(np.int64) % self._slot_count
+        slots = hashes[:take] % np.uint32(self._slot_count)
         heads = np.frombuffer(mm, ">i4", self._slot_count, HEADER.size)
         try:
-            prev, touched, newest = chain(slots, numbers, heads)
+            prev, touched, newest, fresh = link(slots, numbers, heads)
             entries = np.empty(take, ENTRY_DTYPE)
             entries["hash"], entries["phys"] = hashes[:take], phys[:take]
             entries["diff"], entries["prev"] = stored - begin, prev
             start = self._layout.entry_pos(count + 1)
             mm[start : start + take * _ENTRY_SIZE] = entries.tobytes()
-            h.hash_slot_count_used += int(np.count_nonzero(heads[touched] == 0))
+            h.hash_slot_count_used += fresh
             heads[touched] = newest
         finally:
             del heads  # an exported buffer would keep the mapping from closing

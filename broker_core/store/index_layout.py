@@ -4,13 +4,16 @@ The table of fields is in :mod:`broker_core.store.index_file`. This module holds
 the file (``index_file``) and its validation (``index_validate``) need: the ``struct``
 records, the byte offsets of fields (for ``CorruptionError`` positions), the header as a
 value, where slot ``s`` and entry ``n`` live in a file of given dimensions, and the
-vectorised linking of new entries into their hash slots. No I/O; safe from any thread.
+vectorised linking of new entries into their hash slots, and the vectorised key hash
+(:func:`key_hashes`). No I/O; safe from any thread.
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,3 +131,67 @@ def chain(
     ends_run = np.ones(len(order), np.bool_)
     ends_run[:-1] = ~follows[1:]
     return prev, by_slot[ends_run], by_number[ends_run]
+
+
+def link(
+    slots: np.ndarray, numbers: np.ndarray, heads: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`chain` plus how many touched slots were empty, with a short cut for the
+    common batch whose entries share no slot.
+
+    Then each entry's ``prev`` is its slot's old head and every slot's newest entry is
+    the entry itself (one sort to find out, one gather); else :func:`chain` does it all.
+    """
+    ordered = np.sort(slots)
+    if len(ordered) > 1 and bool(np.any(ordered[1:] == ordered[:-1])):
+        prev, touched, newest = chain(slots, numbers, heads)
+        return prev, touched, newest, int(np.count_nonzero(heads[touched] == 0))
+    prev = heads[slots].astype(np.int64)
+    return prev, slots, numbers, int(np.count_nonzero(prev == 0))
+
+
+KEY_HASH_MAX_BYTES = 64  # longer keys are hashed one call each (zlib.crc32)
+
+
+def _crc32_tables(max_bytes: int) -> np.ndarray:
+    """``T[d * 256 + b]``: CRC32's linear part of byte ``b`` followed by ``d`` bytes.
+
+    CRC32 is affine over GF(2): ``crc32(m) == crc32(bytes(len(m))) ^ XOR_i T[d_i, m_i]``,
+    ``d_i`` the number of bytes after byte ``i``. Row 0 is the byte-wise CRC table;
+    each further row pushes the previous one through one zero byte.
+    """
+    rows = np.empty((max_bytes, 256), np.uint32)
+    row = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        row = np.where(row & 1, (row >> 1) ^ np.uint32(0xEDB88320), row >> 1).astype(np.uint32)
+    rows[0] = row
+    for d in range(1, max_bytes):
+        rows[d] = (rows[d - 1] >> 8) ^ rows[0][rows[d - 1] & 0xFF]
+    return rows.ravel()
+
+
+_CRC_TABLES = _crc32_tables(KEY_HASH_MAX_BYTES)
+# _ROW_STARTS[-L:] are the table rows of the bytes of an L-byte key, first byte first.
+_ROW_STARTS = np.arange(KEY_HASH_MAX_BYTES - 1, -1, -1, dtype=np.intp)[:, None] * 256
+_ZEROS_CRC = np.array(
+    [zlib.crc32(bytes(length)) for length in range(KEY_HASH_MAX_BYTES + 1)], np.uint32
+)
+
+
+def key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """``message.key_hash`` of every key, as uint32 (keys may be empty strings).
+
+    Keys of one length (at most ``KEY_HASH_MAX_BYTES``, all ASCII) -- message ids, the
+    common case -- are hashed together as one byte matrix: a table gather per byte and
+    one XOR down each key. Any other list is hashed one ``zlib.crc32`` call a key.
+    """
+    count = len(keys)
+    lengths = set(map(len, keys))
+    if len(lengths) == 1 and 0 < (length := lengths.pop()) <= KEY_HASH_MAX_BYTES:
+        raw = "".join(keys).encode()
+        if len(raw) == count * length:  # UTF-8 never shrinks, so every key is ASCII
+            matrix = np.frombuffer(raw, np.uint8).reshape(count, length)
+            parts = _CRC_TABLES.take(matrix.T + _ROW_STARTS[-length:])
+            return np.bitwise_xor.reduce(parts, axis=0) ^ _ZEROS_CRC[length]
+    crc32, encode = zlib.crc32, str.encode
+    return np.fromiter(map(crc32, map(encode, keys)), np.uint32, count)
