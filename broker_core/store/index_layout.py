@@ -146,19 +146,21 @@ def link(
     if len(ordered) > 1 and bool(np.any(ordered[1:] == ordered[:-1])):
         prev, touched, newest = chain(slots, numbers, heads)
         return prev, touched, newest, int(np.count_nonzero(heads[touched] == 0))
-    prev = heads[slots].astype(np.int64)
-    return prev, slots, numbers, int(np.count_nonzero(prev == 0))
+    prev = heads[slots]
+    return prev, slots, numbers, len(prev) - int(np.count_nonzero(prev))
 
 
-KEY_HASH_MAX_BYTES = 64  # longer keys are hashed one call each (zlib.crc32)
+KEY_HASH_MAX_BYTES = 128  # longer keys are hashed one call each (zlib.crc32)
+KEY_HASH_MIN_KEYS = 128  # below this many keys numpy's fixed cost is more than zlib's calls
 
 
 def _crc32_tables(max_bytes: int) -> np.ndarray:
     """``T[d * 256 + b]``: CRC32's linear part of byte ``b`` followed by ``d`` bytes.
 
-    CRC32 is affine over GF(2): ``crc32(m) == crc32(bytes(len(m))) ^ XOR_i T[d_i, m_i]``,
-    ``d_i`` the number of bytes after byte ``i``. Row 0 is the byte-wise CRC table;
-    each further row pushes the previous one through one zero byte.
+    CRC32 is affine over GF(2): for keys ``a``, ``b`` of one length,
+    ``crc32(a) ^ crc32(b) == XOR_i T[d_i * 256 + (a_i ^ b_i)]``, ``d_i`` the number of
+    bytes after byte ``i``. Row 0 is the byte-wise CRC table; each further row pushes
+    the previous one through one zero byte.
     """
     rows = np.empty((max_bytes, 256), np.uint32)
     row = np.arange(256, dtype=np.uint32)
@@ -171,27 +173,44 @@ def _crc32_tables(max_bytes: int) -> np.ndarray:
 
 
 _CRC_TABLES = _crc32_tables(KEY_HASH_MAX_BYTES)
-# _ROW_STARTS[-L:] are the table rows of the bytes of an L-byte key, first byte first.
-_ROW_STARTS = np.arange(KEY_HASH_MAX_BYTES - 1, -1, -1, dtype=np.intp)[:, None] * 256
-_ZEROS_CRC = np.array(
-    [zlib.crc32(bytes(length)) for length in range(KEY_HASH_MAX_BYTES + 1)], np.uint32
-)
 
 
 def key_hashes(keys: Sequence[str]) -> np.ndarray:
-    """``message.key_hash`` of every key, as uint32 (keys may be empty strings).
+    """``message.key_hash`` of every key, as uint32.
 
-    Keys of one length (at most ``KEY_HASH_MAX_BYTES``, all ASCII) -- message ids, the
-    common case -- are hashed together as one byte matrix: a table gather per byte and
-    one XOR down each key. Any other list is hashed one ``zlib.crc32`` call a key.
+    Many keys of one byte length (message ids, the common case) are hashed as one byte
+    matrix (:func:`_uniform_key_hashes`); any other list one ``zlib.crc32`` call a key.
+    """
+    if len(keys) >= KEY_HASH_MIN_KEYS:
+        hashes = _uniform_key_hashes(keys)
+        if hashes is not None:
+            return hashes
+    crc32, encode = zlib.crc32, str.encode
+    return np.fromiter(map(crc32, map(encode, keys)), np.uint32, len(keys))
+
+
+def _uniform_key_hashes(keys: Sequence[str]) -> np.ndarray | None:
+    """Hashes of non-empty, NUL-free keys of one UTF-8 length; None for any other list.
+
+    The keys are joined with NUL after each and cut into rows: they are of one length
+    exactly when the bytes split evenly, each row ends in NUL and no other byte is NUL.
+    Each key's hash is the first's XOR the table terms of the bytes where it differs from
+    the first; only the columns where some key differs are looked up (the shared prefix
+    of message ids costs nothing).
     """
     count = len(keys)
-    lengths = set(map(len, keys))
-    if len(lengths) == 1 and 0 < (length := lengths.pop()) <= KEY_HASH_MAX_BYTES:
-        raw = "".join(keys).encode()
-        if len(raw) == count * length:  # UTF-8 never shrinks, so every key is ASCII
-            matrix = np.frombuffer(raw, np.uint8).reshape(count, length)
-            parts = _CRC_TABLES.take(matrix.T + _ROW_STARTS[-length:])
-            return np.bitwise_xor.reduce(parts, axis=0) ^ _ZEROS_CRC[length]
-    crc32, encode = zlib.crc32, str.encode
-    return np.fromiter(map(crc32, map(encode, keys)), np.uint32, count)
+    raw = ("\0".join(keys) + "\0").encode()
+    width, rest = divmod(len(raw), count)
+    if rest or not 2 <= width <= KEY_HASH_MAX_BYTES + 1:
+        return None
+    rows = np.frombuffer(raw, np.uint8).reshape(count, width)
+    if rows[:, -1].any() or np.count_nonzero(rows) != count * (width - 1):
+        return None
+    first = np.uint32(zlib.crc32(raw[: width - 1]))
+    differ = (rows ^ rows[0]).T  # column-major: one row per byte position
+    columns = np.flatnonzero(differ.any(axis=1))
+    if not len(columns):
+        return np.full(count, first, np.uint32)
+    at = differ[columns] + ((width - 2 - columns) * 256)[:, None]
+    hashes: np.ndarray = np.bitwise_xor.reduce(_CRC_TABLES.take(at), axis=0) ^ first
+    return hashes
