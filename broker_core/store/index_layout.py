@@ -173,23 +173,29 @@ def _crc32_tables(max_bytes: int) -> np.ndarray:
 
 
 _CRC_TABLES = _crc32_tables(KEY_HASH_MAX_BYTES)
+_ROW_STARTS = np.arange(KEY_HASH_MAX_BYTES, dtype=np.intp)[:, None] * 256  # row d of the table
 
 
 def key_hashes(keys: Sequence[str]) -> np.ndarray:
     """``message.key_hash`` of every key, as uint32.
 
     Many keys of one byte length (message ids, the common case) are hashed as one byte
-    matrix (:func:`_uniform_key_hashes`); any other list one ``zlib.crc32`` call a key.
+    matrix (:func:`uniform_key_hashes`); any other list one ``zlib.crc32`` call a key.
     """
     if len(keys) >= KEY_HASH_MIN_KEYS:
-        hashes = _uniform_key_hashes(keys)
+        hashes = uniform_key_hashes(keys)
         if hashes is not None:
             return hashes
+    return zlib_key_hashes(keys)
+
+
+def zlib_key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """``message.key_hash`` of every key, as uint32: one ``zlib.crc32`` call a key."""
     crc32, encode = zlib.crc32, str.encode
     return np.fromiter(map(crc32, map(encode, keys)), np.uint32, len(keys))
 
 
-def _uniform_key_hashes(keys: Sequence[str]) -> np.ndarray | None:
+def uniform_key_hashes(keys: Sequence[str]) -> np.ndarray | None:
     """Hashes of non-empty, NUL-free keys of one UTF-8 length; None for any other list.
 
     The keys are joined with NUL after each and cut into rows: they are of one length
@@ -200,17 +206,17 @@ def _uniform_key_hashes(keys: Sequence[str]) -> np.ndarray | None:
     """
     count = len(keys)
     raw = ("\0".join(keys) + "\0").encode()
-    width, rest = divmod(len(raw), count)
-    if rest or not 2 <= width <= KEY_HASH_MAX_BYTES + 1:
+    width, rest = divmod(len(raw), count or 1)
+    if rest or not 2 <= width <= KEY_HASH_MAX_BYTES + 1 or raw.count(0) != count:
+        return None
+    if raw[width - 1 :: width].strip(b"\0"):  # count NULs, but not one at each row's end
         return None
     rows = np.frombuffer(raw, np.uint8).reshape(count, width)
-    if rows[:, -1].any() or np.count_nonzero(rows) != count * (width - 1):
-        return None
     first = np.uint32(zlib.crc32(raw[: width - 1]))
     differ = (rows ^ rows[0]).T  # column-major: one row per byte position
     columns = np.flatnonzero(differ.any(axis=1))
     if not len(columns):
         return np.full(count, first, np.uint32)
-    at = differ[columns] + ((width - 2 - columns) * 256)[:, None]
+    at = differ[columns] + _ROW_STARTS[width - 2 - columns]
     hashes: np.ndarray = np.bitwise_xor.reduce(_CRC_TABLES.take(at), axis=0) ^ first
     return hashes

@@ -43,7 +43,13 @@ from broker_core.errors import (
     StoreError,
 )
 from broker_core.store.index_file import IndexFile
-from broker_core.store.index_layout import check_dimensions, key_hashes
+from broker_core.store.index_layout import (
+    KEY_HASH_MIN_KEYS,
+    check_dimensions,
+    key_hashes,
+    uniform_key_hashes,
+    zlib_key_hashes,
+)
 from broker_core.store.index_manifest import (
     MANIFEST_NAME,
     SealedFile,
@@ -418,8 +424,12 @@ def _hashed(
         flat = [key for (key,) in keys]
     except ValueError:  # some message has no key or several
         flat = []
-    if flat and all(flat):
-        return key_hashes(flat), np.asarray(phys_offsets, np.int64)
+    if flat:
+        hashes = uniform_key_hashes(flat) if len(flat) >= KEY_HASH_MIN_KEYS else None
+        if hashes is None and all(flat):
+            hashes = zlib_key_hashes(flat)
+        if hashes is not None:
+            return hashes, np.asarray(phys_offsets, np.int64)
     flat, phys = [], []
     for message_keys, offset in zip(keys, phys_offsets, strict=True):
         unique: Iterable[str] = (

@@ -19,10 +19,10 @@ from broker_core.store.index_layout import (
     KEY_HASH_MAX_BYTES,
     KEY_HASH_MIN_KEYS,
     _crc32_tables,
-    _uniform_key_hashes,
     chain,
     key_hashes,
     link,
+    uniform_key_hashes,
 )
 from broker_core.store.index_service import IndexService
 from tests.store.index_support import T0, index_files
@@ -91,7 +91,7 @@ def test_key_hashes_of_client_id_blocks() -> None:
     prefix, first = IdBlocks().reserve(400)
     ids = [f"{prefix.decode()}{(first + n) & 0xFFFFFFFF:08X}" for n in range(400)]
     assert len(ids[0]) == 34
-    assert _uniform_key_hashes(ids) is not None  # the byte-matrix path, not the fallback
+    assert uniform_key_hashes(ids) is not None  # the byte-matrix path, not the fallback
     assert key_hashes(ids).tolist() == [key_hash(i) for i in ids]
 
 
