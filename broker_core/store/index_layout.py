@@ -140,10 +140,12 @@ def link(
     common batch whose entries share no slot.
 
     Then each entry's ``prev`` is its slot's old head and every slot's newest entry is
-    the entry itself (one sort to find out, one gather); else :func:`chain` does it all.
+    the entry itself (one sort to find out, one gather); else :func:`chain` does it all
+    (at once when the first and last entry share a slot, e.g. one key repeated).
     """
-    ordered = np.sort(slots)
-    if len(ordered) > 1 and bool(np.any(ordered[1:] == ordered[:-1])):
+    if len(slots) > 1 and (
+        slots[0] == slots[-1] or bool(np.any((ordered := np.sort(slots))[1:] == ordered[:-1]))
+    ):
         prev, touched, newest = chain(slots, numbers, heads)
         return prev, touched, newest, int(np.count_nonzero(heads[touched] == 0))
     prev = heads[slots]

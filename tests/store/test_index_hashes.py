@@ -123,6 +123,16 @@ def test_link_short_cut_when_no_slot_repeats() -> None:
     assert fresh == 2
 
 
+def test_link_of_one_key_repeated_chains_every_entry() -> None:
+    heads = np.zeros(4, ">i4")
+    heads[2] = 5
+    prev, touched, newest, fresh = link(
+        np.array([2, 2, 2], np.uint32), np.array([6, 7, 8], np.int64), heads
+    )
+    assert np.asarray(prev).tolist() == [5, 6, 7]
+    assert touched.tolist() == [2] and newest.tolist() == [8] and fresh == 0
+
+
 def _batches(count: int) -> list[list[str]]:
     """Message ids, some messages with KEYS too (repeated, empty, shared)."""
     ids = [new_message_id() for _ in range(count)]
