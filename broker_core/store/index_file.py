@@ -76,8 +76,8 @@ from broker_core.store.index_layout import (
     SLOT,
     Header,
     Layout,
-    chain,
     check_dimensions,
+    link,
 )
 from broker_core.store.index_validate import roll_back_torn_put, validate
 from broker_core.store.mapped_file import fdatasync_path
@@ -292,9 +292,10 @@ class IndexFile:
     def put_many(self, hashes: np.ndarray, phys: np.ndarray, store_timestamp_ms: int) -> int:
         """Append entries for key hashes stored at one time, in order; returns how many fit.
 
-        The same file as ``put`` called for each in turn, in three writes: the entries,
-        the slot heads, the header. Fewer than all are taken when the file fills; none
-        when the time span would overflow. ``phys`` must not decrease.
+        The same file as ``put`` called for each in turn, written in order: the entries
+        (field by field, straight into the mapping), the slot heads, the header. Fewer
+        than all are taken when the file fills; none when the time span would overflow.
+        ``phys`` must not decrease.
         """
         h = self._h
         mm = self._map()
@@ -320,19 +321,17 @@ class IndexFile:
             if stored - begin > INT32_MAX:
                 return 0
         numbers = np.arange(count + 1, count + take + 1, dtype=np.int64)
-        slots = hashes[:take].astype(np.int64) % self._slot_count
+        slots = hashes[:take] % np.uint32(self._slot_count)
         heads = np.frombuffer(mm, ">i4", self._slot_count, HEADER.size)
+        entries = np.frombuffer(mm, ENTRY_DTYPE, take, self._layout.entry_pos(count + 1))
         try:
-            prev, touched, newest = chain(slots, numbers, heads)
-            entries = np.empty(take, ENTRY_DTYPE)
+            prev, touched, newest, fresh = link(slots, numbers, heads)
             entries["hash"], entries["phys"] = hashes[:take], phys[:take]
             entries["diff"], entries["prev"] = stored - begin, prev
-            start = self._layout.entry_pos(count + 1)
-            mm[start : start + take * _ENTRY_SIZE] = entries.tobytes()
-            h.hash_slot_count_used += int(np.count_nonzero(heads[touched] == 0))
+            h.hash_slot_count_used += fresh
             heads[touched] = newest
         finally:
-            del heads  # an exported buffer would keep the mapping from closing
+            del heads, entries  # an exported buffer would keep the mapping from closing
         if count == 0:
             h.begin_timestamp_ms, h.begin_phys_offset = begin, first_phys
         h.end_timestamp_ms, h.end_phys_offset = stored, int(phys[take - 1])

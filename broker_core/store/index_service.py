@@ -31,7 +31,6 @@ import contextlib
 import os
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -43,9 +42,14 @@ from broker_core.errors import (
     StoreClosedError,
     StoreError,
 )
-from broker_core.message import key_hash
 from broker_core.store.index_file import IndexFile
-from broker_core.store.index_layout import check_dimensions
+from broker_core.store.index_layout import (
+    KEY_HASH_MIN_KEYS,
+    check_dimensions,
+    key_hashes,
+    uniform_key_hashes,
+    zlib_key_hashes,
+)
 from broker_core.store.index_manifest import (
     MANIFEST_NAME,
     SealedFile,
@@ -414,22 +418,25 @@ def _hashed(
     keys: Sequence[Sequence[str]], phys_offsets: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(key hashes uint32, their messages' phys offsets int64): each message's distinct
-    non-empty keys, in order. One key per message (just the message id, the common case)
-    is hashed with C-level maps, no Python loop per key."""
-    if len(keys) and max(map(len, keys)) == 1:
+    non-empty keys, in order, hashed together (``index_layout.key_hashes``). One key per
+    message (just the message id, the common case) takes no Python loop per message."""
+    try:
         flat = [key for (key,) in keys]
-        if all(flat):
-            crc32, encode = zlib.crc32, str.encode
-            hashes = np.fromiter(map(crc32, map(encode, flat)), np.uint32, len(flat))
+    except ValueError:  # some message has no key or several
+        flat = []
+    if flat:
+        hashes = uniform_key_hashes(flat) if len(flat) >= KEY_HASH_MIN_KEYS else None
+        if hashes is None and all(flat):
+            hashes = zlib_key_hashes(flat)
+        if hashes is not None:
             return hashes, np.asarray(phys_offsets, np.int64)
-    hashed: list[int] = []
-    phys: list[int] = []
+    flat, phys = [], []
     for message_keys, offset in zip(keys, phys_offsets, strict=True):
         unique: Iterable[str] = (
             message_keys if len(message_keys) == 1 else dict.fromkeys(message_keys)
         )
         for key in unique:
             if key:
-                hashed.append(key_hash(key))
+                flat.append(key)
                 phys.append(offset)
-    return np.array(hashed, np.uint32), np.array(phys, np.int64)
+    return key_hashes(flat), np.array(phys, np.int64)
