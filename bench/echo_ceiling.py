@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import grpc
 
@@ -93,17 +94,22 @@ def measure(seconds: float, senders: tuple[int, int], body_bytes: int) -> Ceilin
         for child in children:
             child.start()
         answers = [rx.recv() for rx, _tx in pipes]
-        for child in children:
-            child.join(30)
     finally:
-        for child in children:
-            if child.is_alive():
-                child.kill()
-                child.join()
+        join_or_kill(children)
         server.kill()
         server.wait()
     round_trips = [ns for _rate, samples in answers for ns in samples]
     return Ceiling(sum(rate for rate, _ in answers), percentiles_ms(round_trips))
+
+
+def join_or_kill(children: list[Any], timeout_s: float = 30.0) -> None:
+    """Join each child process, killing the ones still running ``timeout_s`` later."""
+    for child in children:
+        child.join(timeout_s)
+    for child in children:
+        if child.is_alive():
+            child.kill()
+            child.join()
 
 
 if __name__ == "__main__":

@@ -218,13 +218,8 @@ def _measure(
     try:
         latencies = _collect(receive, seconds, producers)
         achieved = sum(float(rx.recv()) for rx, _tx in pipes)
-        for producer in producers:
-            producer.join(30)
     finally:
-        for producer in producers:
-            if producer.is_alive():
-                producer.kill()
-                producer.join()
+        echo_ceiling.join_or_kill(producers)
     return latencies, achieved
 
 

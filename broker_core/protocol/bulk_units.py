@@ -26,23 +26,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from broker_core.errors import InvalidTopicError
 from broker_core.message import tag_hash
 from broker_core.protocol import unit as layout
 from broker_core.protocol.row_crc import row_crcs
 
 _TAGS_AFTER_FIRST = b"\x02TAGS\x01"
-
-
-def topic_head(topic: str) -> bytes:
-    """The topic length byte and the UTF-8 topic, as a unit's tail starts."""
-    try:
-        raw = topic.encode()
-    except UnicodeEncodeError:
-        raise InvalidTopicError(f"topic {topic!r} is not valid Unicode text") from None
-    if not 0 < len(raw) <= 127:
-        raise InvalidTopicError(f"topic {topic!r} must be 1 to 127 bytes of UTF-8")
-    return bytes([len(raw)]) + raw
 
 
 def tags_codes_of(properties: Sequence[bytes]) -> list[int]:
@@ -71,7 +59,7 @@ def build_units(
     """(the units back to back, each unit's size as int64) of plain messages of ``topic``:
     ``properties`` encoded as stored, one per body (bytes each, or the rows of a 2-D
     uint8 array); ``tags_codes`` default to the TAGS found in them."""
-    head_bytes = topic_head(topic)
+    head_bytes = layout.topic_head(topic)
     count = len(bodies)
     two_d = isinstance(properties, np.ndarray)
     if two_d:

@@ -39,10 +39,13 @@ A blank (end-of-segment) unit is only ``total_size | BLANK_MAGIC``.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Final
 
 import numpy as np
+
+from broker_core.errors import InvalidTopicError
 
 MESSAGE_MAGIC: Final = 0x524D5131  # "RMQ1"
 BLANK_MAGIC: Final = 0x524D5130  # "RMQ0"
@@ -94,6 +97,20 @@ CRC_START: Final = field_pos("body_crc")  # the unit CRC covers the header from 
 TOPIC_LEN: Final = struct.Struct(">B")
 PROPS_LEN: Final = struct.Struct(">H")
 MIN_UNIT_BYTES: Final = HEADER_SIZE + TOPIC_LEN.size + PROPS_LEN.size
+
+
+@functools.lru_cache(maxsize=4096)
+def topic_head(topic: str) -> bytes:
+    """The topic length byte and the UTF-8 topic, as a unit's tail starts (cached: a
+    broker or a producer sees few distinct topics). Raises InvalidTopicError."""
+    try:
+        raw = topic.encode()
+    except UnicodeEncodeError:
+        raise InvalidTopicError(f"topic {topic!r} is not valid Unicode text") from None
+    if not 0 < len(raw) <= 127:
+        raise InvalidTopicError(f"topic {topic!r} must be 1 to 127 bytes of UTF-8")
+    return TOPIC_LEN.pack(len(raw)) + raw
+
 
 # sys_flag bits
 SYSFLAG_TRANSACTION_MASK: Final = 0x0C

@@ -37,19 +37,16 @@ from broker_core.protocol import unit as layout
 from broker_core.protocol import unit_crc
 from broker_core.server.convert_in import MAX_MESSAGE_ID_CHARS
 
+# What the client leaves to the broker (the append's open fields, the born host) and what a
+# plain message has none of.
 _MUST_BE_ZERO: Final = (
+    *unit_crc.OPEN_FIELDS,
+    "born_host_ip",
+    "born_host_port",
     "flag",
     "sys_flag",
     "reconsume_times",
     "prepared_transaction_offset",
-    "queue_id",
-    "queue_offset",
-    "physical_offset",
-    "store_timestamp_ms",
-    "store_host_ip",
-    "store_host_port",
-    "born_host_ip",
-    "born_host_port",
 )
 _ZERO_POSITIONS: Final = unit_crc.field_positions(_MUST_BE_ZERO)
 # The magic and the fields that must be zero, as 4-byte words of the header: a few

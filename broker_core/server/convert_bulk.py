@@ -117,7 +117,7 @@ def to_column_batch(
     units = check_units(
         data,
         req.sizes,
-        codec.topic_head(req.topic),
+        layout.topic_head(req.topic),
         max_body_bytes=limits.max_body_bytes,
         max_properties_bytes=limits.max_properties_bytes,
     )

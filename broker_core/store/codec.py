@@ -32,7 +32,6 @@ from broker_core.errors import (
     CorruptionError,
     InvalidArgumentError,
     InvalidPropertyError,
-    InvalidTopicError,
 )
 from broker_core.message import (
     KEY_SEPARATOR,
@@ -51,7 +50,6 @@ from broker_core.protocol.unit import (
     PROPERTY_SEP,
     PROPS_LEN,
     SIZE_MAGIC,
-    TOPIC_LEN,
 )
 from broker_core.protocol.verify import verify_units
 
@@ -130,18 +128,6 @@ def explain_bad_ranges(msg: Message, born_port: int) -> NoReturn:
         if value not in allowed:
             raise InvalidArgumentError(f"message {name} {value} does not fit the unit header")
     raise InvalidArgumentError("message header fields must be integers")
-
-
-@functools.lru_cache(maxsize=4096)
-def topic_head(topic: str) -> bytes:
-    """Topic length byte + UTF-8 topic (cached: a broker sees few distinct topics)."""
-    try:
-        raw = topic.encode()
-    except UnicodeEncodeError:
-        raise InvalidTopicError(f"topic {topic!r} is not valid Unicode text") from None
-    if not 0 < len(raw) <= 127:
-        raise InvalidTopicError(f"topic {topic!r} must be 1..127 bytes")
-    return TOPIC_LEN.pack(len(raw)) + raw
 
 
 def index_keys(props: dict[str, str]) -> list[str]:

@@ -225,7 +225,7 @@ def encode_columns(
     Queue ids are left at -1 for the broker to choose. Raises MessageTooLargeError or
     PropertiesTooLargeError (naming the largest) and InvalidTopicError.
     """
-    topic_head = codec.topic_head(topic)
+    topic_head = layout.topic_head(topic)
     body_lens = np.fromiter(map(len, bodies), np.int64, len(bodies))
     prop_lens = np.fromiter(map(len, properties), np.int64, len(properties))
     if len(body_lens) and int(body_lens.max()) > max_body_bytes:
@@ -275,7 +275,7 @@ def encode_messages(
     crc32, size_limit = zlib.crc32, min(max_properties_bytes, 0xFFFF)
     encode_properties, topic_head, keys_of = (
         codec.encode_properties,
-        codec.topic_head,
+        layout.topic_head,
         codec.index_keys,
     )
     tail_crcs: list[int] = []

@@ -7,9 +7,9 @@ import pytest
 
 from broker_core.errors import InvalidMessageIdError
 from broker_core.protocol.bulk_send import BulkRequest, decode_request, encode_request
+from broker_core.protocol.unit import topic_head
 from broker_core.server.bulk_checks import check_units, message_ids
 from broker_core.server.convert_bulk import Limits, to_column_batch
-from broker_core.store.codec import topic_head
 
 
 def _request(ids: list[str]) -> BulkRequest:
