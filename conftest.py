@@ -1,23 +1,56 @@
-"""Suite-wide pytest set-up.
+"""Suite-wide pytest set-up: what a run leaves on disk.
 
-Doctests that make stores with ``tempfile.mkdtemp()`` (as the docstrings show users) get
-their temporary files under the test's own ``tmp_path``, so pytest's retention policy
-(``tmp_path_retention_policy`` in pyproject.toml) removes them with the test's directory
-instead of leaving a store in /tmp per run.
+A full run starts hundreds of brokers whose commitlog segments and index files are
+preallocated (up to 1 GiB each with default settings): kept, their stores added up to
+~20 GB per run, and pytest keeps its last runs' directories. So:
+
+* a passing test's ``tmp_path`` is deleted once the test's teardown is over (every
+  fixture finalized, so no broker is still writing there); a failing test's is kept;
+* pytest keeps one earlier run (``tmp_path_retention_count`` in pyproject.toml);
+* doctests that make stores with ``tempfile.mkdtemp()`` (as the docstrings show users)
+  make them in a directory of their own that goes when the doctest ends.
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 from _pytest.doctest import DoctestItem
 
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    yield  # an exception here (a failing finalizer) keeps the directory
+    funcargs = getattr(item, "funcargs", None) or {}
+    path = funcargs.get("tmp_path")
+    if isinstance(path, Path) and not item.stash.get(_FAILED, False):
+        shutil.rmtree(path, ignore_errors=True)
+
 
 @pytest.fixture(autouse=True)
-def _doctest_temp_under_tmp_path(request: pytest.FixtureRequest) -> None:
-    if isinstance(request.node, DoctestItem):
-        tmp_path: Path = request.getfixturevalue("tmp_path")
-        monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
-        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def _doctest_temp_dir(request: pytest.FixtureRequest) -> Iterator[None]:
+    if not isinstance(request.node, DoctestItem):
+        yield
+        return
+    factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+    monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    path = factory.mktemp("doctest")
+    monkeypatch.setattr(tempfile, "tempdir", str(path))
+    yield
+    shutil.rmtree(path, ignore_errors=True)
