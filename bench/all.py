@@ -3,7 +3,10 @@
 Each workload runs as its own ``python -m bench WORKLOAD --json --size SIZE`` subprocess,
 one after the other (a fresh interpreter each, so one workload's threads, page cache
 habits or Spark JVM never leak into the next), with its output echoed as it comes. The
-last JSON line of each is its result. A workload that fails is recorded with the tail
+last JSON line of each is its result. Before each, ``os.sync()`` writes back what the
+previous one left dirty (store-append leaves ~700 MB): otherwise the next workload runs
+while the kernel flushes it (produce measured 152k msg/s right after store-append, 231–234k
+alone). A workload that fails is recorded with the tail
 of its output and the others still run; the exit code is then 1.
 
 The results go to ``OUT/bench/results.json`` as well, and ``--from-json FILE...`` redraws
@@ -14,6 +17,7 @@ print them) without running anything.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -31,6 +35,7 @@ def run_one(workload: str, size: str) -> dict[str, Any]:
     """Run one workload in a subprocess; its JSON result, or ``{"workload", "error"}``."""
     cmd = [sys.executable, "-m", "bench", workload, "--json", "--size", size]
     print(f"### {workload} ({size})", flush=True)
+    os.sync()  # a quiet disk for each workload (see the module docstring)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
