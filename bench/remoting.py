@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bench.report import Result
 from broker_core.client import RocketMQClient
+from broker_core.message import new_message_id
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode
 from broker_core.remoting.command import RemotingCommand
@@ -38,10 +39,15 @@ DRAIN = {"tiny": 2_048, "full": 50_000}  # messages read from each queue per dra
 
 
 def _remoting_send_rate(client: RemotingClient, topic: str, batches: int) -> float:
-    body = encode_batch([(0, bytes(range(BODY_BYTES)), {"TAGS": "b"})] * BATCH)
+    payload = bytes(range(BODY_BYTES))
     fields = {"a": "bench", "b": topic, "f": "0", "g": "0", "h": "0", "i": "", "m": "true"}
     start = time.perf_counter()
     for i in range(batches):  # a 4.x producer picks the queue of each send: round robin
+        # and gives every message of a batch its own UNIQ_KEY (MessageClientIDSetter), as
+        # RocketMQClient gives each message of send_batch an id: encoded per send, timed
+        body = encode_batch(
+            [(0, payload, {"TAGS": "b", "UNIQ_KEY": new_message_id()}) for _ in range(BATCH)]
+        )
         resp = client.invoke(
             RemotingCommand.request(
                 RequestCode.SEND_BATCH_MESSAGE, {**fields, "e": str(i % QUEUES)}, body

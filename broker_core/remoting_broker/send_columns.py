@@ -60,7 +60,7 @@ def plain_columns(
         if flag or not uniq or not body or _ROUTED.intersection(props):
             return None
         encoded = encode_properties(props).encode()
-        if "\x00" in encoded.decode() or len(encoded) > min(max_properties_bytes, 0xFFFF):
+        if b"\x00" in encoded or len(encoded) > min(max_properties_bytes, 0xFFFF):
             return None
         keys = [uniq]
         if props.get(PROPERTY_KEYS):
