@@ -3,8 +3,8 @@
 
 Our own services (``rmq.admin.v1.Admin``, ``rmq.bulk.v1.Bulk``) are the fast path. An
 endpoint without them answers gRPC UNIMPLEMENTED (:class:`ServiceNotOfferedError`); the
-client notes that once per endpoint and process (:func:`mark_standard`, asked with
-:func:`is_standard`) and from then on goes straight to the v2 RPCs:
+client notes that per endpoint and process (:func:`mark_standard`, asked with
+:func:`is_standard`) for ``REPROBE_S`` and meanwhile goes straight to the v2 RPCs:
 
     what the client needs          with our services     standard v2 fallback
     -----------------------------  --------------------  ---------------------------------
@@ -19,9 +19,11 @@ client notes that once per endpoint and process (:func:`mark_standard`, asked wi
 
 What the fallback cannot do, it refuses with an UnsupportedError that names the call, the
 endpoint and what to do instead (listing topics for a pattern, looking messages up by key
-for the exactly-once streaming sink, creating topics). A broker restarted with its
-services at the same endpoint is only used by the fast path again in a new process (or
-after :func:`forget`).
+for the exactly-once streaming sink, creating topics). An address can change hands (a
+proxy replaced by our broker, a test's port reused): the mark lapses after
+``REPROBE_S``, an admin call always asks the endpoint itself and clears the mark when
+it is answered, and :func:`forget` clears it at once (``launch_broker`` does, for the
+address it just started a broker on).
 
 Contract of :func:`pull_columns`: the same :class:`ColumnBatch` the bulk path returns,
 column for column (a test compares the two paths' Spark rows), except that messages
@@ -35,6 +37,7 @@ Functions take the client they use; any thread.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -60,7 +63,9 @@ if TYPE_CHECKING:
 STANDARD_PULL_MAX: Final = 1_024  # messages per PullMessage (our broker's max_pull_batch)
 READABLE: Final = frozenset({"READ", "READ_WRITE"})
 
-_standard: set[str] = set()  # endpoints known to serve apache.rocketmq.v2 only
+REPROBE_S: Final = 60.0  # how long a mark holds before the fast path is tried again
+
+_standard: dict[str, float] = {}  # endpoint serving apache.rocketmq.v2 only -> mark's expiry
 _lock = threading.Lock()
 
 _HINTS: Final = {
@@ -74,20 +79,26 @@ _HINTS: Final = {
 
 
 def is_standard(endpoint: str) -> bool:
-    """True once ``endpoint`` answered UNIMPLEMENTED for one of our services."""
-    return endpoint in _standard
+    """True while ``endpoint``'s UNIMPLEMENTED for one of our services is recent."""
+    expiry = _standard.get(endpoint)
+    if expiry is None:
+        return False
+    if time.monotonic() < expiry:
+        return True
+    forget(endpoint)  # lapsed: the next call tries our services again
+    return False
 
 
 def mark_standard(endpoint: str) -> None:
-    """Remember that ``endpoint`` serves the standard protocol only (this process)."""
+    """Remember for ``REPROBE_S`` that ``endpoint`` serves the standard protocol only."""
     with _lock:
-        _standard.add(endpoint)
+        _standard[endpoint] = time.monotonic() + REPROBE_S
 
 
 def forget(endpoint: str) -> None:
     """Ask ``endpoint`` for our services again on the next call."""
     with _lock:
-        _standard.discard(endpoint)
+        _standard.pop(endpoint, None)
 
 
 def no_standard_rpc(method: str, endpoint: str) -> ServiceNotOfferedError:

@@ -216,22 +216,26 @@ class ClientCore:
     def _admin(self, method: str, payload: Mapping[str, Any]) -> Any:
         # Raw bytes in and out: an error raised inside a (de)serializer would reach us as
         # a bare gRPC INTERNAL instead of the broker's status.
+        # Always asked, even of an endpoint marked standard: admin calls are rare, and an
+        # answer shows the address now serves our services (it changed hands).
         call = self._channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/{method}")
-        if standard.is_standard(self.endpoint):
-            raise standard.no_standard_rpc(method, self.endpoint)
         request = encode_request(payload)
+        marked = standard.is_standard(self.endpoint)
         try:
-            return self._retrying(
+            result = self._retrying(
                 method,
                 lambda: decode_response(
                     call(request, timeout=self.timeout_s, metadata=self._metadata())
                 ),
             )
         except ServiceNotOfferedError:
-            if method != "Health" and self._admin_offered():
+            if not marked and method != "Health" and self._admin_offered():
                 raise  # the admin service is there, only this method is not
             standard.mark_standard(self.endpoint)
             raise standard.no_standard_rpc(method, self.endpoint) from None
+        if marked:
+            standard.forget(self.endpoint)
+        return result
 
     def _admin_offered(self) -> bool:
         """Whether the admin service answers at all (False: UNIMPLEMENTED for Health)."""

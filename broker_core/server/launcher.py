@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker_core.client import standard
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -104,4 +106,6 @@ def launch_broker(
         raise RuntimeError("broker exited before READY:\n" + "".join(output[-40:]))
     stream = proc.stdout
     threading.Thread(target=lambda: output.extend(stream), daemon=True).start()
+    # a broker that served this address before may have offered only apache.rocketmq.v2
+    standard.forget(endpoint)
     return BrokerProcess(endpoint, store_dir, proc, output, ha_endpoint)

@@ -24,6 +24,7 @@ from broker_core.errors import (
 )
 from broker_core.protocol.properties import SYSTEM_KEYS
 from broker_core.server.launcher import BrokerProcess, launch_broker
+from tests.ha.controller_procs import free_port
 from tests.server.conftest import DEFAULT_CONFIG
 
 TOPIC = "std-orders"
@@ -169,3 +170,37 @@ def test_missing_admin_method_does_not_mark_the_endpoint(brokers: Brokers) -> No
             assert client.health()["broker_name"] == "broker-a"
     finally:
         assert restarted.stop() == 0
+
+
+def test_an_address_that_changed_hands_gets_the_fast_path_again(
+    brokers: Brokers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mark left by a standard-only server at an address does not outlive it: launching
+    a broker there clears it, an answered admin call clears it, and it lapses by itself."""
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    standard.mark_standard(endpoint)  # as if a --no-extensions broker had served this port
+    full = launch_broker(
+        brokers.full.store_dir.parent / "handed-over", config=DEFAULT_CONFIG, listen=endpoint
+    )
+    try:
+        assert full.endpoint == endpoint and not standard.is_standard(endpoint)
+        standard.mark_standard(endpoint)  # left by another process-wide client, say
+        with RocketMQClient(endpoint) as client:
+            client.create_topic("std-handed-over", queues=1)  # asked all the same
+            assert not standard.is_standard(endpoint)
+            assert client.health()["broker_name"] == "broker-a"
+    finally:
+        assert full.stop() == 0, "".join(full.output[-30:])
+    monkeypatch.setattr(standard, "REPROBE_S", 0.0)
+    standard.mark_standard(endpoint)
+    assert not standard.is_standard(endpoint)  # lapsed at once: the next call asks again
+
+
+def test_an_admin_call_to_a_marked_standard_endpoint_is_still_refused_clearly(
+    plain_client: RocketMQClient,
+) -> None:
+    standard.mark_standard(plain_client.endpoint)
+    with pytest.raises(ServiceNotOfferedError, match=r"CreateTopic .*own tools"):
+        plain_client.create_topic("std-refused")
+    assert standard.is_standard(plain_client.endpoint)

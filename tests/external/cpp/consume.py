@@ -64,6 +64,7 @@ def main() -> None:
         consumer.set_instance_name(args.instance)
     ffi_check(dll.Subscribe(consumer._handle, args.topic.encode(), args.expression.encode()))
     consumer._register_callback(on_message)
+    print("STARTING", flush=True)  # shows a start that never returned apart from one never begun
     consumer.start()
     print("READY", flush=True)
     for line in sys.stdin:
