@@ -3,9 +3,9 @@
 Each connected slave has an acked offset (its last report) and a *catch-up target*: the
 master's commitlog end at a known time, ``target_at``. A report at or past the target
 proves the slave holds everything the master had at ``target_at``: that time becomes the
-slave's ``fresh_at`` and the target moves to the master's end now. So a slave that keeps
-up under continuous load is fresh as of its previous report, and an idle one as of its
-previous heartbeat.
+slave's ``fresh_at`` and the target moves to the master's end now; a report that covers
+the master's whole log makes ``fresh_at`` now. So a slave that keeps up under continuous
+load is fresh as of its previous report, and an idle one as of its last heartbeat.
 
 Rules:
 
@@ -88,8 +88,12 @@ class InSyncSet:
             slave.acked = acked
             if acked >= slave.target:
                 now = self._clock()  # before the end: the target holds all appended by now
-                slave.fresh_at = slave.target_at
-                slave.target, slave.target_at = master_end(), now
+                end = master_end()
+                # holding the master's whole log proves freshness as of now, not only as
+                # of when the reached target was set (an idle group, a slave back from a
+                # freeze with nothing to copy)
+                slave.fresh_at = now if acked >= end else slave.target_at
+                slave.target, slave.target_at = end, now
             self._refresh(self._clock())
             self._cond.notify_all()
 

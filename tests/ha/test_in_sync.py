@@ -127,3 +127,19 @@ def test_a_send_waits_for_every_slave_etcd_lists_even_outside_the_local_set(
         replicas.wait(1_000, timeout_ms=0)
     replicas.required = set()
     replicas.wait(1_000, timeout_ms=0)
+
+
+def test_a_slave_holding_the_whole_log_is_fresh_as_of_its_report(clock: Clock) -> None:
+    """Idle master: a heartbeat acking the log's end proves the slave holds everything the
+    master has now, so a slave back from a freeze with nothing to copy is in at once."""
+    log, replicas = Log(1_000), in_sync_set(clock)
+    replicas.join(1, "s", log)
+    replicas.report(1, 1_000, log)
+    clock.now += 5.0  # frozen; the master took no writes meanwhile
+    assert replicas.members() == {}
+    replicas.report(1, 1_000, log)  # its first heartbeat after the freeze
+    assert replicas.members() == {"s": 1_000}
+    clock.now += 0.9  # fresh as of that heartbeat, not of the target set before the freeze
+    assert replicas.members() == {"s": 1_000}
+    clock.now += 0.2
+    assert replicas.members() == {}
