@@ -14,9 +14,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
 from broker_core.client import RocketMQClient
 from tests.connector.conftest import BrokerProcess, new_topic
@@ -76,7 +78,10 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def remote(connect_url: str) -> Iterator[SparkSession]:
-    session = SparkSession.builder.remote(connect_url).getOrCreate()
+    # The Connect builder itself: pyspark's generic builder refuses a remote session while
+    # this process runs a classic one (SESSION_ALREADY_EXIST), as the rest of the slow
+    # suite's shared local session is.
+    session = cast(SparkSession, RemoteSparkSession.builder.remote(connect_url).getOrCreate())
     yield session
     session.stop()
 
