@@ -80,13 +80,8 @@ _HINTS: Final = {
 
 def is_standard(endpoint: str) -> bool:
     """True while ``endpoint``'s UNIMPLEMENTED for one of our services is recent."""
-    expiry = _standard.get(endpoint)
-    if expiry is None:
-        return False
-    if time.monotonic() < expiry:
-        return True
-    forget(endpoint)  # lapsed: the next call tries our services again
-    return False
+    expiry = _standard.get(endpoint)  # a lapsed mark stays until overwritten: harmless
+    return expiry is not None and time.monotonic() < expiry
 
 
 def mark_standard(endpoint: str) -> None:
