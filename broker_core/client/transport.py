@@ -220,7 +220,6 @@ class ClientCore:
         # answer shows the address now serves our services (it changed hands).
         call = self._channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/{method}")
         request = encode_request(payload)
-        marked = standard.is_standard(self.endpoint)
         try:
             result = self._retrying(
                 method,
@@ -229,12 +228,11 @@ class ClientCore:
                 ),
             )
         except ServiceNotOfferedError:
-            if not marked and method != "Health" and self._admin_offered():
+            if method != "Health" and self._admin_offered():
                 raise  # the admin service is there, only this method is not
             standard.mark_standard(self.endpoint)
             raise standard.no_standard_rpc(method, self.endpoint) from None
-        if marked:
-            standard.forget(self.endpoint)
+        standard.forget(self.endpoint)  # answered: whatever was marked here is gone
         return result
 
     def _admin_offered(self) -> bool:
