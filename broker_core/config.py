@@ -44,6 +44,9 @@ class StoreConfig:
     file_reserved_hours: float = 72.0
     disk_max_used_ratio: float = 0.85  # above this, retention deletes the oldest segments
     disk_full_ratio: float = 0.95  # above this, appends are refused with BusyError
+    # a message within this share of physical memory from the log's end counts as "in
+    # memory" (RocketMQ's accessMessageInMemoryMaxRatio, 40%): where new groups start
+    access_message_in_memory_max_ratio: float = 0.40
     cleanup_interval_ms: int = 10_000
     max_dispatch_lag_bytes: int = 256 * MIB
     max_flush_lag_bytes: int = 512 * MIB
@@ -84,6 +87,10 @@ class StoreConfig:
         _require(self.file_reserved_hours > 0, "file_reserved_hours must be > 0")
         _require(0 < self.disk_max_used_ratio <= 1, "disk_max_used_ratio must be in (0, 1]")
         _require(0 < self.disk_full_ratio <= 1, "disk_full_ratio must be in (0, 1]")
+        _require(
+            0 <= self.access_message_in_memory_max_ratio <= 1,
+            "access_message_in_memory_max_ratio must be in [0, 1]",
+        )
 
     @property
     def commitlog_dir(self) -> Path:

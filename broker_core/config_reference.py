@@ -69,6 +69,10 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
         "file_reserved_hours": "retention: commitlog segments older than this are deleted",
         "disk_max_used_ratio": "above this disk use, retention deletes the oldest segments early",
         "disk_full_ratio": "above this disk use, sends are refused (BusyError, retriable)",
+        "access_message_in_memory_max_ratio": (
+            "share of physical memory from the log's end within which a message counts as "
+            "in memory; a new group whose queue's first message is in memory starts there"
+        ),
         "cleanup_interval_ms": "how often retention runs",
         "max_dispatch_lag_bytes": "sends are refused as busy while indexing lags this far",
         "max_flush_lag_bytes": "sends are refused as busy while flushing lags this far",

@@ -197,6 +197,11 @@ class ConsumerCalls:
             )
         return self.positions.configured_start(config or GroupConfig(group), topic, queue_id)
 
+    def starts_in_memory(self, topic: str, queue_id: int) -> bool:
+        """Whether a group without an offset starts this queue at 0 (see
+        :meth:`GroupPositions.starts_in_memory`)."""
+        return self.positions.starts_in_memory(topic, queue_id)
+
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset in a queue, None if it never committed there."""
         return self.offsets.query(group, topic, queue_id)

@@ -48,13 +48,32 @@ class GroupPositions:
             )
         return broadcast_member(group, client_id)
 
-    def configured_start(self, config: GroupConfig, topic: str, queue_id: int) -> int:
-        """Where ``config`` says a group new to the queue starts."""
+    def configured_start(
+        self, config: GroupConfig, topic: str, queue_id: int, *, pop: bool = False
+    ) -> int:
+        """Where ``config`` says a group new to the queue starts.
+
+        ``last_offset`` follows RocketMQ: a queue whose first message is still in memory
+        (:meth:`starts_in_memory`) is read from 0, so a group made before its consumers
+        still gets what was sent in between; otherwise the end of the queue, and for POP
+        the last message (RocketMQ pops "the last one" there).
+        """
         if config.consume_from_where == "first_offset":
             return self._store.min_offset(topic, queue_id)
         if config.consume_from_where == "timestamp":
             return self._store.offset_for_timestamp(topic, queue_id, config.consume_timestamp_ms)
-        return self._store.max_offset(topic, queue_id)
+        if self.starts_in_memory(topic, queue_id):
+            return 0
+        end = self._store.max_offset(topic, queue_id)
+        return max(end - 1, 0) if pop else end
+
+    def starts_in_memory(self, topic: str, queue_id: int) -> bool:
+        """The queue still starts at offset 0 and that message is in memory (RocketMQ
+        answers a group without an offset there with 0: ``ConsumerManageProcessor``,
+        POP's ``initPopOffsetByCheckMsgInMem``)."""
+        return self._store.min_offset(topic, queue_id) <= 0 and self._store.in_memory(
+            topic, queue_id, 0
+        )
 
     def pop_initial_offset(self, state_group: str, topic: str, queue_id: int) -> int:
         """Where POP starts in a queue the group never committed in: the first offset
@@ -62,7 +81,7 @@ class GroupPositions:
         config = self._groups.get(base_group(state_group))
         if is_retry_topic(topic) or config is None or config.auto_created:
             return self._store.min_offset(topic, queue_id)
-        return self.configured_start(config, topic, queue_id)
+        return self.configured_start(config, topic, queue_id, pop=True)
 
     def members(self, group: str) -> list[str]:
         """The broadcast member names of ``group`` that have stored offsets."""

@@ -10,7 +10,8 @@ HEART_BEAT (34)                    body ``HeartbeatData{clientID, producerDataSe
 UNREGISTER_CLIENT (35)             clientID, producerGroup, consumerGroup
 GET_CONSUMER_LIST_BY_GROUP (38)    body ``{"consumerIdList": [...]}``; SYSTEM_ERROR if none
 QUERY_CONSUMER_OFFSET (14)         ``offset``; a group that never committed reads 0 while the
-                                   queue still starts at 0, else QUERY_NOT_FOUND (22), as Java
+                                   queue's first message is in memory, else QUERY_NOT_FOUND
+                                   (22) and the client applies its consume-from, as Java
 UPDATE_CONSUMER_OFFSET (15)        consumerGroup, topic, queueId, commitOffset
 GET_MAX_OFFSET (30) / MIN (31)     topic, queueId -> ``offset``
 SEARCH_OFFSET_BY_TIMESTAMP (29)    topic, queueId, timestamp -> ``offset``
@@ -120,7 +121,7 @@ def handle_query_offset(
     topic, queue_id = _queue(req.ext_fields)
     offset = ctx.broker.committed_offset(group, topic, queue_id)
     if offset is None:
-        if ctx.broker.queue_bounds(topic, queue_id)[0] > 0:
+        if not ctx.broker.starts_in_memory(topic, queue_id):
             return req.response(
                 ResponseCode.QUERY_NOT_FOUND,
                 remark=f"group {group} has no offset in {topic}:{queue_id}",

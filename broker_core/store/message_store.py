@@ -3,8 +3,7 @@
 >>> import tempfile
 >>> from broker_core.config import StoreConfig
 >>> from broker_core.message import Message
->>> store = MessageStore(StoreConfig(store_dir=tempfile.mkdtemp(), segment_size_bytes=1 << 20,
-...                                  max_body_bytes=1024))
+>>> store = MessageStore(StoreConfig(tempfile.mkdtemp(), 1 << 20, max_body_bytes=1024))
 >>> report = store.open()
 >>> [r.queue_offset for r in store.put_messages([Message("orders", b"hello")])]
 [0]
@@ -23,6 +22,7 @@ knows the shutdown was clean. All public methods are thread-safe.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -375,6 +375,16 @@ class MessageStore:
         """The next logical offset to be dispatched (messages are below it)."""
         cq = self.queues.get(topic, queue_id)
         return cq.max_offset if cq else 0
+
+    def in_memory(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether a queue's message is within ``access_message_in_memory_max_ratio`` of
+        physical memory from the log's end (RocketMQ's ``checkInMemByConsumeOffset``)."""
+        cq = self.queues.get(topic, queue_id)
+        if cq is None or not cq.min_offset <= offset < cq.max_offset:
+            return False
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        window = self.config.access_message_in_memory_max_ratio * memory
+        return self.commitlog.max_offset - cq.get_unit(offset)[0] <= window
 
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(cq.queue_id for cq in self.queues.all() if cq.topic == topic)

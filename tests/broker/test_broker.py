@@ -228,7 +228,9 @@ def test_offsets_progress_and_reset_by_time(broker: Broker, clock: Clock) -> Non
         clock.now = T0 + i * 1000
         broker.send([msg("orders", f"m{i}".encode())])
     broker.store.wait_dispatched()
-    assert broker.consumer_offset("g", "orders", 0) == 6  # new group starts at the end
+    # a new group starts at 0 while the queue's first message is in memory (as RocketMQ
+    # answers; tests/broker/test_group_start.py has the end past that window)
+    assert broker.consumer_offset("g", "orders", 0) == 0
     assert broker.groups.get("g") is None  # asking did not create the group
     with pytest.raises(GroupNotFoundError, match="rmq group create g"):
         broker.reset_offsets("g", "orders", "earliest")

@@ -262,7 +262,8 @@ def test_long_polling_pull_returns_when_a_message_arrives(client) -> None:
 
 
 def test_offsets_round_trip(client, one_queue) -> None:
-    assert client.get_offset("GID_fresh", "ranged", 0) == 10  # consume from last offset
+    # consume from last offset: 0 while the queue's first message is in memory (RocketMQ)
+    assert client.get_offset("GID_fresh", "ranged", 0) == 0
     client.update_offset("GID_offsets", "ranged", 0, 4)
     assert client.get_offset("GID_offsets", "ranged", 0) == 4
     assert client.group_progress("GID_offsets", "ranged")["total_lag"] == 6

@@ -327,7 +327,9 @@ def test_get_offset_of_a_new_group_is_where_it_starts(stub) -> None:
         group=pb.Resource(name="fresh-group"), message_queue=mq(TOPIC, 0)
     )
     got = stub.GetOffset(request, timeout=5)
-    assert (got.status.code, got.offset) == (Code.OK, 10)  # consume from the last offset
+    # consume from the last offset, which RocketMQ reads from 0 while the queue's first
+    # message is in memory (tests/broker/test_group_start.py has the end past that window)
+    assert (got.status.code, got.offset) == (Code.OK, 0)
 
 
 def query_offset(stub: Any, policy: int, timestamp_ms: int | None = None, **kw: Any) -> Any:
