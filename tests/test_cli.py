@@ -334,6 +334,10 @@ def test_unreachable_broker_is_one_line(tmp_path) -> None:
         (["consume", "cli_events"], ["--group"]),
         (["consume", "no_such_topic", "--group", "G"], ["no_such_topic"]),
         (["topic", "create", "t", "--queues", "0"], ["--queues"]),
+        # the broker's own topics: refused, never acknowledged and then dropped
+        (["send", "SCHEDULE_TOPIC_XXXX", "x"], ["SCHEDULE_TOPIC_XXXX", "system topic"]),
+        (["send", "RMQ_SYS_TRANS_HALF_TOPIC", "x"], ["RMQ_SYS_TRANS_HALF_TOPIC", "system topic"]),
+        (["send", "rmq_sys_wheel_timer", "x", "--delay", "1h"], ["system topic"]),
     ],
 )
 def test_expected_errors_exit_1_with_one_line(broker, args, words) -> None:
