@@ -166,20 +166,22 @@ def broker_start(
 )
 def broker_config(show_defaults: bool, config_file: str | None) -> None:
     """Print the broker's config keys as TOML (a starting point for --config FILE)."""
+    from broker_core.auth.config import load_security
     from broker_core.config import load_config
-    from broker_core.config_reference import as_toml, defaults_toml
+    from broker_core.config_reference import as_toml, defaults_toml, security_toml
 
     if show_defaults == (config_file is not None):
         raise click.UsageError("give exactly one of --defaults and --config FILE")
     if config_file is None:
         click.echo(defaults_toml(), nl=False)
         return
-    broker_cfg, store_cfg = load_config(config_file)  # ConfigError names the key
+    broker_cfg, store_cfg = load_config(config_file)  # the whole file, as broker start does
     values = {
         "broker": {f: getattr(broker_cfg, f) for f in broker_cfg.__dataclass_fields__},
         "store": {f: getattr(store_cfg, f) for f in store_cfg.__dataclass_fields__},
     }
     click.echo(as_toml(values, f"effective settings of {config_file}"), nl=False)
+    click.echo(security_toml(*load_security(config_file)), nl=False)
 
 
 # ---- namesrv --------------------------------------------------------------------------------
