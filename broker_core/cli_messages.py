@@ -20,7 +20,7 @@ from broker_core.cli_base import (
     endpoints_option,
     json_option,
 )
-from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient
+from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient, standard
 from broker_core.errors import RocketMQError
 from broker_core.protocol.durations import parse_duration_ms
 
@@ -104,9 +104,13 @@ def _start_offsets(
     client: RocketMQClient, group_name: str, topic_name: str, start: str | None
 ) -> dict[int, int]:
     """Where to read each queue: --from, else the group's committed offset (a group that
-    never committed starts where its consume-from-where says: latest by default)."""
+    never committed starts where its consume-from-where says: latest by default).
+
+    The queues and their bounds come from QueryRoute and QueryOffset, not the admin
+    TopicStatus: consuming needs Sub on the topic and the group, as in RocketMQ's ACL, and
+    no Get."""
     offsets = {}
-    for row in client.topic_status(topic_name):
+    for row in standard.topic_status(client, topic_name):
         qid = row["queue_id"]
         if start == "earliest":
             offsets[qid] = row["min_offset"]
