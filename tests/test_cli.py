@@ -95,8 +95,16 @@ def test_topic_create_list_status_delete(broker) -> None:
 
 
 def test_system_topics_only_with_all(broker) -> None:
-    assert "SCHEDULE_TOPIC_XXXX" not in ok(rmq(broker, "topic", "list"))
-    assert "SCHEDULE_TOPIC_XXXX" in ok(rmq(broker, "topic", "list", "--all"))
+    from broker_core.cli_admin import TOOL_TOPIC_PREFIXES
+    from connector.exactly_once import MARKER_TOPIC_PREFIX
+
+    assert MARKER_TOPIC_PREFIX in TOOL_TOPIC_PREFIXES
+    marker = f"{MARKER_TOPIC_PREFIX}cli-query"  # what the Spark sink creates
+    ok(rmq(broker, "topic", "create", marker, "--queues", "1"))
+    listed, everything = ok(rmq(broker, "topic", "list")), ok(rmq(broker, "topic", "list", "--all"))
+    assert "SCHEDULE_TOPIC_XXXX" not in listed and marker not in listed
+    assert "SCHEDULE_TOPIC_XXXX" in everything and marker in everything
+    assert marker not in ok(rmq(broker, "topic", "list", "--json"))
 
 
 def test_group_create_and_list(broker) -> None:
