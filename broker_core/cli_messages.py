@@ -264,6 +264,45 @@ def message_query(
         )
 
 
+# The group a one-message read pulls as (mqadmin's queryMsgByOffset reads as TOOLS_CONSUMER
+# too); it commits nothing.
+TOOLS_GROUP = "TOOLS_CONSUMER"
+
+
+@message.command("get")
+@click.option("--topic", "topic_name", required=True, help="the message's topic")
+@click.option("--queue", "queue_id", type=click.IntRange(0), required=True, help="queue id")
+@click.option("--offset", type=click.IntRange(0), required=True, help="offset in the queue")
+@json_option
+@endpoints_option
+def message_get(topic_name: str, queue_id: int, offset: int, as_json: bool, endpoints: str) -> None:
+    """The message at --offset of --queue of --topic (mqadmin queryMsgByOffset)."""
+    with _client(endpoints) as client:
+        batch = client.pull(TOOLS_GROUP, topic_name, queue_id, offset, 1)
+    if not batch.messages:
+        raise click.ClickException(
+            f"no message at offset {offset} of {topic_name} queue {queue_id} "
+            f"(it holds offsets {batch.min_offset}..{batch.max_offset - 1})"
+        )
+    found = _message_dict(batch.messages[0])
+    if as_json:
+        return _print_json(found)
+    _table(
+        f"message {found['message_id']}",
+        ["field", "value"],
+        [
+            ("topic", found["topic"]),
+            ("queue", found["queue_id"]),
+            ("offset", found["queue_offset"]),
+            ("tag", found["tag"] or ""),
+            ("keys", ",".join(found["keys"])),
+            ("stored", _iso(found["store_timestamp_ms"])),
+            ("properties", ", ".join(f"{k}={v}" for k, v in sorted(found["properties"].items()))),
+            ("body", f"{found['body']} ({found['body_encoding']})"),
+        ],
+    )
+
+
 # ---- offsets --------------------------------------------------------------------------------
 
 

@@ -232,6 +232,30 @@ def namesrv_start(
     raise SystemExit(code)
 
 
+@broker.command("status")
+@json_option
+@endpoints_option
+def broker_status(as_json: bool, endpoints: str) -> None:
+    """Runtime figures of the broker (mqadmin brokerStatus): commitlog offsets, put rate,
+    each background service's state and the replication role."""
+    with _client(endpoints) as client:
+        health = client.health()
+    if as_json:
+        return _print_json(health)
+    replication = health.get("replication", {})
+    rows = [
+        ("broker", health.get("broker_name", "")),
+        ("endpoint", health.get("endpoint", "")),
+        ("commitlog min offset", health.get("commitlog_min_offset", "")),
+        ("commitlog max offset", health.get("commitlog_max_offset", "")),
+        ("commitlog flushed offset", health.get("commitlog_flushed_offset", "")),
+        ("put tps", f"{float(health.get('put_tps', 0.0)):.1f}"),
+        ("role", replication.get("role", "")),
+    ]
+    rows += [(f"service {name}", state) for name, state in health.get("services", {}).items()]
+    _table(f"broker {health.get('broker_name', '')}", ["field", "value"], rows)
+
+
 @broker.command("replication")
 @endpoints_option
 def broker_replication(endpoints: str) -> None:

@@ -6,6 +6,7 @@ as the installed console script in a subprocess (READY line, SIGTERM, exit 0).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -171,6 +172,25 @@ def sent(broker: BrokerProcess) -> list[dict[str, str]]:
         )
         receipts.append(dict(line.split(": ", 1) for line in out.strip().splitlines()))
     return receipts
+
+
+def test_message_get_reads_one_message_by_queue_and_offset(broker, sent) -> None:
+    receipt = sent[3]
+    where = ("--topic", "cli_events", "--queue", receipt["queue"], "--offset", receipt["offset"])
+    found = json.loads(ok(rmq(broker, "message", "get", *where, "--json")))
+    assert found["body"] == "event 3" and found["message_id"] == receipt["message id"]
+    assert found["properties"]["seq"] == "3" and found["keys"] == ["ev-3", "batch-1"]
+    assert "event 3" in ok(rmq(broker, "message", "get", *where))
+    beyond = ("--topic", "cli_events", "--queue", "0", "--offset", "999")
+    fails(rmq(broker, "message", "get", *beyond), "999")
+
+
+def test_broker_status(broker, sent) -> None:
+    status = json.loads(ok(rmq(broker, "broker", "status", "--json")))
+    assert status["commitlog_max_offset"] > 0 and status["services"]
+    assert all(state == "ok" for state in status["services"].values()), status
+    table = ok(rmq(broker, "broker", "status"))
+    assert "commitlog max offset" in table and "service " in table
 
 
 def test_send_prints_id_queue_and_offset(sent) -> None:
