@@ -91,14 +91,26 @@ def topic_create(
         )
 
 
+# Topics our own tools keep for their bookkeeping, hidden like the broker's own: the Spark
+# sink's exactly-once markers (connector/exactly_once.py's MARKER_TOPIC_PREFIX).
+TOOL_TOPIC_PREFIXES = ("%SPARK_SINK%",)
+
+
 @topic.command("list")
-@click.option("--all", "include_system", is_flag=True, help="include the broker's own topics")
+@click.option(
+    "--all",
+    "include_system",
+    is_flag=True,
+    help="include the broker's own topics and the Spark sink's %SPARK_SINK% marker topics",
+)
 @json_option
 @endpoints_option
 def topic_list(include_system: bool, as_json: bool, endpoints: str) -> None:
-    """List topics."""
+    """List topics (the broker's and our tools' own topics only with --all)."""
     with _client(endpoints) as client:
         topics = client.list_topics(include_system=include_system)
+    if not include_system:
+        topics = [t for t in topics if not t["name"].startswith(TOOL_TOPIC_PREFIXES)]
     if as_json:
         return _print_json(topics)
     _table(

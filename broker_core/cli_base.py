@@ -44,10 +44,19 @@ def endpoints_option(command: F) -> F:
     )(command)
 
 
+def broker_client(
+    endpoints: str, *, timeout_s: float = 10.0, max_attempts: int = 2
+) -> RocketMQClient:
+    """The client every verb uses for a broker (given by ``--endpoints`` or found through
+    ``--namesrv``): signing with $RMQ_ACCESS_KEY/$RMQ_SECRET_KEY and using TLS per
+    $RMQ_TLS/$RMQ_CA_FILE (``broker_core/client/env.py``)."""
+    return RocketMQClient(
+        endpoints, timeout_s=timeout_s, max_attempts=max_attempts, **client_settings()
+    )
+
+
 def _client(endpoints: str) -> RocketMQClient:
-    """A client of ``endpoints``, signing with $RMQ_ACCESS_KEY/$RMQ_SECRET_KEY and using
-    TLS per $RMQ_TLS/$RMQ_CA_FILE (``broker_core/client/env.py``)."""
-    return RocketMQClient(endpoints, timeout_s=10.0, max_attempts=2, **client_settings())
+    return broker_client(endpoints)
 
 
 def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -20,7 +20,7 @@ from broker_core.cli_base import (
     endpoints_option,
     json_option,
 )
-from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient
+from broker_core.client import OutgoingMessage, ReceivedMessage, RocketMQClient, standard
 from broker_core.errors import RocketMQError
 from broker_core.protocol.durations import parse_duration_ms
 
@@ -104,9 +104,13 @@ def _start_offsets(
     client: RocketMQClient, group_name: str, topic_name: str, start: str | None
 ) -> dict[int, int]:
     """Where to read each queue: --from, else the group's committed offset (a group that
-    never committed starts where its consume-from-where says: latest by default)."""
+    never committed starts where its consume-from-where says: latest by default).
+
+    The queues and their bounds come from QueryRoute and QueryOffset, not the admin
+    TopicStatus: consuming needs Sub on the topic and the group, as in RocketMQ's ACL, and
+    no Get."""
     offsets = {}
-    for row in client.topic_status(topic_name):
+    for row in standard.topic_status(client, topic_name):
         qid = row["queue_id"]
         if start == "earliest":
             offsets[qid] = row["min_offset"]
@@ -258,6 +262,45 @@ def message_query(
                 ("body", f"{body} ({msg['body_bytes']} bytes)"),
             ],
         )
+
+
+# The group a one-message read pulls as (mqadmin's queryMsgByOffset reads as TOOLS_CONSUMER
+# too); it commits nothing.
+TOOLS_GROUP = "TOOLS_CONSUMER"
+
+
+@message.command("get")
+@click.option("--topic", "topic_name", required=True, help="the message's topic")
+@click.option("--queue", "queue_id", type=click.IntRange(0), required=True, help="queue id")
+@click.option("--offset", type=click.IntRange(0), required=True, help="offset in the queue")
+@json_option
+@endpoints_option
+def message_get(topic_name: str, queue_id: int, offset: int, as_json: bool, endpoints: str) -> None:
+    """The message at --offset of --queue of --topic (mqadmin queryMsgByOffset)."""
+    with _client(endpoints) as client:
+        batch = client.pull(TOOLS_GROUP, topic_name, queue_id, offset, 1)
+    if not batch.messages:
+        raise click.ClickException(
+            f"no message at offset {offset} of {topic_name} queue {queue_id} "
+            f"(it holds offsets {batch.min_offset}..{batch.max_offset - 1})"
+        )
+    found = _message_dict(batch.messages[0])
+    if as_json:
+        return _print_json(found)
+    _table(
+        f"message {found['message_id']}",
+        ["field", "value"],
+        [
+            ("topic", found["topic"]),
+            ("queue", found["queue_id"]),
+            ("offset", found["queue_offset"]),
+            ("tag", found["tag"] or ""),
+            ("keys", ",".join(found["keys"])),
+            ("stored", _iso(found["store_timestamp_ms"])),
+            ("properties", ", ".join(f"{k}={v}" for k, v in sorted(found["properties"].items()))),
+            ("body", f"{found['body']} ({found['body_encoding']})"),
+        ],
+    )
 
 
 # ---- offsets --------------------------------------------------------------------------------

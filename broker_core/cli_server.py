@@ -166,20 +166,22 @@ def broker_start(
 )
 def broker_config(show_defaults: bool, config_file: str | None) -> None:
     """Print the broker's config keys as TOML (a starting point for --config FILE)."""
+    from broker_core.auth.config import load_security
     from broker_core.config import load_config
-    from broker_core.config_reference import as_toml, defaults_toml
+    from broker_core.config_reference import as_toml, defaults_toml, security_toml
 
     if show_defaults == (config_file is not None):
         raise click.UsageError("give exactly one of --defaults and --config FILE")
     if config_file is None:
         click.echo(defaults_toml(), nl=False)
         return
-    broker_cfg, store_cfg = load_config(config_file)  # ConfigError names the key
+    broker_cfg, store_cfg = load_config(config_file)  # the whole file, as broker start does
     values = {
         "broker": {f: getattr(broker_cfg, f) for f in broker_cfg.__dataclass_fields__},
         "store": {f: getattr(store_cfg, f) for f in store_cfg.__dataclass_fields__},
     }
     click.echo(as_toml(values, f"effective settings of {config_file}"), nl=False)
+    click.echo(security_toml(*load_security(config_file)), nl=False)
 
 
 # ---- namesrv --------------------------------------------------------------------------------
@@ -228,6 +230,30 @@ def namesrv_start(
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc}") from None
     raise SystemExit(code)
+
+
+@broker.command("status")
+@json_option
+@endpoints_option
+def broker_status(as_json: bool, endpoints: str) -> None:
+    """Runtime figures of the broker (mqadmin brokerStatus): commitlog offsets, put rate,
+    each background service's state and the replication role."""
+    with _client(endpoints) as client:
+        health = client.health()
+    if as_json:
+        return _print_json(health)
+    replication = health.get("replication", {})
+    rows = [
+        ("broker", health.get("broker_name", "")),
+        ("endpoint", health.get("endpoint", "")),
+        ("commitlog min offset", health.get("commitlog_min_offset", "")),
+        ("commitlog max offset", health.get("commitlog_max_offset", "")),
+        ("commitlog flushed offset", health.get("commitlog_flushed_offset", "")),
+        ("put tps", f"{float(health.get('put_tps', 0.0)):.1f}"),
+        ("role", replication.get("role", "")),
+    ]
+    rows += [(f"service {name}", state) for name, state in health.get("services", {}).items()]
+    _table(f"broker {health.get('broker_name', '')}", ["field", "value"], rows)
 
 
 @broker.command("replication")

@@ -14,6 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from broker_core.auth.config import auth_config, tls_config
 from broker_core.errors import ConfigError
 
 KIB = 1024
@@ -268,7 +269,8 @@ def _check_ha(c: BrokerConfig) -> None:
 def load_config(
     path: str | Path | None, **store_overrides: Any
 ) -> tuple[BrokerConfig, StoreConfig]:
-    """Read ``[broker]`` and ``[store]`` from a TOML file (None: defaults + overrides)."""
+    """Read ``[broker]`` and ``[store]`` from a TOML file (None: defaults + overrides),
+    validating the whole file: its ``[auth]`` and ``[tls]`` too (ConfigError names the key)."""
     doc: dict[str, Any] = {}
     if path is not None:
         try:
@@ -281,9 +283,13 @@ def load_config(
         raise ConfigError(
             f"unknown config table(s): {', '.join(unknown)} (use [broker], [store], [auth], [tls])"
         )
-    for table in ("broker", "store"):
+    for table in ("broker", "store", "auth", "tls"):
         if not isinstance(doc.get(table, {}), dict):
             raise ConfigError(f"config: {table} must be a table ([{table}]), got {doc[table]!r}")
+    # [auth] and [tls] are read where they are used (auth/config.py); checked here too, so
+    # whatever reads a file (broker start, rmq broker config --config) refuses the same.
+    auth_config(doc)
+    tls_config(doc)
     store_values = dict(doc.get("store", {}))
     store_values.update(store_overrides)
     return (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
+from broker_core.auth.config import AuthConfig, TlsConfig
 from broker_core.config import BrokerConfig, StoreConfig, value_kind
 
 SECTIONS: Final[dict[str, type]] = {"broker": BrokerConfig, "store": StoreConfig}
@@ -109,11 +110,60 @@ def as_toml(values: dict[str, dict[str, Any]], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# [auth] and [tls] (broker_core/auth/config.py): [auth] with its defaults; a user and [tls]
+# need values of the operator's own (a secret, certificate files), so they are commented out.
+SECURITY_DEFAULTS: Final[str] = """
+[auth]
+# sign and authorize every request; needs a super user in [[auth.users]] (bool)
+enabled = false
+# how far a request's x-mq-date-time may be off (int, >= 1000)
+max_clock_skew_ms = 900000
+# also accept stamps off by a time-zone offset (the official Python client's) (bool)
+accept_local_time = true
+# Users written into the user table at every start (secret_key: 6 or more characters):
+# [[auth.users]]
+# access_key = "admin"
+# secret_key = "change-me-please"
+# superuser = true
+
+# [tls] serves TLS only, gRPC and remoting; uncomment with both files (PEM):
+# [tls]
+# cert_file = "server.pem"
+# key_file = "server.key"
+# client_ca_file = "ca.pem"       # optional: verify client certificates against this CA
+# require_client_cert = false     # with client_ca_file: refuse clients without one
+"""
+
+
 def defaults_toml() -> str:
     """Every key with its default, as a commented TOML file a user can start from."""
-    return as_toml(
-        defaults(), "rmq broker config: every key with its default. Pass a file with --config."
+    return (
+        as_toml(
+            defaults(), "rmq broker config: every key with its default. Pass a file with --config."
+        )
+        + SECURITY_DEFAULTS
     )
+
+
+def security_toml(auth: AuthConfig, tls: TlsConfig | None) -> str:
+    """The effective ``[auth]`` and ``[tls]`` of a file (users by access key; no secrets)."""
+    lines = [
+        "",
+        "[auth]",
+        f"enabled = {_toml_value(auth.enabled)}",
+        f"max_clock_skew_ms = {auth.max_clock_skew_ms}",
+        f"accept_local_time = {_toml_value(auth.accept_local_time)}",
+    ]
+    for user in auth.users:
+        lines += ["", "[[auth.users]]", f"access_key = {_toml_value(user.access_key)}"]
+        lines += ["# secret_key: set, not shown", f"superuser = {_toml_value(user.superuser)}"]
+    if tls is not None:
+        lines += ["", "[tls]", f"cert_file = {_toml_value(tls.cert_file)}"]
+        lines += [f"key_file = {_toml_value(tls.key_file)}"]
+        if tls.client_ca_file:
+            lines.append(f"client_ca_file = {_toml_value(tls.client_ca_file)}")
+        lines.append(f"require_client_cert = {_toml_value(tls.require_client_cert)}")
+    return "\n".join(lines) + "\n"
 
 
 def markdown_table() -> str:

@@ -9,6 +9,9 @@ twice and none is skipped. Columns: topic, queueId, queueOffset, messageId, tag,
 body (binary), properties, bornTimestamp, storeTimestamp, and ``date`` (UTC store date,
 the partition column, ``date=2026-11-22``).
 
+Input schema: none — any message is archived as it is (its body as bytes); no row is
+skipped.
+
 Run::
 
     python -m spark_jobs.archive --endpoints 127.0.0.1:8081 --topic orders \\

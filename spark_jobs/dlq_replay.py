@@ -13,6 +13,9 @@ the ``properties`` column when present (``RETRY_TOPIC``, ``DLQ_ORIGIN_TOPIC``,
 ``REAL_TOPIC``), else looks it up on the driver with one raw PullMessage pass over the DLQ
 queues (:func:`origin_topics`).
 
+Input schema: any JSON value as the body (the job checks only that it parses), plus the
+message's original topic as above; the dropped messages are counted and listed by reason.
+
 Not idempotent: the DLQ is not consumed, so running the job twice replays twice. Use
 ``--dry-run`` first (prints what would be sent and dropped; sends nothing), ``--limit N``
 to replay the N oldest dead letters, and ``--starting-offsets`` (the JSON the job prints

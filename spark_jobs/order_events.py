@@ -5,7 +5,21 @@ Input messages carry one order event each as a JSON object (:data:`ORDER_SCHEMA`
     {"order_id": "o-17", "customer": "c-3", "amount_cents": 1299, "status": "PAID",
      "event_time": "2026-11-22T10:03:12Z"}
 
-Bodies that are not such an object (or lack ``event_time``/``status``) are skipped.
+Input schema (a JSON object per message body; other keys are ignored):
+
+==============  ===========================  =========================================
+key             type                         needed
+==============  ===========================  =========================================
+event_time      ISO-8601 timestamp (string)  yes: the event-time window
+status          string                       yes: the group and the result's tag
+amount_cents    integer                      no (counts as 0)
+order_id        string                       no
+customer        string                       no
+==============  ===========================  =========================================
+
+Bodies that are not such an object (not JSON, or without ``event_time``/``status``, like
+``{"id": 1}``) are skipped and counted: the job reports how many it could not use
+(:func:`skipped_rows`, the query's observed metric ``order_events_input``).
 Events are grouped into 1-minute tumbling windows of ``event_time`` per ``status`` with a
 2-minute watermark (events later than that are dropped by Spark). Every result is one
 JSON message on the output topic, tagged with the status, keyed ``STATUS@WINDOW_START``::
@@ -63,11 +77,30 @@ WATERMARK = "2 minutes"
 _ISO_MS = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
 
 
+OBSERVED = "order_events_input"  # observed metric: input rows and the rows skipped
+
+
 def parse_orders(messages: DataFrame) -> DataFrame:
-    """Rows of :data:`ORDER_SCHEMA` from source rows (``body``); bad bodies are dropped."""
+    """Rows of :data:`ORDER_SCHEMA` from source rows (``body``); bad bodies are dropped,
+    and counted per micro-batch in the observed metric :data:`OBSERVED`."""
     event = F.from_json(F.col("body").cast("string"), ORDER_SCHEMA)
     parsed = messages.select(event.alias("e")).select("e.*")
-    return parsed.where(F.col("event_time").isNotNull() & F.col("status").isNotNull())
+    usable = F.col("event_time").isNotNull() & F.col("status").isNotNull()
+    counted = parsed.observe(
+        OBSERVED,
+        F.count(F.lit(1)).alias("rows"),
+        F.coalesce(F.sum(F.when(usable, 0).otherwise(1)), F.lit(0)).alias("skipped"),
+    )
+    return counted.where(usable)
+
+
+def skipped_rows(query: StreamingQuery) -> int:
+    """Input rows the query could not use (not order JSON), over its recent progress."""
+    skipped = 0
+    for progress in query.recentProgress:
+        row = progress["observedMetrics"].get(OBSERVED)  # a Row, in batches with input
+        skipped += int(row["skipped"]) if row is not None else 0
+    return skipped
 
 
 def revenue_per_window(
@@ -234,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     rows = sum(int(p["numInputRows"]) for p in batches)
-    print(f"order-events: {rows} input messages in {len(batches)} micro-batches")
+    skipped = skipped_rows(query)
+    print(
+        f"order-events: {rows} input messages in {len(batches)} micro-batches; "
+        f"{skipped} could not be used (not order JSON with event_time and status)"
+    )
     return 0
 
 

@@ -6,6 +6,7 @@ as the installed console script in a subprocess (READY line, SIGTERM, exit 0).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -95,8 +96,16 @@ def test_topic_create_list_status_delete(broker) -> None:
 
 
 def test_system_topics_only_with_all(broker) -> None:
-    assert "SCHEDULE_TOPIC_XXXX" not in ok(rmq(broker, "topic", "list"))
-    assert "SCHEDULE_TOPIC_XXXX" in ok(rmq(broker, "topic", "list", "--all"))
+    from broker_core.cli_admin import TOOL_TOPIC_PREFIXES
+    from connector.exactly_once import MARKER_TOPIC_PREFIX
+
+    assert MARKER_TOPIC_PREFIX in TOOL_TOPIC_PREFIXES
+    marker = f"{MARKER_TOPIC_PREFIX}cli-query"  # what the Spark sink creates
+    ok(rmq(broker, "topic", "create", marker, "--queues", "1"))
+    listed, everything = ok(rmq(broker, "topic", "list")), ok(rmq(broker, "topic", "list", "--all"))
+    assert "SCHEDULE_TOPIC_XXXX" not in listed and marker not in listed
+    assert "SCHEDULE_TOPIC_XXXX" in everything and marker in everything
+    assert marker not in ok(rmq(broker, "topic", "list", "--json"))
 
 
 def test_group_create_and_list(broker) -> None:
@@ -163,6 +172,25 @@ def sent(broker: BrokerProcess) -> list[dict[str, str]]:
         )
         receipts.append(dict(line.split(": ", 1) for line in out.strip().splitlines()))
     return receipts
+
+
+def test_message_get_reads_one_message_by_queue_and_offset(broker, sent) -> None:
+    receipt = sent[3]
+    where = ("--topic", "cli_events", "--queue", receipt["queue"], "--offset", receipt["offset"])
+    found = json.loads(ok(rmq(broker, "message", "get", *where, "--json")))
+    assert found["body"] == "event 3" and found["message_id"] == receipt["message id"]
+    assert found["properties"]["seq"] == "3" and found["keys"] == ["ev-3", "batch-1"]
+    assert "event 3" in ok(rmq(broker, "message", "get", *where))
+    beyond = ("--topic", "cli_events", "--queue", "0", "--offset", "999")
+    fails(rmq(broker, "message", "get", *beyond), "999")
+
+
+def test_broker_status(broker, sent) -> None:
+    status = json.loads(ok(rmq(broker, "broker", "status", "--json")))
+    assert status["commitlog_max_offset"] > 0 and status["services"]
+    assert all(state == "ok" for state in status["services"].values()), status
+    table = ok(rmq(broker, "broker", "status"))
+    assert "commitlog max offset" in table and "service " in table
 
 
 def test_send_prints_id_queue_and_offset(sent) -> None:
@@ -334,6 +362,10 @@ def test_unreachable_broker_is_one_line(tmp_path) -> None:
         (["consume", "cli_events"], ["--group"]),
         (["consume", "no_such_topic", "--group", "G"], ["no_such_topic"]),
         (["topic", "create", "t", "--queues", "0"], ["--queues"]),
+        # the broker's own topics: refused, never acknowledged and then dropped
+        (["send", "SCHEDULE_TOPIC_XXXX", "x"], ["SCHEDULE_TOPIC_XXXX", "system topic"]),
+        (["send", "RMQ_SYS_TRANS_HALF_TOPIC", "x"], ["RMQ_SYS_TRANS_HALF_TOPIC", "system topic"]),
+        (["send", "rmq_sys_wheel_timer", "x", "--delay", "1h"], ["system topic"]),
     ],
 )
 def test_expected_errors_exit_1_with_one_line(broker, args, words) -> None:

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from broker_core.auth.config import AuthConfig, load_security
+from broker_core.cli import cli
 from broker_core.config import BrokerConfig, FlushMode, StoreConfig, load_config
 from broker_core.config_reference import DESCRIPTIONS, SECTIONS, defaults_toml, markdown_table
 from broker_core.errors import ConfigError
@@ -138,3 +143,69 @@ def test_store_intervals_and_lags_must_be_positive(key: str) -> None:
 def test_a_wrongly_typed_value_fails_when_built_in_python_too() -> None:
     with pytest.raises(ConfigError, match="config key flush_interval_ms must be an integer"):
         StoreConfig(flush_interval_ms="5")  # type: ignore[arg-type]
+
+
+# ---- one validation: the checker refuses what broker start refuses ----------------------------
+
+REFUSED_FILES = [
+    ("[auth]\nenable = true\n", ["[auth]", "enable"]),  # a typo of `enabled`
+    ("[auth]\nenabled = true\n", ["super user"]),
+    ("[auth]\nenabled = 1\n", ["enabled", "bool"]),
+    ('[[auth.users]]\naccess_key = "a"\nsecret_key = "S"\n', ["auth.users", "6"]),
+    ('[tls]\ncert_file = "server.pem"\n', ["[tls]", "key_file"]),
+    ('[tls]\ncert_file = "c.pem"\nkey_file = "k.pem"\nrequire_client_cert = true\n', ["ca"]),
+    ("auth = 3\n", ["auth must be a table"]),
+]
+
+
+@pytest.mark.parametrize(("text", "words"), REFUSED_FILES)
+def test_the_config_checker_refuses_what_broker_start_refuses(
+    tmp_path: Path, text: str, words: list[str]
+) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    result = CliRunner().invoke(cli, ["broker", "config", "--config", str(path)])
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("Error:") and all(w in line for w in words), line
+    with pytest.raises(ConfigError) as refused:  # what `rmq broker start` reads first
+        load_config(path)
+    assert str(refused.value) in line
+
+
+def test_broker_start_refuses_a_bad_auth_table_before_opening_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text(REFUSED_FILES[0][0])
+    store = tmp_path / "store"
+    rmq = Path(sys.executable).with_name("rmq")
+    args = ["broker", "start", "--listen", "127.0.0.1:0", "--store-dir", str(store)]
+    done = subprocess.run(
+        [str(rmq), *args, "--config", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "enable" in done.stderr.strip().splitlines()[-1]
+    assert not store.exists()
+
+
+def test_defaults_show_auth_and_tls_and_load_back(tmp_path: Path) -> None:
+    text = CliRunner().invoke(cli, ["broker", "config", "--defaults"]).stdout
+    assert "[auth]" in text and "enabled = false" in text
+    assert "# [tls]" in text and '# key_file = "server.key"' in text
+    path = tmp_path / "defaults.toml"
+    path.write_text(text)
+    assert load_security(path) == (AuthConfig(), None)
+    assert load_config(path) == (BrokerConfig(), StoreConfig())
+
+
+def test_the_checker_prints_auth_and_tls_without_secrets(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text(
+        '[auth]\nenabled = true\n[[auth.users]]\naccess_key = "admin"\n'
+        'secret_key = "hunter22"\nsuperuser = true\n'
+        '[tls]\ncert_file = "server.pem"\nkey_file = "server.key"\n'
+    )
+    result = CliRunner().invoke(cli, ["broker", "config", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "enabled = true" in result.stdout and 'access_key = "admin"' in result.stdout
+    assert 'key_file = "server.key"' in result.stdout
+    assert "hunter22" not in result.stdout

@@ -17,6 +17,7 @@ import numpy as np
 
 from broker_core.broker.lite import PROPERTY_LITE_TOPIC, PROPERTY_PRIORITY, route
 from broker_core.broker.retry import delay_level_ms
+from broker_core.broker.system_topics import check_client_send
 from broker_core.broker.timer.schedule import ScheduleService
 from broker_core.broker.timer.timer import TimerService
 from broker_core.broker.topics import TopicConfig, TopicManager, select_write_queue
@@ -107,11 +108,13 @@ class Sender:
         configs: dict[str, TopicConfig] = {}  # one lookup per topic, not per message
         kinds = [message_type(msg) for msg in messages]  # once per message, used twice
         self._spread_plain(messages, kinds, configs)
-        for i, (msg, kind) in enumerate(zip(messages, kinds, strict=True)):
+        for msg, kind in zip(messages, kinds, strict=True):
             config = configs.get(msg.topic)
             if config is None:
-                config = configs[msg.topic] = self.topics.for_send(msg.topic)
+                config = configs[msg.topic] = self._config_for_send(msg.topic)
             self._prepare_for_send(msg, kind, config, now)
+            check_held(msg, producer_group)
+        for i, msg in enumerate(messages):  # all checked: nothing is stored for a refusal
             held = self._send_held(msg, producer_group, now)
             if held is None:
                 plain.append((i, msg))
@@ -140,7 +143,7 @@ class Sender:
             raise InvalidArgumentError("send needs at least one message")
         if batch.topics.count(batch.topic) != len(batch):  # one topic (a C loop, no set)
             raise InvalidArgumentError("a column batch holds the messages of one topic")
-        config = self.topics.for_send(batch.topic)
+        config = self._config_for_send(batch.topic)
         if not config.accepts("NORMAL"):
             raise InvalidArgumentError(
                 f"topic {batch.topic} takes {config.message_type} messages, not NORMAL"
@@ -159,6 +162,12 @@ class Sender:
         self.store.put_batch(batch)
         self._after_put()
         return batch.queue_offsets.astype(np.int64)
+
+    def _config_for_send(self, topic: str) -> TopicConfig:
+        """The config of a topic a client sends to: never one of the broker's own
+        (:func:`check_client_send`), else what :meth:`TopicManager.for_send` allows."""
+        check_client_send(topic)
+        return self.topics.for_send(topic)
 
     def _spread_plain(
         self,
@@ -182,7 +191,7 @@ class Sender:
         for topic, placed in by_topic.items():
             config = configs.get(topic)
             if config is None:
-                config = configs[topic] = self.topics.for_send(topic)
+                config = configs[topic] = self._config_for_send(topic)
             first = self._send_counter + 1
             self._send_counter += len(placed)
             queues, sizes = queue_blocks(len(placed), first, config.write_queue_nums)
@@ -216,12 +225,12 @@ class Sender:
             msg.born_timestamp_ms = now
 
     def _send_held(self, msg: Message, producer_group: str | None, now: int) -> SendResult | None:
-        """Route a message that is not delivered at once; None for a plain one."""
+        """Route a message that is not delivered at once (checked by :func:`check_held`);
+        None for a plain one."""
         props = msg.properties
         msg_id = props[PROPERTY_UNIQ_KEY]
         if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-            if not producer_group:
-                raise InvalidArgumentError("a transactional message needs its producer group")
+            assert producer_group  # check_held
             tx_id = props.get(PROPERTY_TRANSACTION_ID) or msg_id
             prepared = self.transactions.prepare(msg, producer_group, tx_id)
             return SendResult(
@@ -234,15 +243,10 @@ class Sender:
             )
         level = props.get(PROPERTY_DELAY_LEVEL)
         if level:
-            if not level.isdigit():
-                raise InvalidArgumentError(f"delay level must be 1..18, got {level!r}")
-            delay_level_ms(int(level))  # validates the range
             put = self.schedule.schedule(msg, int(level))
             return SendResult(msg_id, msg.topic, msg.queue_id, put.queue_offset)
         deliver = props.get(PROPERTY_DELIVER_TIME_MS)
         if deliver:
-            if not deliver.isdigit():
-                raise InvalidArgumentError(f"delivery timestamp must be ms, got {deliver!r}")
             if int(deliver) > now:
                 put = self.timer.schedule(msg, int(deliver))
                 return SendResult(
@@ -250,3 +254,29 @@ class Sender:
                 )
             del props[PROPERTY_DELIVER_TIME_MS]  # already due: deliver now
         return None
+
+
+# The latest delivery time a timer takes: the wheel stores it as a signed 64-bit ms count.
+MAX_DELIVER_TIME_MS = 2**63 - 1
+
+
+def check_held(msg: Message, producer_group: str | None) -> None:
+    """InvalidArgumentError unless a held message (transactional, delay level, delivery
+    time) can be routed and so will reach its topic: pure, called for every message of a
+    send before any is stored."""
+    props = msg.properties
+    if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        if not producer_group:
+            raise InvalidArgumentError("a transactional message needs its producer group")
+        return
+    level = props.get(PROPERTY_DELAY_LEVEL)
+    if level:
+        if not level.isdigit():
+            raise InvalidArgumentError(f"delay level must be 1..18, got {level!r}")
+        delay_level_ms(int(level))  # validates the range
+        return
+    deliver = props.get(PROPERTY_DELIVER_TIME_MS)
+    if deliver and not (deliver.isdigit() and int(deliver) <= MAX_DELIVER_TIME_MS):
+        raise InvalidArgumentError(
+            f"delivery timestamp must be ms since the epoch, got {deliver!r}"
+        )

@@ -87,6 +87,35 @@ _TRANSPORT_RETRIABLE: Final = frozenset(
 )
 
 
+# gRPC's words when the two ends disagree about TLS, and what to tell the user instead of
+# a bare "Socket closed" (the CLI takes TLS from $RMQ_CA_FILE / $RMQ_TLS: client/env.py).
+_TLS_HINTS: Final = (
+    (
+        "WRONG_VERSION_NUMBER",
+        "TLS mismatch: TLS was used but the broker does not serve TLS "
+        "(connect without TLS: unset RMQ_CA_FILE/RMQ_TLS)",
+    ),
+    (
+        "CERTIFICATE_VERIFY_FAILED",
+        "TLS: the broker's certificate is not trusted (name its CA: RMQ_CA_FILE=ca.pem)",
+    ),
+    (
+        "BAD_SIGNATURE",
+        "TLS: the broker's certificate is not signed by the trusted CA (check RMQ_CA_FILE)",
+    ),
+    (
+        "Socket closed",
+        "the broker closed the connection; if it serves TLS, connect with TLS "
+        "(RMQ_CA_FILE=ca.pem or RMQ_TLS=true)",
+    ),
+)
+
+
+def tls_hint(details: str) -> str:
+    """What a transport failure's ``details`` say about TLS, or "" (pure)."""
+    return next((hint for words, hint in _TLS_HINTS if words in details), "")
+
+
 def transport_error(exc: grpc.RpcError, endpoint: str, what: str) -> e.RocketMQError:
     """Our error for a gRPC-level failure of call ``what`` to ``endpoint``."""
     status = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
@@ -94,7 +123,9 @@ def transport_error(exc: grpc.RpcError, endpoint: str, what: str) -> e.RocketMQE
     text = f"{what} to {endpoint} failed: {status.name}: {details}"
     if status in _TRANSPORT_RETRIABLE:
         if status is grpc.StatusCode.UNAVAILABLE:
-            text = f"broker at {endpoint} is unreachable ({what}): {details}"
+            hint = tls_hint(details)
+            said = f"{hint}: {details}" if hint else details
+            text = f"broker at {endpoint} is unreachable ({what}): {said}"
         return BrokerUnavailableError(text)
     if status is grpc.StatusCode.UNIMPLEMENTED:
         return e.ServiceNotOfferedError(text)

@@ -30,6 +30,11 @@ from broker_core.remoting.command import RPC_ONEWAY, RemotingCommand
 from broker_core.remoting.server import parse_addr
 from broker_core.remoting.tls_stream import TlsStream
 
+# A TLS server closes a plaintext connection at once, and a plain server answers a TLS
+# hello with bytes that are no TLS record: say which (the CLI's TLS: RMQ_CA_FILE/RMQ_TLS).
+PLAIN_TO_TLS_HINT = "if the peer serves TLS, connect with TLS: RMQ_CA_FILE=ca.pem or RMQ_TLS=true"
+_NOT_TLS = "WRONG_VERSION_NUMBER"
+
 
 def _not_supported(_channel: Channel, request: RemotingCommand) -> RemotingCommand:
     return request.response(
@@ -70,7 +75,14 @@ class RemotingClient:
         ``RemotingTimeoutError`` (no answer in ``timeout_s``, default the client's).
         """
         cmd = self._signed(cmd)
-        return self._connected().request(cmd, self.timeout_s if timeout_s is None else timeout_s)
+        try:
+            return self._connected().request(
+                cmd, self.timeout_s if timeout_s is None else timeout_s
+            )
+        except RemotingConnectError as exc:
+            if self._ssl_context is None and "closed by peer" in str(exc):
+                raise RemotingConnectError(f"{exc} ({PLAIN_TO_TLS_HINT})") from None
+            raise
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         """Send a request flagged oneway; no response is expected or awaited."""
@@ -124,7 +136,8 @@ class RemotingClient:
         except OSError as exc:  # ssl.SSLError included: untrusted certificate, not TLS, ...
             sock.close()
             what = "TLS handshake with" if self._ssl_context is not None else "connection to"
-            raise RemotingConnectError(f"{what} {self.addr} failed: {exc}") from None
+            hint = " (TLS mismatch: the peer does not serve TLS)" if _NOT_TLS in str(exc) else ""
+            raise RemotingConnectError(f"{what} {self.addr} failed: {exc}{hint}") from None
         name = f"remoting-client-{self.addr}"
         threading.Thread(
             target=channel.run, args=(self._on_request,), name=name, daemon=True

@@ -63,7 +63,8 @@ def test_order_events_aggregates(
     mode: str,
 ) -> None:
     source, sink = new_topic(client, "orders"), new_topic(client, "stats")
-    bodies = [event(i, *e) for i, e in enumerate(EVENTS)] + [b"not json", b'{"status": "X"}']
+    bad = [b"not json", b'{"status": "X"}', b'{"id": 1}']  # the last: the README's sample
+    bodies = [event(i, *e) for i, e in enumerate(EVENTS)] + bad
     client.send_batch(source, [OutgoingMessage(b) for b in bodies])
     query = order_events.run(
         spark,
@@ -73,7 +74,8 @@ def test_order_events_aggregates(
         checkpoint=str(tmp_path / "ckpt"),
         output_mode=mode,
     )
-    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [8]
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [9]
+    assert order_events.skipped_rows(query) == 3  # counted, and reported by main()
     got = {
         (r["window_start"], r["status"]): (r["orders"], r["revenue_cents"])
         for r in results(client, sink)
