@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ROUTE_WAIT_S = 5.0
+MEMBERS_WAIT_S = 15.0  # > a slave's table copy interval (2 s) under load
 Table = Callable[[str, list[str], list[tuple[Any, ...]]], None]
 
 
@@ -76,9 +77,9 @@ def create_topic_everywhere(
 ) -> list[tuple[str, dict[str, Any]]]:
     """Create (or update) topic ``name`` on every broker group, or on ``only``; returns
     (broker, config) per group once the NameServers' route lists every one of them (each
-    broker registers a topic change at once). A group that fails raises its error,
-    naming it; a route that does not show them all within ``ROUTE_WAIT_S`` is only
-    logged (the next periodic registration brings it)."""
+    broker registers a topic change at once) and every live member of those groups knows
+    the topic. A group that fails raises its error, naming it; a route or a member that
+    does not show it in time is only logged (the next registration or copy brings it)."""
     done = []
     for broker, addr in broker_addrs(namesrv, only).items():
         with RocketMQClient(addr, timeout_s=10.0, max_attempts=2) as client:
@@ -87,7 +88,33 @@ def create_topic_everywhere(
             except RocketMQError as exc:
                 raise type(exc)(f"broker {broker} ({addr}): {exc}") from exc
     _wait_for_route(namesrv, name, {broker for broker, _ in done})
+    _wait_for_members(namesrv, name, {broker for broker, _ in done})
     return done
+
+
+def _wait_for_members(namesrv: str, topic: str, groups: set[str]) -> bool:
+    """True once every live broker of ``groups`` — slaves too, which copy the master's
+    topic table every few seconds — knows ``topic``: a client that dials a slave's
+    endpoint and asks it for the route right after a create gets it (issue 30)."""
+    addrs = [b.grpc_addr for b in cluster_info(namesrv).live if b.broker_name in groups]
+    deadline = time.monotonic() + MEMBERS_WAIT_S
+    waiting = [a for a in addrs if a]
+    while waiting:
+        waiting = [addr for addr in waiting if not _knows_topic(addr, topic)]
+        if waiting and time.monotonic() > deadline:
+            log.warning("brokers %s do not know topic %s yet", waiting, topic)
+            return False
+        if waiting:
+            time.sleep(0.1)
+    return True
+
+
+def _knows_topic(addr: str, topic: str) -> bool:
+    try:
+        with RocketMQClient(addr, timeout_s=5.0, max_attempts=1) as client:
+            return any(t["name"] == topic for t in client.list_topics())
+    except RocketMQError:
+        return False
 
 
 def _wait_for_route(namesrv: str, topic: str, brokers: set[str]) -> bool:

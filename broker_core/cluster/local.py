@@ -23,6 +23,7 @@ import socket
 import string
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from broker_core.server.launcher import ROOT, BrokerProcess, launch_broker
 
 NAMESRV_START_TIMEOUT_S = 20.0
 REGISTER_TIMEOUT_S = 20.0
+LOG_FLUSH_S = 0.5
 MIB = 1 << 20
 SMALL_STORE = {  # a local cluster's stores: small files, not RocketMQ's 1 GiB segments
     "segment_size_bytes": 64 * MIB,
@@ -149,6 +151,41 @@ def wait_registered(
         client.close()
 
 
+class BrokerLogs:
+    """Copies each broker's output (``BrokerProcess.output``) to its ``broker.log`` every
+    ``LOG_FLUSH_S``, so a cluster's logs are on disk while it runs and after it stops."""
+
+    def __init__(self, brokers: dict[str, BrokerProcess]) -> None:
+        self._brokers = brokers
+        self._files: dict[str, tuple[Path, list[str], int]] = {}  # key -> (path, output, done)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="broker-logs", daemon=True)
+        self._thread.start()
+
+    def follow(self, key: str, path: Path) -> None:
+        with self._lock:
+            self._files[key] = (path, self._brokers[key].output, 0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(LOG_FLUSH_S):
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            for key, (path, output, done) in list(self._files.items()):
+                lines = output[done:]
+                if lines:
+                    with open(path, "a") as log:
+                        log.writelines(lines)
+                    self._files[key] = (path, output, done + len(lines))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.flush()
+
+
 @dataclass
 class LocalCluster:
     """One NameServer and its brokers, all children of this process."""
@@ -171,6 +208,7 @@ class LocalCluster:
     remoting: dict[str, str] = field(default_factory=dict)  # broker key -> 4.x address
     _argv: dict[str, tuple[Path, str, list[str]]] = field(default_factory=dict)
     _created: list[Path] = field(default_factory=list)
+    _logs: BrokerLogs | None = None
 
     def _own_args(self, key: str) -> list[str]:
         """Flags of broker ``key`` alone: ``--metrics-listen`` (any free port) when on."""
@@ -260,6 +298,9 @@ class LocalCluster:
             extra_args=args,
         )
         self.brokers[key] = proc
+        if self._logs is None:
+            self._logs = BrokerLogs(self.brokers)
+        self._logs.follow(key, workdir / "broker.log")
         return proc
 
     def add_broker(self, name: str, *, wait: bool = True) -> BrokerProcess:
@@ -319,6 +360,8 @@ class LocalCluster:
                 proc.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if self._logs is not None:
+            self._logs.close()
         etcd = self.etcd_process
         if etcd is not None and etcd.poll() is None:
             etcd.terminate()

@@ -4,12 +4,15 @@
 ports (``--namesrv-port 0`` …, unless a flag says otherwise) and returns once it printed
 ``READY``; ``printed`` maps each line's first word to the rest of its lines, and every
 later line lands in ``lines`` (``wait_line`` awaits one). ``stop()`` sends SIGTERM and
-returns the exit code; a test's ``finally`` calls ``kill()``.
+returns the exit code; a test's ``finally`` calls ``kill()``, which leaves no process
+behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -43,6 +46,7 @@ class ClusterUp:
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
+            start_new_session=True,  # kill() reaches its children too
         )
         up = cls(proc, directory)
         threading.Thread(target=up._drain, daemon=True).start()
@@ -84,6 +88,14 @@ class ClusterUp:
         return self.process.wait(60)
 
     def kill(self) -> None:
+        """Stop it (SIGTERM, stopping its children), else SIGKILL its whole process group."""
         if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
