@@ -10,8 +10,6 @@ answer.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ROUTE_WAIT_S = 5.0
+MEMBERS_WAIT_S = 15.0  # > a slave's table copy interval (2 s) under load
 Table = Callable[[str, list[str], list[tuple[Any, ...]]], None]
 
 
@@ -78,9 +77,9 @@ def create_topic_everywhere(
 ) -> list[tuple[str, dict[str, Any]]]:
     """Create (or update) topic ``name`` on every broker group, or on ``only``; returns
     (broker, config) per group once the NameServers' route lists every one of them (each
-    broker registers a topic change at once). A group that fails raises its error,
-    naming it; a route that does not show them all within ``ROUTE_WAIT_S`` is only
-    logged (the next periodic registration brings it)."""
+    broker registers a topic change at once) and every live member of those groups knows
+    the topic. A group that fails raises its error, naming it; a route or a member that
+    does not show it in time is only logged (the next registration or copy brings it)."""
     done = []
     for broker, addr in broker_addrs(namesrv, only).items():
         with RocketMQClient(addr, timeout_s=10.0, max_attempts=2) as client:
@@ -89,7 +88,33 @@ def create_topic_everywhere(
             except RocketMQError as exc:
                 raise type(exc)(f"broker {broker} ({addr}): {exc}") from exc
     _wait_for_route(namesrv, name, {broker for broker, _ in done})
+    _wait_for_members(namesrv, name, {broker for broker, _ in done})
     return done
+
+
+def _wait_for_members(namesrv: str, topic: str, groups: set[str]) -> bool:
+    """True once every live broker of ``groups`` — slaves too, which copy the master's
+    topic table every few seconds — knows ``topic``: a client that dials a slave's
+    endpoint and asks it for the route right after a create gets it (issue 30)."""
+    addrs = [b.grpc_addr for b in cluster_info(namesrv).live if b.broker_name in groups]
+    deadline = time.monotonic() + MEMBERS_WAIT_S
+    waiting = [a for a in addrs if a]
+    while waiting:
+        waiting = [addr for addr in waiting if not _knows_topic(addr, topic)]
+        if waiting and time.monotonic() > deadline:
+            log.warning("brokers %s do not know topic %s yet", waiting, topic)
+            return False
+        if waiting:
+            time.sleep(0.1)
+    return True
+
+
+def _knows_topic(addr: str, topic: str) -> bool:
+    try:
+        with RocketMQClient(addr, timeout_s=5.0, max_attempts=1) as client:
+            return any(t["name"] == topic for t in client.list_topics())
+    except RocketMQError:
+        return False
 
 
 def _wait_for_route(namesrv: str, topic: str, brokers: set[str]) -> bool:
@@ -141,6 +166,16 @@ def put_tps(grpc_addr: str) -> str:
             return f"{client.health()['put_tps']:.1f}"
     except (RocketMQError, KeyError):
         return "-"
+
+
+def _port_option(flag: str, default: int, text: str) -> Callable[[Any], Any]:
+    return click.option(
+        flag,
+        type=click.IntRange(0, 65535),
+        default=default,
+        show_default=True,
+        help=f"{text}; taken: a free one; 0: any free one",
+    )
 
 
 def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[int], str]) -> None:
@@ -215,63 +250,24 @@ def install(cli: click.Group, topic: click.Group, table: Table, iso: Callable[[i
     @click.option(
         "--tls", is_flag=True, help="serve TLS everywhere with a throwaway CA (its path is printed)"
     )
-    def cluster_up(
-        count: int,
-        directory: str,
-        register_interval_ms: int,
-        replicas: int,
-        controller: bool,
-        tls: bool,
-    ) -> None:
-        """Run a NameServer and N broker groups on loopback until Ctrl-C/SIGTERM; every
-        broker serves Prometheus metrics on a free port (printed as ``metrics NAME URL``)."""
-        from broker_core.cluster.local import LocalCluster
-        from broker_core.cluster.tls import enable_tls
+    @click.option("--restart", is_flag=True, help="start a broker that exits again")
+    @_port_option("--namesrv-port", 9876, "the NameServer's port")
+    @_port_option("--grpc-port", 8081, "the first broker's gRPC port (the next: +1, +2, …)")
+    @_port_option("--remoting-port", 10911, "the first broker's 4.x remoting port (likewise)")
+    @_port_option("--etcd-port", 2379, "etcd's client port (with --controller)")
+    def cluster_up(directory: str, **options: Any) -> None:
+        """Run a NameServer and N broker groups on loopback until Ctrl-C/SIGTERM.
 
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        secure = enable_tls(Path(directory)) if tls else None
-        config = {"tls": secure.broker_tls} if secure else {}
-        local = LocalCluster(
-            Path(directory),
-            register_interval_ms=register_interval_ms,
-            replicas=replicas,
-            controller=controller,
-            metrics=True,
-            broker_config=config,
-        )
+        A broker that dies is reported (and started again with --restart); the others keep
+        serving. Ports are the ones asked for when free, else free ones (0: any free port);
+        the endpoints go to DIR/endpoints.json and DIR/env (`. DIR/env` points `rmq` at the
+        cluster). Every broker serves Prometheus metrics on a free port."""
+        from broker_core.cluster.up import run_up
+
         try:
-            local.start(count, namesrv_args=secure.namesrv_args if secure else None)
+            run_up(Path(directory), **options)
         except RuntimeError as exc:
             raise click.ClickException(str(exc)) from None
-        dead: list[str] = []
-        try:
-            if local.etcd_url:
-                click.echo(f"controller {local.etcd_url}")
-            click.echo(f"namesrv {local.namesrv}")
-            for name, endpoint in local.endpoints.items():
-                click.echo(f"broker {name} {endpoint}")
-            for name, url in local.metrics_urls.items():
-                click.echo(f"metrics {name} {url}")
-            if secure is not None:
-                click.echo(f"ca {secure.ca_file}")
-                click.echo(
-                    f"export RMQ_CA_FILE={secure.ca_file} "
-                    f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={secure.ca_file}"
-                )
-            click.echo("READY")
-            while not stop.wait(0.5) and not dead:
-                dead = [n for n, p in local.brokers.items() if p.process.poll() is not None]
-        finally:
-            local.stop()
-        if dead:
-            for name in dead:
-                click.echo(
-                    f"--- {name}'s last output:\n" + "".join(local.brokers[name].output[-20:]),
-                    err=True,
-                )
-            raise click.ClickException(f"broker(s) {', '.join(dead)} exited; cluster stopped")
         click.echo("stopped")
 
     @topic.command("route")

@@ -159,8 +159,7 @@ class ControllerAgent:
         master = members.get(state.master)
         if master is not None and master.get("ha"):
             self._follow(state)
-            others = sorted(n for n in members if n != state.master)
-            return Role(1 + others.index(self.node), master["ha"], state.epoch)
+            return Role(self.etcd.member_id(self.node), master["ha"], state.epoch)
         live_in_sync = [n for n in state.in_sync if n in members]
         if master is None and live_in_sync == [self.node]:
             return self._become_master(

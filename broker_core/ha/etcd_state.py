@@ -79,6 +79,7 @@ class EtcdGroup:
         self.group = group
         self._state_key = f"{_PREFIX}{group}/state"
         self._members = f"{_PREFIX}{group}/members/"
+        self._ids = f"{_PREFIX}{group}/ids/"
 
     def _call(self, what: str, fn: Any) -> Any:
         """``fn(client)`` on the endpoints in turn, starting at the last one that worked."""
@@ -116,6 +117,29 @@ class EtcdGroup:
         for value, meta in rows:
             key = meta["key"].decode() if isinstance(meta["key"], bytes) else meta["key"]
             out[key[len(self._members) :]] = json.loads(value)
+        return out
+
+    # ---- member ids ---------------------------------------------------------------------------
+
+    def member_id(self, node: str) -> int:
+        """``node``'s broker id as a slave: the one it holds, else the lowest free one ≥ 1
+        claimed by create-if-absent (a race lost to another node moves on to the next)."""
+        while True:
+            held = self._ids_held()
+            for number, holder in held.items():
+                if holder == node:
+                    return number
+            number = 1 + max(held, default=0)
+            key = f"{self._ids}{number}"
+            if self._call("claim member id", lambda c, k=key: c.create(k, node)):
+                return number
+
+    def _ids_held(self) -> dict[int, str]:
+        rows = self._call("list member ids", lambda c: c.get_prefix(self._ids))
+        out = {}
+        for value, meta in rows:
+            key = meta["key"].decode() if isinstance(meta["key"], bytes) else meta["key"]
+            out[int(key[len(self._ids) :])] = value.decode() if isinstance(value, bytes) else value
         return out
 
     # ---- the group state --------------------------------------------------------------------

@@ -12,6 +12,7 @@ from broker_core.client import RocketMQClient
 from broker_core.namesrv.client import NameServerClient
 from broker_core.remoting.tls import client_context
 from broker_core.server.launcher import ROOT
+from tests.cluster.up_procs import FREE_PORTS
 
 
 def _up(tmp_path: Path) -> tuple[subprocess.Popen[str], dict[str, list[str]]]:
@@ -30,6 +31,7 @@ def _up(tmp_path: Path) -> tuple[subprocess.Popen[str], dict[str, list[str]]]:
             str(tmp_path),
             "--register-interval-ms",
             "500",
+            *FREE_PORTS,
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,

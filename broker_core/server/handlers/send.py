@@ -74,7 +74,9 @@ def send_message(
     if not request.messages:
         raise InvalidArgumentError("SendMessage carries no message")
     if master_forward.should_forward(ctx):
-        return master_forward.forward_send(ctx, request, context)
+        answer = master_forward.forward_send(ctx, request, context)
+        if answer is not None:  # None: this broker was elected master meanwhile
+            return answer
     limits = message_limits(ctx)
     peer, now = peer_address(context.peer()), now_ms()
     batch = None
