@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from broker_core.client import RocketMQClient
+from broker_core.cli_base import broker_client
 from broker_core.errors import InvalidArgumentError, NotFoundError, RocketMQError
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def create_topic_everywhere(
     does not show it in time is only logged (the next registration or copy brings it)."""
     done = []
     for broker, addr in broker_addrs(namesrv, only).items():
-        with RocketMQClient(addr, timeout_s=10.0, max_attempts=2) as client:
+        with broker_client(addr, timeout_s=10.0, max_attempts=2) as client:
             try:
                 done.append((broker, client.create_topic(name, **settings)))
             except RocketMQError as exc:
@@ -111,7 +111,7 @@ def _wait_for_members(namesrv: str, topic: str, groups: set[str]) -> bool:
 
 def _knows_topic(addr: str, topic: str) -> bool:
     try:
-        with RocketMQClient(addr, timeout_s=5.0, max_attempts=1) as client:
+        with broker_client(addr, timeout_s=5.0, max_attempts=1) as client:
             return any(t["name"] == topic for t in client.list_topics())
     except RocketMQError:
         return False
@@ -145,7 +145,7 @@ def progress_everywhere(namesrv: str, group: str, topic: str | None) -> list[tup
     """(broker, topic, queue, broker offset, consumer offset, lag) rows of every group."""
     rows: list[tuple[Any, ...]] = []
     for broker, addr in broker_addrs(namesrv).items():
-        with RocketMQClient(addr, timeout_s=10.0, max_attempts=2) as client:
+        with broker_client(addr, timeout_s=10.0, max_attempts=2) as client:
             try:
                 progress = client.group_progress(group, topic)
             except NotFoundError:
@@ -162,7 +162,7 @@ def progress_everywhere(namesrv: str, group: str, topic: str | None) -> list[tup
 def put_tps(grpc_addr: str) -> str:
     """A broker's messages stored per second over the last 10 s ("-" if it does not answer)."""
     try:
-        with RocketMQClient(grpc_addr, timeout_s=3.0, max_attempts=1) as client:
+        with broker_client(grpc_addr, timeout_s=3.0, max_attempts=1) as client:
             return f"{client.health()['put_tps']:.1f}"
     except (RocketMQError, KeyError):
         return "-"

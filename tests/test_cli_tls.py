@@ -110,12 +110,6 @@ def test_every_endpoint_verb_works_over_tls(tls_broker: BrokerProcess, pki: Pki)
     assert "over tls" in ok(rmq(env, "message", "query", "--topic", "tls_cli", "--key", "k1"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 30 defect 5: cli_cluster.py builds its broker clients without the CLI's "
-    "TLS/credentials (it must use cli_base.broker_client); that file belongs to the cluster "
-    "work of issue 30 — remove this mark when it does",
-)
 def test_namesrv_verbs_work_over_tls(tls_broker: BrokerProcess, pki: Pki, namesrv: str) -> None:
     env = {"RMQ_CA_FILE": str(pki.ca), "RMQ_ENDPOINTS": tls_broker.endpoint}
     ok(rmq(env, "topic", "create", "tls_everywhere", "--queues", "1", "--namesrv", namesrv))
