@@ -28,6 +28,8 @@ END_TRANSACTION 37                                    Pub on the real topic of t
 GET_BROKER_RUNTIME_INFO 28                            authentication only
 UPDATE_AND_CREATE_TOPIC 17                            Create or Update on the topic
 GET_ALL_TOPIC_CONFIG 21                               List on Topic:*
+GET_TOPIC_CONFIG 351                                  Get on the topic
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200               Create or Update on the group (body)
 QUERY_MESSAGE 12, GET_TOPIC_STATS_INFO 202            Get on the topic
 VIEW_MESSAGE_BY_ID 33                                 Get on Topic:*
 GET_CONSUME_STATS 208, GET_CONSUMER_CONNECTION 203    Get on the group
@@ -118,6 +120,11 @@ def _lock(req: RemotingCommand) -> list[Need]:
     return needs + [("Topic", t, SUB) for t in topics]
 
 
+def _group_in_body(req: RemotingCommand) -> list[Need]:
+    group = str(_body(req).get("groupName") or "")
+    return [("Group", group, (A.CREATE, A.UPDATE))]
+
+
 def _optional_group(req: RemotingCommand) -> list[Need]:
     group = _field(req, "consumerGroup")
     return [("Group", group, SUB)] if group else []
@@ -141,6 +148,8 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
     C.GET_BROKER_RUNTIME_INFO: lambda r: [],
     C.UPDATE_AND_CREATE_TOPIC: lambda r: [("Topic", _field(r, "topic"), (A.CREATE, A.UPDATE))],
     C.GET_ALL_TOPIC_CONFIG: lambda r: [("Topic", "*", (A.LIST,))],
+    C.GET_TOPIC_CONFIG: lambda r: [("Topic", _field(r, "topic"), GET)],
+    C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_in_body,
     C.QUERY_MESSAGE: lambda r: [("Topic", _field(r, "topic"), GET)],
     C.GET_TOPIC_STATS_INFO: lambda r: [("Topic", _field(r, "topic"), GET)],
     C.VIEW_MESSAGE_BY_ID: lambda r: [("Topic", "*", GET)],

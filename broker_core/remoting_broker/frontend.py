@@ -16,6 +16,7 @@ shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection
   GET_BROKER_RUNTIME_INFO 28, VIEW_MESSAGE_BY_ID 33
 * :mod:`.admin_stats` - GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208, QUERY_MESSAGE 12,
   GET_CONSUMER_CONNECTION_LIST 203
+* :mod:`.admin_config` - GET_TOPIC_CONFIG 351, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200
 
 Broker -> client: NOTIFY_CONSUMER_IDS_CHANGED (40, oneway) to every remoting consumer of a
 group whose membership changed (any protocol's join, leave or expiry), so the clients'
@@ -37,7 +38,15 @@ from broker_core.remoting.channel import Channel, RequestHandler
 from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting.server import RemotingServer
-from broker_core.remoting_broker import admin, admin_stats, consumer, pull, send, sendback
+from broker_core.remoting_broker import (
+    admin,
+    admin_config,
+    admin_stats,
+    consumer,
+    pull,
+    send,
+    sendback,
+)
 from broker_core.remoting_broker.access import RemotingGuard
 from broker_core.remoting_broker.context import RemotingContext
 from broker_core.remoting_broker.transactions import chained_checker
@@ -67,6 +76,8 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.CONSUMER_SEND_MSG_BACK: sendback.handle_send_back,
     RequestCode.UPDATE_AND_CREATE_TOPIC: admin.handle_create_topic,
     RequestCode.GET_ALL_TOPIC_CONFIG: admin.handle_all_topics,
+    RequestCode.GET_TOPIC_CONFIG: admin_config.handle_topic_config,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin_config.handle_create_group,
     RequestCode.GET_BROKER_RUNTIME_INFO: admin.handle_runtime_info,
     RequestCode.VIEW_MESSAGE_BY_ID: admin.handle_view_message,
     RequestCode.GET_TOPIC_STATS_INFO: admin_stats.handle_topic_stats,

@@ -1,0 +1,52 @@
+"""GET_TOPIC_CONFIG (351) and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): what mqadmin 5.x's
+topicStatus and updateSubGroup send (found by the conformance suite: both were
+REQUEST_CODE_NOT_SUPPORTED)."""
+
+from __future__ import annotations
+
+import json
+
+from broker_core.remoting.codes import RequestCode as RC
+from broker_core.remoting.codes import ResponseCode
+from broker_core.remoting_broker.frontend import RemotingFrontEnd
+from tests.remoting_broker.conftest import call, connect
+
+
+def test_topic_config_of_one_topic(front: RemotingFrontEnd, clients):
+    c = connect(front, clients)
+    created = call(
+        c,
+        RC.UPDATE_AND_CREATE_TOPIC,
+        {"topic": "tc", "readQueueNums": "3", "writeQueueNums": "3", "perm": "6"},
+    )
+    assert created.code == ResponseCode.SUCCESS
+    got = call(c, RC.GET_TOPIC_CONFIG, {"topic": "tc"})
+    assert got.code == ResponseCode.SUCCESS
+    body = json.loads(got.body)
+    assert (body["topicName"], body["readQueueNums"], body["writeQueueNums"], body["perm"]) == (
+        "tc",
+        3,
+        3,
+        6,
+    )
+    missing = call(c, RC.GET_TOPIC_CONFIG, {"topic": "nope"})
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "nope" in missing.remark
+
+
+def test_update_sub_group_configures_the_group(front: RemotingFrontEnd, clients):
+    c = connect(front, clients)
+    config = {
+        "groupName": "g-adm",
+        "consumeEnable": True,
+        "consumeBroadcastEnable": False,
+        "consumeMessageOrderly": True,
+        "retryMaxTimes": 3,
+        "retryQueueNums": 1,
+    }
+    done = call(c, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(config).encode())
+    assert done.code == ResponseCode.SUCCESS
+    group = front.ctx.broker.groups.get("g-adm")
+    assert group is not None and group.fifo and not group.broadcast
+    assert group.retry_policy.max_retries == 3 and not group.auto_created
+    bad = call(c, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"consumeEnable": true}')
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "groupName" in bad.remark
