@@ -4,6 +4,8 @@
 * ``client4(namesrv, args, home)`` runs ``Client4.java`` (rocketmq-client, the 4.x API)
 * ``mqadmin(namesrv, args, home)`` runs ``MQAdminStartup`` and returns what it printed
 
+Each driver is compiled once into ``.peers/classes/NAME/`` (again when its source is newer)
+rather than run in single-file source mode, which would compile it on every run.
 The drivers print one JSON object per line (``{"event": ...}``); :func:`client5` and
 :func:`client4` return those objects as a :class:`Run` (their other output — the client's
 own log lines — is kept in ``other``). Every JVM gets a small heap and ``user.home`` =
@@ -15,13 +17,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from peers.rocketmq import CLIENT5_CLASSPATH, SERVER_CLASSPATH, ensure_fetched
+from peers.rocketmq import CACHE, CLIENT5_CLASSPATH, SERVER_CLASSPATH, ensure_fetched
 
 JAVA_DIR = Path(__file__).resolve().parent / "java"
+CLASSES = CACHE.parent / "classes"
+_COMPILE_LOCK = threading.Lock()
 CLIENT_JVM = ["-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 
@@ -63,6 +70,25 @@ def _java(classpath: str, main: list[str], home: Path, timeout_s: float) -> str:
     )
 
 
+def compiled(name: str, classpath: str) -> str:
+    """The class path running driver ``name`` (``peers/java/NAME.java``), compiled if needed."""
+    ensure_fetched()
+    source, out = JAVA_DIR / f"{name}.java", CLASSES / name
+    with _COMPILE_LOCK:
+        done = out / f"{name}.class"
+        if not done.exists() or done.stat().st_mtime < source.stat().st_mtime:
+            CLASSES.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=CLASSES))
+            cmd = ["javac", "-nowarn", "-d", str(tmp), "-cp", classpath, str(source)]
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            if result.returncode != 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise DriverError(f"javac {source.name} failed:\n{result.stderr[-3000:]}")
+            shutil.rmtree(out, ignore_errors=True)
+            tmp.rename(out)
+    return f"{out}{os.pathsep}{classpath}"
+
+
 def _parse(text: str) -> Run:
     run = Run()
     for line in text.splitlines():
@@ -74,16 +100,23 @@ def _parse(text: str) -> Run:
 
 
 def client5(endpoint: str, args: list[str], home: Path, timeout_s: float = 120) -> Run:
-    source = str(JAVA_DIR / "Client5.java")
-    return _parse(_java(CLIENT5_CLASSPATH, [source, endpoint, *args], home, timeout_s))
+    classpath = compiled("Client5", CLIENT5_CLASSPATH)
+    return _parse(_java(classpath, ["Client5", endpoint, *args], home, timeout_s))
 
 
 def client4(namesrv: str, args: list[str], home: Path, timeout_s: float = 120) -> Run:
-    source = str(JAVA_DIR / "Client4.java")
-    return _parse(_java(SERVER_CLASSPATH, [source, namesrv, *args], home, timeout_s))
+    classpath = compiled("Client4", SERVER_CLASSPATH)
+    return _parse(_java(classpath, ["Client4", namesrv, *args], home, timeout_s))
 
 
 def mqadmin(namesrv: str, args: list[str], home: Path, timeout_s: float = 60) -> str:
-    """``mqadmin COMMAND -n namesrv ARGS...`` (``args[0]`` is the command)."""
+    """``mqadmin COMMAND -n namesrv ARGS...`` (``args[0]`` is the command); stdout and
+    stderr. mqadmin's own RPC deadline is a few seconds, which a starved shared machine
+    misses: a run that failed with a remoting timeout (nothing answered in time; the
+    commands used here are idempotent) is run again, at most twice more."""
     main = ["org.apache.rocketmq.tools.command.MQAdminStartup", args[0], "-n", namesrv, *args[1:]]
+    for _ in range(2):
+        out = _java(SERVER_CLASSPATH, main, home, timeout_s)
+        if "RemotingTimeoutException" not in out:
+            return out
     return _java(SERVER_CLASSPATH, main, home, timeout_s)
