@@ -1,10 +1,11 @@
 """GET_TOPIC_CONFIG (351) and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): what mqadmin 5.x's
 topicStatus and updateSubGroup send (found by the conformance suite: both were
-REQUEST_CODE_NOT_SUPPORTED)."""
+REQUEST_CODE_NOT_SUPPORTED), and the ``runtime`` key of brokerStatus."""
 
 from __future__ import annotations
 
 import json
+import re
 
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode
@@ -50,3 +51,9 @@ def test_update_sub_group_configures_the_group(front: RemotingFrontEnd, clients)
     assert group.retry_policy.max_retries == 3 and not group.auto_created
     bad = call(c, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"consumeEnable": true}')
     assert bad.code == ResponseCode.SYSTEM_ERROR and "groupName" in bad.remark
+
+
+def test_runtime_info_has_the_uptime_as_rocketmq_prints_it(front: RemotingFrontEnd, clients):
+    c = connect(front, clients)
+    info = json.loads(call(c, RC.GET_BROKER_RUNTIME_INFO).body)["table"]
+    assert re.fullmatch(r"\[ \d+ days, \d+ hours, \d+ minutes, \d+ seconds \]", info["runtime"])
