@@ -65,9 +65,9 @@ def _java(classpath: str, main: list[str], home: Path, timeout_s: float) -> str:
         raise DriverError(
             f"{' '.join(main[:3])} ran over {timeout_s:.0f} s:\n{out[-2000:]}"
         ) from None
-    return done.stdout + (
-        "" if done.returncode == 0 else f"\nexit {done.returncode}\n{done.stderr}"
-    )
+    # mqadmin prints a failed command's exception to stderr and still exits 0
+    tail = "" if done.returncode == 0 else f"\nexit {done.returncode}"
+    return done.stdout + done.stderr + tail
 
 
 def compiled(name: str, classpath: str) -> str:
@@ -113,10 +113,11 @@ def mqadmin(namesrv: str, args: list[str], home: Path, timeout_s: float = 60) ->
     """``mqadmin COMMAND -n namesrv ARGS...`` (``args[0]`` is the command); stdout and
     stderr. mqadmin's own RPC deadline is a few seconds, which a starved shared machine
     misses: a run that failed with a remoting timeout (nothing answered in time; the
-    commands used here are idempotent) is run again, at most twice more."""
+    commands used here are idempotent), or a JVM that printed nothing at all (seen once
+    at a load average of 50), is run again, at most twice more."""
     main = ["org.apache.rocketmq.tools.command.MQAdminStartup", args[0], "-n", namesrv, *args[1:]]
     for _ in range(2):
         out = _java(SERVER_CLASSPATH, main, home, timeout_s)
-        if "RemotingTimeoutException" not in out:
+        if "RemotingTimeoutException" not in out and out.strip() and "exit " not in out[-12:]:
             return out
     return _java(SERVER_CLASSPATH, main, home, timeout_s)

@@ -3,7 +3,9 @@
 // Commands (each prints one JSON object per line: what a user of the client observes):
 //   send TOPIC COUNT [normal|fifo:GROUP|delay:MILLIS|tag:TAG]   {"event":"sent","body":..}
 //   txn TOPIC commit|rollback|check-commit|check-rollback         sends one half message
-//   simple TOPIC GROUP COUNT WAIT_S [TAG_EXPR]                    receive+ack until COUNT
+//   simple TOPIC GROUP COUNT WAIT_S [TAG_EXPR [SEND_MODE]]        receive+ack until COUNT;
+//          with SEND_MODE: one receive first (the consumer has its position), then send
+//          COUNT messages of that mode (as `send`), then receive
 //   push TOPIC GROUP COUNT WAIT_S [fail]                          PushConsumer until COUNT
 // A last line {"event":"done",...} closes every run; an error is {"event":"error",...}.
 import java.nio.charset.StandardCharsets;
@@ -122,6 +124,14 @@ public class Client5 {
                 .setConsumerGroup(group).setSubscriptionExpressions(Map.of(topic, filter))
                 .setAwaitDuration(Duration.ofSeconds(2)).build()) {
             int got = 0;
+            if (a.length > 5) {
+                for (MessageView v : c.receive(16, Duration.ofSeconds(15))) {
+                    received(v);
+                    c.ack(v);
+                    got++;
+                }
+                send(new String[] {topic, String.valueOf(count), a[5]});
+            }
             while (got < count && System.currentTimeMillis() < deadline) {
                 for (MessageView v : c.receive(16, Duration.ofSeconds(15))) {
                     received(v);

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 from tests.conformance.registry import Observation, scenario
 from tests.conformance.targets import Target
@@ -169,3 +170,20 @@ def _broker_name(t: Target) -> str:
 def _broker_addr(t: Target) -> str:
     row = _broker_rows(t)[0]
     return next(cell for cell in row if _ADDR.fullmatch(cell))
+
+
+@scenario("mqadmin", "consumerConnection lists a running 4.x push consumer")
+def adm_consumer_connection(t: Target) -> Observation:
+    t.topic("AdmConn", 1)
+    with ThreadPoolExecutor(1) as pool:
+        consumer = pool.submit(t.c4, "push", "AdmConn", "GAdmConn", "1", "60", "first")
+        out = ""
+        for _ in range(8):  # until the consumer's heartbeat is in (each try is one JVM)
+            out = t.admin("consumerConnection", "-g", "GAdmConn")
+            if "ConsumeType" in out or consumer.done():
+                break
+        t.c4("send", "AdmConn", "1", "sync")  # lets the consumer finish
+        consumer.result()
+    model = re.search(r"MessageModel:\s*(\w+)", out)
+    rows = [r for r in _rows(out) if r and r[0].isdigit()]
+    return {"rows": len(rows), "model": model.group(1) if model else None, "failed": _failed(out)}

@@ -48,7 +48,7 @@ def j5_fifo(t: Target) -> Observation:
 
 @scenario("java5", "delay: a message with a delivery time 3 s ahead arrives")
 def j5_delay(t: Target) -> Observation:
-    t.topic("J5Delay")
+    t.topic("J5Delay", 4, "-a", "+message.type=DELAY")
     t.group("GJ5Delay")
     sent = t.c5("send", "J5Delay", "1", "delay:3000")
     got = t.c5("simple", "J5Delay", "GJ5Delay", "1", "40")
@@ -67,7 +67,7 @@ def j5_tag_filter(t: Target) -> Observation:
 
 @scenario("java5", "transaction committed at once is delivered")
 def j5_txn_commit(t: Target) -> Observation:
-    t.topic("J5TxnC")
+    t.topic("J5TxnC", 4, "-a", "+message.type=TRANSACTION")
     t.group("GJ5TxnC")
     sent = t.c5("txn", "J5TxnC", "commit")
     got = t.c5("simple", "J5TxnC", "GJ5TxnC", "1", "30")
@@ -76,7 +76,7 @@ def j5_txn_commit(t: Target) -> Observation:
 
 @scenario("java5", "transaction rolled back is never delivered")
 def j5_txn_rollback(t: Target) -> Observation:
-    t.topic("J5TxnR")
+    t.topic("J5TxnR", 4, "-a", "+message.type=TRANSACTION")
     t.group("GJ5TxnR")
     sent = t.c5("txn", "J5TxnR", "rollback")
     got = t.c5("simple", "J5TxnR", "GJ5TxnR", "1", "8")
@@ -229,3 +229,42 @@ def _max_offset(line: str) -> int:
         return int(cells[3])
     except ValueError:
         return 0
+
+
+@scenario("java5", "transaction left unknown, committed by the producer's check-back")
+def j5_txn_check(t: Target) -> Observation:
+    t.topic("J5TxnK", 4, "-a", "+message.type=TRANSACTION")
+    t.group("GJ5TxnK")
+    sent = t.c5("txn", "J5TxnK", "check-commit", timeout_s=150)
+    got = t.c5("simple", "J5TxnK", "GJ5TxnK", "1", "30")
+    return {"check_seen": sent.of("check_seen"), "received": bodies(got), "error": sent.error}
+
+
+def _roundtrip5(t: Target, topic: str, mode: str, tags: str = "*", *extra: str) -> Observation:
+    """A SimpleConsumer that has received once (so it has its position), then the send:
+    what arrives does not hang on where a new group starts (see j5_send_simple)."""
+    t.topic(topic, 4, *extra)
+    t.group(f"G{topic}", *(["-o", "true"] if mode.startswith("fifo") else []))
+    got = t.c5("simple", topic, f"G{topic}", "3", "40", tags, mode)
+    seen = [[e["body"], e["tag"]] for e in got.of("received")]
+    return {"received": seen if mode.startswith("fifo") else sorted(seen), "error": got.error}
+
+
+@scenario("java5", "SimpleConsumer receiving before the send: normal messages")
+def j5_live_normal(t: Target) -> Observation:
+    return _roundtrip5(t, "J5LiveN", "normal")
+
+
+@scenario("java5", "SimpleConsumer receiving before the send: FIFO group, order kept")
+def j5_live_fifo(t: Target) -> Observation:
+    return _roundtrip5(t, "J5LiveF", "fifo:g1", "*", "-o", "true", "-a", "+message.type=FIFO")
+
+
+@scenario("java5", "SimpleConsumer receiving before the send: 2 s delayed messages")
+def j5_live_delay(t: Target) -> Observation:
+    return _roundtrip5(t, "J5LiveD", "delay:2000", "*", "-a", "+message.type=DELAY")
+
+
+@scenario("java5", "SimpleConsumer with tag expression 'B' receiving before tag-B sends")
+def j5_live_tag(t: Target) -> Observation:
+    return _roundtrip5(t, "J5LiveT", "tag:B", "B")
