@@ -28,7 +28,7 @@ END_TRANSACTION 37                                    Pub on the real topic of t
 GET_BROKER_RUNTIME_INFO 28                            authentication only
 UPDATE_AND_CREATE_TOPIC 17                            Create or Update on the topic
 GET_ALL_TOPIC_CONFIG 21                               List on Topic:*
-GET_TOPIC_CONFIG 351                                  Get on the topic
+GET_TOPIC_CONFIG 351, QUERY_TOPIC_CONSUME_BY_WHO 300  Get on the topic
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200               Create or Update on the group (body)
 QUERY_MESSAGE 12, GET_TOPIC_STATS_INFO 202            Get on the topic
 VIEW_MESSAGE_BY_ID 33                                 Get on Topic:*
@@ -149,6 +149,7 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
     C.UPDATE_AND_CREATE_TOPIC: lambda r: [("Topic", _field(r, "topic"), (A.CREATE, A.UPDATE))],
     C.GET_ALL_TOPIC_CONFIG: lambda r: [("Topic", "*", (A.LIST,))],
     C.GET_TOPIC_CONFIG: lambda r: [("Topic", _field(r, "topic"), GET)],
+    C.QUERY_TOPIC_CONSUME_BY_WHO: lambda r: [("Topic", _field(r, "topic"), GET)],
     C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_in_body,
     C.QUERY_MESSAGE: lambda r: [("Topic", _field(r, "topic"), GET)],
     C.GET_TOPIC_STATS_INFO: lambda r: [("Topic", _field(r, "topic"), GET)],

@@ -11,6 +11,9 @@ UPDATE_AND_CREATE_SUBSCRIPTIONGROUP      body: a SubscriptionGroupConfig JSON ob
                                          ``consumeBroadcastEnable``,
                                          ``consumeMessageOrderly``, ``retryMaxTimes``) ->
                                          ``Broker.configure_group`` (``updateSubGroup``)
+QUERY_TOPIC_CONSUME_BY_WHO (300)         ``topic`` -> body ``{"groupList": [group, ...]}``:
+                                         the groups with offsets on the topic (mqadmin
+                                         queryMsgById/ByOffset ask it after printing)
 =======================================  ===================================================
 """
 
@@ -72,3 +75,10 @@ def handle_create_group(
     )
     ctx.broker.configure_group(config)
     return req.response(ResponseCode.SUCCESS)
+
+
+def handle_consumed_by(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
+    groups = ctx.broker.offsets.groups_of_topic(field_str(req.ext_fields, "topic"))
+    return req.response(body=json.dumps({"groupList": groups}).encode())

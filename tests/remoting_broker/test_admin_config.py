@@ -57,3 +57,18 @@ def test_runtime_info_has_the_uptime_as_rocketmq_prints_it(front: RemotingFrontE
     c = connect(front, clients)
     info = json.loads(call(c, RC.GET_BROKER_RUNTIME_INFO).body)["table"]
     assert re.fullmatch(r"\[ \d+ days, \d+ hours, \d+ minutes, \d+ seconds \]", info["runtime"])
+
+
+def test_topic_consumed_by_lists_the_groups_with_offsets(front: RemotingFrontEnd, clients):
+    c = connect(front, clients)
+    call(
+        c,
+        RC.UPDATE_AND_CREATE_TOPIC,
+        {"topic": "tw", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"},
+    )
+    for group in ("g-b", "g-a"):
+        fields = {"consumerGroup": group, "topic": "tw", "queueId": "0", "commitOffset": "0"}
+        assert call(c, RC.UPDATE_CONSUMER_OFFSET, fields).code == ResponseCode.SUCCESS
+    got = call(c, RC.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "tw"})
+    assert got.code == ResponseCode.SUCCESS
+    assert json.loads(got.body) == {"groupList": ["g-a", "g-b"]}
