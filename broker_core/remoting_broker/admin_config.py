@@ -11,6 +11,10 @@ UPDATE_AND_CREATE_SUBSCRIPTIONGROUP      body: a SubscriptionGroupConfig JSON ob
                                          ``consumeBroadcastEnable``,
                                          ``consumeMessageOrderly``, ``retryMaxTimes``) ->
                                          ``Broker.configure_group`` (``updateSubGroup``)
+INVOKE_BROKER_TO_RESET_OFFSET (222)      ``topic``, ``group``, ``timestamp`` (ms) ->
+                                         ``Broker.reset_offsets`` (mqadmin
+                                         resetOffsetByTime); body ``{"offsetTable":
+                                         {MessageQueue: offset}}``
 QUERY_TOPIC_CONSUME_BY_WHO (300)         ``topic`` -> body ``{"groupList": [group, ...]}``:
                                          the groups with offsets on the topic (mqadmin
                                          queryMsgById/ByOffset ask it after printing)
@@ -29,7 +33,8 @@ from broker_core.namesrv.wire import loads
 from broker_core.remoting.channel import Channel
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
-from broker_core.remoting_broker.context import RemotingContext, field_str
+from broker_core.remoting_broker.admin_stats import fastjson_mq_map
+from broker_core.remoting_broker.context import RemotingContext, field_int, field_str
 
 
 def handle_topic_config(
@@ -82,3 +87,14 @@ def handle_consumed_by(
 ) -> RemotingCommand:
     groups = ctx.broker.offsets.groups_of_topic(field_str(req.ext_fields, "topic"))
     return req.response(body=json.dumps({"groupList": groups}).encode())
+
+
+def handle_reset_offset(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
+    fields = req.ext_fields
+    topic, group = field_str(fields, "topic"), field_str(fields, "group")
+    offsets = ctx.broker.reset_offsets(group, topic, field_int(fields, "timestamp"))
+    rows = {(topic, qid): offset for qid, offset in offsets.items()}
+    body = '{"offsetTable":' + fastjson_mq_map(ctx.broker_name, rows) + "}"
+    return req.response(body=body.encode())

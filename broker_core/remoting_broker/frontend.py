@@ -17,7 +17,7 @@ shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection
 * :mod:`.admin_stats` - GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208, QUERY_MESSAGE 12,
   GET_CONSUMER_CONNECTION_LIST 203
 * :mod:`.admin_config` - GET_TOPIC_CONFIG 351, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200,
-  QUERY_TOPIC_CONSUME_BY_WHO 300
+  QUERY_TOPIC_CONSUME_BY_WHO 300, INVOKE_BROKER_TO_RESET_OFFSET 222
 
 Broker -> client: NOTIFY_CONSUMER_IDS_CHANGED (40, oneway) to every remoting consumer of a
 group whose membership changed (any protocol's join, leave or expiry), so the clients'
@@ -80,6 +80,7 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.GET_TOPIC_CONFIG: admin_config.handle_topic_config,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin_config.handle_create_group,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin_config.handle_consumed_by,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin_config.handle_reset_offset,
     RequestCode.GET_BROKER_RUNTIME_INFO: admin.handle_runtime_info,
     RequestCode.VIEW_MESSAGE_BY_ID: admin.handle_view_message,
     RequestCode.GET_TOPIC_STATS_INFO: admin_stats.handle_topic_stats,

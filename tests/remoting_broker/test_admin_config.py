@@ -72,3 +72,22 @@ def test_topic_consumed_by_lists_the_groups_with_offsets(front: RemotingFrontEnd
     got = call(c, RC.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "tw"})
     assert got.code == ResponseCode.SUCCESS
     assert json.loads(got.body) == {"groupList": ["g-a", "g-b"]}
+
+
+def test_reset_offset_by_time_moves_the_group(front: RemotingFrontEnd, clients):
+    c = connect(front, clients)
+    call(
+        c,
+        RC.UPDATE_AND_CREATE_TOPIC,
+        {"topic": "tr", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"},
+    )
+    config = {"groupName": "g-reset"}
+    call(c, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(config).encode())
+    fields = {"consumerGroup": "g-reset", "topic": "tr", "queueId": "0", "commitOffset": "0"}
+    assert call(c, RC.UPDATE_CONSUMER_OFFSET, fields).code == ResponseCode.SUCCESS
+    reset = {"topic": "tr", "group": "g-reset", "timestamp": "0", "isForce": "true"}
+    got = call(c, RC.INVOKE_BROKER_TO_RESET_OFFSET, reset)
+    assert got.code == ResponseCode.SUCCESS, got.remark
+    assert b'"queueId":0' in got.body and b'"offsetTable"' in got.body
+    missing = call(c, RC.INVOKE_BROKER_TO_RESET_OFFSET, {**reset, "group": "g-none"})
+    assert missing.code == ResponseCode.SYSTEM_ERROR and "g-none" in missing.remark
