@@ -30,6 +30,7 @@ UPDATE_AND_CREATE_TOPIC 17                            Create or Update on the to
 GET_ALL_TOPIC_CONFIG 21                               List on Topic:*
 GET_TOPIC_CONFIG 351, QUERY_TOPIC_CONSUME_BY_WHO 300  Get on the topic
 INVOKE_BROKER_TO_RESET_OFFSET 222                     Update on the group
+CHECK_CLIENT_CONFIG 46                                authentication only (checks a filter)
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200               Create or Update on the group (body)
 QUERY_MESSAGE 12, GET_TOPIC_STATS_INFO 202            Get on the topic
 VIEW_MESSAGE_BY_ID 33                                 Get on Topic:*
@@ -151,6 +152,7 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
     C.GET_ALL_TOPIC_CONFIG: lambda r: [("Topic", "*", (A.LIST,))],
     C.GET_TOPIC_CONFIG: lambda r: [("Topic", _field(r, "topic"), GET)],
     C.QUERY_TOPIC_CONSUME_BY_WHO: lambda r: [("Topic", _field(r, "topic"), GET)],
+    C.CHECK_CLIENT_CONFIG: lambda r: [],
     C.INVOKE_BROKER_TO_RESET_OFFSET: lambda r: [("Group", _field(r, "group"), (A.UPDATE,))],
     C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_in_body,
     C.QUERY_MESSAGE: lambda r: [("Topic", _field(r, "topic"), GET)],

@@ -9,7 +9,7 @@ shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection
 * :mod:`.pull` - PULL_MESSAGE 11 (long polling without holding the connection's thread)
 * :mod:`.consumer` - HEART_BEAT 34, UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38,
   QUERY/UPDATE_CONSUMER_OFFSET 14/15, GET_MAX/MIN_OFFSET 30/31, SEARCH_OFFSET_BY_TIMESTAMP 29,
-  LOCK/UNLOCK_BATCH_MQ 41/42
+  LOCK/UNLOCK_BATCH_MQ 41/42, CHECK_CLIENT_CONFIG 46
 * :mod:`.sendback` - CONSUMER_SEND_MSG_BACK 36 (retry topic, then DLQ)
 * :mod:`.transactions` - CHECK_TRANSACTION_STATE 39 pushed to producers
 * :mod:`.admin` - UPDATE_AND_CREATE_TOPIC 17, GET_ALL_TOPIC_CONFIG 21,
@@ -74,6 +74,7 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: consumer.handle_search_offset,
     RequestCode.LOCK_BATCH_MQ: consumer.handle_lock,
     RequestCode.UNLOCK_BATCH_MQ: consumer.handle_unlock,
+    RequestCode.CHECK_CLIENT_CONFIG: consumer.handle_check_client,
     RequestCode.CONSUMER_SEND_MSG_BACK: sendback.handle_send_back,
     RequestCode.UPDATE_AND_CREATE_TOPIC: admin.handle_create_topic,
     RequestCode.GET_ALL_TOPIC_CONFIG: admin.handle_all_topics,

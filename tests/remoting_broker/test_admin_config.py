@@ -91,3 +91,17 @@ def test_reset_offset_by_time_moves_the_group(front: RemotingFrontEnd, clients):
     assert b'"queueId":0' in got.body and b'"offsetTable"' in got.body
     missing = call(c, RC.INVOKE_BROKER_TO_RESET_OFFSET, {**reset, "group": "g-none"})
     assert missing.code == ResponseCode.SYSTEM_ERROR and "g-none" in missing.remark
+
+
+def test_check_client_config_compiles_the_subscription(front: RemotingFrontEnd, clients):
+    c = connect(front, clients)
+
+    def check(kind: str, expression: str):
+        sub = {"topic": "t", "subString": expression, "expressionType": kind}
+        body = {"clientId": "c1", "group": "g", "subscriptionData": sub}
+        return call(c, RC.CHECK_CLIENT_CONFIG, body=json.dumps(body).encode())
+
+    assert check("SQL92", "a = 2").code == ResponseCode.SUCCESS
+    assert check("TAG", "A || B").code == ResponseCode.SUCCESS
+    bad = check("SQL92", "a = = 2")
+    assert bad.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and bad.remark
