@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     results = run_all(workdir, args.only, log, args.parallel)
     save(results, workdir / "results.json")
     if args.docs:
-        report.write(results)
+        report.write(results, partial=bool(args.only))
     if args.json:
         print(json.dumps(counts(results)))
     else:

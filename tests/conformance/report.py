@@ -1,14 +1,19 @@
-"""Writes docs/COMPATIBILITY.md from a conformance run (``./dev conformance --docs``)."""
+"""Writes docs/COMPATIBILITY.md from a conformance run (``./dev conformance --docs``).
+
+The run's results are kept beside it (``docs/compatibility-results.json``); a partial run
+(``--only NAME ... --docs``) replaces those scenarios' rows and keeps the others."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from tests.conformance.runner import Result, summary_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "COMPATIBILITY.md"
+RESULTS = ROOT / "docs" / "compatibility-results.json"
 
 HEAD = """# Compatibility with Apache RocketMQ, measured
 
@@ -48,8 +53,13 @@ def render(results: list[Result], version: str, client5: str) -> str:
     return out
 
 
-def write(results: list[Result]) -> None:
+def write(results: list[Result], partial: bool = False) -> None:
     from peers.rocketmq import versions
 
+    if partial and RESULTS.exists():
+        fresh = {r.name: r for r in results}
+        kept = [Result(**row) for row in json.loads(RESULTS.read_text())]
+        results = [fresh.pop(r.name, r) for r in kept] + list(fresh.values())
+    RESULTS.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
     v = versions()
     DOC.write_text(render(results, v["rocketmq"], v["rocketmq-client-java"]))
