@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from tests.conformance.runner import Result, summary_line
+from tests.conformance.runner import Result, documented, summary_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "COMPATIBILITY.md"
@@ -23,7 +23,8 @@ inside the gRPC proxy, `peers/rocketmq.py`) and against ours (NameServer + one b
 and 4.x remoting), and compares what a user observes. Clients: rocketmq-client-java {client5}
 (gRPC), rocketmq-client {version} (4.x API, remoting), mqadmin from rocketmq-tools {version}.
 A difference is either fixed in ours or listed in `tests/conformance/differences.json` with its
-reason.
+reason. Rows come from the last full run, or from a later partial run (`--only NAME ... --docs`)
+of those scenarios; `docs/compatibility-results.json` holds them.
 
 **{summary}**
 
@@ -53,6 +54,14 @@ def render(results: list[Result], version: str, client5: str) -> str:
     return out
 
 
+def _rejudged(r: Result, reasons: dict[str, str]) -> Result:
+    """A kept row judged again against today's differences.json."""
+    if r.verdict == "same":
+        return r
+    verdict = "documented" if r.name in reasons else "undocumented"
+    return Result(**{**asdict(r), "verdict": verdict, "reason": reasons.get(r.name, "")})
+
+
 def write(results: list[Result], partial: bool = False) -> None:
     from peers.rocketmq import versions
 
@@ -60,6 +69,11 @@ def write(results: list[Result], partial: bool = False) -> None:
         fresh = {r.name: r for r in results}
         kept = [Result(**row) for row in json.loads(RESULTS.read_text())]
         results = [fresh.pop(r.name, r) for r in kept] + list(fresh.values())
+    results = [_rejudged(r, documented()) for r in results]
     RESULTS.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
     v = versions()
     DOC.write_text(render(results, v["rocketmq"], v["rocketmq-client-java"]))
+
+
+if __name__ == "__main__":  # re-render from the kept results (differences.json edited)
+    write([], partial=True)
