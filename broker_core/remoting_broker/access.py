@@ -12,7 +12,7 @@ a send-back naming no message) gets what the handler would answer without auth:
 ====================================================  =======================================
 SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH 320  Pub on the topic (a ``%RETRY%g`` topic:
                                                       Sub on Group:g, as RocketMQ does)
-PULL_MESSAGE 11                                       Sub on the topic and on the group
+PULL_MESSAGE 11, LITE_PULL_MESSAGE 361                Sub on the topic and on the group
 QUERY/UPDATE_CONSUMER_OFFSET 14/15                    Sub or Get / Sub or Update, topic and group
 GET_MAX/MIN_OFFSET 30/31, SEARCH_OFFSET_BY_TIME 29    Sub or Get on the topic
 HEART_BEAT 34                                         Sub on every consumer group and every
@@ -137,6 +137,7 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
     C.SEND_MESSAGE_V2: _send,
     C.SEND_BATCH_MESSAGE: _send,
     C.PULL_MESSAGE: lambda r: _topic_group(r, SUB),
+    C.LITE_PULL_MESSAGE: lambda r: _topic_group(r, SUB),
     C.QUERY_CONSUMER_OFFSET: lambda r: _topic_group(r, (A.SUB, A.GET)),
     C.UPDATE_CONSUMER_OFFSET: lambda r: _topic_group(r, (A.SUB, A.UPDATE)),
     C.GET_MAX_OFFSET: lambda r: [("Topic", _field(r, "topic"), (A.SUB, A.GET))],

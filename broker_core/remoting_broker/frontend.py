@@ -6,7 +6,8 @@ shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection
 ``broker_core/remoting/server.py``). The handler modules, one per request family:
 
 * :mod:`.send` - SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH_MESSAGE 320, END_TRANSACTION 37
-* :mod:`.pull` - PULL_MESSAGE 11 (long polling without holding the connection's thread)
+* :mod:`.pull` - PULL_MESSAGE 11 and LITE_PULL_MESSAGE 361 (long polling without holding the
+  connection's thread)
 * :mod:`.consumer` - HEART_BEAT 34, UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38,
   QUERY/UPDATE_CONSUMER_OFFSET 14/15, GET_MAX/MIN_OFFSET 30/31, SEARCH_OFFSET_BY_TIMESTAMP 29,
   LOCK/UNLOCK_BATCH_MQ 41/42, CHECK_CLIENT_CONFIG 46
@@ -64,6 +65,7 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.SEND_BATCH_MESSAGE: send.handle_send,
     RequestCode.END_TRANSACTION: send.handle_end_transaction,
     RequestCode.PULL_MESSAGE: pull.handle_pull,
+    RequestCode.LITE_PULL_MESSAGE: pull.handle_pull,  # DefaultLitePullConsumer's pulls
     RequestCode.HEART_BEAT: consumer.handle_heartbeat,
     RequestCode.UNREGISTER_CLIENT: consumer.handle_unregister,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.handle_consumer_list,

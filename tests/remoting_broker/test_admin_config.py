@@ -1,6 +1,9 @@
-"""GET_TOPIC_CONFIG (351) and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): what mqadmin 5.x's
-topicStatus and updateSubGroup send (found by the conformance suite: both were
-REQUEST_CODE_NOT_SUPPORTED), and the ``runtime`` key of brokerStatus."""
+"""Remoting codes that real 4.x/5.x Java tools and clients send, found missing by the
+conformance suite (each was REQUEST_CODE_NOT_SUPPORTED): GET_TOPIC_CONFIG (351, mqadmin
+topicStatus), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200, updateSubGroup),
+QUERY_TOPIC_CONSUME_BY_WHO (300, queryMsgById/ByOffset), INVOKE_BROKER_TO_RESET_OFFSET (222,
+resetOffsetByTime), CHECK_CLIENT_CONFIG (46, an SQL92 push consumer's start),
+LITE_PULL_MESSAGE (361, DefaultLitePullConsumer); and brokerStatus's ``runtime`` key."""
 
 from __future__ import annotations
 
@@ -105,3 +108,28 @@ def test_check_client_config_compiles_the_subscription(front: RemotingFrontEnd, 
     assert check("TAG", "A || B").code == ResponseCode.SUCCESS
     bad = check("SQL92", "a = = 2")
     assert bad.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and bad.remark
+
+
+def test_lite_pull_is_served_as_a_pull(front: RemotingFrontEnd, clients):
+    """A DefaultLitePullConsumer pulls with LITE_PULL_MESSAGE (361), sysFlag bit 4."""
+    from tests.remoting_broker.test_front_end import create_topic, decode_stored, send_v2
+
+    c = connect(front, clients)
+    create_topic(c, "tl", 1)
+    send_v2(c, "tl", b"m0")
+    fields = {
+        "consumerGroup": "gl",
+        "topic": "tl",
+        "queueId": "0",
+        "queueOffset": "0",
+        "maxMsgNums": "32",
+        "sysFlag": str(1 << 4),
+        "commitOffset": "-1",
+        "suspendTimeoutMillis": "0",
+        "subscription": "*",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
+    got = call(c, RC.LITE_PULL_MESSAGE, fields)
+    assert got.code == ResponseCode.SUCCESS, got.remark
+    assert [r["body"] for r in decode_stored(got.body)] == [b"m0"]
