@@ -12,7 +12,7 @@ a send-back naming no message) gets what the handler would answer without auth:
 ====================================================  =======================================
 SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH 320  Pub on the topic (a ``%RETRY%g`` topic:
                                                       Sub on Group:g, as RocketMQ does)
-PULL_MESSAGE 11                                       Sub on the topic and on the group
+PULL_MESSAGE 11, LITE_PULL_MESSAGE 361                Sub on the topic and on the group
 QUERY/UPDATE_CONSUMER_OFFSET 14/15                    Sub or Get / Sub or Update, topic and group
 GET_MAX/MIN_OFFSET 30/31, SEARCH_OFFSET_BY_TIME 29    Sub or Get on the topic
 HEART_BEAT 34                                         Sub on every consumer group and every
@@ -28,6 +28,10 @@ END_TRANSACTION 37                                    Pub on the real topic of t
 GET_BROKER_RUNTIME_INFO 28                            authentication only
 UPDATE_AND_CREATE_TOPIC 17                            Create or Update on the topic
 GET_ALL_TOPIC_CONFIG 21                               List on Topic:*
+GET_TOPIC_CONFIG 351, QUERY_TOPIC_CONSUME_BY_WHO 300  Get on the topic
+INVOKE_BROKER_TO_RESET_OFFSET 222                     Update on the group
+CHECK_CLIENT_CONFIG 46                                authentication only (checks a filter)
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200               Create or Update on the group (body)
 QUERY_MESSAGE 12, GET_TOPIC_STATS_INFO 202            Get on the topic
 VIEW_MESSAGE_BY_ID 33                                 Get on Topic:*
 GET_CONSUME_STATS 208, GET_CONSUMER_CONNECTION 203    Get on the group
@@ -118,6 +122,11 @@ def _lock(req: RemotingCommand) -> list[Need]:
     return needs + [("Topic", t, SUB) for t in topics]
 
 
+def _group_in_body(req: RemotingCommand) -> list[Need]:
+    group = str(_body(req).get("groupName") or "")
+    return [("Group", group, (A.CREATE, A.UPDATE))]
+
+
 def _optional_group(req: RemotingCommand) -> list[Need]:
     group = _field(req, "consumerGroup")
     return [("Group", group, SUB)] if group else []
@@ -128,6 +137,7 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
     C.SEND_MESSAGE_V2: _send,
     C.SEND_BATCH_MESSAGE: _send,
     C.PULL_MESSAGE: lambda r: _topic_group(r, SUB),
+    C.LITE_PULL_MESSAGE: lambda r: _topic_group(r, SUB),
     C.QUERY_CONSUMER_OFFSET: lambda r: _topic_group(r, (A.SUB, A.GET)),
     C.UPDATE_CONSUMER_OFFSET: lambda r: _topic_group(r, (A.SUB, A.UPDATE)),
     C.GET_MAX_OFFSET: lambda r: [("Topic", _field(r, "topic"), (A.SUB, A.GET))],
@@ -141,6 +151,11 @@ NEEDS: Final[dict[int, Callable[[RemotingCommand], list[Need]]]] = {
     C.GET_BROKER_RUNTIME_INFO: lambda r: [],
     C.UPDATE_AND_CREATE_TOPIC: lambda r: [("Topic", _field(r, "topic"), (A.CREATE, A.UPDATE))],
     C.GET_ALL_TOPIC_CONFIG: lambda r: [("Topic", "*", (A.LIST,))],
+    C.GET_TOPIC_CONFIG: lambda r: [("Topic", _field(r, "topic"), GET)],
+    C.QUERY_TOPIC_CONSUME_BY_WHO: lambda r: [("Topic", _field(r, "topic"), GET)],
+    C.CHECK_CLIENT_CONFIG: lambda r: [],
+    C.INVOKE_BROKER_TO_RESET_OFFSET: lambda r: [("Group", _field(r, "group"), (A.UPDATE,))],
+    C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _group_in_body,
     C.QUERY_MESSAGE: lambda r: [("Topic", _field(r, "topic"), GET)],
     C.GET_TOPIC_STATS_INFO: lambda r: [("Topic", _field(r, "topic"), GET)],
     C.VIEW_MESSAGE_BY_ID: lambda r: [("Topic", "*", GET)],

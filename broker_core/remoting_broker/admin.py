@@ -4,7 +4,8 @@
 UPDATE_AND_CREATE_TOPIC (17)       topic, readQueueNums, writeQueueNums, perm, order ->
                                    ``Broker.update_topic`` (re-registers with NameServers)
 GET_ALL_TOPIC_CONFIG (21)          body ``{"topicConfigTable": {name: {...}}, "dataVersion"}``
-GET_BROKER_RUNTIME_INFO (28)       body ``{"table": {key: value}}`` (a KVTable)
+GET_BROKER_RUNTIME_INFO (28)       body ``{"table": {key: value}}`` (a KVTable; ``runtime``
+                                   is the uptime as RocketMQ prints it)
 VIEW_MESSAGE_BY_ID (33)            offset (commitlog) -> the message as one pull record
 =================================  =========================================================
 """
@@ -72,6 +73,7 @@ def handle_runtime_info(
         "brokerVersionDesc": "V4_9_4 (rocketmq-style python broker)",
         "brokerVersion": "401",
         "bootTimestamp": str(_STARTED_MS),
+        "runtime": runtime_text(int(time.time() * 1000) - _STARTED_MS),
         "brokerName": ctx.broker_name,
         "remotingAddr": ctx.address,
         "topicCount": str(len(broker.topics.list())),
@@ -81,6 +83,17 @@ def handle_runtime_info(
     }
     table.update({f"service.{k}": v for k, v in broker.service_health().items()})
     return req.response(body=json.dumps({"table": table}).encode())
+
+
+def runtime_text(up_ms: int) -> str:
+    """Uptime as RocketMQ's brokerStatus prints it.
+
+    >>> runtime_text(((2 * 24 + 3) * 60 + 4) * 60_000 + 5_000)
+    '[ 2 days, 3 hours, 4 minutes, 5 seconds ]'
+    """
+    seconds = max(up_ms, 0) // 1000
+    days, hours = seconds // 86_400, seconds // 3600 % 24
+    return f"[ {days} days, {hours} hours, {seconds // 60 % 60} minutes, {seconds % 60} seconds ]"
 
 
 def handle_view_message(

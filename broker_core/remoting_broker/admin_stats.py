@@ -22,6 +22,7 @@ standard JSON); that is what ``mqadmin`` reads, so that is what is written.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from broker_core.remoting.channel import Channel
 from broker_core.remoting.codes import LanguageCode, ResponseCode
@@ -34,7 +35,7 @@ def _dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def fastjson_mq_map(broker_name: str, rows: dict[tuple[str, int], dict[str, object]]) -> str:
+def fastjson_mq_map(broker_name: str, rows: Mapping[tuple[str, int], object]) -> str:
     """``{mq-object: value}`` as fastjson writes a map keyed by MessageQueue."""
     items = (
         f"{_dumps({'brokerName': broker_name, 'queueId': qid, 'topic': topic})}:{_dumps(value)}"

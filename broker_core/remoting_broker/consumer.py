@@ -18,6 +18,11 @@ SEARCH_OFFSET_BY_TIMESTAMP (29)    topic, queueId, timestamp -> ``offset``
 LOCK_BATCH_MQ (41)                 body ``{consumerGroup, clientId, mqSet[...]}`` ->
                                    ``{"lockOKMQSet": [...]}``
 UNLOCK_BATCH_MQ (42)               same body -> SUCCESS
+CHECK_CLIENT_CONFIG (46)           body ``{clientId, group, subscriptionData{topic, subString,
+                                   expressionType}}`` -> SUCCESS, or
+                                   SUBSCRIPTION_PARSE_FAILED (23) for an expression that
+                                   does not compile (a 4.x consumer with an SQL92 selector
+                                   asks this at start)
 =================================  =========================================================
 """
 
@@ -27,8 +32,9 @@ import json
 from typing import Any
 
 from broker_core.broker.rebalance import MessageQueue
-from broker_core.errors import InvalidArgumentError
+from broker_core.errors import FilterSyntaxError, InvalidArgumentError
 from broker_core.namesrv.wire import loads
+from broker_core.protocol.filters import MessageFilter
 from broker_core.remoting.channel import Channel
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
@@ -190,4 +196,19 @@ def handle_lock(ctx: RemotingContext, channel: Channel, req: RemotingCommand) ->
 def handle_unlock(ctx: RemotingContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     group, client_id, queues = _lock_body(req)
     ctx.broker.unlock_queues(group, client_id, queues)
+    return req.response(ResponseCode.SUCCESS)
+
+
+def handle_check_client(
+    ctx: RemotingContext, channel: Channel, req: RemotingCommand
+) -> RemotingCommand:
+    body = loads(req.body, "CheckClientRequestBody")
+    sub = body.get("subscriptionData") if isinstance(body, dict) else None
+    if not isinstance(sub, dict):
+        raise InvalidArgumentError("CHECK_CLIENT_CONFIG: body needs subscriptionData")
+    kind, expression = sub.get("expressionType"), sub.get("subString")
+    try:
+        MessageFilter(str(kind) if kind else None, str(expression or ""))
+    except FilterSyntaxError as exc:
+        return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=str(exc))
     return req.response(ResponseCode.SUCCESS)

@@ -6,16 +6,19 @@ shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection
 ``broker_core/remoting/server.py``). The handler modules, one per request family:
 
 * :mod:`.send` - SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH_MESSAGE 320, END_TRANSACTION 37
-* :mod:`.pull` - PULL_MESSAGE 11 (long polling without holding the connection's thread)
+* :mod:`.pull` - PULL_MESSAGE 11 and LITE_PULL_MESSAGE 361 (long polling without holding the
+  connection's thread)
 * :mod:`.consumer` - HEART_BEAT 34, UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38,
   QUERY/UPDATE_CONSUMER_OFFSET 14/15, GET_MAX/MIN_OFFSET 30/31, SEARCH_OFFSET_BY_TIMESTAMP 29,
-  LOCK/UNLOCK_BATCH_MQ 41/42
+  LOCK/UNLOCK_BATCH_MQ 41/42, CHECK_CLIENT_CONFIG 46
 * :mod:`.sendback` - CONSUMER_SEND_MSG_BACK 36 (retry topic, then DLQ)
 * :mod:`.transactions` - CHECK_TRANSACTION_STATE 39 pushed to producers
 * :mod:`.admin` - UPDATE_AND_CREATE_TOPIC 17, GET_ALL_TOPIC_CONFIG 21,
   GET_BROKER_RUNTIME_INFO 28, VIEW_MESSAGE_BY_ID 33
 * :mod:`.admin_stats` - GET_TOPIC_STATS_INFO 202, GET_CONSUME_STATS 208, QUERY_MESSAGE 12,
   GET_CONSUMER_CONNECTION_LIST 203
+* :mod:`.admin_config` - GET_TOPIC_CONFIG 351, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200,
+  QUERY_TOPIC_CONSUME_BY_WHO 300, INVOKE_BROKER_TO_RESET_OFFSET 222
 
 Broker -> client: NOTIFY_CONSUMER_IDS_CHANGED (40, oneway) to every remoting consumer of a
 group whose membership changed (any protocol's join, leave or expiry), so the clients'
@@ -37,7 +40,15 @@ from broker_core.remoting.channel import Channel, RequestHandler
 from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting.server import RemotingServer
-from broker_core.remoting_broker import admin, admin_stats, consumer, pull, send, sendback
+from broker_core.remoting_broker import (
+    admin,
+    admin_config,
+    admin_stats,
+    consumer,
+    pull,
+    send,
+    sendback,
+)
 from broker_core.remoting_broker.access import RemotingGuard
 from broker_core.remoting_broker.context import RemotingContext
 from broker_core.remoting_broker.transactions import chained_checker
@@ -54,6 +65,7 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.SEND_BATCH_MESSAGE: send.handle_send,
     RequestCode.END_TRANSACTION: send.handle_end_transaction,
     RequestCode.PULL_MESSAGE: pull.handle_pull,
+    RequestCode.LITE_PULL_MESSAGE: pull.handle_pull,  # DefaultLitePullConsumer's pulls
     RequestCode.HEART_BEAT: consumer.handle_heartbeat,
     RequestCode.UNREGISTER_CLIENT: consumer.handle_unregister,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.handle_consumer_list,
@@ -64,9 +76,14 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: consumer.handle_search_offset,
     RequestCode.LOCK_BATCH_MQ: consumer.handle_lock,
     RequestCode.UNLOCK_BATCH_MQ: consumer.handle_unlock,
+    RequestCode.CHECK_CLIENT_CONFIG: consumer.handle_check_client,
     RequestCode.CONSUMER_SEND_MSG_BACK: sendback.handle_send_back,
     RequestCode.UPDATE_AND_CREATE_TOPIC: admin.handle_create_topic,
     RequestCode.GET_ALL_TOPIC_CONFIG: admin.handle_all_topics,
+    RequestCode.GET_TOPIC_CONFIG: admin_config.handle_topic_config,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin_config.handle_create_group,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin_config.handle_consumed_by,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin_config.handle_reset_offset,
     RequestCode.GET_BROKER_RUNTIME_INFO: admin.handle_runtime_info,
     RequestCode.VIEW_MESSAGE_BY_ID: admin.handle_view_message,
     RequestCode.GET_TOPIC_STATS_INFO: admin_stats.handle_topic_stats,

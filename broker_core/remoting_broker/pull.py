@@ -1,5 +1,9 @@
 """PULL_MESSAGE (11): offset pulls with long polling, re-encoded for 4.x clients.
 
+LITE_PULL_MESSAGE (361), what a DefaultLitePullConsumer sends (sysFlag bit 4), is the same
+request under another code (RocketMQ serves it by the same processor) and gets the same
+answers.
+
 Header (``PullMessageRequestHeader``): consumerGroup, topic, queueId, queueOffset, maxMsgNums,
 sysFlag (bit 0 commit offset, bit 1 suspend, bit 2 subscription in this request, bit 3
 class filter), commitOffset, suspendTimeoutMillis, subscription, subVersion, expressionType.

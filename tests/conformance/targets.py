@@ -1,0 +1,86 @@
+"""The two brokers a scenario runs against, behind one shape: :class:`Target`.
+
+* ``start_ours(dir)``: our NameServer and one broker (``broker-a``, cluster
+  ``DefaultCluster``) serving gRPC and 4.x remoting, async flush, as child processes.
+* ``start_peer(dir)``: Apache RocketMQ 5.x (``peers.rocketmq``): NameServer and a broker
+  inside the gRPC proxy.
+
+A :class:`Target` runs the Java drivers and mqadmin against itself (``c5``, ``c4``,
+``admin``), each JVM's files under the target's own directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker_core.cluster.local import LocalCluster
+from peers import drivers
+from peers.rocketmq import CLUSTER, start_rocketmq
+
+OURS_CONFIG = {
+    "broker": {
+        "transaction_check_timeout_ms": 1_000,
+        "transaction_check_interval_ms": 200,
+        "default_queue_nums": 4,
+    },
+    "store": {"segment_size_bytes": 64 << 20},
+}
+
+
+@dataclass
+class Target:
+    name: str  # "rocketmq" or "ours"
+    namesrv: str
+    grpc: str
+    cluster: str
+    home: Path
+    stop: Callable[[], None]
+
+    def c5(self, *args: str, timeout_s: float = 120) -> drivers.Run:
+        return drivers.client5(self.grpc, list(args), self.home / "clients", timeout_s)
+
+    def c4(self, *args: str, timeout_s: float = 120) -> drivers.Run:
+        return drivers.client4(self.namesrv, list(args), self.home / "clients", timeout_s)
+
+    def admin(self, *args: str) -> str:
+        return drivers.mqadmin(self.namesrv, list(args), self.home / "clients")
+
+    def topic(self, topic: str, queues: int = 4, *extra: str) -> None:
+        out = self.admin(
+            "updateTopic",
+            "-c",
+            self.cluster,
+            "-t",
+            topic,
+            "-r",
+            str(queues),
+            "-w",
+            str(queues),
+            *extra,
+        )
+        if "success" not in out:
+            raise RuntimeError(f"{self.name}: updateTopic {topic} failed:\n{out[-1500:]}")
+
+    def group(self, group: str, *extra: str) -> None:
+        out = self.admin("updateSubGroup", "-c", self.cluster, "-g", group, *extra)
+        if "success" not in out:
+            raise RuntimeError(f"{self.name}: updateSubGroup {group} failed:\n{out[-1500:]}")
+
+
+def start_ours(directory: Path) -> Target:
+    local = LocalCluster(
+        directory,
+        broker_config=OURS_CONFIG,
+        register_interval_ms=500,
+        broker_args=["--remoting-listen", "127.0.0.1:0"],
+    )
+    local.start(1)
+    endpoint = local.endpoints["broker-a"]
+    return Target("ours", local.namesrv, endpoint, "DefaultCluster", directory, local.stop)
+
+
+def start_peer(directory: Path) -> Target:
+    peer = start_rocketmq(directory)
+    return Target("rocketmq", peer.namesrv, peer.grpc, CLUSTER, directory, peer.stop)
