@@ -5,7 +5,9 @@ The node (``peers/kafka.py``): Kafka 4.x, one KRaft node on loopback, heap 512 M
 segments, every log flushed each 500 ms like our broker's async flush, topics auto-created
 with :data:`PARTITIONS` partitions (our side's 8 queues). The connector runs with its
 defaults, as a data engineer would start with it (kafka-clients' producer: acks=all,
-idempotence on; the source: one Spark partition per Kafka partition).
+idempotence on; the source: one Spark partition per Kafka partition), except that the
+producer waits longer before it gives up on a batch (``kafka.PATIENT_PRODUCER``: a loaded
+machine stalled the node past the 120 s default once).
 
 * read: the rows (values of the bench's 128 B body) are written to the topic through
   ``format("kafka")`` before the clock starts; the timed side is
@@ -46,12 +48,15 @@ def versions() -> dict[str, str]:
 
 
 def _writer(frame: Any, bootstrap: str, topic: str) -> Any:
-    return (
+    writer = (
         frame.write.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", topic)
         .mode("append")
     )
+    for key, value in kafka.PATIENT_PRODUCER.items():
+        writer = writer.option(f"kafka.{key}", value)
+    return writer
 
 
 def read_side(spark: Any, bootstrap: str, count: int, body: bytes) -> Any:

@@ -50,8 +50,13 @@ JVM_OPTIONS = (  # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS, heap made sm
     "-Djava.awt.headless=true",
 )
 SEGMENT_BYTES = 64 << 20
-START_TIMEOUT_S = 180.0
+START_TIMEOUT_S = 600.0  # a hang guard: two JVM starts take minutes on a loaded machine
 STOP_TIMEOUT_S = 60.0
+# Producer options for clients of this node on a loaded machine: kafka-clients gives up on a
+# batch 120 s after creating it (delivery.timeout.ms), which a node starved of CPU (load
+# average 40+ on 2 cores) has missed on its first writes. They change no figure of a run
+# that works, only how long a stalled one waits before it fails.
+PATIENT_PRODUCER = {"delivery.timeout.ms": "600000", "request.timeout.ms": "300000"}
 SIGTERM_EXIT = 143  # a JVM's exit code after SIGTERM and its shutdown hooks: a clean stop
 # Everything the node is given beyond its ports, paths and ids (peers/kafka.md says why).
 SETTINGS = {
