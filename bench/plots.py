@@ -143,7 +143,7 @@ def peers(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
     ]
     if not bars:
         return None
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.8 * len(bars)), 3.6))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.8 * len(bars)), 3.6))
     names, values = [b[0] for b in bars], [b[1] for b in bars]
     colors = [MET if (v >= 1) == higher else MISSED for _, v, higher in bars]
     ax.bar(names, values, color=colors, width=0.5)
@@ -153,7 +153,7 @@ def peers(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
     ax.tick_params(axis="x", labelsize=8)
     for i, v in enumerate(values):
         ax.annotate(f"{v:.3g}", (i, v), ha="center", va="bottom", fontsize=9)
-    ax.set_title("Ours against the real peers, same run (dashed: parity)", fontsize=10)
+    ax.set_title("Ours / real peer, same run (dashed: parity)", fontsize=10)
     return _save(fig, path)
 
 
