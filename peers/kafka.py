@@ -2,7 +2,8 @@
 
 The jars come from Maven Central through ``peers/kafka/pom.xml`` into the ignored cache
 ``.peers/kafka/`` (``server/`` for Kafka, ``spark/`` for the connector); :func:`fetch` runs
-Maven when the cache is missing or older than the descriptor, so a test or bench that needs
+Maven when the cache is missing or was fetched for another descriptor (the POM's SHA-256
+is kept in ``.peers/kafka/.fetched``), so a test or bench that needs
 Kafka fetches it on first use (``ensure_kafka_peer`` in ``dev`` does the same up front).
 
 :func:`start` formats a fresh storage directory with a random cluster id, then runs one
@@ -14,8 +15,9 @@ in ``peers/kafka.md`` and in :data:`SETTINGS`.
 
 Example (not run as a doctest: it starts a JVM)::
 
-    with start(tmp_dir, partitions=8) as node:
-        spark.conf ... .option("kafka.bootstrap.servers", node.bootstrap)
+    with start(Path(tempfile.mkdtemp()), partitions=8) as node:
+        rows.write.format("kafka").option("kafka.bootstrap.servers", node.bootstrap)
+            .option("topic", "t").save()   # a session with spark.jars = spark_jars()
 """
 
 from __future__ import annotations
