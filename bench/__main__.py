@@ -2,6 +2,9 @@
 
 ``python -m bench all [--size tiny|full] [--out DIR] [--from-json FILE...]`` runs every
 workload and writes ``DIR/BENCHMARKS.md`` and ``DIR/bench/*.png`` (default DIR: docs).
+
+``--peer NAME`` (repeatable) picks the real peers a workload runs beside ours (default: all
+it has; see bench/real_peers.py); ``--peer none`` runs without them (``all`` too).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from bench import (
     consume,
     latency,
     produce,
+    real_peers,
     remoting,
     replication,
     server_mode,
@@ -39,6 +43,11 @@ WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "cluster": cluster.run,
     "replication": replication.run,
     "remoting": remoting.run,
+}
+# the workloads with real-peer sides (bench/real_peers.py): called with the peers chosen
+PEER_WORKLOADS: dict[str, Callable[[str, tuple[str, ...]], list[Result]]] = {
+    "spark-read": spark_rw.run_read,
+    "spark-write": spark_rw.run_write,
 }
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,12 +80,31 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="all: redraw the docs from saved results instead of running",
     )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"a real peer to run beside ours: {', '.join(real_peers.NAMES)} or none "
+        "(default: every peer the workload has)",
+    )
     args = parser.parse_args(argv)
     if args.workload == "all":
         from bench import all as run_all
 
-        return run_all.main(args.size, args.out, args.from_json)
-    results = WORKLOADS[args.workload](args.size)
+        if args.peer not in ([], ["none"]):
+            parser.error("all takes only --peer none (each workload runs the peers it has)")
+        return run_all.main(args.size, args.out, args.from_json, no_peers=bool(args.peer))
+    try:
+        peers = real_peers.choose(args.workload, args.peer)
+    except real_peers.PeerChoiceError as exc:
+        parser.error(str(exc))
+    run = WORKLOADS[args.workload]
+    results = (
+        PEER_WORKLOADS[args.workload](args.size, peers)
+        if args.workload in PEER_WORKLOADS
+        else run(args.size)
+    )
     for result in results[:-1]:
         print_result(result, as_json=False)
     print_result(results[-1], as_json=args.json)

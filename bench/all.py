@@ -28,12 +28,13 @@ from typing import Any
 
 from bench import docs
 
-TIMEOUT_S = {"tiny": 300, "full": 3_600}
+TIMEOUT_S = {"tiny": 600, "full": 3_600}  # hang guards (tiny: JVM peers start too)
 
 
-def run_one(workload: str, size: str) -> dict[str, Any]:
+def run_one(workload: str, size: str, no_peers: bool = False) -> dict[str, Any]:
     """Run one workload in a subprocess; its JSON result, or ``{"workload", "error"}``."""
     cmd = [sys.executable, "-m", "bench", workload, "--json", "--size", size]
+    cmd += ["--peer", "none"] if no_peers else []
     print(f"### {workload} ({size})", flush=True)
     os.sync()  # a quiet disk for each workload (see the module docstring)
     started = time.monotonic()
@@ -97,9 +98,10 @@ def load(paths: Sequence[Path]) -> list[dict[str, Any]]:
     ]
 
 
-def main(size: str, out: Path, from_json: Sequence[Path] = ()) -> int:
-    """Run (or load) every result and write the docs under ``out``; 0 if none failed."""
-    results = load(from_json) if from_json else [run_one(w, size) for w in docs.ORDER]
+def main(size: str, out: Path, from_json: Sequence[Path] = (), no_peers: bool = False) -> int:
+    """Run (or load) every result and write the docs under ``out``; 0 if none failed.
+    ``no_peers``: run each workload without its real peers (``--peer none``)."""
+    results = load(from_json) if from_json else [run_one(w, size, no_peers) for w in docs.ORDER]
     sizes = {r.get("size", size) for r in results}
     size = sizes.pop() if len(sizes) == 1 else size  # saved results know their size
     (out / "bench").mkdir(parents=True, exist_ok=True)

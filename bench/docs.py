@@ -3,12 +3,14 @@
 Input: the JSON objects the workloads print (``Result.to_dict``), or for a workload that
 failed ``{"workload": name, "error": text}``. Output, under ``out``:
 
-* ``BENCHMARKS.md`` — one table (workload, ours, baseline, unit, ratio, goal, met?), the
+* ``BENCHMARKS.md`` — one table (workload, ours, baseline, unit, ratio, goal, met?), a
+  table of ours against the real peers (Kafka, RocketMQ; ``bench/real_peers.py``), the
   conditions of each workload, the hand-written notes of ``bench/NOTES.md``, the peers and
   their versions, the machine and the date;
 * ``bench/ratios.png`` — per workload, the figure its goal applies to against the goal;
 * ``bench/throughput.png`` — per throughput workload, ours against each peer;
-* ``bench/latency.png`` — p50/p99/p999 of the latency and backlog workloads.
+* ``bench/latency.png`` — p50/p99/p999 of the latency and backlog workloads;
+* ``bench/peers.png`` — per workload and real peer, ours / peer.
 
 Plots use matplotlib's Agg backend (no display needed).
 """
@@ -24,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench import real_peers
 from bench.peers import versions
 
 ORDER = (
@@ -61,8 +64,9 @@ WHAT = {
     "replication": "batch send (256 × 128 B) to a master with one slave, sync replication "
     "vs one broker without; async replication and single-send latency in details",
     "spark-read": "8 queues → `noop` sink through `format('rocketmq')` vs the same rows "
-    "from Parquet",
-    "spark-write": "rows → topic through `format('rocketmq')` vs the same rows → Parquet",
+    "from Parquet (Spark's Kafka connector on a real Kafka: peer table)",
+    "spark-write": "rows → topic through `format('rocketmq')` vs the same rows → Parquet "
+    "(Spark's Kafka connector on a real Kafka: peer table)",
 }
 CONDITIONS = [
     "Message bodies: 128 B (store-append: 1 KiB). Batches: 256 per send (produce, topics), "
@@ -73,6 +77,10 @@ CONDITIONS = [
     "with the server's default sync interval.",
     "Every system runs on loopback on this machine, started by the bench and stopped after; "
     "every client is Python, one client process per side.",
+    "Kafka (spark-read, spark-write): one KRaft node (broker and controller) fetched by Maven "
+    "(`peers/kafka/pom.xml`), heap 512 MiB, 64 MiB segments, each log flushed every 500 ms "
+    "like our async flush, 8 partitions per topic like our 8 queues; Spark's Kafka connector "
+    "with its default options in the same session (`peers/kafka.md`).",
 ]
 
 
@@ -139,6 +147,40 @@ def _row(result: dict[str, Any]) -> str:
     )
 
 
+def _peer_rows(results: Sequence[dict[str, Any]]) -> list[str]:
+    """The table of ours against each real peer a result ran beside (``<peer>_ratio``)."""
+    rows = []
+    for r in results:
+        details = r.get("details", {})
+        for peer, ratio in real_peers.ratios(details).items():
+            label = real_peers.LABELS[peer]
+            version = details.get(f"{peer}_version", "")
+            theirs = r["ours"] / ratio if ratio else 0.0
+            rows.append(
+                f"| {r['workload']} | {label} {version} | {fmt(r['ours'])} | {fmt(theirs)} | "
+                f"{r['unit']} | {ratio:.3f} |"
+            )
+    if not rows:
+        return []
+    return [
+        "## Against the real peers",
+        "",
+        "The same workload through the peer in the same run (`ratio` = ours / peer; "
+        "higher is better for throughput).",
+        "",
+        "| workload | peer | ours | peer | unit | ratio |",
+        "|---|---|---:|---:|---|---:|",
+        *rows,
+        "",
+    ]
+
+
+def _peer_versions() -> list[str]:
+    from peers import kafka
+
+    return [f"- {artifact} (Maven): {version}" for artifact, version in kafka.versions().items()]
+
+
 def _details(result: dict[str, Any]) -> list[str]:
     if "error" in result:
         return [f"- **{result['workload']}** failed:", "", "```", result["error"][-2000:], "```"]
@@ -166,7 +208,8 @@ def markdown(results: Sequence[dict[str, Any]], size: str, pngs: Sequence[str]) 
         "|---|---|---:|---:|---|---:|---|---|",
     ]
     lines += [_row(r) for r in results]
-    lines += ["", *(f"![{Path(p).stem}]({p})" for p in pngs), "", "## Conditions", ""]
+    lines += ["", *(f"![{Path(p).stem}]({p})" for p in pngs), ""]
+    lines += [*_peer_rows(results), "## Conditions", ""]
     lines += [f"- {c}" for c in CONDITIONS]
     lines += ["", "### Per workload", ""]
     for result in results:
@@ -174,6 +217,7 @@ def markdown(results: Sequence[dict[str, Any]], size: str, pngs: Sequence[str]) 
     lines += ["", *_notes()]
     lines += ["", "## Peers", ""]
     lines += [f"- `{binary} --version`: {text}" for binary, text in versions().items()]
+    lines += _peer_versions()
     lines += ["", "## Machine", ""]
     lines += [f"- {k}: {v}" for k, v in machine().items()]
     return "\n".join(lines) + "\n"

@@ -132,11 +132,37 @@ def latency(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def peers(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    """Per workload: ours / each real peer (``details.<peer>_ratio``), against parity."""
+    from bench import real_peers
+
+    bars = [
+        (f"{r['workload']}\nvs {real_peers.LABELS[peer]}", ratio, r.get("higher_is_better", True))
+        for r in results
+        for peer, ratio in real_peers.ratios(r.get("details", {})).items()
+    ]
+    if not bars:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.8 * len(bars)), 3.6))
+    names, values = [b[0] for b in bars], [b[1] for b in bars]
+    colors = [MET if (v >= 1) == higher else MISSED for _, v, higher in bars]
+    ax.bar(names, values, color=colors, width=0.5)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
+    ax.set_ylim(0, max([*values, 1.0]) * 1.25)
+    ax.set_ylabel("ours / peer")
+    ax.tick_params(axis="x", labelsize=8)
+    for i, v in enumerate(values):
+        ax.annotate(f"{v:.3g}", (i, v), ha="center", va="bottom", fontsize=9)
+    ax.set_title("Ours / real peer, same run (dashed: parity)", fontsize=10)
+    return _save(fig, path)
+
+
 def draw_all(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    """All three plots into ``out``; returns the files written."""
+    """All the plots into ``out``; returns the files written."""
     made = [
         ratios(results, out / "ratios.png"),
         throughput(results, out / "throughput.png"),
         latency(results, out / "latency.png"),
+        peers(results, out / "peers.png"),
     ]
     return [p for p in made if p is not None]

@@ -31,7 +31,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1_800,  # a hang guard: every workload, two Kafka nodes, on a loaded machine
     )
     saved = out / "bench" / "results.json"
     assert saved.exists(), done.stdout[-4000:] + done.stderr[-4000:]
@@ -72,6 +72,21 @@ def test_latency_and_backlog_report_percentiles(
     assert results["produce"]["details"]["jetstream_msg_s"] > 0
 
 
+def test_spark_workloads_ran_beside_a_real_kafka(
+    tiny_run: tuple[Path, dict[str, Any], str],
+) -> None:
+    _, results, output = tiny_run
+    for workload in ("spark-read", "spark-write"):
+        result, details = results[workload], results[workload]["details"]
+        assert details["kafka_rows_s"] > 0
+        assert details["kafka_ratio"] == pytest.approx(
+            result["ours"] / details["kafka_rows_s"], rel=0.01, abs=1e-3
+        )
+        assert details["kafka_version"].startswith("4.")
+        assert details["figures"]["Kafka"] == details["kafka_rows_s"]
+    assert "format('kafka') read" in output and "format('kafka') write" in output
+
+
 def test_all_writes_markdown_and_plots(tiny_run: tuple[Path, dict[str, Any], str]) -> None:
     out, _, _ = tiny_run
     text = (out / "BENCHMARKS.md").read_text()
@@ -79,7 +94,10 @@ def test_all_writes_markdown_and_plots(tiny_run: tuple[Path, dict[str, Any], str
         assert f"| {workload} |" in text, workload
     for needle in ("redis-server --version", "nats-server --version", "## Machine", "RAM"):
         assert needle in text
-    for name in ("ratios", "throughput", "latency"):
+    assert "## Against the real peers" in text and "kafka_2.13 (Maven): 4." in text
+    for workload in ("spark-read", "spark-write"):
+        assert f"| {workload} | Kafka 4." in text
+    for name in ("ratios", "throughput", "latency", "peers"):
         png = out / "bench" / f"{name}.png"
         assert png.read_bytes()[:8] == PNG_MAGIC
         assert png.stat().st_size > 10_000  # a drawn chart, not an empty canvas
