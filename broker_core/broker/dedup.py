@@ -93,7 +93,7 @@ class DedupSender:
         """:meth:`Sender.send_columns`, each repeat answered with its original queue and
         offset: its row of ``batch.queue_ids`` and of the offsets returned."""
         window = self.window
-        keys = window.column_keys(batch.topic, [k[0] for k in batch.index_keys])
+        keys = window.column_keys(batch.topic, batch.index_keys)
         if not window.enabled or keys is None:
             return self.sender.send_columns(batch, queue_id=queue_id)
         claim = window.claim(keys)
