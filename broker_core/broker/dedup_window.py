@@ -15,7 +15,7 @@ method may be called from any thread.
 
 Memory: a dict of 64-bit key hashes to commitlog offsets (Python's string hash, salted
 per process: the window is rebuilt in each process) plus one list of keys per
-generation; about 110 bytes per id (:meth:`SendWindow.memory_bytes`, in ``/metrics``).
+generation; about 120 bytes per id (:meth:`SendWindow.memory_bytes`, in ``/metrics``).
 """
 
 from __future__ import annotations
