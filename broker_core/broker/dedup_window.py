@@ -8,9 +8,11 @@ per broker group: a retry that a client routes to another broker group is not ca
 Ids older than the window (by store time) or beyond ``dedup_max_ids`` are forgotten.
 
 Concurrency. A send claims its keys under the window's lock before it stores: an id
-being stored by another call is *pending* (placeholder offset -1) and the second call
-waits for it to settle (BusyError, retriable, if it does not within
-:data:`PENDING_WAIT_S`), so two concurrent sends of one id store it once. Threads: every
+being stored by another call is *in flight* (reserved in that call's small set, kept
+apart from the window so a send touches the large table only twice: one lookup pass,
+one insert pass) and the second call waits for it to settle (BusyError, retriable, if
+it does not within :data:`PENDING_WAIT_S`), so two concurrent sends of one id store it
+once. Threads: every
 method may be called from any thread.
 
 Memory: a dict of 64-bit key hashes to commitlog offsets (Python's string hash, salted
@@ -48,7 +50,6 @@ from broker_core.store.commitlog import CommitLog
 
 PENDING_WAIT_S = 10.0  # longest a repeat waits for the first send of its id to settle
 _GENERATIONS = 16  # the count bound evicts in steps of max_ids / this
-_PENDING = -1
 _UNIQ_MARK = b"\x02UNIQ_KEY\x01"
 
 
@@ -116,6 +117,7 @@ class Claim:
     keys: list[int | None]
     rows: list[int | None]
     fresh: bool  # every row is to be stored (the usual case)
+    token: int = 0  # its reservation in the window (``_inflight``)
 
 
 class SendWindow:
@@ -133,7 +135,10 @@ class SendWindow:
         self.max_ids = max_ids
         self._read_unit = read_unit
         self._clock_ms = clock_ms
-        self._ids: dict[int, int] = {}  # key -> commitlog offset (or _PENDING)
+        self._ids: dict[int, int] = {}  # key -> commitlog offset
+        # the keys each send being stored reserved (a repeat of one waits): few, small
+        self._inflight: dict[int, dict[int | None, None]] = {}
+        self._tokens = 0
         self._generations: deque[tuple[int, list[int]]] = deque()  # (newest ms, keys)
         self._current: list[int] = []
         self._current_first_ms = self._current_newest_ms = 0
@@ -187,11 +192,15 @@ class SendWindow:
                     self._waiters -= 1
 
     def _claim_locked(self, keys: list[int | None]) -> Claim | None:
-        ids = self._ids
-        pending = dict.fromkeys(keys, _PENDING)  # also tells whether a key repeats
-        if len(pending) == len(keys) and None not in pending and ids.keys().isdisjoint(pending):
-            ids.update(pending)  # type: ignore[arg-type]
-            return Claim(keys, [None] * len(keys), True)
+        ids, inflight = self._ids, self._inflight
+        reserved = dict.fromkeys(keys)  # also tells whether a key repeats in the send
+        if (
+            len(reserved) == len(keys)
+            and None not in reserved
+            and ids.keys().isdisjoint(reserved)
+            and all(other.keys().isdisjoint(reserved) for other in inflight.values())
+        ):
+            return self._reserve_locked(Claim(keys, [None] * len(keys), True), reserved)
         rows: list[int | None] = []
         first: dict[int, int] = {}
         for row, key in enumerate(keys):
@@ -199,22 +208,26 @@ class SendWindow:
                 rows.append(None)
             elif key in first:
                 rows.append(-2 - first[key])
-            elif ids.get(key, None) == _PENDING:
-                self._release_locked(keys, rows)  # wait for the other send
-                return None
+            elif any(key in other for other in inflight.values()):
+                return None  # another send is storing it: wait for it
             else:
                 rows.append(ids.get(key))
                 first[key] = row
-        for key, found in zip(keys, rows, strict=True):
-            if key is not None and found is None:
-                ids[key] = _PENDING
-        return Claim(keys, rows, False)
+        mine: dict[int | None, None] = {
+            k: None for k, r in zip(keys, rows, strict=True) if k is not None and r is None
+        }
+        return self._reserve_locked(Claim(keys, rows, False), mine)
 
-    def _release_locked(self, keys: Sequence[int | None], rows: Sequence[int | None]) -> None:
-        """Drop the reservations made for ``rows`` (a claim abandoned part way)."""
-        for key, found in zip(keys, rows, strict=False):
-            if key is not None and found is None and self._ids.get(key) == _PENDING:
-                del self._ids[key]
+    def _reserve_locked(self, claim: Claim, keys: dict[int | None, None]) -> Claim:
+        self._tokens += 1
+        claim.token = self._tokens
+        self._inflight[claim.token] = keys
+        return claim
+
+    def _release_locked(self, claim: Claim) -> None:
+        self._inflight.pop(claim.token, None)
+        if self._waiters:
+            self._lock.notify_all()
 
     def settle(self, claim: Claim, offsets: Sequence[int]) -> None:
         """The reserved rows were stored at ``offsets`` (one per row to store, in order)."""
@@ -223,23 +236,19 @@ class SendWindow:
             with self._lock:
                 self._ids.update(zip(keys, offsets, strict=True))
                 self._add_locked(keys, self._clock_ms())
-                if self._waiters:
-                    self._lock.notify_all()
+                self._release_locked(claim)
             return
         stored_keys = [k for k, r in zip(claim.keys, claim.rows, strict=True) if r is None]
         pairs = [(k, o) for k, o in zip(stored_keys, offsets, strict=True) if k is not None]
         with self._lock:
             self._ids.update(pairs)
             self._add_locked([k for k, _ in pairs], self._clock_ms())
-            if self._waiters:
-                self._lock.notify_all()
+            self._release_locked(claim)
 
     def abandon(self, claim: Claim) -> None:
         """The send failed: its reservations are dropped (a retry stores it)."""
         with self._lock:
-            self._release_locked(claim.keys, claim.rows)
-            if self._waiters:
-                self._lock.notify_all()
+            self._release_locked(claim)
 
     def original(self, key: int, offset: int, topic: str, uniq: str) -> SendResult | None:
         """The first send's result, read from its unit; None when that unit is gone or
@@ -281,8 +290,7 @@ class SendWindow:
             _newest, old = gens.popleft()
             self._held -= len(old)
             for key in old:
-                if ids.get(key, _PENDING) != _PENDING:
-                    del ids[key]
+                ids.pop(key, None)
 
     def rebuild(self, commitlog: CommitLog) -> int:
         """Refill the window from the units stored within it (at start and promotion);
