@@ -193,6 +193,10 @@ class BrokerConfig:
     max_pull_batch: int = 1_024
     max_raw_pull_batch: int = 65_536  # raw pulls also stop at their byte budget
     max_long_polling_ms: int = 30_000
+    # Idempotent sends (``broker/dedup.py``): repeats of a message id stored this recently
+    # are answered with the original result, not stored (0 = off).
+    dedup_window_ms: int = 120_000
+    dedup_max_ids: int = 1_000_000
     # Our services beside apache.rocketmq.v2 (admin, bulk); off = a plain RocketMQ 5 endpoint.
     grpc_extensions: bool = True
     # Broker groups and replication (``broker_core.ha``; docs/ARCHITECTURE.md).
@@ -219,6 +223,10 @@ class BrokerConfig:
             f"endpoint must be host:port, got {self.endpoint!r}",
         )
         _require(1 <= self.default_queue_nums <= 1024, "default_queue_nums must be in 1..1024")
+        _require(
+            self.dedup_window_ms >= 0 and self.dedup_max_ids >= 0,
+            "dedup_window_ms and dedup_max_ids must be ≥ 0 (0 = off)",
+        )
         _require_at_least(
             self,
             1,

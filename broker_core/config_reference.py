@@ -37,6 +37,9 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
         "max_pull_batch": "most messages one (decoded) pull returns",
         "max_raw_pull_batch": "most messages one bulk (raw) pull returns",
         "max_long_polling_ms": "longest a pull or receive waits for new messages",
+        "dedup_window_ms": "a send repeating a message id stored this recently is answered "
+        "with the original result, not stored again (0 = off)",
+        "dedup_max_ids": "most message ids the dedup window holds (≈120 B each; 0 = off)",
         "grpc_extensions": "serve our gRPC services beside apache.rocketmq.v2 (rmq.admin.v1, "
         "rmq.bulk.v1); false = a standard RocketMQ 5 endpoint (--no-extensions)",
         "broker_id": "0 = the group's master, > 0 = a slave (--broker-id)",

@@ -11,7 +11,10 @@ Delivery:
 
 * **at least once** (default): tasks send plain messages; commit has nothing to do. A task
   that fails after sending, retried by Spark, or a replayed micro-batch sends its rows
-  again.
+  again — with ``idempotent`` (on by default for streaming writes) under the same message
+  ids, derived from (query id, batch id, partition, topic, row), so the broker's dedup
+  window drops the repeats: exactly once without transactions, within that window (and
+  for deterministic input; a route that changed between attempts spreads rows anew).
 * **exactly once** (``exactlyOnce=true``): tasks send half messages, which stay invisible,
   and report them; the driver's ``commit`` makes exactly one attempt's halves of each
   micro-batch visible and ``abort`` rolls them back (protocol in ``exactly_once``). For a
@@ -30,7 +33,11 @@ Example (needs a running broker)::
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import hashlib
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -45,6 +52,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_core.client import OutgoingMessage, RocketMQClient
+from broker_core.client.message_ids import ID_BLOCKS
 from broker_core.errors import ConfigError
 from connector import exactly_once, transactions
 from connector.exactly_once import TaskHalves
@@ -82,6 +90,8 @@ class _PlainTask:
     def __post_init__(self) -> None:
         self.pending: dict[str, MessageColumns] = {}
         self.halves: dict[int, HalfRef] = {}  # none: plain messages need no ending
+        self.topic_rows: dict[str, int] = {}  # rows of each topic sent: the next row index
+        self.id_base = _id_base(self.options) if self.options.idempotent else ""
 
     def add_batch(self, batch: pa.RecordBatch, plan: ColumnPlan) -> None:
         """Queue the batch's rows; send every full ``batchSize`` of a topic. A bad row
@@ -108,13 +118,19 @@ class _PlainTask:
         if not self.first_send_ms:
             self.first_send_ms = time.time_ns() // 1_000_000
         clients = self.targets.clients(topic)
-        if len(clients) == 1:
-            self._send(clients[0], topic, columns)
-        else:
-            parts = spread(len(clients), len(columns), columns.message_groups, start=self.sent)
-            for client, rows in zip(clients, parts, strict=True):
-                if rows:
-                    self._send(client, topic, columns.pick(rows))
+        first = self.topic_rows.get(topic, 0)
+        self.topic_rows[topic] = first + len(columns)
+        if self.id_base:  # ids from (write, partition, topic, row): a retry sends the same
+            prefix = hashlib.sha256(f"{self.id_base}:{topic}".encode()).hexdigest()[:24]
+            ids = ID_BLOCKS.fixed(b"02" + prefix.upper().encode(), first)
+        with ids if self.id_base else contextlib.nullcontext():
+            if len(clients) == 1:
+                self._send(clients[0], topic, columns)
+            else:
+                parts = spread(len(clients), len(columns), columns.message_groups, start=self.sent)
+                for client, rows in zip(clients, parts, strict=True):
+                    if rows:
+                        self._send(client, topic, columns.pick(rows))
         self.sent += len(columns)
 
     @staticmethod
@@ -202,6 +218,20 @@ def _task_context() -> tuple[int, int, str, int]:
         context.getLocalProperty("sql.streaming.queryId") or "",
         int(batch) if batch and batch.lstrip("-").isdigit() else -1,
     )
+
+
+def _id_base(options: SinkOptions) -> str:
+    """What a task's message ids derive from: (streaming query id, or the driver's write
+    id for a batch write; micro-batch id; partition) — the same when Spark retries it."""
+    partition, _attempt, query_id, batch_id = _task_context()
+    return f"{query_id or options.write_id}:{batch_id}:{partition}"
+
+
+def _idempotent(options: SinkOptions, *, default: bool) -> SinkOptions:
+    """``options`` with ``idempotent`` decided (``default`` when not given) and, when on,
+    a write id of the driver's for writes without a query id."""
+    on = default if options.idempotent is None else options.idempotent
+    return dataclasses.replace(options, idempotent=on, write_id=uuid.uuid4().hex if on else "")
 
 
 def _client(options: SinkOptions) -> RocketMQClient:
@@ -318,7 +348,7 @@ def make_writer(
             "save mode 'overwrite' is not supported by the rocketmq sink "
             "(messages are appended); use mode('append')"
         )
-    parsed = parse_sink_options(options)
+    parsed = _idempotent(parse_sink_options(options), default=False)
     return RocketMQBatchWriter(parsed, plan_columns(schema, parsed))
 
 
@@ -331,7 +361,7 @@ def make_stream_writer(
     as Spark's Kafka sink does.
     """
     del overwrite
-    parsed = parse_sink_options(options)
+    parsed = _idempotent(parse_sink_options(options), default=True)
     plan = plan_columns(schema, parsed)
     if parsed.exactly_once:  # refuse before any row is sent, not at the first commit
         with _client(parsed) as client:

@@ -21,6 +21,11 @@ Options (names are case-insensitive, as Spark passes them lower-cased)::
     transactionTimeoutMs    900000    how long a half message stays unresolved before the
                                       broker starts checking it back (>= 1000, whole seconds)
     requestTimeoutMs        10000     timeout of one broker call
+    idempotent              streaming each row's message id derives from (query id, batch
+                            on, batch id, partition, row): a task Spark retries re-sends
+                            off       the same ids and the broker drops the repeats
+                                      (exactly once within its dedup window, no
+                                      transactions; README "Idempotent sends")
 
 Columns (matched case-insensitively)::
 
@@ -86,6 +91,7 @@ SINK_OPTIONS: Final = (
     "producerGroup",
     "transactionTimeoutMs",
     "requestTimeoutMs",
+    "idempotent",
     *credentials.OPTIONS,
 )
 # Options Spark itself adds to a write; accepted and ignored.
@@ -108,6 +114,8 @@ class SinkOptions:
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     namesrv: str | None = None
     access: Access = NO_ACCESS  # accessKey/secretKey/tls/caFile (connector/credentials.py)
+    idempotent: bool | None = None  # None: the writer's default (streaming on, batch off)
+    write_id: str = ""  # made by the driver: the ids' base when there is no query id
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -184,6 +192,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             3_600_000,
         ),
         access=credentials.parse_access(given),
+        idempotent=_bool("idempotent", given["idempotent"]) if "idempotent" in given else None,
     )
     if parsed.exactly_once and len(parsed.endpoints) != 1:
         raise ConfigError(

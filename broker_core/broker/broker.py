@@ -24,6 +24,7 @@ import numpy as np
 
 from broker_core.broker.clients import ClientRegistry
 from broker_core.broker.consuming import ConsumerCalls
+from broker_core.broker.dedup import with_dedup
 from broker_core.broker.group_positions import GroupPositions
 from broker_core.broker.groups import BROADCAST_MARK, GroupConfig, GroupManager, base_group
 from broker_core.broker.lite import (
@@ -152,7 +153,7 @@ class Broker(ConsumerCalls):
             "broker-housekeeping", self._housekeep, interval_ms=config.offsets_persist_interval_ms
         )
         self.recovery: RecoveryReport | None = None
-        self.sender = Sender(
+        sender = Sender(
             self.store,
             self.topics,
             self.transactions,
@@ -161,6 +162,8 @@ class Broker(ConsumerCalls):
             clock_ms=clock_ms,
             after_put=lambda: self.replication.wait_replicated(self.store.commitlog.max_offset),
         )
+        # Repeats of recent message ids are answered, not stored again (``dedup``).
+        self.sender = with_dedup(sender, config, self.store.commitlog.read_message, clock_ms)
         self._rebalance_listeners: list[Callable[[str], None]] = []
         self.clients.add_listener(self._on_membership_change)
 
@@ -176,6 +179,7 @@ class Broker(ConsumerCalls):
         if self.replication.is_slave:  # its log holds only the master's bytes: no appenders
             services: tuple[Any, ...] = (self.long_polling, self.clients)
         else:
+            self.sender.window.rebuild(self.store.commitlog)
             self.pop.open()
             self.transactions.open()  # reads the half/op topics: only after the store opens
             services = (
@@ -196,6 +200,7 @@ class Broker(ConsumerCalls):
         and starts the services only a master runs, as ``start`` would have."""
         self.config = dataclasses.replace(self.config, broker_id=0, ha_master="")
         self.replication.promote()
+        self.sender.window.rebuild(self.store.commitlog)
         self.pop.open()
         self.transactions.open()
         for service in (self.schedule, self.timer, self.transactions, self.pop):

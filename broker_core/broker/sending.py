@@ -48,6 +48,7 @@ class SendResult:
     transaction_id: str = ""
     recall_handle: str = ""  # set for messages held by the timer; cancels their delivery
     half_offset: int = -1  # commitlog offset of a transaction's half record (else -1)
+    physical_offset: int = -1  # commitlog offset of the unit stored (``dedup`` keeps it)
 
 
 def message_type(msg: Message) -> str:
@@ -123,7 +124,13 @@ class Sender:
         if plain:
             stored = self.store.put_messages([m for _, m in plain])
             for (i, msg), put in zip(plain, stored, strict=True):
-                results[i] = SendResult(put.message_id, msg.topic, msg.queue_id, put.queue_offset)
+                results[i] = SendResult(
+                    put.message_id,
+                    msg.topic,
+                    msg.queue_id,
+                    put.queue_offset,
+                    physical_offset=put.physical_offset,
+                )
         # The log's end now covers this send (held messages too; at worst a little more).
         self._after_put()
         return [r for r in results if r is not None]
@@ -240,17 +247,29 @@ class Sender:
                 prepared.queue_offset,
                 transaction_id=tx_id,
                 half_offset=prepared.physical_offset,
+                physical_offset=prepared.physical_offset,
             )
         level = props.get(PROPERTY_DELAY_LEVEL)
         if level:
             put = self.schedule.schedule(msg, int(level))
-            return SendResult(msg_id, msg.topic, msg.queue_id, put.queue_offset)
+            return SendResult(
+                msg_id,
+                msg.topic,
+                msg.queue_id,
+                put.queue_offset,
+                physical_offset=put.physical_offset,
+            )
         deliver = props.get(PROPERTY_DELIVER_TIME_MS)
         if deliver:
             if int(deliver) > now:
                 put = self.timer.schedule(msg, int(deliver))
                 return SendResult(
-                    msg_id, msg.topic, msg.queue_id, put.queue_offset, recall_handle=put.message_id
+                    msg_id,
+                    msg.topic,
+                    msg.queue_id,
+                    put.queue_offset,
+                    recall_handle=put.message_id,
+                    physical_offset=put.physical_offset,
                 )
             del props[PROPERTY_DELIVER_TIME_MS]  # already due: deliver now
         return None

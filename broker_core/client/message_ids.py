@@ -6,10 +6,11 @@ Thread-safe: one lock guards the process's counter (:data:`ID_BLOCKS`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 MESSAGE_ID_CHARS: Final = 34
@@ -28,9 +29,28 @@ class IdBlocks:
         self._pid = -1
         self._prefix = b""
         self._next_seq = 0
+        self._fixed = threading.local()  # .block: [prefix, next sequence] while fixed()
+
+    @contextlib.contextmanager
+    def fixed(self, prefix: bytes, first: int) -> Iterator[None]:
+        """Ids reserved by this thread inside the block are ``prefix`` (26 chars) and the
+        sequence from ``first``: the same ids each time the same rows are sent (the Spark
+        sink's idempotent option, so the broker drops a retried task's repeats)."""
+        if len(prefix) != MESSAGE_ID_CHARS - 8:
+            raise ValueError(f"an id prefix has {MESSAGE_ID_CHARS - 8} chars, got {prefix!r}")
+        self._fixed.block = [prefix, first]
+        try:
+            yield
+        finally:
+            self._fixed.block = None
 
     def reserve(self, count: int) -> tuple[bytes, int]:
         """(the ids' first 26 chars, first sequence number) for ``count`` ids."""
+        block = getattr(self._fixed, "block", None)
+        if block is not None:
+            prefix, first = block
+            block[1] = (first + count) & 0xFFFFFFFF
+            return prefix, first
         pid = os.getpid()
         with self._lock:
             if pid != self._pid:

@@ -17,6 +17,9 @@ rocketmq_storage_size              gauge    (bytes)        files under the store
 rocketmq_storage_flush_latency     gauge    (ms)           the last commitlog flush
 rocketmq_topic_number              gauge                   user topics
 rocketmq_consumer_group_number     gauge                   consumer groups
+rocketmq_dedup_ids                 gauge                   message ids in the dedup window
+rocketmq_dedup_memory_bytes        gauge    (bytes)        its estimated memory
+rocketmq_dedup_repeats_total       counter                 sends answered from the window
 =================================  ======================  ===============================
 
 (``group`` is the label ``consumer_group``.) Lag and storage are read from the broker
@@ -184,6 +187,24 @@ class BrokerCollector(Collector):
         )
         flush.add_metric(self.node, self.broker.store.flusher.last_flush_ms)
         yield from (size, flush)
+        yield from self._dedup()
+
+    def _dedup(self) -> Iterator[Metric]:
+        """The idempotent-send window (``broker/dedup``): its size, memory and repeats."""
+        window = self.broker.sender.window
+        ids = GaugeMetricFamily(
+            "rocketmq_dedup_ids", "Message ids in the dedup window", labels=NODE
+        )
+        ids.add_metric(self.node, window.size())
+        memory = GaugeMetricFamily(
+            "rocketmq_dedup_memory_bytes", "Estimated memory of the dedup window", labels=NODE
+        )
+        memory.add_metric(self.node, window.memory_bytes())
+        repeats = CounterMetricFamily(
+            "rocketmq_dedup_repeats", "Sends answered from the dedup window", labels=NODE
+        )
+        repeats.add_metric(self.node, window.repeats)
+        yield from (ids, memory, repeats)
 
 
 def serve(listen: str, broker: Broker, recorder: Recorder, *, cluster: str) -> Any:

@@ -171,7 +171,7 @@ def _send_plain_batch(
     offsets = ctx.broker.send_columns(batch, queue_id=queue_id)
     ext = {
         "msgId": ",".join(p[PROPERTY_UNIQ_KEY] for _, _, p in records),
-        "queueId": str(queue_id),
+        "queueId": str(int(batch.queue_ids[0])),  # a repeat's: its original queue
         "queueOffset": str(int(offsets[0])),
     }
     return req.response(ResponseCode.SUCCESS, ext_fields=ext)

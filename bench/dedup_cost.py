@@ -1,0 +1,183 @@
+"""``python -m bench.dedup_cost``: what idempotent sends (``broker/dedup.py``) cost.
+
+Three figures, A/B in one run:
+
+* **end to end**, ``bench produce``'s workload (our client's bulk sends of 256 messages
+  of 128 B, ``IN_FLIGHT`` requests in flight) against two broker processes, one with the
+  dedup window (the default) and one with ``dedup_window_ms = 0``; rounds alternate
+  between them (and which goes first) so drift of the shared machine hits both alike.
+  Printed: the median msg/s of each side and the median of the paired on/off ratios;
+* **in process**, ``Broker.send_columns`` of 256-message column batches on two brokers
+  over temporary stores (no gRPC), alternating: the sending thread's CPU per message with
+  and without the window (best of the rounds: the least disturbed), and the window's own
+  work alone (keys, claim, settle of the same batches: :func:`hook_us`);
+* **memory**: the window filled to ``--ids`` ids, bytes per id (``SendWindow.memory_bytes``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench.produce import BATCH, BODY_BYTES, IN_FLIGHT
+from broker_core.broker.broker import Broker
+from broker_core.broker.dedup_window import SendWindow
+from broker_core.client import RocketMQClient
+from broker_core.config import BrokerConfig, StoreConfig
+from broker_core.message import Message, StoredMessage
+from broker_core.server.launcher import launch_broker
+from broker_core.store.columns import encode_messages
+
+BODY = bytes(range(BODY_BYTES))
+ON = {"dedup_window_ms": 120_000}
+OFF = {"dedup_window_ms": 0}
+
+
+def _rate(client: RocketMQClient, batches: int) -> float:
+    batch = [BODY] * BATCH
+    start = time.perf_counter()
+    for _ in range(batches):
+        client.send_batch_async("bench-dedup", batch)
+    client.flush()
+    return batches * BATCH / (time.perf_counter() - start)
+
+
+def end_to_end(batches: int, rounds: int) -> tuple[float, float, float]:
+    """(median msg/s off, on, median paired on/off ratio) of bulk sends."""
+    root = Path(tempfile.mkdtemp(prefix="bench-dedup-"))
+    sides = {
+        name: launch_broker(root / name, config={"broker": {"default_queue_nums": 8, **extra}})
+        for name, extra in (("off", OFF), ("on", ON))
+    }
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    try:
+        clients = {n: RocketMQClient(p.endpoint, max_in_flight=IN_FLIGHT) for n, p in sides.items()}
+        for client in clients.values():
+            client.create_topic("bench-dedup", queues=8)
+            _rate(client, max(1, batches // 10))  # warm-up
+        for number in range(rounds):
+            order = ["off", "on"] if number % 2 else ["on", "off"]
+            for name in order:
+                rates[name].append(_rate(clients[name], batches))
+        for client in clients.values():
+            client.close()
+    finally:
+        for proc in sides.values():
+            proc.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    ratios = [on / off for off, on in zip(rates["off"], rates["on"], strict=True)]
+    return (
+        statistics.median(rates["off"]),
+        statistics.median(rates["on"]),
+        statistics.median(ratios),
+    )
+
+
+def in_process(batches: int, rounds: int) -> tuple[float, float]:
+    """(best µs per message without the window, with it) of ``Broker.send_columns``."""
+    root = Path(tempfile.mkdtemp(prefix="bench-dedup-inproc-"))
+    brokers = {}
+    for name, extra in (("off", OFF), ("on", ON)):
+        store = StoreConfig(store_dir=str(root / name), segment_size_bytes=256 << 20)
+        config = BrokerConfig(default_queue_nums=8, dedup_window_ms=extra["dedup_window_ms"])
+        brokers[name] = Broker(config, store)
+        brokers[name].start()
+    best = {"off": float("inf"), "on": float("inf")}
+    serial = 0
+    try:
+        for _ in range(rounds):
+            for name, broker in brokers.items():
+                made = []
+                for _ in range(batches):
+                    ids = [{"UNIQ_KEY": f"B{serial + i:020d}"} for i in range(BATCH)]
+                    serial += BATCH
+                    made.append(
+                        encode_messages(
+                            [Message("bench", BODY, -1, p) for p in ids],
+                            max_body_bytes=1024,
+                            max_properties_bytes=1024,
+                        )
+                    )
+                start = time.thread_time()  # this thread's CPU: not the flush thread's
+                for batch in made:
+                    broker.send_columns(batch)
+                spent = (time.thread_time() - start) / (batches * BATCH) * 1e6
+                best[name] = min(best[name], spent)
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return best["off"], best["on"]
+
+
+def _no_unit(offset: int) -> StoredMessage:
+    raise AssertionError(f"no repeat is looked up here (offset {offset})")
+
+
+def hook_us(batches: int, rounds: int) -> float:
+    """Best CPU µs per message of the window's work for 256-message batches of new ids:
+    ``column_keys``, ``claim`` and ``settle``, as ``DedupSender.send_columns`` does them,
+    with the window full (1,000,000 ids: each settle also evicts)."""
+    window = SendWindow(
+        window_ms=600_000, max_ids=1_000_000, read_unit=_no_unit, clock_ms=lambda: 1
+    )
+    best, serial = float("inf"), 0
+    while serial < window.max_ids * 5 // 4:  # steady state: full, settles evict
+        keys = window.column_keys("bench", [[f"F{serial + i:020d}"] for i in range(BATCH)])
+        assert keys is not None
+        window.settle(window.claim(keys), range(BATCH))
+        serial += BATCH
+    for _ in range(rounds):
+        made = []
+        for _ in range(batches):
+            made.append([[f"H{serial + i:020d}"] for i in range(BATCH)])
+            serial += BATCH
+        start = time.thread_time()
+        for index_keys in made:
+            keys = window.column_keys("bench", index_keys)
+            assert keys is not None
+            window.settle(window.claim(keys), range(BATCH))
+        best = min(best, (time.thread_time() - start) / (batches * BATCH) * 1e6)
+    return best
+
+
+def memory_per_id(ids: int) -> float:
+    """Bytes per id of a window holding ``ids`` ids (keys settled 256 at a time)."""
+    window = SendWindow(window_ms=600_000, max_ids=ids, read_unit=_no_unit, clock_ms=lambda: 1)
+    for first in range(0, ids, BATCH):
+        keys = window.column_keys("bench", [[f"M{i:020d}"] for i in range(first, first + BATCH)])
+        assert keys is not None
+        claim = window.claim(keys)
+        window.settle(claim, list(range(first, first + BATCH)))
+    return window.memory_bytes() / window.size()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--ids", type=int, default=1_000_000)
+    args = parser.parse_args()
+    off, on, ratio = end_to_end(args.batches, args.rounds)
+    print(
+        f"bench produce workload: dedup off {off:,.0f} msg/s, on {on:,.0f} msg/s, "
+        f"paired cost {100 * (1 - ratio):+.2f} %",
+        flush=True,
+    )
+    cpu_off, cpu_on = in_process(max(1, args.batches // 4), args.rounds)
+    print(
+        f"send_columns in process: {cpu_off:.3f} us/msg off, {cpu_on:.3f} us/msg on "
+        f"({cpu_on - cpu_off:+.3f} us, {100 * (cpu_on / cpu_off - 1):+.2f} %)",
+        flush=True,
+    )
+    hook = hook_us(max(1, args.batches // 4), args.rounds * 3)
+    print(f"the window's own work: {hook:.3f} us/msg ({100 * hook / cpu_off:.2f} % of off)")
+    print(f"memory: {memory_per_id(args.ids):.0f} bytes per id at {args.ids:,} ids", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Idempotent sends across a failover: a slave that took its master's commitlog bytes and
+is promoted answers a retry of a send the old master stored with the original result
+(the window is rebuilt from the replicated log at promotion), and stores it once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker_core.broker.broker import Broker
+from broker_core.message import Message
+from broker_core.store.queue_read import QueueRead
+from tests.ha.conftest import commitlog_bytes, master_and_slave  # noqa: F401
+
+
+def msg(uid: str, **props: str) -> Message:
+    return Message("fo", b"x", queue_id=-1, properties={"UNIQ_KEY": uid, **props})
+
+
+def ids_in(broker: Broker, topic: str) -> list[str]:
+    broker.store.wait_dispatched()
+    found = []
+    for queue_id in range(broker.topics.for_read(topic).read_queue_nums):
+        got = broker.store.get_messages(QueueRead(topic, queue_id, 0, 100))
+        found += [m.message_id for m in got.messages]
+    return sorted(found)
+
+
+def test_a_promoted_slave_answers_the_old_masters_sends(
+    master_and_slave: tuple[Broker, Broker],  # noqa: F811
+) -> None:
+    master, slave = master_and_slave
+    first = master.send([msg("FO-1"), msg("FO-2")])
+    half = master.send([msg("FO-3", TRAN_MSG="true")], producer_group="pg")[0]
+    end = master.store.commitlog.max_offset
+    data = commitlog_bytes(Path(master.store.config.store_dir))[:end]
+    assert slave.store.append_replica(0, data) == end  # what replication copies
+    slave.update_topic(master.topics.require("fo"))  # and what the metadata copy brings
+    slave.promote()  # the master is gone; its client retries at the new master
+    assert slave.send([msg("FO-2"), msg("FO-1")]) == first[::-1]
+    assert slave.send([msg("FO-3", TRAN_MSG="true")], producer_group="pg")[0] == half
+    assert ids_in(slave, "fo") == ["FO-1", "FO-2"]
