@@ -43,6 +43,7 @@ from broker_core.broker.timer.timer import TimerService
 from broker_core.broker.topic_admin import TopicChange, plan_change
 from broker_core.broker.topic_waiter import TopicWaiter
 from broker_core.broker.topics import TopicConfig, TopicManager
+from broker_core.broker.trace.recorder import TraceRecorder
 from broker_core.broker.transaction.halves import read_named
 from broker_core.broker.transaction.transaction import (
     CheckRequest,
@@ -147,6 +148,7 @@ class Broker(ConsumerCalls):
             group_of=base_group,
         )
         self.replication = Replication(self)
+        self.trace = TraceRecorder(self.store, config, clock_ms)
         # Persists offsets and purges expired locks; a failed round is logged and retried.
         self._housekeeper = ServiceThread(
             "broker-housekeeping", self._housekeep, interval_ms=config.offsets_persist_interval_ms
@@ -171,6 +173,7 @@ class Broker(ConsumerCalls):
         self.recovery = self.store.open()
         self.put_rate.sample()  # the base of the first put TPS figure
         self.topics.ensure_system_topics()
+        self.trace.ensure_topic(self.topics, self.config.trace_topic_enable)
         self.store.add_dispatch_listener(self.waiter.notify)
         self.replication.start()
         if self.replication.is_slave:  # its log holds only the master's bytes: no appenders
@@ -185,6 +188,7 @@ class Broker(ConsumerCalls):
                 self.transactions,
                 self.pop,
                 self.clients,
+                self.trace,
             )
         for service in services:
             service.start()
@@ -207,6 +211,7 @@ class Broker(ConsumerCalls):
         self.waiter.close()
         self.replication.stop()
         for service in (
+            self.trace,
             self.clients,
             self.transactions,
             self.timer,
@@ -232,6 +237,7 @@ class Broker(ConsumerCalls):
             self.transactions.thread,
             self.pop.thread,
             self.clients.thread,
+            self.trace.thread,
             self._housekeeper,
         ]
 
@@ -370,6 +376,8 @@ class Broker(ConsumerCalls):
         result = self.transactions.end(
             message_id, transaction_id, resolution, from_check=from_check, topic=topic
         )
+        if self.trace.on:
+            self.trace.ended(result, topic)
         self.replication.wait_replicated(self.store.commitlog.max_offset)
         return result
 
