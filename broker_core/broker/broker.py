@@ -148,7 +148,7 @@ class Broker(ConsumerCalls):
             group_of=base_group,
         )
         self.replication = Replication(self)
-        self.trace = TraceRecorder(self.store, config, clock_ms)
+        self.trace = TraceRecorder(self.store, self.topics, config, clock_ms)
         # Persists offsets and purges expired locks; a failed round is logged and retried.
         self._housekeeper = ServiceThread(
             "broker-housekeeping", self._housekeep, interval_ms=config.offsets_persist_interval_ms
@@ -173,7 +173,7 @@ class Broker(ConsumerCalls):
         self.recovery = self.store.open()
         self.put_rate.sample()  # the base of the first put TPS figure
         self.topics.ensure_system_topics()
-        self.trace.ensure_topic(self.topics, self.config.trace_topic_enable)
+        self.trace.ensure_topic()
         self.store.add_dispatch_listener(self.waiter.notify)
         self.replication.start()
         if self.replication.is_slave:  # its log holds only the master's bytes: no appenders
@@ -376,8 +376,7 @@ class Broker(ConsumerCalls):
         result = self.transactions.end(
             message_id, transaction_id, resolution, from_check=from_check, topic=topic
         )
-        if self.trace.on:
-            self.trace.ended(result, topic)
+        self.trace.ended(result, topic)
         self.replication.wait_replicated(self.store.commitlog.max_offset)
         return result
 
@@ -393,16 +392,17 @@ class Broker(ConsumerCalls):
     def pull(self, group: str, request: PullRequest, *, timeout_ms: int = 0) -> PullResult:
         """Offset-based pull for ``group``; with ``timeout_ms`` it long-polls for new messages.
 
-        ``request.raw`` pulls hand out the stored units (``PullResult.raw``) for bulk
-        readers, up to ``max_raw_pull_batch`` of them; decoded pulls stop at
-        ``max_pull_batch``. Raises for an unknown group or topic, an unreadable topic, or a
-        queue the topic does not have.
-        """
+        ``request.raw`` pulls hand out the stored units (``PullResult.raw``), at most
+        ``max_raw_pull_batch``; decoded ones ``max_pull_batch``. Raises for an unknown
+        group or topic, an unreadable topic, or a queue the topic does not have."""
         request = self._checked_pull(group, request)
-        if timeout_ms <= 0:
-            return self.pulls.execute(request)
         wait_ms = min(timeout_ms, self.config.max_long_polling_ms)
-        return self.long_polling.pull_blocking(request, timeout_ms=wait_ms)
+        if timeout_ms <= 0:
+            result = self.pulls.execute(request)
+        else:
+            result = self.long_polling.pull_blocking(request, timeout_ms=wait_ms)
+        self.trace.pulled(group, request, result)
+        return result
 
     def pull_async(
         self,
@@ -417,6 +417,7 @@ class Broker(ConsumerCalls):
         thread when messages arrive or the wait ends. Bad arguments raise here."""
         request = self._checked_pull(group, request)
         wait_ms = min(max(timeout_ms, 0), self.config.max_long_polling_ms)
+        callback = self.trace.watch_pull(group, request, callback)
         self.long_polling.pull_or_park(request, monotonic_ms() + wait_ms, callback)
 
     def _checked_pull(self, group: str, request: PullRequest) -> PullRequest:

@@ -101,8 +101,7 @@ class ConsumerCalls:
             )
             remaining = deadline - self._clock_ms()
             if got or remaining <= 0:
-                if self.trace.on:
-                    self.trace.delivered(group, client_id, got, invisible_ms)
+                self.trace.delivered(group, client_id, got, invisible_ms)
                 return got
             self.waiter.wait(watched, seen, min(remaining, 1_000))
 
@@ -145,8 +144,7 @@ class ConsumerCalls:
             delivery_topic(topic, lite_topic, receipt_handle),
             receipt_handle,
         )
-        if self.trace.on:
-            self.trace.settled("Ack", group, client_id, topic, receipt_handle)
+        self.trace.settled("Ack", group, client_id, topic, receipt_handle)
 
     def change_invisible_duration(
         self,
@@ -165,8 +163,7 @@ class ConsumerCalls:
             receipt_handle,
             invisible_ms,
         )
-        if self.trace.on:
-            self.trace.settled("Nack", group, client_id, topic, handle, f"invisible={invisible_ms}")
+        self.trace.settled("Nack", group, client_id, topic, handle, invisible_ms)
         return handle
 
     def forward_to_dead_letter(

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from broker_core.broker.broker import Broker
+from broker_core.broker.pull import PullRequest
 from broker_core.config import BrokerConfig
 from broker_core.message import Message
 from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode
 from broker_core.protocol.trace_timeline import timeline
-from tests.broker.test_broker import T0, Clock
+from tests.broker.test_broker import Clock
 from tests.store.conftest import small_config
 
 
@@ -150,4 +152,22 @@ def test_sampling_keeps_whole_timelines(tmp_path: Path, clock: Clock) -> None:
         b.stop()
 
 
-assert T0  # the shared clock's start
+def test_offset_pulls_are_traced_decoded_raw_and_parked(traced: Broker) -> None:
+    sent = traced.send([Message("feed", b"a", queue_id=0), Message("feed", b"b", queue_id=0)])
+    traced.store.wait_dispatched()
+    traced.pull("readers", PullRequest("feed", 0, 0, 10))
+    traced.pull("bulk", PullRequest("feed", 0, 1, 10, raw=True))
+    answered = threading.Event()
+    traced.pull_async(
+        "later", PullRequest("feed", 0, 2, 10), lambda _r: answered.set(), timeout_ms=10_000
+    )
+    [late] = traced.send([Message("feed", b"c", queue_id=0)])
+    assert answered.wait(10)
+    pulls = [
+        (r.group, r.offset, r.status)
+        for r in records_of(traced, sent[1].message_id)
+        if r.type == "Delivered"
+    ]
+    assert pulls == [("readers", 1, "pull"), ("bulk", 1, "pull")]
+    [parked] = [r for r in records_of(traced, late.message_id) if r.type == "Delivered"]
+    assert (parked.group, parked.offset, parked.attempt) == ("later", 2, 1)

@@ -7,8 +7,9 @@ and appends them to ``RMQ_SYS_TRACE_TOPIC`` in messages of up to ``RECORDS_PER_M
 records, each message's KEYS the message ids it traces (so a query of the trace topic by
 a message id finds them, as RocketMQ's client writes its own traces).
 
-Off (``trace_broker = "off"``, the default) costs the request paths one boolean check:
-callers test :attr:`TraceRecorder.on` before calling a hook, and no observer is installed.
+Off (``trace_broker = "off"``, the default) costs the request paths one call and one
+boolean check: each hook first tests :attr:`TraceRecorder.on`; no store observer is
+installed and the thread does not run.
 
 Crash contract: buffered records not yet written are lost with the process (a trace is
 diagnostics, not data); the buffer is bounded (``MAX_PENDING`` hook calls: beyond it new
@@ -25,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker_core.broker.pop.model import PoppedMessage
+from broker_core.broker.pull import PullRequest, PullResult
 from broker_core.broker.topics import TopicConfig, TopicManager
 from broker_core.broker.trace import records
 from broker_core.broker.trace.selection import TraceSelection
@@ -55,13 +57,19 @@ class TraceRecorder:
     """Buffers the broker's trace hooks and writes their records to the trace topic."""
 
     def __init__(
-        self, store: MessageStore, config: BrokerConfig, clock_ms: Callable[[], int]
+        self,
+        store: MessageStore,
+        topics: TopicManager,
+        config: BrokerConfig,
+        clock_ms: Callable[[], int],
     ) -> None:
         self.selection = TraceSelection.parse(
             config.trace_broker, config.trace_topics, config.trace_groups
         )
         self.on = self.selection.enabled
         self._store = store
+        self._topics = topics
+        self._topic_enable = config.trace_topic_enable
         self._clock_ms = clock_ms
         self._ctx = records.TraceContext(
             config.broker_name, config.endpoint, self.selection, self._read
@@ -75,11 +83,11 @@ class TraceRecorder:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    def ensure_topic(self, topics: TopicManager, trace_topic_enable: bool) -> None:
+    def ensure_topic(self) -> None:
         """Create RMQ_SYS_TRACE_TOPIC (one queue, as RocketMQ does) when the clients' traces
         (``trace_topic_enable``) or the broker's own records need it."""
-        if (trace_topic_enable or self.on) and topics.get(TRACE_TOPIC) is None:
-            topics.create_or_update(TopicConfig(TRACE_TOPIC, 1, 1))
+        if (self._topic_enable or self.on) and self._topics.get(TRACE_TOPIC) is None:
+            self._topics.create_or_update(TopicConfig(TRACE_TOPIC, 1, 1))
 
     def start(self) -> None:
         if self.on:
@@ -111,14 +119,51 @@ class TraceRecorder:
     def delivered(
         self, group: str, client_id: str, popped: Sequence[PoppedMessage], invisible_ms: int
     ) -> None:
-        if popped:
+        if self.on and popped:
             self._add(records.delivered, self._clock_ms(), group, client_id, popped, invisible_ms)
 
     def settled(
-        self, typ: str, group: str, client_id: str, topic: str, handle: str, status: str = ""
+        self,
+        typ: str,
+        group: str,
+        client_id: str,
+        topic: str,
+        handle: str,
+        invisible_ms: int | None = None,
     ) -> None:
-        """An Ack or a Nack (``status``: the new invisible time) of a POP delivery."""
-        self._add(records.settled, self._clock_ms(), typ, group, client_id, topic, handle, status)
+        """An Ack, or a Nack (a new ``invisible_ms``), of a POP delivery."""
+        if self.on:
+            self._add(
+                records.settled,
+                self._clock_ms(),
+                typ,
+                group,
+                client_id,
+                topic,
+                handle,
+                invisible_ms,
+            )
+
+    def pulled(self, group: str, request: PullRequest, result: PullResult) -> None:
+        """An offset pull's answer: a Delivered record (status ``pull``) per message."""
+        if self.on and (result.messages or (result.raw is not None and result.raw.count)):
+            self._add(
+                records.pulled, self._clock_ms(), group, request.topic, request.queue_id, result
+            )
+
+    def watch_pull(
+        self, group: str, request: PullRequest, callback: Callable[[PullResult], None]
+    ) -> Callable[[PullResult], None]:
+        """``callback`` that records the pull's answer (:meth:`pulled`) before passing it on
+        (``callback`` itself when tracing is off)."""
+        if not self.on:
+            return callback
+
+        def traced(result: PullResult) -> None:
+            self.pulled(group, request, result)
+            callback(result)
+
+        return traced
 
     def record(self, record: TraceRecord) -> None:
         """A record a hook built whole (Commit, Rollback, Timer), with this broker's name."""
@@ -126,6 +171,8 @@ class TraceRecorder:
 
     def ended(self, result: EndResult, topic: str | None) -> None:
         """A transaction's Commit or Rollback (status ``check`` when a check-back decided)."""
+        if not self.on:
+            return
         put = result.delivered
         typ = "Commit" if result.resolution is Resolution.COMMIT else "Rollback"
         self.record(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from broker_core.broker.pop.model import PoppedMessage
 from broker_core.broker.pop.receipt import decode_handle
+from broker_core.broker.pull import PullResult
 from broker_core.broker.system_topics import SCHEDULE_TOPIC, is_system_topic
 from broker_core.broker.trace.selection import TraceSelection
 from broker_core.message import PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_KEY, StoredMessage
@@ -30,6 +31,7 @@ from broker_core.protocol.group_topics import (
     is_retry_topic,
 )
 from broker_core.protocol.trace import TraceRecord
+from broker_core.store import codec
 from broker_core.store.appended import Appended
 
 Reader = Callable[[str, int, int], StoredMessage | None]  # (topic, queue id, offset)
@@ -144,6 +146,40 @@ def delivered(
     ]
 
 
+def pulled(
+    ctx: TraceContext, at: int, group: str, topic: str, queue_id: int, result: PullResult
+) -> list[TraceRecord]:
+    """A Delivered record (status ``pull``) per selected message an offset pull returned."""
+    sel = ctx.selection
+    if not sel.topic_wanted(topic) or not sel.group_wanted(group):
+        return []
+    if result.raw is not None:
+        data, pos, rows = result.raw.data, 0, []
+        for size in result.raw.sizes.tolist():
+            req = codec.dispatch_request(data, pos)
+            rows.append((req.keys[0] if req.keys else "", req.queue_offset, 0))
+            pos += size
+    else:
+        rows = [(m.message_id, m.queue_offset, m.reconsume_times + 1) for m in result.messages]
+    return [
+        TraceRecord(
+            "Delivered",
+            at,
+            ctx.broker_name,
+            group,
+            topic,
+            msg_id,
+            host=ctx.host,
+            attempt=attempt,
+            queue_id=queue_id,
+            offset=offset,
+            status="pull",
+        )
+        for msg_id, offset, attempt in rows
+        if msg_id and sel.sampled(msg_id)
+    ]
+
+
 def settled(
     ctx: TraceContext,
     at: int,
@@ -152,7 +188,7 @@ def settled(
     client_id: str,
     topic: str,
     receipt_handle: str,
-    status: str,
+    invisible_ms: int | None,
 ) -> list[TraceRecord]:
     """An Ack or Nack of the delivery a receipt handle names (its message read back)."""
     handle = decode_handle(receipt_handle)
@@ -178,7 +214,7 @@ def settled(
             queue_id=handle.queue_id,
             offset=handle.queue_offset,
             cost_ms=at - handle.pop_time_ms,
-            status=status,
+            status="" if invisible_ms is None else f"invisible={invisible_ms}",
         )
     ]
 
