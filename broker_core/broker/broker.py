@@ -149,6 +149,7 @@ class Broker(ConsumerCalls):
         )
         self.replication = Replication(self)
         self.trace = TraceRecorder(self.store, self.topics, config, clock_ms)
+        self.timer.fired = self.schedule.fired = self.trace.fired
         # Persists offsets and purges expired locks; a failed round is logged and retried.
         self._housekeeper = ServiceThread(
             "broker-housekeeping", self._housekeep, interval_ms=config.offsets_persist_interval_ms
@@ -173,7 +174,6 @@ class Broker(ConsumerCalls):
         self.recovery = self.store.open()
         self.put_rate.sample()  # the base of the first put TPS figure
         self.topics.ensure_system_topics()
-        self.trace.ensure_topic()
         self.store.add_dispatch_listener(self.waiter.notify)
         self.replication.start()
         if self.replication.is_slave:  # its log holds only the master's bytes: no appenders
@@ -202,7 +202,7 @@ class Broker(ConsumerCalls):
         self.replication.promote()
         self.pop.open()
         self.transactions.open()
-        for service in (self.schedule, self.timer, self.transactions, self.pop):
+        for service in (self.schedule, self.timer, self.transactions, self.pop, self.trace):
             service.start()
 
     def stop(self) -> None:
@@ -237,7 +237,7 @@ class Broker(ConsumerCalls):
             self.transactions.thread,
             self.pop.thread,
             self.clients.thread,
-            self.trace.thread,
+            *self.trace.threads(),
             self._housekeeper,
         ]
 

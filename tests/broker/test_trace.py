@@ -94,9 +94,13 @@ def test_transactions_are_traced(traced: Broker) -> None:
     )[0]
     traced.end_transaction(a.message_id, a.transaction_id, commit=True)
     traced.end_transaction(b.message_id, b.transaction_id, commit=False, from_check=True)
-    assert [r.type for r in records_of(traced, a.message_id)] == ["Stored", "Commit"]
-    [rolled] = records_of(traced, b.message_id)
-    assert (rolled.type, rolled.status) == ("Rollback", "check")
+    assert [(r.type, r.status) for r in records_of(traced, a.message_id)] == [
+        ("Stored", "held: half for pay"),
+        ("Stored", ""),
+        ("Commit", ""),
+    ]
+    held, rolled = records_of(traced, b.message_id)
+    assert (held.type, rolled.type, rolled.status) == ("Stored", "Rollback", "check")
 
 
 def test_selection_by_topic_and_group(tmp_path: Path, clock: Clock) -> None:
@@ -171,3 +175,21 @@ def test_offset_pulls_are_traced_decoded_raw_and_parked(traced: Broker) -> None:
     assert pulls == [("readers", 1, "pull"), ("bulk", 1, "pull")]
     [parked] = [r for r in records_of(traced, late.message_id) if r.type == "Delivered"]
     assert (parked.group, parked.offset, parked.attempt) == ("later", 2, 1)
+
+
+def test_delay_level_and_timer_messages_show_held_and_timer(traced: Broker, clock: Clock) -> None:
+    [delayed] = traced.send([Message("orders", b"later", queue_id=0, properties={"DELAY": "2"})])
+    due = {"__STARTDELIVERTIME": str(clock.now + 3_000)}
+    [timed] = traced.send([Message("orders", b"timed", queue_id=0, properties=due)])
+    traced.store.wait_dispatched()
+    traced.timer.run_once(clock.now)
+    clock.now += 5_000
+    traced.store.wait_dispatched()
+    traced.schedule.run_once(clock.now)
+    traced.timer.run_once(clock.now)
+    held, stored, fired = records_of(traced, delayed.message_id)
+    assert (held.type, held.status) == ("Stored", "held: delay level=2 for orders")
+    assert (fired.type, fired.topic, fired.status) == ("Timer", "orders", "delay level=2")
+    assert (stored.type, stored.topic, stored.offset) == ("Stored", "orders", fired.offset)
+    types = [(r.type, r.status) for r in records_of(traced, timed.message_id)]
+    assert types == [("Stored", "held: timer for orders"), ("Stored", ""), ("Timer", "timer")]

@@ -13,7 +13,8 @@ installed and the thread does not run.
 
 Crash contract: buffered records not yet written are lost with the process (a trace is
 diagnostics, not data); the buffer is bounded (``MAX_PENDING`` hook calls: beyond it new
-calls are dropped and counted in :attr:`dropped`). Threads: hooks may be called from any
+calls are dropped and counted in :attr:`dropped`). Hooks record only while the recorder
+runs (a master, started): a slave's pulls buffer nothing. Threads: hooks may be called from any
 thread (``deque.append`` is atomic); ``flush`` runs on the service thread (or in tests
 while it is stopped).
 """
@@ -21,6 +22,7 @@ while it is stopped).
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,13 +45,13 @@ from broker_core.message import (
 from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, encode
 from broker_core.service_thread import ServiceThread
 from broker_core.store.appended import Appended
-from broker_core.store.message_store import MessageStore
+from broker_core.store.message_store import MessageStore, PutResult
 from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)
 
 RECORDS_PER_MESSAGE = 64
-MAX_PENDING = 100_000
+MAX_PENDING = 10_000  # hook calls buffered (each may hold a pull's or a send's messages)
 Builder = Callable[..., list[TraceRecord]]
 
 
@@ -66,7 +68,7 @@ class TraceRecorder:
         self.selection = TraceSelection.parse(
             config.trace_broker, config.trace_topics, config.trace_groups
         )
-        self.on = self.selection.enabled
+        self.on = False  # True while started with a selection: hooks record only then
         self._store = store
         self._topics = topics
         self._topic_enable = config.trace_topic_enable
@@ -74,6 +76,7 @@ class TraceRecorder:
         self._ctx = records.TraceContext(
             config.broker_name, config.endpoint, self.selection, self._read
         )
+        self._flush_lock = threading.Lock()
         self._pending: deque[tuple[Builder, tuple[Any, ...]]] = deque()
         self.dropped = 0
         self.written = 0
@@ -86,18 +89,26 @@ class TraceRecorder:
     def ensure_topic(self) -> None:
         """Create RMQ_SYS_TRACE_TOPIC (one queue, as RocketMQ does) when the clients' traces
         (``trace_topic_enable``) or the broker's own records need it."""
-        if (self._topic_enable or self.on) and self._topics.get(TRACE_TOPIC) is None:
+        if (self._topic_enable or self.selection.enabled) and self._topics.get(TRACE_TOPIC) is None:
             self._topics.create_or_update(TopicConfig(TRACE_TOPIC, 1, 1))
 
     def start(self) -> None:
-        if self.on:
+        """On a master (a slave copies its master's topics and writes nothing)."""
+        self.ensure_topic()
+        if self.selection.enabled and not self.on:
+            self.on = True
             self._store.add_append_observer(self.stored)
             self.thread.start()
+
+    def threads(self) -> list[ServiceThread]:
+        """The recorder's thread when tracing is configured (health lists it then only)."""
+        return [self.thread] if self.selection.enabled else []
 
     def stop(self) -> None:
         """Stop the thread and write what is buffered (the store is still open)."""
         if not self.on:
             return
+        self.on = False
         self.thread.stop()
         try:
             self.flush()
@@ -114,7 +125,8 @@ class TraceRecorder:
 
     def stored(self, batch: Appended) -> None:
         """The store's append observer: Stored, Retry and DLQ records."""
-        self._add(records.stored, batch)
+        if self.on:
+            self._add(records.stored, batch)
 
     def delivered(
         self, group: str, client_id: str, popped: Sequence[PoppedMessage], invisible_ms: int
@@ -165,6 +177,11 @@ class TraceRecorder:
 
         return traced
 
+    def fired(self, how: str, puts: Sequence[PutResult]) -> None:
+        """Messages a timer (``how``: timer) or delay level put back into their topics."""
+        if self.on and puts:
+            self._add(records.fired, self._clock_ms(), how, puts)
+
     def record(self, record: TraceRecord) -> None:
         """A record a hook built whole (Commit, Rollback, Timer), with this broker's name."""
         self._add(records.single, record)
@@ -193,17 +210,18 @@ class TraceRecorder:
 
     def flush(self) -> int:
         """Build and write every buffered record; returns how many were written."""
-        built: list[TraceRecord] = []
-        while self._pending:
-            builder, args = self._pending.popleft()
-            try:
-                built += builder(self._ctx, *args)
-            except Exception:  # one bad hook call must not lose the others' records
-                log.exception("trace record of %s failed", builder.__name__)
-        if built:
-            self._store.put_messages(self._messages(built))
-            self.written += len(built)
-        return len(built)
+        with self._flush_lock:  # records are written in the order the hooks saw them
+            built: list[TraceRecord] = []
+            while self._pending:
+                builder, args = self._pending.popleft()
+                try:
+                    built += builder(self._ctx, *args)
+                except Exception:  # one bad hook call must not lose the others' records
+                    log.exception("trace record of %s failed", builder.__name__)
+            if built:
+                self._store.put_messages(self._messages(built))
+                self.written += len(built)
+            return len(built)
 
     def _messages(self, built: list[TraceRecord]) -> list[Message]:
         now = self._clock_ms()

@@ -7,10 +7,11 @@ message back to learn its id (an ack names a queue offset) happens here.
 
 Stored, Retry and DLQ come from the store's appends: a row in a user topic is Stored, one
 in ``%RETRY%{group}`` a Retry and one in ``%DLQ%{group}`` a DLQ of that group (these two
-are selected by group and id, their original topic is not read); a row in
-``SCHEDULE_TOPIC_XXXX`` bound for a retry topic (a 4.x consumer's send-back) is a Retry
-with its delay level. Rows of the other system topics (the trace topic itself included)
-are never traced.
+are selected by group and id, their original topic is not read). A message held in a
+system topic (delay level, timer, transaction half) is Stored with status ``held: ...``
+(its real topic read back here), except a delayed send-back to a retry topic (a 4.x
+consumer's), which is a Retry with its delay level. Rows of the other system topics (the
+trace topic itself included) are never traced.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from dataclasses import dataclass
 from broker_core.broker.pop.model import PoppedMessage
 from broker_core.broker.pop.receipt import decode_handle
 from broker_core.broker.pull import PullResult
-from broker_core.broker.system_topics import SCHEDULE_TOPIC, is_system_topic
+from broker_core.broker.system_topics import (
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TRANS_HALF_TOPIC,
+    is_system_topic,
+)
 from broker_core.broker.trace.selection import TraceSelection
 from broker_core.message import PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_KEY, StoredMessage
 from broker_core.protocol.group_topics import (
@@ -33,6 +39,7 @@ from broker_core.protocol.group_topics import (
 from broker_core.protocol.trace import TraceRecord
 from broker_core.store import codec
 from broker_core.store.appended import Appended
+from broker_core.store.message_store import PutResult
 
 Reader = Callable[[str, int, int], StoredMessage | None]  # (topic, queue id, offset)
 
@@ -53,14 +60,17 @@ def _row_ids(batch: Appended) -> list[str]:
     return [by_phys.get(int(p), "") for p in batch.physical_offset.tolist()]
 
 
+_HELD = {SCHEDULE_TOPIC: "delay", TIMER_TOPIC: "timer", TRANS_HALF_TOPIC: "half"}
+
+
 def _kind(topic: str) -> tuple[str, str] | None:
     """(record type, group) of a row stored in ``topic``; None for untraced topics."""
     if is_retry_topic(topic):
         return "Retry", topic[len(RETRY_PREFIX) :]
     if is_dlq_topic(topic):
         return "DLQ", topic[len(DLQ_PREFIX) :]
-    if topic == SCHEDULE_TOPIC:
-        return "Retry", ""  # only if bound for a retry topic (read on this thread)
+    if topic in _HELD:
+        return "Stored", ""  # a held message: its real topic is read on this thread
     if is_system_topic(topic):
         return None
     return "Stored", ""
@@ -75,19 +85,18 @@ def stored(ctx: TraceContext, batch: Appended) -> list[TraceRecord]:
     out: list[TraceRecord] = []
     for (topic, qid), rows in batch.queues.items():
         kind = _kind(topic)
-        if kind is None or (kind[0] == "Stored" and not sel.topic_wanted(topic)):
+        if kind is None or (
+            kind[0] == "Stored" and topic not in _HELD and not sel.topic_wanted(topic)
+        ):
             continue
         if ids is None:
             ids = _row_ids(batch)
         for row in rows:
             offset = int(batch.queue_offset[row])
-            typ, group, status = kind[0], kind[1], ""
-            if topic == SCHEDULE_TOPIC:
-                found = _scheduled_retry(ctx, qid, offset)
-                if found is None:
-                    continue
-                group, status = found
-            if not ids[row] or not sel.wants(ids[row], topic if typ == "Stored" else "", group):
+            typ, group, status, real = kind[0], kind[1], "", topic
+            if topic in _HELD:
+                typ, group, status, real = _held(ctx, topic, qid, offset)
+            if not ids[row] or not sel.wants(ids[row], real if typ == "Stored" else "", group):
                 continue
             cost = at - int(born[row]) if born is not None else -1
             out.append(
@@ -108,13 +117,37 @@ def stored(ctx: TraceContext, batch: Appended) -> list[TraceRecord]:
     return out
 
 
-def _scheduled_retry(ctx: TraceContext, queue_id: int, offset: int) -> tuple[str, str] | None:
-    """(group, "level=N") of a delayed send-back to a retry topic; None for other delays."""
-    msg = ctx.read(SCHEDULE_TOPIC, queue_id, offset)
+def _held(ctx: TraceContext, topic: str, queue_id: int, offset: int) -> tuple[str, str, str, str]:
+    """(type, group, status, real topic) of a message held in a system topic: a send-back
+    to a retry topic is a Retry with its delay level, anything else a Stored held
+    (``delay level=N``, ``timer``, ``half``)."""
+    msg = ctx.read(topic, queue_id, offset)
     real = msg.properties.get(PROPERTY_REAL_TOPIC, "") if msg is not None else ""
-    if not is_retry_topic(real):
-        return None
-    return real[len(RETRY_PREFIX) :], f"level={queue_id + 1}"
+    held = _HELD[topic]
+    if held == "delay":
+        held = f"delay level={queue_id + 1}"
+        if is_retry_topic(real):
+            return "Retry", real[len(RETRY_PREFIX) :], f"level={queue_id + 1}", real
+    return "Stored", "", f"held: {held} for {real}", real
+
+
+def fired(ctx: TraceContext, at: int, status: str, puts: Sequence[PutResult]) -> list[TraceRecord]:
+    """A Timer record per selected message a timer or delay level put back when due."""
+    return [
+        TraceRecord(
+            "Timer",
+            at,
+            ctx.broker_name,
+            topic=p.topic,
+            msg_id=p.message_id,
+            host=ctx.host,
+            queue_id=p.queue_id,
+            offset=p.queue_offset,
+            status=status,
+        )
+        for p in puts
+        if ctx.selection.wants(p.message_id, p.topic, "")
+    ]
 
 
 def delivered(
