@@ -21,6 +21,9 @@ Options (names are case-insensitive, as Spark passes them lower-cased)::
     transactionTimeoutMs    900000    how long a half message stays unresolved before the
                                       broker starts checking it back (>= 1000, whole seconds)
     requestTimeoutMs        10000     timeout of one broker call
+    trace                   false     write a Pub trace record per stored message, with the
+                                      Spark query id, batch id and partition (at-least-once
+                                      sink; connector/trace.py)
 
 Columns (matched case-insensitively)::
 
@@ -86,6 +89,7 @@ SINK_OPTIONS: Final = (
     "producerGroup",
     "transactionTimeoutMs",
     "requestTimeoutMs",
+    "trace",
     *credentials.OPTIONS,
 )
 # Options Spark itself adds to a write; accepted and ignored.
@@ -108,6 +112,7 @@ class SinkOptions:
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     namesrv: str | None = None
     access: Access = NO_ACCESS  # accessKey/secretKey/tls/caFile (connector/credentials.py)
+    trace: bool = False  # Pub trace records (connector/trace.py)
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -184,6 +189,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             3_600_000,
         ),
         access=credentials.parse_access(given),
+        trace=_bool("trace", given.get("trace", "false")),
     )
     if parsed.exactly_once and len(parsed.endpoints) != 1:
         raise ConfigError(
@@ -191,6 +197,8 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             f"give one endpoint (not namesrv), got "
             f"{', '.join(parsed.endpoints) or 'namesrv ' + str(parsed.namesrv)}"
         )
+    if parsed.exactly_once and parsed.trace:
+        raise ConfigError("option 'trace' applies to the at-least-once sink, not exactlyOnce=true")
     if not parsed.exactly_once:
         for name in ("producerGroup", "transactionTimeoutMs"):
             if name in given:

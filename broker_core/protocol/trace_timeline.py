@@ -35,6 +35,10 @@ def _client_event(
     r: TraceRecord, host: str, born_ms: int, groups: dict[str, str]
 ) -> dict[str, Any]:
     ev: dict[str, Any] = {"source": "client", "time_ms": r.time_ms or born_ms, "host": host}
+    if r.region:
+        ev["region"] = r.region  # a Spark task's query, batch and partition (connector)
+    if r.request_id:
+        ev["request_id"] = r.request_id
     if r.type == "Pub":
         ev.update(
             type="Pub",

@@ -165,7 +165,7 @@ def delivered(
             at,
             ctx.broker_name,
             group,
-            p.topic,
+            p.message.topic,  # the queue's topic (a retry copy's is %RETRY%group)
             p.message_id,
             host=ctx.host,
             client_id=client_id,
@@ -239,7 +239,7 @@ def settled(
             at,
             ctx.broker_name,
             group,
-            topic,
+            handle.topic,  # the queue's topic, which queue_id and offset refer to
             msg_id,
             host=ctx.host,
             client_id=client_id,
