@@ -10,8 +10,13 @@ shared machine hits every side alike:
   backlog of ``--backlog`` messages filled before the round (not timed).
 
 Printed per workload: each side's median msg/s and its median per-round cost against off
-(1 − side/off, the two measured back to back) in per cent, and how many trace records the
+(1 − side/off, the two measured back to back) in per cent, and how many trace messages the
 broker wrote (so a side that recorded nothing cannot pass as cheap).
+
+On a loaded machine the end-to-end figures are noise, so :func:`cpu_per_message_us` also
+measures in process, in CPU time of one thread (``time.thread_time``, which another
+process's load does not inflate): a broker's ``send`` of 256-message batches, and the trace
+thread's work for them (building the records and appending the trace messages).
 """
 
 from __future__ import annotations
@@ -111,13 +116,57 @@ def measure(rounds: int, batches: int, backlog: int) -> None:
             )
 
 
+def cpu_per_message_us(setting: str, batches: int = 100, batch: int = 256) -> tuple[float, float]:
+    """(send CPU µs per message, trace-thread CPU µs per message) of an in-process broker
+    with ``trace_broker = setting`` (best of 3)."""
+    from broker_core.broker.broker import Broker
+    from broker_core.config import BrokerConfig, StoreConfig
+    from broker_core.message import Message
+
+    best = (float("inf"), float("inf"))
+    for _ in range(3):
+        root = Path(tempfile.mkdtemp(prefix="bench-trace-cpu-"))
+        broker = Broker(
+            BrokerConfig(trace_broker=setting, trace_flush_interval_ms=3_600_000),
+            StoreConfig(store_dir=str(root), segment_size_bytes=256 << 20),
+        )
+        broker.start()
+        try:
+            messages = lambda: [Message("bench", BODY, queue_id=-1) for _ in range(batch)]  # noqa: E731
+            broker.send(messages())
+            broker.trace.flush()
+            start = time.thread_time()
+            for _ in range(batches):
+                broker.send(messages())
+            send_s = time.thread_time() - start
+            start = time.thread_time()
+            broker.trace.flush()
+            trace_s = time.thread_time() - start
+        finally:
+            broker.stop()
+            shutil.rmtree(root, ignore_errors=True)
+        count = batches * batch
+        if send_s + trace_s < sum(best) * count / 1e6:
+            best = (send_s / count * 1e6, trace_s / count * 1e6)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--backlog", type=int, default=100_000)
+    parser.add_argument("--cpu-only", action="store_true", help="only the in-process CPU figures")
     args = parser.parse_args()
-    measure(args.rounds, args.batches, args.backlog)
+    for name, setting in SIDES.items():
+        send_us, trace_us = cpu_per_message_us(setting)
+        print(
+            f"in process, trace {name:>10}: send {send_us:.2f} us/msg CPU, trace thread "
+            f"{trace_us:.2f} us/msg CPU ({100 * trace_us / send_us:.1f} % of the send)",
+            flush=True,
+        )
+    if not args.cpu_only:
+        measure(args.rounds, args.batches, args.backlog)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ def test_sink_pub_and_source_read_records(
         )
         assert pub.body_length == len(msg.body) and pub.success
     run = run_available_now(
-        read_stream(spark, broker.endpoint, topic=topic, trace="true"), tmp_path / "cp"
+        read_stream(spark, broker.endpoint, topic=topic, trace="true", startingOffsets="earliest"),
+        tmp_path / "cp",
     )
     assert len(run.rows) == 5
     [batch_id] = run.batches

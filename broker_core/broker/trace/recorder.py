@@ -42,7 +42,7 @@ from broker_core.message import (
     StoredMessage,
     new_message_id,
 )
-from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, encode
+from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord
 from broker_core.service_thread import ServiceThread
 from broker_core.store.appended import Appended
 from broker_core.store.message_store import MessageStore, PutResult
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 RECORDS_PER_MESSAGE = 64
 MAX_PENDING = 10_000  # hook calls buffered (each may hold a pull's or a send's messages)
-Builder = Callable[..., list[TraceRecord]]
+Builder = Callable[..., list[records.Encoded]]
 
 
 class TraceRecorder:
@@ -211,7 +211,7 @@ class TraceRecorder:
     def flush(self) -> int:
         """Build and write every buffered record; returns how many were written."""
         with self._flush_lock:  # records are written in the order the hooks saw them
-            built: list[TraceRecord] = []
+            built: list[records.Encoded] = []
             while self._pending:
                 builder, args = self._pending.popleft()
                 try:
@@ -223,16 +223,15 @@ class TraceRecorder:
                 self.written += len(built)
             return len(built)
 
-    def _messages(self, built: list[TraceRecord]) -> list[Message]:
+    def _messages(self, built: list[records.Encoded]) -> list[Message]:
         now = self._clock_ms()
         out = []
         for i in range(0, len(built), RECORDS_PER_MESSAGE):
-            chunk = built[i : i + RECORDS_PER_MESSAGE]
-            keys = dict.fromkeys(r.msg_id for r in chunk)
-            props = {PROPERTY_KEYS: " ".join(keys), PROPERTY_UNIQ_KEY: new_message_id()}
-            out.append(
-                Message(TRACE_TOPIC, encode(chunk).encode(), 0, props, born_timestamp_ms=now)
-            )
+            ids, texts = zip(*built[i : i + RECORDS_PER_MESSAGE], strict=True)
+            keys = " ".join(dict.fromkeys(ids))
+            body = "".join(texts).encode()
+            props = {PROPERTY_KEYS: keys, PROPERTY_UNIQ_KEY: new_message_id()}
+            out.append(Message(TRACE_TOPIC, body, 0, props, born_timestamp_ms=now))
         return out
 
     def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:

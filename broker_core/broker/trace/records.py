@@ -36,12 +36,17 @@ from broker_core.protocol.group_topics import (
     is_dlq_topic,
     is_retry_topic,
 )
-from broker_core.protocol.trace import TraceRecord
+from broker_core.protocol.trace import TraceRecord, broker_record, encode_record
 from broker_core.store import codec
 from broker_core.store.appended import Appended
 from broker_core.store.message_store import PutResult
 
 Reader = Callable[[str, int, int], StoredMessage | None]  # (topic, queue id, offset)
+Encoded = tuple[str, str]  # (traced message id, the record as text)
+
+
+def _encoded(records: list[TraceRecord]) -> list[Encoded]:
+    return [(r.msg_id, encode_record(r)) for r in records]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +81,17 @@ def _kind(topic: str) -> tuple[str, str] | None:
     return "Stored", ""
 
 
-def stored(ctx: TraceContext, batch: Appended) -> list[TraceRecord]:
-    """Stored / Retry / DLQ records of one append's selected rows."""
+def stored(ctx: TraceContext, batch: Appended) -> list[Encoded]:
+    """Stored / Retry / DLQ records of one append's selected rows.
+
+    The busiest builder (every traced send): unsampled rows cost one CRC, the records are
+    formatted straight to text (``broker_record``)."""
     sel = ctx.selection
     ids: list[str] | None = None
-    born = batch.born_timestamp_ms
     at = batch.store_timestamp_ms
-    out: list[TraceRecord] = []
+    offsets = batch.queue_offset.tolist()
+    born = batch.born_timestamp_ms.tolist() if batch.born_timestamp_ms is not None else None
+    out: list[Encoded] = []
     for (topic, qid), rows in batch.queues.items():
         kind = _kind(topic)
         if kind is None or (
@@ -92,28 +101,31 @@ def stored(ctx: TraceContext, batch: Appended) -> list[TraceRecord]:
         if ids is None:
             ids = _row_ids(batch)
         for row in rows:
-            offset = int(batch.queue_offset[row])
-            typ, group, status, real = kind[0], kind[1], "", topic
-            if topic in _HELD:
-                typ, group, status, real = _held(ctx, topic, qid, offset)
-            if not ids[row] or not sel.wants(ids[row], real if typ == "Stored" else "", group):
+            msg_id = ids[row]
+            if not msg_id or not sel.sampled(msg_id):
                 continue
-            cost = at - int(born[row]) if born is not None else -1
-            out.append(
-                TraceRecord(
-                    typ,
-                    at,
-                    ctx.broker_name,
-                    group,
-                    topic,
-                    ids[row],
-                    host=ctx.host,
-                    queue_id=qid,
-                    offset=offset,
-                    cost_ms=cost,
-                    status=status,
-                )
+            typ, group, status = kind[0], kind[1], ""
+            if topic in _HELD:
+                typ, group, status, real = _held(ctx, topic, qid, offsets[row])
+                if typ == "Stored" and not sel.topic_wanted(real):
+                    continue
+            if not sel.group_wanted(group):
+                continue
+            cost = at - born[row] if born is not None else -1
+            text = broker_record(
+                typ,
+                at,
+                ctx.broker_name,
+                group,
+                topic,
+                msg_id,
+                ctx.host,
+                queue_id=qid,
+                offset=offsets[row],
+                cost_ms=cost,
+                status=status,
             )
+            out.append((msg_id, text))
     return out
 
 
@@ -131,23 +143,25 @@ def _held(ctx: TraceContext, topic: str, queue_id: int, offset: int) -> tuple[st
     return "Stored", "", f"held: {held} for {real}", real
 
 
-def fired(ctx: TraceContext, at: int, status: str, puts: Sequence[PutResult]) -> list[TraceRecord]:
+def fired(ctx: TraceContext, at: int, status: str, puts: Sequence[PutResult]) -> list[Encoded]:
     """A Timer record per selected message a timer or delay level put back when due."""
-    return [
-        TraceRecord(
-            "Timer",
-            at,
-            ctx.broker_name,
-            topic=p.topic,
-            msg_id=p.message_id,
-            host=ctx.host,
-            queue_id=p.queue_id,
-            offset=p.queue_offset,
-            status=status,
-        )
-        for p in puts
-        if ctx.selection.wants(p.message_id, p.topic, "")
-    ]
+    return _encoded(
+        [
+            TraceRecord(
+                "Timer",
+                at,
+                ctx.broker_name,
+                topic=p.topic,
+                msg_id=p.message_id,
+                host=ctx.host,
+                queue_id=p.queue_id,
+                offset=p.queue_offset,
+                status=status,
+            )
+            for p in puts
+            if ctx.selection.wants(p.message_id, p.topic, "")
+        ]
+    )
 
 
 def delivered(
@@ -157,31 +171,33 @@ def delivered(
     client_id: str,
     popped: Sequence[PoppedMessage],
     invisible_ms: int,
-) -> list[TraceRecord]:
+) -> list[Encoded]:
     """A Delivered record per selected POP delivery."""
-    return [
-        TraceRecord(
-            "Delivered",
-            at,
-            ctx.broker_name,
-            group,
-            p.message.topic,  # the queue's topic (a retry copy's is %RETRY%group)
-            p.message_id,
-            host=ctx.host,
-            client_id=client_id,
-            attempt=p.delivery_attempt,
-            queue_id=p.message.queue_id,
-            offset=p.message.queue_offset,
-            status=f"invisible={invisible_ms}",
-        )
-        for p in popped
-        if ctx.selection.wants(p.message_id, p.topic, group)
-    ]
+    return _encoded(
+        [
+            TraceRecord(
+                "Delivered",
+                at,
+                ctx.broker_name,
+                group,
+                p.message.topic,  # the queue's topic (a retry copy's is %RETRY%group)
+                p.message_id,
+                host=ctx.host,
+                client_id=client_id,
+                attempt=p.delivery_attempt,
+                queue_id=p.message.queue_id,
+                offset=p.message.queue_offset,
+                status=f"invisible={invisible_ms}",
+            )
+            for p in popped
+            if ctx.selection.wants(p.message_id, p.topic, group)
+        ]
+    )
 
 
 def pulled(
     ctx: TraceContext, at: int, group: str, topic: str, queue_id: int, result: PullResult
-) -> list[TraceRecord]:
+) -> list[Encoded]:
     """A Delivered record (status ``pull``) per selected message an offset pull returned."""
     sel = ctx.selection
     if not sel.topic_wanted(topic) or not sel.group_wanted(group):
@@ -195,18 +211,21 @@ def pulled(
     else:
         rows = [(m.message_id, m.queue_offset, m.reconsume_times + 1) for m in result.messages]
     return [
-        TraceRecord(
-            "Delivered",
-            at,
-            ctx.broker_name,
-            group,
-            topic,
+        (
             msg_id,
-            host=ctx.host,
-            attempt=attempt,
-            queue_id=queue_id,
-            offset=offset,
-            status="pull",
+            broker_record(
+                "Delivered",
+                at,
+                ctx.broker_name,
+                group,
+                topic,
+                msg_id,
+                ctx.host,
+                attempt=attempt,
+                queue_id=queue_id,
+                offset=offset,
+                status="pull",
+            ),
         )
         for msg_id, offset, attempt in rows
         if msg_id and sel.sampled(msg_id)
@@ -222,7 +241,7 @@ def settled(
     topic: str,
     receipt_handle: str,
     invisible_ms: int | None,
-) -> list[TraceRecord]:
+) -> list[Encoded]:
     """An Ack or Nack of the delivery a receipt handle names (its message read back)."""
     handle = decode_handle(receipt_handle)
     if not ctx.selection.group_wanted(group) or not ctx.selection.topic_wanted(topic):
@@ -233,27 +252,29 @@ def settled(
     msg_id = msg.properties.get(PROPERTY_UNIQ_KEY) or msg.message_id
     if not ctx.selection.sampled(msg_id):
         return []
-    return [
-        TraceRecord(
-            typ,
-            at,
-            ctx.broker_name,
-            group,
-            handle.topic,  # the queue's topic, which queue_id and offset refer to
-            msg_id,
-            host=ctx.host,
-            client_id=client_id,
-            attempt=msg.reconsume_times + 1,
-            queue_id=handle.queue_id,
-            offset=handle.queue_offset,
-            cost_ms=at - handle.pop_time_ms,
-            status="" if invisible_ms is None else f"invisible={invisible_ms}",
-        )
-    ]
+    return _encoded(
+        [
+            TraceRecord(
+                typ,
+                at,
+                ctx.broker_name,
+                group,
+                handle.topic,  # the queue's topic, which queue_id and offset refer to
+                msg_id,
+                host=ctx.host,
+                client_id=client_id,
+                attempt=msg.reconsume_times + 1,
+                queue_id=handle.queue_id,
+                offset=handle.queue_offset,
+                cost_ms=at - handle.pop_time_ms,
+                status="" if invisible_ms is None else f"invisible={invisible_ms}",
+            )
+        ]
+    )
 
 
-def single(ctx: TraceContext, record: TraceRecord) -> list[TraceRecord]:
+def single(ctx: TraceContext, record: TraceRecord) -> list[Encoded]:
     """A record a hook built whole (transactions, timers), if its message is selected."""
     if not ctx.selection.wants(record.msg_id, record.topic, record.group):
         return []
-    return [record]
+    return _encoded([record])
