@@ -199,6 +199,12 @@ class BrokerConfig:
     dedup_max_ids: int = 1_000_000
     # Our services beside apache.rocketmq.v2 (admin, bulk); off = a plain RocketMQ 5 endpoint.
     grpc_extensions: bool = True
+    # Message trace (``broker_core.broker.trace``): the trace topic, and the broker's records.
+    trace_topic_enable: bool = False  # create RMQ_SYS_TRACE_TOPIC for the clients' traces
+    trace_broker: str = "off"  # the broker's own records: "off", "all" or a ratio "0.1"
+    trace_topics: str = ""  # comma-separated topics traced ("" = every topic)
+    trace_groups: str = ""  # comma-separated consumer groups traced ("" = every group)
+    trace_flush_interval_ms: int = 200  # how often buffered broker records are written
     # Broker groups and replication (``broker_core.ha``; docs/ARCHITECTURE.md).
     broker_id: int = 0  # 0 = the group's master, > 0 = a slave
     ha_listen: str = ""  # master: HOST:PORT its slaves connect to ("" = no replication)
@@ -217,6 +223,7 @@ class BrokerConfig:
             "broker_name must be 1..255 chars",
         )
         _check_ha(self)
+        _check_trace(self)
         host, _, port = self.endpoint.rpartition(":")
         _require(
             bool(host) and port.isdigit() and 0 < int(port) < 65536,
@@ -272,6 +279,23 @@ def _check_ha(c: BrokerConfig) -> None:
         "ha_metadata_interval_ms",
     ):
         _require(getattr(c, name) >= 1, f"{name} must be ≥ 1")
+
+
+def trace_ratio(value: str) -> float:
+    """``trace_broker`` as the share of messages traced: off 0, all 1, else the ratio."""
+    if value in ("off", "all"):
+        return 0.0 if value == "off" else 1.0
+    try:
+        ratio = float(value)
+    except ValueError:
+        ratio = -1.0
+    _require(0 <= ratio <= 1, f"trace_broker must be 'off', 'all' or a ratio 0..1, got {value!r}")
+    return ratio
+
+
+def _check_trace(c: BrokerConfig) -> None:
+    trace_ratio(c.trace_broker)
+    _require(c.trace_flush_interval_ms >= 1, "trace_flush_interval_ms must be ≥ 1")
 
 
 def load_config(

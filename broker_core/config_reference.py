@@ -40,6 +40,13 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
         "dedup_window_ms": "a send repeating a message id stored this recently is answered "
         "with the original result, not stored again (0 = off)",
         "dedup_max_ids": "most message ids the dedup window holds (≈120 B each; 0 = off)",
+        "trace_topic_enable": "create RMQ_SYS_TRACE_TOPIC, where the 4.x clients' message "
+        "traces are stored (RocketMQ's traceTopicEnable)",
+        "trace_broker": "the broker's own trace records (stored, delivered, acked, retried, "
+        "DLQ, transactions, timers): off, all, or the ratio of message ids traced",
+        "trace_topics": "comma-separated topics the broker traces (empty: every topic)",
+        "trace_groups": "comma-separated consumer groups the broker traces (empty: every group)",
+        "trace_flush_interval_ms": "how often buffered broker trace records are written",
         "grpc_extensions": "serve our gRPC services beside apache.rocketmq.v2 (rmq.admin.v1, "
         "rmq.bulk.v1); false = a standard RocketMQ 5 endpoint (--no-extensions)",
         "broker_id": "0 = the group's master, > 0 = a slave (--broker-id)",

@@ -53,6 +53,7 @@ OUR_NAMES: Final = (
     "consumerGroup",
     "commitOffsets",
     "includeProperties",
+    "trace",
     *credentials.OPTIONS,
 )
 KNOWN_OPTIONS: Final = {name.lower(): name for name in OUR_NAMES}

@@ -53,6 +53,8 @@ consumerGroup               group the pulls are made as (and commits go to); def
 commitOffsets               stream only: after each batch, commit its end offsets as   false
                             the group's offsets (needs consumerGroup)
 includeProperties           ``false`` leaves the ``properties`` column null            true
+trace                       ``true``: a SubBefore trace record per message read, with  false
+                            the query id, batch id, partition and offsets
 ==========================  =======================================================  ========
 
 >>> opts = parse_read_options({"endpoints": "127.0.0.1:8081", "topic": "orders"},
@@ -126,6 +128,7 @@ class ReadOptions:
     consumer_group: str = DEFAULT_GROUP
     commit_offsets: bool = False
     include_properties: bool = True
+    trace: bool = False
     access: Access = NO_ACCESS  # accessKey/secretKey/tls/caFile (connector/credentials.py)
     assigned: frozenset[QueueRef] | None = None  # assign: the only queues read
     min_partitions: int | None = None
@@ -329,6 +332,7 @@ def _parse(given: Mapping[str, str], streaming: bool) -> ReadOptions:
         consumer_group=_group(given),
         commit_offsets=_boolean("commitOffsets", given.get("commitOffsets", "false")),
         include_properties=_boolean("includeProperties", given.get("includeProperties", "true")),
+        trace=_boolean("trace", given.get("trace", "false")),
         access=credentials.parse_access(given),
         assigned=assigned,
         min_partitions=_optional(given, "minPartitions", _positive_int),

@@ -52,9 +52,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_core.client import OutgoingMessage, RocketMQClient
+from broker_core.client.in_flight import PendingSend
 from broker_core.client.message_ids import ID_BLOCKS
 from broker_core.errors import ConfigError
-from connector import exactly_once, transactions
+from connector import exactly_once, trace, transactions
 from connector.exactly_once import TaskHalves
 from connector.sink_options import ColumnPlan, SinkOptions, parse_sink_options, plan_columns
 from connector.sink_route import SinkTargets, spread
@@ -92,6 +93,7 @@ class _PlainTask:
         self.halves: dict[int, HalfRef] = {}  # none: plain messages need no ending
         self.topic_rows: dict[str, int] = {}  # rows of each topic sent: the next row index
         self.id_base = _id_base(self.options) if self.options.idempotent else ""
+        self.traced: list[tuple[RocketMQClient, str, PendingSend, list[int], int]] = []
 
     def add_batch(self, batch: pa.RecordBatch, plan: ColumnPlan) -> None:
         """Queue the batch's rows; send every full ``batchSize`` of a topic. A bad row
@@ -133,9 +135,9 @@ class _PlainTask:
                         self._send(client, topic, columns.pick(rows))
         self.sent += len(columns)
 
-    @staticmethod
-    def _send(client: RocketMQClient, topic: str, columns: MessageColumns) -> None:
-        client.send_columns_async(  # up to the client's max_in_flight requests at once
+    def _send(self, client: RocketMQClient, topic: str, columns: MessageColumns) -> None:
+        sent_ms = trace.now_ms()
+        pending = client.send_columns_async(  # up to the client's max_in_flight at once
             topic,
             columns.bodies,
             tags=columns.tags,
@@ -143,8 +145,19 @@ class _PlainTask:
             properties=columns.properties,
             message_groups=columns.message_groups,
             delivery_ms=columns.delivery_ms,
-            receipts=False,  # the sink only needs each request stored (answer still checked)
+            receipts=self.options.trace,  # else only each request's storing is checked
         )
+        if self.options.trace:
+            self.traced.append((client, topic, pending, [len(b) for b in columns.bodies], sent_ms))
+
+    def _write_traces(self) -> None:
+        """Pub records of every request sent (all answered: after the flush)."""
+        context = trace.spark_context()
+        for client, topic, pending, lengths, sent_ms in self.traced:
+            receipts = pending.result()
+            cost = trace.now_ms() - sent_ms
+            trace.write(client, trace.pub_records(context, topic, receipts, lengths, sent_ms, cost))
+        self.traced.clear()
 
     def finish(self) -> TaskHalves:
         for topic, columns in self.pending.items():
@@ -152,6 +165,8 @@ class _PlainTask:
                 self.send(topic, columns)
         self.pending.clear()
         self.targets.flush()  # every request answered (or its error raised) before commit
+        if self.traced:
+            self._write_traces()
         return _task_halves(self.rows, self.first_send_ms, [])
 
 

@@ -26,6 +26,9 @@ Options (names are case-insensitive, as Spark passes them lower-cased)::
                             off       the same ids and the broker drops the repeats
                                       (exactly once within its dedup window, no
                                       transactions; README "Idempotent sends")
+    trace                   false     write a Pub trace record per stored message, with the
+                                      Spark query id, batch id and partition (at-least-once
+                                      sink; connector/trace.py)
 
 Columns (matched case-insensitively)::
 
@@ -92,6 +95,7 @@ SINK_OPTIONS: Final = (
     "transactionTimeoutMs",
     "requestTimeoutMs",
     "idempotent",
+    "trace",
     *credentials.OPTIONS,
 )
 # Options Spark itself adds to a write; accepted and ignored.
@@ -116,6 +120,7 @@ class SinkOptions:
     access: Access = NO_ACCESS  # accessKey/secretKey/tls/caFile (connector/credentials.py)
     idempotent: bool | None = None  # None: the writer's default (streaming on, batch off)
     write_id: str = ""  # made by the driver: the ids' base when there is no query id
+    trace: bool = False  # Pub trace records (connector/trace.py)
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -193,6 +198,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         ),
         access=credentials.parse_access(given),
         idempotent=_bool("idempotent", given["idempotent"]) if "idempotent" in given else None,
+        trace=_bool("trace", given.get("trace", "false")),
     )
     if parsed.exactly_once and len(parsed.endpoints) != 1:
         raise ConfigError(
@@ -200,6 +206,8 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             f"give one endpoint (not namesrv), got "
             f"{', '.join(parsed.endpoints) or 'namesrv ' + str(parsed.namesrv)}"
         )
+    if parsed.exactly_once and parsed.trace:
+        raise ConfigError("option 'trace' applies to the at-least-once sink, not exactlyOnce=true")
     if not parsed.exactly_once:
         for name in ("producerGroup", "transactionTimeoutMs"):
             if name in given:

@@ -37,13 +37,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_core.client import RocketMQClient
+from broker_core.client.columnar import UnitColumns, split_properties
 from broker_core.errors import (
     ConfigError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
     RocketMQError,
 )
-from connector import positions
+from connector import positions, trace
 from connector.arrow import arrow_schema_of, units_to_record_batch
 from connector.brokers import REQUEST_TIMEOUT_S, Bounds, BrokerSet, open_brokers
 from connector.credentials import NO_ACCESS, Access
@@ -65,6 +66,7 @@ class ReadSettings:
     group: str
     fail_on_data_loss: bool
     include_properties: bool
+    trace: bool = False  # a SubBefore trace record per message read (connector/trace.py)
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,8 @@ def read_range(
                     rows = units_to_record_batch(
                         cols, ref.broker, schema, include_properties=settings.include_properties
                     )
+                    if settings.trace:
+                        _trace_read(client, cols, keep, offset)
                     yield rows if keep == cols.count else rows.slice(0, keep)
             if batch.next_offset > offset:
                 offset, stalled_since = batch.next_offset, None
@@ -195,6 +199,13 @@ def read_range(
                 )
     finally:
         client.close()
+
+
+def _trace_read(client: RocketMQClient, cols: UnitColumns, keep: int, start: int) -> None:
+    """SubBefore records of the ``keep`` messages one pull read (option ``trace``)."""
+    ids = split_properties(cols).message_id.to_pylist()[:keep]
+    end = int(cols.queue_offset[keep - 1]) + 1
+    trace.write(client, trace.read_records(trace.spark_context(), ids, start, end))
 
 
 def resolve(spec: OffsetSpec, bounds: Bounds, brokers: BrokerSet) -> Offsets:
@@ -226,7 +237,10 @@ def resolve(spec: OffsetSpec, bounds: Bounds, brokers: BrokerSet) -> Offsets:
 
 def settings_of(options: ReadOptions) -> ReadSettings:
     return ReadSettings(
-        options.consumer_group, options.fail_on_data_loss, options.include_properties
+        options.consumer_group,
+        options.fail_on_data_loss,
+        options.include_properties,
+        options.trace,
     )
 
 

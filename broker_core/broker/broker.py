@@ -44,6 +44,7 @@ from broker_core.broker.timer.timer import TimerService
 from broker_core.broker.topic_admin import TopicChange, plan_change
 from broker_core.broker.topic_waiter import TopicWaiter
 from broker_core.broker.topics import TopicConfig, TopicManager
+from broker_core.broker.trace.recorder import TraceRecorder
 from broker_core.broker.transaction.halves import read_named
 from broker_core.broker.transaction.transaction import (
     CheckRequest,
@@ -148,6 +149,8 @@ class Broker(ConsumerCalls):
             group_of=base_group,
         )
         self.replication = Replication(self)
+        self.trace = TraceRecorder(self.store, self.topics, config, clock_ms)
+        self.timer.fired = self.schedule.fired = self.trace.fired
         # Persists offsets and purges expired locks; a failed round is logged and retried.
         self._housekeeper = ServiceThread(
             "broker-housekeeping", self._housekeep, interval_ms=config.offsets_persist_interval_ms
@@ -189,6 +192,7 @@ class Broker(ConsumerCalls):
                 self.transactions,
                 self.pop,
                 self.clients,
+                self.trace,
             )
         for service in services:
             service.start()
@@ -203,7 +207,7 @@ class Broker(ConsumerCalls):
         self.sender.window.rebuild(self.store.commitlog)
         self.pop.open()
         self.transactions.open()
-        for service in (self.schedule, self.timer, self.transactions, self.pop):
+        for service in (self.schedule, self.timer, self.transactions, self.pop, self.trace):
             service.start()
 
     def stop(self) -> None:
@@ -212,6 +216,7 @@ class Broker(ConsumerCalls):
         self.waiter.close()
         self.replication.stop()
         for service in (
+            self.trace,
             self.clients,
             self.transactions,
             self.timer,
@@ -237,6 +242,7 @@ class Broker(ConsumerCalls):
             self.transactions.thread,
             self.pop.thread,
             self.clients.thread,
+            *self.trace.threads(),
             self._housekeeper,
         ]
 
@@ -375,6 +381,7 @@ class Broker(ConsumerCalls):
         result = self.transactions.end(
             message_id, transaction_id, resolution, from_check=from_check, topic=topic
         )
+        self.trace.ended(result, topic)
         self.replication.wait_replicated(self.store.commitlog.max_offset)
         return result
 
@@ -390,16 +397,17 @@ class Broker(ConsumerCalls):
     def pull(self, group: str, request: PullRequest, *, timeout_ms: int = 0) -> PullResult:
         """Offset-based pull for ``group``; with ``timeout_ms`` it long-polls for new messages.
 
-        ``request.raw`` pulls hand out the stored units (``PullResult.raw``) for bulk
-        readers, up to ``max_raw_pull_batch`` of them; decoded pulls stop at
-        ``max_pull_batch``. Raises for an unknown group or topic, an unreadable topic, or a
-        queue the topic does not have.
-        """
+        ``request.raw`` pulls hand out the stored units (``PullResult.raw``), at most
+        ``max_raw_pull_batch``; decoded ones ``max_pull_batch``. Raises for an unknown
+        group or topic, an unreadable topic, or a queue the topic does not have."""
         request = self._checked_pull(group, request)
-        if timeout_ms <= 0:
-            return self.pulls.execute(request)
         wait_ms = min(timeout_ms, self.config.max_long_polling_ms)
-        return self.long_polling.pull_blocking(request, timeout_ms=wait_ms)
+        if timeout_ms <= 0:
+            result = self.pulls.execute(request)
+        else:
+            result = self.long_polling.pull_blocking(request, timeout_ms=wait_ms)
+        self.trace.pulled(group, request, result)
+        return result
 
     def pull_async(
         self,
@@ -414,6 +422,7 @@ class Broker(ConsumerCalls):
         thread when messages arrive or the wait ends. Bad arguments raise here."""
         request = self._checked_pull(group, request)
         wait_ms = min(max(timeout_ms, 0), self.config.max_long_polling_ms)
+        callback = self.trace.watch_pull(group, request, callback)
         self.long_polling.pull_or_park(request, monotonic_ms() + wait_ms, callback)
 
     def _checked_pull(self, group: str, request: PullRequest) -> PullRequest:

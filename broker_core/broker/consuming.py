@@ -25,6 +25,7 @@ from broker_core.broker.rebalance import MessageQueue
 from broker_core.broker.retry import is_retry_topic
 from broker_core.broker.topic_waiter import TopicWaiter
 from broker_core.broker.topics import TopicConfig, TopicManager
+from broker_core.broker.trace.recorder import TraceRecorder
 from broker_core.config import BrokerConfig
 from broker_core.errors import GroupNotFoundError, InvalidArgumentError
 from broker_core.message import validate_group_name
@@ -46,6 +47,7 @@ class ConsumerCalls:
     lite: LiteSubscriptions
     pop: PopService
     waiter: TopicWaiter
+    trace: TraceRecorder
     _clock_ms: Callable[[], int]
 
     if TYPE_CHECKING:  # the broker's own, used here
@@ -99,6 +101,7 @@ class ConsumerCalls:
             )
             remaining = deadline - self._clock_ms()
             if got or remaining <= 0:
+                self.trace.delivered(group, client_id, got, invisible_ms)
                 return got
             self.waiter.wait(watched, seen, min(remaining, 1_000))
 
@@ -141,6 +144,7 @@ class ConsumerCalls:
             delivery_topic(topic, lite_topic, receipt_handle),
             receipt_handle,
         )
+        self.trace.settled("Ack", group, client_id, topic, receipt_handle)
 
     def change_invisible_duration(
         self,
@@ -153,12 +157,14 @@ class ConsumerCalls:
         lite_topic: str = "",
     ) -> str:
         state_group = self.positions.state_group(group, client_id)
-        return self.pop.change_invisible_duration(
+        handle = self.pop.change_invisible_duration(
             state_group,
             delivery_topic(topic, lite_topic, receipt_handle),
             receipt_handle,
             invisible_ms,
         )
+        self.trace.settled("Nack", group, client_id, topic, handle, invisible_ms)
+        return handle
 
     def forward_to_dead_letter(
         self,

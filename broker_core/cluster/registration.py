@@ -38,6 +38,7 @@ from broker_core.namesrv.client import (
     NameServerClient,
     TopicQueueConfig,
 )
+from broker_core.protocol.trace import TRACE_TOPIC
 from broker_core.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class RegistrationService:
                 t.read_queue_nums, t.write_queue_nums, t.perm, order=t.message_type == "FIFO"
             )
             for t in self.broker.topics.list()
-            if not is_system_topic(t.name)
+            if not is_system_topic(t.name) or t.name == TRACE_TOPIC  # the clients send traces
         }
         with self._counter_lock:
             version = DataVersion(0, self._started_ms, self._counter)

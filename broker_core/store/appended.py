@@ -33,6 +33,7 @@ class Appended:
     queue_offset: np.ndarray  # int64
     index_keys: list[list[str]]
     index_phys: list[int]
+    born_timestamp_ms: np.ndarray | None = None  # int64 per message (trace: a store's cost)
 
 
 def appended(
@@ -59,4 +60,5 @@ def appended(
         batch.queue_offsets,
         index_keys,
         index_phys,
+        batch.head["born_timestamp_ms"],
     )

@@ -68,6 +68,7 @@ class Dispatcher:
         self._index = index
         self.dispatched_offset = 0
         self._listeners: list[Listener] = []
+        self._observers: list[Callable[[Appended], None]] = []  # add_append_observer
         self._lock = threading.Lock()  # held while a chunk is dispatched
         self._progress = threading.Condition()
         self._waiters = 0  # threads in wait_dispatched (guarded by _progress)
@@ -128,9 +129,16 @@ class Dispatcher:
                 break
         return grown, progress[0]
 
+    def add_append_observer(self, observer: Callable[[Appended], None]) -> None:
+        """``observer(appended)`` sees each live append, under the commitlog's put lock (so
+        it must only hand the record over: message trace queues it for its own thread)."""
+        self._observers = [*self._observers, observer]
+
     def on_append(self, appended: Appended) -> None:
         """The commitlog's append hook: queue the batch for dispatch."""
         self._handed.append(appended)
+        for observe in self._observers:
+            observe(appended)
 
     def _dispatch_handed(self, start: int) -> tuple[dict[tuple[str, int], int], int]:
         """Apply handed-off batches that continue exactly from ``start``."""

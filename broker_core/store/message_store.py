@@ -47,6 +47,7 @@ from broker_core.message import (
     offset_message_id,
 )
 from broker_core.service_thread import ServiceThread
+from broker_core.store.appended import Appended
 from broker_core.store.cleanup import CleanupReport, CleanupService, disk_used_ratio
 from broker_core.store.columns import ColumnBatch, encode_messages
 from broker_core.store.commitlog import CommitLog
@@ -362,6 +363,10 @@ class MessageStore:
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything appended so far is visible to readers."""
         return self.dispatcher.wait_dispatched(self.commitlog.max_offset, timeout_s)
+
+    def add_append_observer(self, observer: Callable[[Appended], None]) -> None:
+        """See ``Dispatcher.add_append_observer`` (message trace's Stored records)."""
+        self.dispatcher.add_append_observer(observer)
 
     def add_dispatch_listener(self, listener: Listener) -> None:
         """``listener(topic, queue_id, max_offset)`` runs on the dispatch thread."""

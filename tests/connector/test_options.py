@@ -128,6 +128,7 @@ BAD_VALUES = [
     ("failOnDataLoss", "yes", False),
     ("consumerGroup", "bad group", False),
     ("includeProperties", "1", False),
+    ("trace", "1", False),
     ("commitOffsets", "maybe", True),
     ("assign", "[1]", False),
     ("assign", '{"orders": []}', True),

@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +73,8 @@ from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)
 
+# (how, puts) of messages put back when due: message trace's Timer records
+Fired = Callable[[str, Sequence[PutResult]], None]
 SCHEDULE_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_DELAY_LEVEL)
 LEVELS = range(1, MAX_DELAY_LEVEL + 1)
 
@@ -172,6 +174,7 @@ class ScheduleService(ThreadedService):
         self._lock = threading.Lock()
         self._offsets: dict[int, int] = self._load()
         self._head_due: dict[int, int | None] = {}
+        self.fired: Fired = lambda _how, _puts: None
         self.thread = delivery_thread(
             "schedule-delivery",
             store,
@@ -245,7 +248,8 @@ class ScheduleService(ThreadedService):
             if scan.next_offset == offset:
                 return delivered
             for start in range(0, len(scan.messages), self._batch_size):
-                self._store.put_messages(scan.messages[start : start + self._batch_size])
+                puts = self._store.put_messages(scan.messages[start : start + self._batch_size])
+                self.fired(f"delay level={level}", puts)
             self._offsets[level] = scan.next_offset
             self._persist()
             delivered += len(scan.messages)

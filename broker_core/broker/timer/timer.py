@@ -63,7 +63,7 @@ from broker_core.broker.timer.policy import (
     plan_firing,
     to_timer_message,
 )
-from broker_core.broker.timer.schedule import restore_real_message
+from broker_core.broker.timer.schedule import Fired, restore_real_message
 from broker_core.broker.timer.wheel import TimingWheel
 from broker_core.errors import (
     ConfigError,
@@ -142,6 +142,7 @@ class TimerService(ThreadedService):
         self._log = TimerLog(directory / LOG_FILE)
         self._wheel = TimingWheel(directory / WHEEL_FILE, precision_ms, slots)
         self._closed = False
+        self.fired: Fired = lambda _how, _puts: None  # message trace's Timer records
         self.thread = delivery_thread(
             "timer-wheel",
             store,
@@ -357,7 +358,8 @@ class TimerService(ThreadedService):
                 log.error("timer message at %d dropped: %s", msg.physical_offset, exc)
                 self.stats.dropped += 1
         for start in range(0, len(real), self._batch_size):
-            self._store.put_messages(real[start : start + self._batch_size])
+            puts = self._store.put_messages(real[start : start + self._batch_size])
+            self.fired("timer", puts)
         self.stats.delivered += len(real)
         return len(real)
 

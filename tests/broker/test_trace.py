@@ -1,0 +1,195 @@
+"""The broker's own trace records: written to RMQ_SYS_TRACE_TOPIC, found by message id."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker_core.broker.broker import Broker
+from broker_core.broker.pull import PullRequest
+from broker_core.config import BrokerConfig
+from broker_core.message import Message
+from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode
+from broker_core.protocol.trace_timeline import timeline
+from tests.broker.test_broker import Clock
+from tests.store.conftest import small_config
+
+
+def _broker(tmp_path: Path, clock: Clock, **trace: str) -> Broker:
+    config = BrokerConfig(default_queue_nums=2, transaction_check_timeout_ms=1_000, **trace)  # type: ignore[arg-type]
+    b = Broker(config, small_config(tmp_path / "store"), clock_ms=clock)
+    b.start()
+    return b
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def traced(tmp_path: Path, clock: Clock) -> Iterator[Broker]:
+    b = _broker(tmp_path, clock, trace_broker="all")
+    yield b
+    b.stop()
+
+
+def records_of(broker: Broker, msg_id: str) -> list[TraceRecord]:
+    broker.trace.flush()
+    broker.store.wait_dispatched()
+    found = sorted(
+        broker.query_by_key(TRACE_TOPIC, msg_id, max_results=1000), key=lambda m: m.queue_offset
+    )
+    return [r for m in found for r in decode(m.body.decode()) if r.msg_id == msg_id]
+
+
+def test_pop_life_is_traced_in_order(traced: Broker, clock: Clock) -> None:
+    [sent] = traced.send([Message("jobs", b"j1", queue_id=-1)])
+    traced.store.wait_dispatched()
+    [first] = traced.receive("workers", "jobs", max_count=1, invisible_ms=10_000, client_id="c1")
+    clock.now += 5
+    traced.change_invisible_duration("workers", "jobs", first.receipt_handle, 1_000)
+    clock.now += 2_000
+    traced.pop.run_revive(clock.now)
+    traced.store.wait_dispatched()
+    [again] = traced.receive("workers", "jobs", max_count=1, invisible_ms=10_000, client_id="c1")
+    clock.now += 7
+    traced.ack("workers", "jobs", again.receipt_handle, client_id="c1")
+    events = timeline(sent.message_id, [(records_of(traced, sent.message_id), "", 0)])
+    assert [e["type"] for e in events] == [
+        "Stored",
+        "Delivered",
+        "Nack",
+        "Retry",
+        "Delivered",
+        "Ack",
+    ]
+    delivered = [e for e in events if e["type"] == "Delivered"]
+    assert [d["attempt"] for d in delivered] == [1, 2]
+    assert {d["client_id"] for d in delivered} == {"c1"}
+    assert events[0]["queue_id"] == sent.queue_id and events[0]["offset"] == sent.queue_offset
+    assert events[-1]["cost_ms"] == 7  # ack − this delivery's pop time
+    assert [e["time_ms"] for e in events] == sorted(e["time_ms"] for e in events)
+
+
+def test_dead_letter_is_traced(traced: Broker, clock: Clock) -> None:
+    [sent] = traced.send([Message("jobs", b"j1", queue_id=-1)])
+    traced.store.wait_dispatched()
+    [got] = traced.receive("workers", "jobs", max_count=1, invisible_ms=10_000)
+    traced.forward_to_dead_letter("workers", "jobs", got.receipt_handle)
+    types = [r.type for r in records_of(traced, sent.message_id)]
+    assert types == ["Stored", "Delivered", "DLQ"]
+
+
+def test_transactions_are_traced(traced: Broker) -> None:
+    props = {"TRAN_MSG": "true"}
+    a = traced.send(
+        [Message("pay", b"a", queue_id=-1, properties=dict(props))], producer_group="pg"
+    )[0]
+    b = traced.send(
+        [Message("pay", b"b", queue_id=-1, properties=dict(props))], producer_group="pg"
+    )[0]
+    traced.end_transaction(a.message_id, a.transaction_id, commit=True)
+    traced.end_transaction(b.message_id, b.transaction_id, commit=False, from_check=True)
+    assert [(r.type, r.status) for r in records_of(traced, a.message_id)] == [
+        ("Stored", "held: half for pay"),
+        ("Stored", ""),
+        ("Commit", ""),
+    ]
+    held, rolled = records_of(traced, b.message_id)
+    assert (held.type, rolled.type, rolled.status) == ("Stored", "Rollback", "check")
+
+
+def test_selection_by_topic_and_group(tmp_path: Path, clock: Clock) -> None:
+    b = _broker(tmp_path, clock, trace_broker="all", trace_topics="jobs", trace_groups="audit")
+    try:
+        [job, other] = b.send(
+            [Message("jobs", b"1", queue_id=0), Message("misc", b"2", queue_id=0)]
+        )
+        b.store.wait_dispatched()
+        b.receive("workers", "jobs", max_count=1, invisible_ms=10_000)
+        b.receive("audit", "jobs", max_count=1, invisible_ms=10_000)
+        assert [(r.type, r.group) for r in records_of(b, job.message_id)] == [
+            ("Stored", ""),
+            ("Delivered", "audit"),
+        ]
+        assert records_of(b, other.message_id) == []
+    finally:
+        b.stop()
+
+
+def test_off_writes_nothing_and_installs_nothing(tmp_path: Path, clock: Clock) -> None:
+    b = _broker(tmp_path, clock)
+    try:
+        assert not b.trace.on
+        assert b.store.dispatcher._observers == []
+        b.send([Message("jobs", b"1", queue_id=0)])
+        assert b.topics.get(TRACE_TOPIC) is None
+        assert b.trace.flush() == 0
+    finally:
+        b.stop()
+
+
+def test_trace_topic_enable_creates_the_topic(tmp_path: Path, clock: Clock) -> None:
+    b = _broker(tmp_path, clock, trace_topic_enable=True)  # type: ignore[arg-type]
+    try:
+        config = b.topics.get(TRACE_TOPIC)
+        assert config is not None and config.write_queue_nums == 1
+        assert not b.trace.on
+    finally:
+        b.stop()
+
+
+def test_sampling_keeps_whole_timelines(tmp_path: Path, clock: Clock) -> None:
+    b = _broker(tmp_path, clock, trace_broker="0.5")
+    try:
+        sent = b.send([Message("jobs", b"%d" % i, queue_id=0) for i in range(200)])
+        b.store.wait_dispatched()
+        b.receive("g", "jobs", max_count=32, invisible_ms=10_000)
+        traced = [s for s in sent if records_of(b, s.message_id)]
+        assert 50 < len(traced) < 150  # about half, chosen by id
+        assert all(b.trace.selection.sampled(s.message_id) for s in traced)
+    finally:
+        b.stop()
+
+
+def test_offset_pulls_are_traced_decoded_raw_and_parked(traced: Broker) -> None:
+    sent = traced.send([Message("feed", b"a", queue_id=0), Message("feed", b"b", queue_id=0)])
+    traced.store.wait_dispatched()
+    traced.pull("readers", PullRequest("feed", 0, 0, 10))
+    traced.pull("bulk", PullRequest("feed", 0, 1, 10, raw=True))
+    answered = threading.Event()
+    traced.pull_async(
+        "later", PullRequest("feed", 0, 2, 10), lambda _r: answered.set(), timeout_ms=10_000
+    )
+    [late] = traced.send([Message("feed", b"c", queue_id=0)])
+    assert answered.wait(10)
+    pulls = [
+        (r.group, r.offset, r.status)
+        for r in records_of(traced, sent[1].message_id)
+        if r.type == "Delivered"
+    ]
+    assert pulls == [("readers", 1, "pull"), ("bulk", 1, "pull")]
+    [parked] = [r for r in records_of(traced, late.message_id) if r.type == "Delivered"]
+    assert (parked.group, parked.offset, parked.attempt) == ("later", 2, 1)
+
+
+def test_delay_level_and_timer_messages_show_held_and_timer(traced: Broker, clock: Clock) -> None:
+    [delayed] = traced.send([Message("orders", b"later", queue_id=0, properties={"DELAY": "2"})])
+    due = {"__STARTDELIVERTIME": str(clock.now + 3_000)}
+    [timed] = traced.send([Message("orders", b"timed", queue_id=0, properties=due)])
+    traced.store.wait_dispatched()
+    traced.timer.run_once(clock.now)
+    clock.now += 5_000
+    traced.store.wait_dispatched()
+    traced.schedule.run_once(clock.now)
+    traced.timer.run_once(clock.now)
+    held, stored, fired = records_of(traced, delayed.message_id)
+    assert (held.type, held.status) == ("Stored", "held: delay level=2 for orders")
+    assert (fired.type, fired.topic, fired.status) == ("Timer", "orders", "delay level=2")
+    assert (stored.type, stored.topic, stored.offset) == ("Stored", "orders", fired.offset)
+    types = [(r.type, r.status) for r in records_of(traced, timed.message_id)]
+    assert types == [("Stored", "held: timer for orders"), ("Stored", ""), ("Timer", "timer")]
