@@ -495,11 +495,5 @@ class Broker(ConsumerCalls):
 
     def topic_status(self, topic: str) -> list[tuple[int, int, int]]:
         """(queue id, min offset, max offset) of every read queue."""
-        return [
-            (
-                mq.queue_id,
-                self.store.min_offset(topic, mq.queue_id),
-                self.store.max_offset(topic, mq.queue_id),
-            )
-            for mq in self.read_queues(topic)
-        ]
+        store, ids = self.store, [mq.queue_id for mq in self.read_queues(topic)]
+        return [(qid, store.min_offset(topic, qid), store.max_offset(topic, qid)) for qid in ids]

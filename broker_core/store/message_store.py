@@ -26,7 +26,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from broker_core.config import FlushMode, StoreConfig
@@ -44,7 +43,6 @@ from broker_core.message import (
     Message,
     StoredMessage,
     decode_offset_message_id,
-    offset_message_id,
 )
 from broker_core.service_thread import ServiceThread
 from broker_core.store.appended import Appended
@@ -57,6 +55,7 @@ from broker_core.store.flush import Checkpoint, CommitLogFlusher, DerivedFlusher
 from broker_core.store.index_service import IndexService
 from broker_core.store.lock import StoreLock
 from broker_core.store.put_combiner import PutCombiner
+from broker_core.store.put_result import PutResult
 from broker_core.store.queue_read import (
     GetResult,
     QueueRead,
@@ -70,33 +69,11 @@ from broker_core.store.recovery import RecoveryReport, recover
 from broker_core.store.replica import append_replica
 
 log = logging.getLogger(__name__)
+_PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(slots=True)
-class PutResult:
-    """Where an appended message went."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    size: int
-    store_timestamp_ms: int
-    uniq_key: str | None
-    store_host: tuple[str, int]
-
-    @property
-    def offset_message_id(self) -> str:
-        return offset_message_id(self.store_host, self.physical_offset)
-
-    @property
-    def message_id(self) -> str:
-        """The client-visible id: the producer's UNIQ_KEY, else the offset id."""
-        return self.uniq_key or self.offset_message_id
 
 
 class MessageStore:
@@ -143,20 +120,16 @@ class MessageStore:
         self.disk_ratio: Callable[[], float] = lambda: disk_used_ratio(str(root))
         self._disk_checked_at = -1.0
         self._disk_full = False
-        # Broker groups (``broker_core.ha``): a slave refuses writes with this text; a
-        # master's hook runs after each append with its end offset (it wakes the HA
-        # senders; sync replication waits in the broker, not here).
+        # Broker groups (``ha``): a slave refuses writes with this text; a master's hook gets
+        # each append's end offset (wakes HA senders; sync replication waits in the broker)
         self.slave_of = ""
         self.after_append: Callable[[int], None] | None = None
 
     # ---- lifecycle --------------------------------------------------------------------
 
     def acquire_lock(self) -> None:
-        """Take the store directory's lock (see ``store.lock``); ``open`` does it too.
-
-        Raises StoreLockedError when another process uses the directory. A broker calls
-        this before it reads or writes anything else under the store directory.
-        """
+        """Take the store directory's lock (``store.lock``; StoreLockedError when another
+        process has it): a broker's first step, before anything else under the directory."""
         self._lock.acquire()
 
     def open(self) -> RecoveryReport:
@@ -387,8 +360,7 @@ class MessageStore:
         cq = self.queues.get(topic, queue_id)
         if cq is None or not cq.min_offset <= offset < cq.max_offset:
             return False
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        window = self.config.access_message_in_memory_max_ratio * memory
+        window = self.config.access_message_in_memory_max_ratio * _PHYSICAL_MEMORY_BYTES
         return self.commitlog.max_offset - cq.get_unit(offset)[0] <= window
 
     def queue_ids(self, topic: str) -> list[int]:
