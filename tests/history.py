@@ -18,8 +18,9 @@ Recording (thread-safe)::
 * ``duplicates``: read more than once (id → times read);
 * ``reordered``: for FIFO topics, per queue, a message read before one whose send was
   acknowledged before the first was even invoked (a pair the producer ordered);
-* summary: operations, acknowledged, failed, unknown, and the time from each fault to the
-  first acknowledgement of a send invoked after it (``resume_s``).
+* summary: operations, acknowledged, failed, unknown, and for each fault the time from it
+  to the first acknowledgement of a send invoked after the first send it disrupted
+  (``resume_s``; 0 when it disrupted none, None when nothing was acknowledged again).
 """
 
 from __future__ import annotations
@@ -77,6 +78,16 @@ class History:
     def read(self, msg_id: str, queue: str = "") -> None:
         with self._lock:
             self.reads.append(Read(msg_id, queue))
+
+    def in_flight_at(self, t: float) -> list[Op]:
+        """Sends invoked by ``t`` and not completed before it (outcome-less ones included)."""
+        with self._lock:
+            ops = list(self.ops)
+        return [
+            op
+            for op in ops
+            if op.invoked_at <= t and (op.outcome == INVOKED or op.completed_at >= t)
+        ]
 
     def fault(self, name: str) -> None:
         with self._lock:
@@ -168,5 +179,12 @@ def _reordered(reads: list[Read], by_id: dict[str, Op]) -> list[tuple[str, str, 
 
 
 def _resume(ops: list[Op], at: float) -> float | None:
-    done = [op.completed_at for op in ops if op.outcome == OK and op.invoked_at >= at]
+    """Seconds from a fault at ``at`` to the first acknowledgement of a send invoked after
+    the first send the fault disrupted (invoked after ``at``, not acknowledged); 0 when it
+    disrupted none."""
+    after = sorted((op for op in ops if op.invoked_at >= at), key=lambda op: op.invoked_at)
+    hit = next((op.invoked_at for op in after if op.outcome != OK), None)
+    if hit is None:
+        return 0.0
+    done = [op.completed_at for op in after if op.outcome == OK and op.invoked_at > hit]
     return min(done) - at if done else None

@@ -77,11 +77,23 @@ def test_fifo_order_is_checked_per_queue_only_for_ordered_pairs() -> None:
 
 
 def test_time_to_resume_after_each_fault() -> None:
-    history = made(("a", 0.0, OK, 1.0, "q"), ("b", 5.0, FAIL, 6.0, ""), ("c", 7.0, OK, 9.5, "q"))
-    history.faults = [(4.0, "partition"), (8.0, "heal"), (10.0, "isolate")]
+    history = made(
+        ("a", 0.0, OK, 1.0, "q"),
+        ("b", 4.5, OK, 4.6, "q"),  # acked within the fault's first moments
+        ("c", 5.0, FAIL, 6.0, ""),  # the first send the partition disrupted
+        ("d", 7.0, OK, 9.5, "q"),
+        ("e", 8.5, UNKNOWN, 12.0, ""),
+        ("f", 20.0, OK, 20.1, "q"),
+    )
+    history.faults = [(4.0, "partition"), (8.0, "heal"), (15.0, "nothing happens")]
     report = check(history)
-    assert report.resume_s == [("partition", 5.5), ("heal", None), ("isolate", None)]
-    assert "partition: 5.50 s" in report.summary() and "heal: never" in report.summary()
+    assert [name for name, _ in report.resume_s] == ["partition", "heal", "nothing happens"]
+    assert [s for _, s in report.resume_s] == pytest.approx([5.5, 12.1, 0.0])
+    assert "partition: 5.50 s" in report.summary()
+    history.faults = [(21.0, "at the end")]
+    history.ops.append(Op("g", 22.0, FAIL, 23.0, ""))
+    assert check(history).resume_s == [("at the end", None)]
+    assert "at the end: never" in check(history).summary()
 
 
 def test_recording_sets_outcomes() -> None:
