@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -25,3 +26,24 @@ def network(netns_ready: None) -> Iterator[net.Network]:
         yield network
     finally:
         network.close()
+
+
+_SUMMARIES: list[tuple[str, str]] = []
+
+
+@pytest.fixture
+def chaos_figures() -> Callable[..., None]:
+    """Record a scenario's history summary: printed now, listed at the end of the run."""
+
+    def record(name: str, summary: str) -> None:
+        _SUMMARIES.append((name, summary))
+        print(f"\nNETFAULTS {name}: {summary}")
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _SUMMARIES:
+        terminalreporter.section("network-fault scenarios")
+        for name, summary in _SUMMARIES:
+            terminalreporter.write_line(f"{name}: {summary}")
