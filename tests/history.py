@@ -19,8 +19,9 @@ Recording (thread-safe)::
 * ``reordered``: for FIFO topics, per queue, a message read before one whose send was
   acknowledged before the first was even invoked (a pair the producer ordered);
 * summary: operations, acknowledged, failed, unknown, and for each fault the time from it
-  to the first acknowledgement of a send invoked after the first send it disrupted
-  (``resume_s``; 0 when it disrupted none, None when nothing was acknowledged again).
+  to the first acknowledgement of a send invoked after the first send it disrupted before
+  the next fault (``resume_s``; 0 when it disrupted none, None when nothing was
+  acknowledged again).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def check(history: History, fifo: bool = False) -> Report:
         failed_read=[m for m in times_read if m in by_id and by_id[m].outcome == FAIL],
         duplicates={m: n for m, n in times_read.items() if n > 1},
         reordered=_reordered(history.reads, by_id) if fifo else [],
-        resume_s=[(name, _resume(ops, at)) for at, name in history.faults],
+        resume_s=_resumes(ops, history.faults),
     )
 
 
@@ -178,12 +179,19 @@ def _reordered(reads: list[Read], by_id: dict[str, Op]) -> list[tuple[str, str, 
     return found
 
 
-def _resume(ops: list[Op], at: float) -> float | None:
+def _resumes(ops: list[Op], faults: list[tuple[float, str]]) -> list[tuple[str, float | None]]:
+    ends = [at for at, _ in faults[1:]] + [float("inf")]
+    return [(name, _resume(ops, at, end)) for (at, name), end in zip(faults, ends, strict=False)]
+
+
+def _resume(ops: list[Op], at: float, next_fault: float) -> float | None:
     """Seconds from a fault at ``at`` to the first acknowledgement of a send invoked after
-    the first send the fault disrupted (invoked after ``at``, not acknowledged); 0 when it
-    disrupted none."""
+    the first send it disrupted (invoked after ``at`` and before the next fault, not
+    acknowledged); 0 when it disrupted none."""
     after = sorted((op for op in ops if op.invoked_at >= at), key=lambda op: op.invoked_at)
-    hit = next((op.invoked_at for op in after if op.outcome != OK), None)
+    hit = next(
+        (op.invoked_at for op in after if op.outcome != OK and op.invoked_at < next_fault), None
+    )
     if hit is None:
         return 0.0
     done = [op.completed_at for op in after if op.outcome == OK and op.invoked_at > hit]

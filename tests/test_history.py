@@ -86,6 +86,7 @@ def test_time_to_resume_after_each_fault() -> None:
         ("f", 20.0, OK, 20.1, "q"),
     )
     history.faults = [(4.0, "partition"), (8.0, "heal"), (15.0, "nothing happens")]
+    # the heal disrupted e (8.5); a fault that disrupts nothing before the next one: 0
     report = check(history)
     assert [name for name, _ in report.resume_s] == ["partition", "heal", "nothing happens"]
     assert [s for _, s in report.resume_s] == pytest.approx([5.5, 12.1, 0.0])
@@ -94,6 +95,8 @@ def test_time_to_resume_after_each_fault() -> None:
     history.ops.append(Op("g", 22.0, FAIL, 23.0, ""))
     assert check(history).resume_s == [("at the end", None)]
     assert "at the end: never" in check(history).summary()
+    history.faults = [(3.0, "quiet"), (4.9, "loud")]  # c (5.0) is the next fault's doing
+    assert [s for _, s in check(history).resume_s] == pytest.approx([0.0, 4.6])
 
 
 def test_recording_sets_outcomes() -> None:
