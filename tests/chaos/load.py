@@ -245,15 +245,16 @@ def read_back(client: RocketMQClient, topic: str) -> list[ReceivedMessage]:
     skips a stored message, and an offset below the maximum is always readable.
     """
     found: list[ReceivedMessage] = []
-    for queue in client.query_route(topic):
-        low = client.query_offset(topic, queue.queue_id, "BEGINNING")
-        high = client.query_offset(topic, queue.queue_id, "END")
+    # a cluster member's route lists every group's queues: each id is read here once
+    for queue_id in sorted({queue.queue_id for queue in client.query_route(topic)}):
+        low = client.query_offset(topic, queue_id, "BEGINNING")
+        high = client.query_offset(topic, queue_id, "END")
         offset = low
         while offset < high:
             batch = client.pull(
                 READER_GROUP,
                 topic,
-                queue.queue_id,
+                queue_id,
                 offset,
                 min(PULL_BATCH, high - offset),
                 with_bounds=False,
@@ -261,8 +262,7 @@ def read_back(client: RocketMQClient, topic: str) -> list[ReceivedMessage]:
             got = [m.queue_offset for m in batch.messages]
             if got != list(range(offset, offset + len(got))) or not got:
                 raise AssertionError(
-                    f"{topic}:{queue.queue_id} from {offset} (max {high}) "
-                    f"returned offsets {got[:5]}..."
+                    f"{topic}:{queue_id} from {offset} (max {high}) returned offsets {got[:5]}..."
                 )
             found += batch.messages
             offset = batch.next_offset

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +24,11 @@ from broker_core.ha.controller import node_name
 from broker_core.ha.etcd_state import EtcdGroup, GroupState
 from broker_core.server.launcher import BrokerProcess, launch_broker
 from tests.ha.conftest import FAST_HA, wait_until
-from tests.netfaults.net import Network
+from tests.netfaults.net import Network, Node
 from tests.server.conftest import DEFAULT_CONFIG
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+ROOT = Path(__file__).resolve().parents[2]
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 BROKER_PORT, HA_PORT = 8081, 10912
 SYNC = {"replication": "sync", "sync_replication_timeout_ms": 2_000, "ha_catch_up_window_ms": 3_000}
@@ -120,6 +123,47 @@ class NetGroup:
         for member in self.etcd.values():
             member.terminate()
             member.wait(10)
+
+
+NAMESRV_PORT = 9876
+
+
+def start_namesrv(node: Node, **flags: int) -> subprocess.Popen[str]:
+    """A NameServer on ``node`` (``flags``: e.g. ``broker_expiry_ms=2000``); returns once it
+    said READY (its output is then discarded)."""
+    argv = [sys.executable, "-m", "broker_core.namesrv", "--listen", f"{node.ip}:{NAMESRV_PORT}"]
+    for name, value in flags.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    proc = subprocess.Popen(
+        node.cmd(argv), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("READY "):
+            threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
+            return proc
+    raise RuntimeError("NameServer exited before READY:\n" + "".join(lines[-30:]))
+
+
+def _drain(stream: Any) -> None:
+    for _ in stream:
+        pass
+
+
+def start_member(node: Node, workdir: Path, name: str, namesrv: str) -> BrokerProcess:
+    """A broker ``name`` (a group of one) on ``node`` that registers with ``namesrv``."""
+    return launch_broker(
+        workdir,
+        config={k: dict(v) for k, v in DEFAULT_CONFIG.items()},
+        listen=f"{node.ip}:{BROKER_PORT}",
+        extra_args=[
+            *("--namesrv", namesrv, "--broker-name", name),
+            *("--register-interval-ms", "500", "--route-ttl-ms", "300"),
+        ],
+        wrapper=node.cmd([]),
+    )
 
 
 def _answers(group: EtcdGroup) -> bool:

@@ -39,6 +39,7 @@ class HistoryLoad:
     senders: int = 2
     prefix: str = "m"
     timeout_s: float = 3.0
+    namesrv: str = ""  # set: one cluster client routed by this NameServer instead
     acked_by: list[Landed] = field(default_factory=list)
     failures: list[tuple[float, Exception]] = field(default_factory=list)
     _threads: LoopThreads | None = None
