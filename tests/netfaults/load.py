@@ -15,13 +15,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from broker_core.client import RocketMQClient
 from tests.chaos.load import read_back
 from tests.history import History
-from tests.send_loop import LoopThreads, UnexplainedFailure, restart_explains
+from tests.send_loop import LoopThreads, OfficialProducer, UnexplainedFailure, restart_explains
 
 RETRY_PAUSE_S = 0.02
+
+
+class Sender(Protocol):
+    def send(self, topic: str, body: bytes) -> object: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +47,7 @@ class HistoryLoad:
     prefix: str = "m"
     timeout_s: float = 3.0
     namesrv: str = ""  # set: one cluster client routed by this NameServer instead
+    official: bool = False  # one official rocketmq Producer over every endpoint instead
     acked_by: list[Landed] = field(default_factory=list)
     failures: list[tuple[float, Exception]] = field(default_factory=list)
     _threads: LoopThreads | None = None
@@ -54,9 +62,7 @@ class HistoryLoad:
 
     def _run(self, prefix: str) -> None:
         assert self._threads is not None
-        clients = [
-            RocketMQClient(e, max_attempts=1, timeout_s=self.timeout_s) for e in self.endpoints
-        ]
+        clients = self._clients()
         at, n = 0, 0
         try:
             while not self._threads.stop.is_set():
@@ -76,6 +82,13 @@ class HistoryLoad:
         finally:
             for client in clients:
                 client.close()
+
+    def _clients(self) -> list[Sender]:
+        if self.official:
+            return [OfficialProducer(";".join(self.endpoints), self.topic)]
+        if self.namesrv:
+            return [RocketMQClient(namesrv=self.namesrv, max_attempts=1, timeout_s=self.timeout_s)]
+        return [RocketMQClient(e, max_attempts=1, timeout_s=self.timeout_s) for e in self.endpoints]
 
     def _failed(self, exc: Exception) -> None:
         self.failures.append((time.monotonic(), exc))
