@@ -97,7 +97,12 @@ def test_isolated_master_is_deposed_and_rejoins_as_slave(group: NetGroup, chaos_
     )
     read_all(group.procs[new].endpoint, TOPIC, history)
     report = check(history)
-    chaos_figures("netfaults isolated master", summary=report.summary())
+    cut = [
+        line.split(": ")[-1].strip() for line in group.procs[old].output if "cut its log" in line
+    ]
+    chaos_figures(
+        "netfaults isolated master", summary=f"{report.summary()}; old master's cut: {cut or '-'}"
+    )
     report.assert_valid()
 
 
