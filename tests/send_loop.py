@@ -10,6 +10,12 @@
   :class:`OfficialProducer`), keeping every acknowledgement as an :class:`Acked` (with
   where the sender says it landed) and every body whose send failed.
 
+Every failure must be one a broker going away explains (:func:`restart_explains`: the
+connection refused or reset, the broker unavailable or not answering in time, a retriable
+code); any other error (a programming error, ``INTERNAL_ERROR`` from a live broker) ends
+the loop and fails :meth:`LoopThreads.join`. When in time they may occur is the test's to
+check (``SendLoop.failures`` keeps each with the time it was raised).
+
 Times are ``time.monotonic()`` seconds. Safe to read ``acked`` while the loop runs.
 """
 
@@ -22,11 +28,51 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from rocketmq.v5.exception import (
+    ForbiddenException,
+    ProxyTimeoutException,
+    TooManyRequestsException,
+)
+
+from broker_core.errors import NotMasterError, PermissionDeniedError, RocketMQError
 
 Result = TypeVar("Result")
 Where = TypeVar("Where")  # where a sender says a body landed (an endpoint index, a group name)
 Where_co = TypeVar("Where_co", covariant=True)
+
+
+# what a killed, restarting or frozen broker does to a call in flight or a new one
+RESTART_GRPC_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+RESTART_OS_ERRORS = (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, TimeoutError)
+
+
+def restart_explains(exc: BaseException, *, failover: bool = False) -> bool:
+    """Whether a broker being killed, restarting (or, with ``failover``, changing role:
+    a write that reaches a broker that just became a slave) explains ``exc``."""
+    if isinstance(exc, RocketMQError):
+        return exc.retriable or (failover and _not_master(exc))
+    if isinstance(exc, grpc.aio.AioRpcError | grpc.Call):  # the official client's errors
+        return exc.code() in RESTART_GRPC_CODES
+    if isinstance(exc, ProxyTimeoutException | TooManyRequestsException):  # retriable codes
+        return True
+    if isinstance(exc, ForbiddenException):
+        return failover and " is a slave" in str(exc)
+    return isinstance(exc, RESTART_OS_ERRORS)
+
+
+def _not_master(exc: RocketMQError) -> bool:
+    """A write refused by a slave: ``NotMasterError`` in process; over gRPC it is FORBIDDEN,
+    which a client maps to ``PermissionDeniedError`` (no code of its own), so the broker's
+    words tell it from a denied permission."""
+    if isinstance(exc, NotMasterError):
+        return True
+    return isinstance(exc, PermissionDeniedError) and " is a slave" in str(exc)
+
+
+class UnexplainedFailure(AssertionError):
+    """A send failed in a way no broker restart explains."""
 
 
 class LoopThreads:
@@ -139,6 +185,7 @@ class SendLoop(Generic[Where]):
     ) -> None:
         self.acked: list[Acked[Where]] = []
         self.errors: list[str] = []  # send failures, most recent last
+        self.failures: list[tuple[float, Exception]] = []  # (when raised, what)
         self.failed: set[bytes] = set()
         self._new_sender, self._topic, self._pause_s = new_sender, topic, retry_pause_s
         self._threads = LoopThreads(
@@ -162,6 +209,9 @@ class SendLoop(Generic[Where]):
 
         def on_failure(exc: Exception) -> None:
             self.errors.append(repr(exc)[:200])
+            self.failures.append((time.monotonic(), exc))
+            if not restart_explains(exc, failover=True):
+                raise UnexplainedFailure(f"a send failed unexplained by a failover: {exc!r}")
 
         try:
             send_numbered(self._threads.stop, prefix, send, on_ack, on_failure, self._pause_s)

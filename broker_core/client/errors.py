@@ -77,9 +77,12 @@ def check(status: pb.Status) -> None:
         raise error_for(status.code, status.message or "(no message)")
 
 
+# CANCELLED: a stopping server cancels the calls it no longer takes (a broker restarting,
+# e.g. into a new controller role); the outcome is unknown, as after a reset
 _TRANSPORT_RETRIABLE: Final = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.ABORTED,

@@ -61,10 +61,13 @@ def launch_broker(
     listen: str = "127.0.0.1:0",
     extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> BrokerProcess:
     """Start a broker whose store is ``workdir/store``; returns once it accepts calls.
 
-    ``extra_args`` go to ``python -m broker_core.server`` as they are (e.g. ``--namesrv``).
+    ``extra_args`` go to ``python -m broker_core.server`` as they are (e.g. ``--namesrv``);
+    ``wrapper`` comes before the command (e.g. ``ip netns exec NS``, which execs it, so the
+    process is still the broker).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "broker.toml"
@@ -72,6 +75,7 @@ def launch_broker(
     store_dir = workdir / "store"
     proc = subprocess.Popen(
         [
+            *wrapper,
             sys.executable,
             "-m",
             "broker_core.server",

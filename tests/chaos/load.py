@@ -3,8 +3,12 @@
 * :class:`ChaosBroker` runs ``python -m broker_core.server`` on one fixed loopback port
   and one store directory, so it can be SIGKILLed and started again where clients
   expect it (they reconnect by themselves).
-* :class:`AckLog` records what a producer was told was stored: the test's ground truth.
-  ``AckLog.send_until`` runs a numbered send loop into it (``tests/send_loop.py``).
+* :class:`AckLog` records what a producer was told was stored: the test's ground truth,
+  also kept as a ``tests.history.History`` (every send invoked, every ack) for the checker.
+  A failure must be one a broker restart explains (``send_loop.restart_explains``), else
+  ``record_failure`` raises; each is kept with its time, so a test checks it came around
+  a kill (:func:`outside_restarts`). ``AckLog.send_until`` runs a numbered send loop into
+  it (``tests/send_loop.py``).
 * :func:`kill_cycles` SIGKILLs and restarts the broker as a :class:`KillPlan` says.
 * :func:`read_back` reads every queue of a topic by offset, checking no offset is skipped.
 * :func:`process_stats` and :func:`open_fd_kinds` sample a process's memory and open
@@ -30,7 +34,8 @@ from hypothesis import HealthCheck, settings
 
 from broker_core.client import ReceivedMessage, RocketMQClient
 from broker_core.server.launcher import BrokerProcess, launch_broker
-from tests.send_loop import send_numbered
+from tests.history import History, Op
+from tests.send_loop import UnexplainedFailure, restart_explains, send_numbered
 from tests.server.conftest import DEFAULT_CONFIG
 
 READER_GROUP = "chaos-reader"
@@ -70,6 +75,7 @@ class ChaosBroker:
         self.endpoint = f"127.0.0.1:{self.port}"
         self.proc: BrokerProcess | None = None
         self.outputs: list[list[str]] = []
+        self.ready_s: list[float] = []  # when each start accepted calls (time.monotonic())
 
     @property
     def pid(self) -> int:
@@ -82,6 +88,7 @@ class ChaosBroker:
             self.workdir, flush=self.flush, config=self.config, listen=self.endpoint
         )
         self.outputs.append(self.proc.output)
+        self.ready_s.append(time.monotonic())
         return self.proc
 
     def alive(self) -> bool:
@@ -131,16 +138,33 @@ class AckLog:
 
     acks: dict[bytes, Ack] = field(default_factory=dict)
     failed_sends: Counter[str] = field(default_factory=Counter)  # by exception class
+    failures: list[tuple[float, BaseException]] = field(default_factory=list)  # (when, what)
+    history: History = field(default_factory=History)
+    _ops: dict[bytes, Op] = field(default_factory=dict)
     _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def invoke(self, bodies: Sequence[bytes]) -> None:
+        """Sends of ``bodies`` begin (an op left without an outcome counts as unknown)."""
+        ops = {body: self.history.invoke(body.decode()) for body in bodies}
+        with self._cond:
+            self._ops.update(ops)
 
     def record(self, body: bytes, message_id: str) -> None:
         with self._cond:
             self.acks[body] = Ack(message_id, time.monotonic())
+            op = self._ops.pop(body, None)
             self._cond.notify_all()
+        if op is not None:
+            self.history.ok(op)
 
     def record_failure(self, exc: BaseException) -> None:
+        """A failed send: kept with its time; raises ``UnexplainedFailure`` unless a broker
+        restart explains it."""
         with self._cond:
             self.failed_sends[type(exc).__name__] += 1
+            self.failures.append((time.monotonic(), exc))
+        if not restart_explains(exc):
+            raise UnexplainedFailure(f"a send failed unexplained by a restart: {exc!r}") from exc
 
     def count(self) -> int:
         with self._cond:
@@ -166,7 +190,11 @@ class AckLog:
         def on_ack(body: bytes, _started_s: float, message_id: str) -> None:
             self.record(body, message_id)
 
-        send_numbered(stop, prefix, send, on_ack, self.record_failure, retry_pause_s)
+        def invoked(body: bytes) -> str:
+            self.invoke([body])
+            return send(body)
+
+        send_numbered(stop, prefix, invoked, on_ack, self.record_failure, retry_pause_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +203,18 @@ class KillPlan:
     min_acks: int  # acknowledgements between a restart and the next kill: drawn from
     max_acks: int  # [min_acks, max_acks]
     ack_timeout_s: float = 60.0  # how long those acknowledgements may take
+
+
+def outside_restarts(
+    failures: list[tuple[float, BaseException]],
+    kills: list[float],
+    ready: list[float],
+    grace_s: float,
+) -> list[tuple[float, BaseException]]:
+    """Failures not raised between a kill and ``grace_s`` after the restart that followed
+    it was ready (``ready[i]`` is when the broker killed at ``kills[i]`` accepted calls)."""
+    windows = list(zip(kills, ready, strict=True))
+    return [f for f in failures if not any(k <= f[0] <= r + grace_s for k, r in windows)]
 
 
 def kill_cycles(broker: ChaosBroker, plan: KillPlan, acks: AckLog, seed: int) -> list[float]:
@@ -191,8 +231,9 @@ def kill_cycles(broker: ChaosBroker, plan: KillPlan, acks: AckLog, seed: int) ->
         )
         time.sleep(rng.uniform(0, 0.03))
         assert broker.alive(), f"broker died on its own in cycle {cycle}\n{broker.log_tail()}"
+        kills.append(time.monotonic())  # before the signal: clients see it before wait() ends
+        acks.history.fault(f"kill {cycle}")
         broker.kill()
-        kills.append(time.monotonic())
         broker.start()
     return kills
 
@@ -204,15 +245,16 @@ def read_back(client: RocketMQClient, topic: str) -> list[ReceivedMessage]:
     skips a stored message, and an offset below the maximum is always readable.
     """
     found: list[ReceivedMessage] = []
-    for queue in client.query_route(topic):
-        low = client.query_offset(topic, queue.queue_id, "BEGINNING")
-        high = client.query_offset(topic, queue.queue_id, "END")
+    # a cluster member's route lists every group's queues: each id is read here once
+    for queue_id in sorted({queue.queue_id for queue in client.query_route(topic)}):
+        low = client.query_offset(topic, queue_id, "BEGINNING")
+        high = client.query_offset(topic, queue_id, "END")
         offset = low
         while offset < high:
             batch = client.pull(
                 READER_GROUP,
                 topic,
-                queue.queue_id,
+                queue_id,
                 offset,
                 min(PULL_BATCH, high - offset),
                 with_bounds=False,
@@ -220,8 +262,7 @@ def read_back(client: RocketMQClient, topic: str) -> list[ReceivedMessage]:
             got = [m.queue_offset for m in batch.messages]
             if got != list(range(offset, offset + len(got))) or not got:
                 raise AssertionError(
-                    f"{topic}:{queue.queue_id} from {offset} (max {high}) "
-                    f"returned offsets {got[:5]}..."
+                    f"{topic}:{queue_id} from {offset} (max {high}) returned offsets {got[:5]}..."
                 )
             found += batch.messages
             offset = batch.next_offset

@@ -15,8 +15,17 @@ channels reconnect. At the end every queue is read back by offset.
   interval (plus slack) before a kill. A SIGKILL leaves the page cache intact, so in
   practice nothing is lost here either; only an OS crash would lose that window.
 
-Duplicates (a send retried after its answer was lost) and stored-but-unacknowledged
-messages are allowed (at least once) and reported.
+Stored-but-unacknowledged messages are allowed (at least once) and reported. Duplicates
+(a send the client retried after the kill took its answer) are bounded: a kill can take
+the answers of the requests then in flight, and each such message is stored at most once
+more (a later copy needs another lost answer, i.e. another kill): per kill at most one
+official send + one batch of 64 + 4 bulk requests of 64 in flight (``DUPLICATES_PER_KILL``),
+and every duplicated message must have been in flight (invoked, not yet answered) at a kill.
+
+Every send failure must be one a restart explains (``send_loop.restart_explains``) and
+come between a kill and ``FAILURE_GRACE_S`` after the restart was ready; anything else
+fails the test. The sends and reads also go through the history checker
+(``tests/history.py``): no phantom reads, and for ``--flush sync`` nothing acked lost.
 """
 
 from __future__ import annotations
@@ -38,8 +47,10 @@ from tests.chaos.load import (
     audit,
     dropped_bytes,
     kill_cycles,
+    outside_restarts,
     read_back,
 )
+from tests.history import check
 from tests.send_loop import LoopThreads
 
 TOPIC = "chaos-kill"
@@ -48,6 +59,12 @@ BATCH_SIZES = (16, 64)  # below and above the fast lane threshold (send_message.
 FLUSH_INTERVAL_MS = 200
 LOSS_SLACK_S = 0.5  # scheduling slack on a shared 2-core machine
 RETRY_PAUSE_S = 0.02  # between failed sends while the broker is down
+CLIENT_TIMEOUT_S = 5
+BULK_IN_FLIGHT = 4
+DUPLICATES_PER_KILL = 1 + BATCH_SIZES[1] + BULK_IN_FLIGHT * BATCH_SIZES[1]
+# a send begun before the restart was ready may fail up to one client timeout after it
+# (plus the official client's reconnect backoff, ~1 s, and scheduling slack)
+FAILURE_GRACE_S = CLIENT_TIMEOUT_S + 3
 
 
 SHORT = KillPlan(kills=2, min_acks=30, max_acks=200)
@@ -82,13 +99,16 @@ class Producers:
             producer.shutdown()
 
     def _batch(self) -> None:
-        with RocketMQClient(self.endpoint, timeout_s=5, retry_backoff_s=0.05) as client:
+        with RocketMQClient(
+            self.endpoint, timeout_s=CLIENT_TIMEOUT_S, retry_backoff_s=0.05
+        ) as client:
             seq = 0
             for size in itertools.cycle(BATCH_SIZES):
                 if self.stop.is_set():
                     break
                 bodies = [b"B-%08d" % (seq + i) for i in range(size)]
                 seq += size
+                self.acks.invoke(bodies)
                 try:
                     receipts = client.send_batch(TOPIC, [OutgoingMessage(b) for b in bodies])
                 except Exception as exc:
@@ -101,7 +121,10 @@ class Producers:
     def _bulk(self) -> None:
         """Bulk sends (SendBulk), up to 4 requests in flight; acked as each one finishes."""
         with RocketMQClient(
-            self.endpoint, timeout_s=5, retry_backoff_s=0.05, max_in_flight=4
+            self.endpoint,
+            timeout_s=CLIENT_TIMEOUT_S,
+            retry_backoff_s=0.05,
+            max_in_flight=BULK_IN_FLIGHT,
         ) as client:
             sent: deque[tuple[list[bytes], PendingSend]] = deque()
             seq = 0
@@ -109,6 +132,7 @@ class Producers:
                 if not self.stop.is_set():
                     bodies = [b"C-%08d" % (seq + i) for i in range(BATCH_SIZES[1])]
                     seq += len(bodies)
+                    self.acks.invoke(bodies)
                     try:
                         sent.append((bodies, client.send_columns_async(TOPIC, bodies)))
                     except Exception as exc:  # the first (synchronous) bulk send failed
@@ -181,6 +205,10 @@ def test_acknowledged_messages_survive_sigkill(
 
     acked = acks.snapshot()
     result = audit(acked, stored)
+    for message in stored:
+        acks.history.read(message.body.decode(), f"q{message.queue_id}")
+    report = check(acks.history)
+    unexplained = outside_restarts(acks.failures, kills, broker.ready_s[1:], FAILURE_GRACE_S)
     summaries = broker.recovery_summaries()
     windows = [loss_window_s(acked[body].acked_at_s, kills) for body in result.lost]
     chaos_figures(
@@ -195,8 +223,19 @@ def test_acknowledged_messages_survive_sigkill(
         max_lost_per_kill=max(lost_per_kill([acked[b].acked_at_s for b in result.lost], kills)),
         max_loss_window_ms=round(max(windows, default=0) * 1000, 1),
         recovered_dropped_bytes=dropped_bytes(summaries),
+        history=report.summary(),
         seconds=round(time.monotonic() - started_s, 1),
     )
+    assert not unexplained, (
+        f"sends failed away from any kill (kills {kills}, restarts ready "
+        f"{broker.ready_s[1:]}): {unexplained[:5]}"
+    )
+    assert report.phantoms == [] and report.failed_read == [], report.violations()
+    duplicates = sum(n - 1 for n in report.duplicates.values())
+    assert duplicates <= plan.kills * DUPLICATES_PER_KILL, report.summary()
+    spanning = {op.msg_id for k in kills for op in acks.history.in_flight_at(k)}
+    stray = sorted(set(report.duplicates) - spanning)
+    assert not stray, f"{len(stray)} duplicated messages were in flight at no kill: {stray[:5]}"
     assert len(kills) == plan.kills
     for prefix, producer in ((b"A-", "official"), (b"B-", "batch"), (b"C-", "bulk in flight")):
         assert any(body.startswith(prefix) for body in acked), f"no {producer} send was acked"
@@ -204,6 +243,7 @@ def test_acknowledged_messages_survive_sigkill(
     assert result.acknowledged > plan.kills * plan.min_acks
     if flush == "sync":
         assert result.lost == [], f"{len(result.lost)} acknowledged messages lost"
+        report.assert_valid(max_duplicates=plan.kills * DUPLICATES_PER_KILL)
     else:
         bound_s = FLUSH_INTERVAL_MS / 1000 + LOSS_SLACK_S
         late = [w for w in windows if w > bound_s]

@@ -67,6 +67,9 @@ def test_official_producer_keeps_sending_across_a_failover(group: ControllerGrou
     assert old is not None
     with RocketMQClient(group.procs[old.master].endpoint) as client:
         client.create_topic(TOPIC, queues=4)
+    for endpoint in group.endpoints():  # the client may ask the slave for the route first
+        with RocketMQClient(endpoint) as client:
+            wait_until(lambda c=client: bool(c.query_route(TOPIC)), 30, "the topic everywhere")  # type: ignore[misc]
     sender = official_sends(";".join(e for e in group.endpoints()))
     try:
         wait_until(lambda: len(sender.acked) > 20, 30, "official sends flowing")
