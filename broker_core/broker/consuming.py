@@ -100,7 +100,7 @@ class ConsumerCalls:
             remaining = deadline - self._clock_ms()
             if got or remaining <= 0:
                 return got
-            self.waiter.wait(watched, seen, min(remaining, 1_000))
+            self.waiter.wait(watched, seen, min(remaining, 1_000), who=group)
 
     def _receive_plan(
         self, topic_config: TopicConfig, group: str, client_id: str, ids: list[int]
