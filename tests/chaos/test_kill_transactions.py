@@ -151,6 +151,7 @@ SRC, DST = "eo-src", "eo-dst"
 
 # what a query sees while the broker it reads and writes is down (and nothing else)
 BROKER_DOWN = (
+    "BrokerUnavailableError",  # our client's (seen: "... unreachable ... Connection refused")
     "BrokerNotReachableError",
     "RemotingConnectError",
     "StatusCode.UNAVAILABLE",
