@@ -103,7 +103,7 @@ class ConsumerCalls:
             if got or remaining <= 0:
                 self.trace.delivered(group, client_id, got, invisible_ms)
                 return got
-            self.waiter.wait(watched, seen, min(remaining, 1_000))
+            self.waiter.wait(watched, seen, min(remaining, 1_000), who=group)
 
     def _receive_plan(
         self, topic_config: TopicConfig, group: str, client_id: str, ids: list[int]

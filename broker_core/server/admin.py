@@ -17,7 +17,9 @@ Methods and their request fields (``?`` = optional):
 
 ==============  ==========================================================================
 Health          (none) → broker name, endpoint, commitlog min/max/flushed offsets, and
-                          each background service's state ("ok" or its failure)
+                          each background service's state ("ok" or its failure);
+                          parked: {pulls: n, receives: {now: {group: n}, total:
+                          {group: waits begun}}} (long polls waiting for messages)
 CreateTopic     name, queues?, read_queues?, write_queues?, perm?, message_type?,
                 attributes?, update?, force? → the topic + created, changed,
                 hidden_messages, warnings (an existing topic keeps what is not given;
@@ -33,7 +35,7 @@ CreateGroup     name, max_retries?, retry_backoff? ("1s,5s" | "delay_level" | ba
                 group need update; the broker's CID_RMQ_SYS_* groups are refused)
 ListGroups      (none) → groups
 GroupProgress   name, topic? → per queue: topic, queue_id, broker_offset,
-                consumer_offset, lag
+                consumer_offset, lag; total_lag; inflight (POP deliveries not yet acked)
 QueryMessage    id, topic? | key, topic, max_results? ; text_bodies? → messages (bodies
                 base64, or UTF-8 text when asked and they decode; ``body_encoding`` says)
 ResetOffset     group, topic, to ("earliest" | "latest" | timestamp ms) → per queue offsets

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import pickle
+import threading
 import time
 from typing import Any
 
@@ -26,12 +27,13 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 from broker_core.broker.pop.receipt import ReceiptHandle
 from broker_core.cli import cli
 from broker_core.client import OutgoingMessage, RocketMQClient
-from broker_core.cluster.local import LocalCluster
+from broker_core.cluster.local import LocalCluster, free_port
 from broker_core.errors import RocketMQError, TopicNotFoundError
 from broker_core.namesrv.client import NameServerClient
+from broker_core.namesrv.model import BrokerRegistration, DataVersion
 from tests.cluster_procs import send_numbered
 from tests.server.test_pull_and_offsets import split_stream
-from tests.server.test_simple_consumer import ack, change_invisible, receive
+from tests.server.test_simple_consumer import ack, ack_entry, change_invisible, receive
 
 Code = pb.Code
 BROKERS = ("broker-a", "broker-b", "broker-c")
@@ -235,6 +237,102 @@ def test_ack_and_invisible_change_at_the_wrong_broker_are_forwarded(cluster3) ->
     finally:
         for channel in channels.values():
             channel.close()
+
+
+def create_on_b(cluster3, topic: str) -> None:
+    rmq(
+        "topic",
+        "create",
+        topic,
+        "--queues",
+        "1",
+        "--namesrv",
+        cluster3.namesrv,
+        "--broker",
+        "broker-b",
+    )
+
+
+def _one_delivery_of_broker_b(cluster3, topic: str, stubs: dict[str, Any]) -> Any:
+    create_on_b(cluster3, topic)
+    with RocketMQClient(cluster3.endpoints["broker-b"]) as client:
+        client.send_batch(topic, [b"only"])
+    got: list[Any] = []
+    wait_for(lambda: got.extend(messages(stubs["broker-b"], topic, "GID-fwd")) or got, 10, "it")
+    return got[0]
+
+
+def test_a_forwarded_call_is_never_forwarded_again(cluster3) -> None:
+    """The loop guard: a call that arrives forwarded, for a handle of another broker, is
+    answered with an error naming that broker; nothing is acked."""
+    with (
+        grpc.insecure_channel(cluster3.endpoints["broker-a"]) as a,
+        grpc.insecure_channel(cluster3.endpoints["broker-b"]) as b,
+    ):
+        stubs = {
+            "broker-a": service_pb2_grpc.MessagingServiceStub(a),
+            "broker-b": service_pb2_grpc.MessagingServiceStub(b),
+        }
+        m = _one_delivery_of_broker_b(cluster3, "fwd-loop", stubs)
+        request = service_pb2.AckMessageRequest(
+            group=pb.Resource(name="GID-fwd"),
+            topic=pb.Resource(name="fwd-loop"),
+            entries=[ack_entry(m)],
+        )
+        looped = stubs["broker-a"].AckMessage(
+            request, timeout=10, metadata=[("x-mq-forwarded-by", "broker-c")]
+        )
+        [entry] = looped.entries
+        assert entry.status.code == Code.PROXY_TIMEOUT, entry.status
+        assert "'broker-b'" in entry.status.message and "forwarded" in entry.status.message
+        assert ack(stubs["broker-b"], "fwd-loop", "GID-fwd", m).entries[0].status.code == Code.OK
+
+
+def test_forwarding_to_a_dead_master_answers_an_error_naming_it(cluster3) -> None:
+    """broker-dead is registered (and heartbeats) but nothing listens at its gRPC address,
+    as after a crash the NameServer has not noticed yet: an ack for its handle gets an
+    error naming it and the failed call, not a hang and not OK."""
+    dead_addr = f"127.0.0.1:{free_port()}"
+    registration = BrokerRegistration(
+        cluster="DefaultCluster",
+        broker_name="broker-dead",
+        broker_id=0,
+        broker_addr=f"127.0.0.1:{free_port()}",
+        grpc_addr=dead_addr,
+        ha_addr="",
+        topics={},
+        data_version=DataVersion(0, int(time.time() * 1000), 1),
+    )
+    namesrv = NameServerClient(cluster3.namesrv)
+    stop = threading.Event()
+
+    def heartbeat() -> None:
+        while not stop.wait(0.3):
+            namesrv.broker_heartbeat("DefaultCluster", "broker-dead", 0, registration.broker_addr)
+
+    beats = threading.Thread(target=heartbeat, name="dead-heartbeat")
+    namesrv.register_broker(registration)
+    beats.start()
+    create_on_b(cluster3, "fwd-dead")
+    handle = ReceiptHandle("fwd-dead", 0, 0, 1, 1, 1, "broker-dead").encode()
+    try:
+        with grpc.insecure_channel(cluster3.endpoints["broker-a"]) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+
+            def answer() -> Any:
+                return ack(stub, "fwd-dead", "GID-fwd", handle).entries[0].status
+
+            # broker-a's cached cluster view (300 ms) learns of broker-dead
+            wait_for(lambda: "not a live broker" not in answer().message, 10, "the route")
+            status = answer()
+    finally:
+        stop.set()
+        beats.join()
+        namesrv.close()
+    assert status.code == Code.PROXY_TIMEOUT, status
+    assert f"forwarding AckMessage to broker 'broker-dead' at {dead_addr} failed" in (
+        status.message
+    )
 
 
 # ---- our client over the cluster ---------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Shared fixtures of the connector tests: one SparkSession per run, one broker per module.
 
 * ``spark`` (session): ``local[2]``, UI off, 2 shuffle partitions, UTC, Python filter
-  pushdown on; its Python workers run this virtualenv's interpreter. The ``rocketmq``
+  pushdown on; its Python workers run this virtualenv's interpreter. Its JVM is started
+  without fork() (:mod:`tests.connector.spark_gateway`). The ``rocketmq``
   format is never registered by hand: Spark finds ``pyspark_rocketmq.DefaultSource``.
 * ``broker`` / ``client`` (module): a broker process on a loopback port and our client.
 * helpers: :func:`new_topic` (a fresh topic per test), :func:`produce`,
@@ -15,18 +16,17 @@ import json
 import os
 import sys
 import uuid
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from broker_core.client import OutgoingMessage, RocketMQClient, SendReceipt
+from tests.connector import spark_gateway
 from tests.server.conftest import BrokerProcess, start_broker
 
 __all__ = [
@@ -44,46 +44,31 @@ __all__ = [
 _NAMES = itertools.count()
 
 
-def _start_session(builder: SparkSession.Builder) -> SparkSession:
-    """``getOrCreate``, launched again (up to three times in all) on JAVA_GATEWAY_EXITED.
-
-    pyspark forks spark-submit with a ``preexec_fn``, from a test process whose gRPC
-    threads are running by then; once in a full run (2,751 tests) the child died before
-    the JVM said a word ("Java gateway process exited before sending its port number",
-    with gRPC's "skipping fork() handlers" beside it). A JVM that does start is used as
-    is; any other error, or a third such exit, fails the run.
-    """
-    for _ in range(2):
-        try:
-            return builder.getOrCreate()
-        except PySparkRuntimeError as exc:
-            if exc.getCondition() != "JAVA_GATEWAY_EXITED":
-                raise
-            warnings.warn(f"Spark's JVM gateway exited at launch, again: {exc}", stacklevel=2)
-    return builder.getOrCreate()
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep Spark's traffic on loopback
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("rocketmq-connector-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    session = _start_session(builder)
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    conf = {
+        "spark.master": "local[2]",
+        "spark.app.name": "rocketmq-connector-tests",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    gateway = spark_gateway.launch(conf)  # no fork() under gRPC: see spark_gateway
+    try:
+        session = spark_gateway.session_on(gateway, SparkSession.builder.config(map=conf))
+        session.sparkContext.setLogLevel("ERROR")
+        yield session
+        session.stop()
+    finally:
+        gateway.stop()
 
 
 @pytest.fixture(scope="module")

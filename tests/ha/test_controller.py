@@ -135,11 +135,10 @@ def test_failover_after_sigkill_loses_no_acknowledged_message(group: ControllerG
     producer = Producer(group.endpoints())
     took_s = _kill_and_recover(group, producer, _members(group))
     acked = producer.stop()
-    print(
+    print(  # a figure, not a pass mark: timings belong to ./dev bench (issue 31)
         f"\nfailover: kill → first acknowledged send on the new master {took_s:.2f} s; "
         f"{len(acked)} acknowledged"
     )
-    assert took_s < 10, f"failover took {took_s:.1f} s"
     _check_nothing_lost(group, acked)
 
 

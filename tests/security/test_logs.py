@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from broker_core.client import RocketMQClient
-from broker_core.errors import TopicNotFoundError
-from tests.security.conftest import start_with
+from broker_core.errors import RocketMQError, TopicNotFoundError
+from tests.security.conftest import ADMIN_KEY, ADMIN_SECRET, AUTH_TOML, start_with
 from tests.server.conftest import BrokerProcess
 
 
@@ -67,3 +67,38 @@ def test_text_format_is_the_default(broker_process: BrokerProcess) -> None:
         assert time.monotonic() < deadline, "".join(broker_process.output[-20:])
         time.sleep(0.05)
     assert not any(line.startswith("{") for line in broker_process.output)
+
+
+SECRETS = ("first-S3cret-of-dave", "second-S3cret-of-dave")
+
+
+@pytest.fixture(scope="module")
+def json_auth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    proc = start_with(
+        tmp_path_factory.mktemp("logs-auth"),
+        extra_toml=AUTH_TOML,
+        extra_args=["--log-format", "json", "--log-level", "debug"],
+    )
+    yield proc
+    assert proc.stop() == 0, "".join(proc.output[-50:])
+
+
+def test_audit_lines_mask_secrets_whatever_the_outcome(json_auth_broker: BrokerProcess) -> None:
+    """A user's secret key reaches no log line: not the audit line of a change that
+    succeeded, not of one refused, not any debug line."""
+    with RocketMQClient(
+        json_auth_broker.endpoint, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET
+    ) as admin:
+        admin.create_user("dave", SECRETS[0])
+        with pytest.raises(RocketMQError):  # exists: refused, still audited
+            admin.create_user("dave", SECRETS[1])
+        admin.create_user("dave", SECRETS[1], update=True)
+    found = [a for a in audit_lines(json_auth_broker, 3) if a["action"] == "CreateUser"]
+    assert [a["outcome"].split(" ")[0] for a in found] == ["ok", "refused", "ok"]
+    for line in found:
+        assert line["args"]["secret_key"] == "***" and line["args"]["user"] == "dave"
+        assert line["user"] == ADMIN_KEY
+    output = "".join(json_auth_broker.output)
+    assert "dave" in output
+    for secret in (*SECRETS, ADMIN_SECRET):
+        assert secret not in output

@@ -32,7 +32,8 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.retry import RetryPolicy
 from broker_core.broker.topics import TopicConfig
-from tests.server.conftest import BrokerProcess, start_broker
+from broker_core.client import RocketMQClient
+from tests.server.conftest import BrokerProcess, await_nothing_more, start_broker
 from tests.server.test_pull_and_offsets import (
     client_message,
     mq,
@@ -236,7 +237,7 @@ def test_official_fifo_push_consumer_forwards_to_the_dlq(producer, push_consumer
 
 
 def test_official_push_consumers_share_a_group_and_another_group_gets_all(
-    producer, push_consumers
+    broker, producer, push_consumers
 ) -> None:
     first, second, other = Recorder(), Recorder(), Recorder()
     push_consumers("opc-share-group", "opc-share", first)
@@ -251,6 +252,8 @@ def test_official_push_consumers_share_a_group_and_another_group_gets_all(
         20,
         "the shared group's 30 deliveries",
     )
-    time.sleep(0.5)  # a duplicate would show up now
+    with RocketMQClient(broker.endpoint) as admin:  # a duplicate would have arrived by now
+        await_nothing_more(admin, "opc-share-group")
+        await_nothing_more(admin, "opc-share-other")
     assert sorted(first.bodies() + second.bodies()) == expected
     assert other.bodies() == expected

@@ -24,7 +24,8 @@ from rocketmq.v5.exception import BadRequestException
 
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.topics import TopicConfig
-from tests.server.conftest import BrokerProcess, start_broker
+from broker_core.client import RocketMQClient
+from tests.server.conftest import BrokerProcess, await_parked_receive, start_broker
 from tests.server.test_pull_and_offsets import (
     client_message,
     mq,
@@ -196,8 +197,8 @@ def test_change_invisible_duration_issues_a_new_handle(stub) -> None:
     old = m.system_properties.receipt_handle
     reply = change_invisible(stub, "sc-change", "g-change", old, 20_000)
     assert reply.status.code == Code.OK and reply.receipt_handle not in ("", old)
-    time.sleep(1.5)  # past the first invisible time: the extension must hold
-    statuses, _, _ = split_stream(receive(stub, "sc-change", "g-change"))
+    # a 3 s long poll spans the first (1 s) invisible time: the extension must hold
+    statuses, _, _ = split_stream(receive(stub, "sc-change", "g-change", poll_ms=3_000))
     assert [s.code for s in statuses] == [Code.MESSAGE_NOT_FOUND]
     assert ack(stub, "sc-change", "g-change", old).status.code == Code.INVALID_RECEIPT_HANDLE
     assert ack(stub, "sc-change", "g-change", reply.receipt_handle).status.code == Code.OK
@@ -401,7 +402,7 @@ def test_official_redelivery_change_invisible_and_ack(producer, consumers) -> No
     [second] = consumer.receive(16, 1)  # after the 1 s invisible time
     assert (second.message_id, second.delivery_attempt) == (receipt.message_id, 2)
     consumer.change_invisible_duration(second, 30)
-    time.sleep(1.2)  # the old deadline passes; the new one holds the message back
+    assert consumer.receive(16, 20) == []  # a 2 s poll: past the old 1 s deadline, held
     consumer.ack(second)  # with the handle ChangeInvisibleDuration returned
     with pytest.raises(BadRequestException) as stale:
         consumer.ack(first)
@@ -448,7 +449,9 @@ def test_official_consumers_of_one_group_share_and_another_group_gets_all(
     assert sorted(m.body for m in receive_all(other, 20)) == expected
 
 
-def test_client_leaving_during_the_long_poll_gets_its_message_released(producer, stub) -> None:
+def test_client_leaving_during_the_long_poll_gets_its_message_released(
+    broker, producer, stub
+) -> None:
     """A receive whose client gave up does not keep a message invisible for 60 s."""
     request = service_pb2.ReceiveMessageRequest(
         group=pb.Resource(name="osc-g-leave"),
@@ -458,7 +461,8 @@ def test_client_leaving_during_the_long_poll_gets_its_message_released(producer,
         long_polling_timeout=duration(8_000),
     )
     call = stub.ReceiveMessage(request, timeout=10)
-    time.sleep(0.3)  # parked in the broker now
+    with RocketMQClient(broker.endpoint) as admin:
+        await_parked_receive(admin, "osc-g-leave")  # the broker holds the poll now
     call.cancel()
     receipt = producer.send(client_message("osc-leave", b"not lost"))
     [m] = received(stub, "osc-leave", "osc-g-leave", poll_ms=6_000, timeout_s=8)

@@ -76,7 +76,13 @@ def group_progress(ctx: ServerContext, args: Args) -> Json:
         for t, q, high, offset, lag in ctx.broker.group_progress(name)
         if topic is None or t == topic
     ]
-    return {"group": name, "queues": rows, "total_lag": sum(r["lag"] for r in rows)}
+    inflight = sum(unacked for _, _, unacked in ctx.broker.pop.progress_of(name).values())
+    return {
+        "group": name,
+        "queues": rows,
+        "total_lag": sum(r["lag"] for r in rows),
+        "inflight": inflight,
+    }
 
 
 def reset_offset(ctx: ServerContext, args: Args) -> list[Json]:

@@ -27,6 +27,10 @@ def health(ctx: ServerContext, args: Args) -> Json:
         "put_tps": ctx.broker.put_rate.per_second(),
         "services": ctx.broker.service_health(),
         "replication": ctx.broker.replication.status(),
+        "parked": {
+            "pulls": ctx.broker.long_polling.parked_count,
+            "receives": ctx.broker.waiter.parked(),
+        },
     }
 
 

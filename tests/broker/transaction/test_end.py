@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 from broker_core.broker.system_topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from broker_core.broker.transaction.transaction import Resolution
+from broker_core.broker.transaction.transaction import PrepareResult, Resolution
 from broker_core.errors import InvalidArgumentError, MessageNotFoundError, StoreClosedError
 from broker_core.message import (
     PROPERTY_DELIVER_TIME_MS,
@@ -15,8 +16,18 @@ from broker_core.message import (
     PROPERTY_TRANSACTION_ID,
 )
 from broker_core.protocol.unit import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
-from tests.broker.transaction.conftest import GROUP, REAL, T0, TRANSACTION_PROPS, Broker, read_queue
+from tests.broker.transaction.conftest import (
+    GROUP,
+    REAL,
+    T0,
+    TIMEOUT_MS,
+    TRANSACTION_PROPS,
+    Broker,
+    read_queue,
+)
 from tests.store.conftest import make_message
+
+ROLLBACK = Resolution.ROLLBACK
 
 
 def test_commit_delivers_exactly_once_with_properties_intact(broker: Broker) -> None:
@@ -117,3 +128,54 @@ def test_failed_end_leaves_the_half_unresolved(tmp_path: Path) -> None:
     b.end(p, Resolution.COMMIT)
     assert [m.message_id for m in b.real()] == [p.message_id]
     b.close()
+
+
+def test_a_commit_racing_a_check_back_rollback_of_the_same_half_ends_it_once(
+    broker: Broker,
+) -> None:
+    """The producer's COMMIT and the ROLLBACK answering a check-back of the same half
+    arrive at once (two threads, started together): one ends the half, the other is
+    told it already ended; the real topic holds exactly the halves whose commit won."""
+    halves = [broker.prepare(i) for i in range(1, 61)]
+    checked = broker.checks(T0 + TIMEOUT_MS + 1)
+    assert {r.message_id for r in broker.requests} == {p.message_id for p in halves}, checked
+    ops_before = len(read_queue(broker.store, TRANS_OP_HALF_TOPIC))  # the check round's
+    outcomes: dict[tuple[str, Resolution], str] = {}
+
+    def end(p: PrepareResult, resolution: Resolution, gate: threading.Barrier) -> None:
+        gate.wait()
+        try:
+            broker.tx.end(
+                p.message_id, p.transaction_id, resolution, from_check=resolution is ROLLBACK
+            )
+            outcomes[p.message_id, resolution] = "ended"
+        except MessageNotFoundError as exc:
+            outcomes[p.message_id, resolution] = str(exc)
+
+    threads = []
+    for p in halves:
+        gate = threading.Barrier(2)
+        threads += [
+            threading.Thread(target=end, args=(p, resolution, gate))
+            for resolution in (Resolution.COMMIT, ROLLBACK)
+        ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    committed = []
+    for p in halves:
+        commit, rollback = (
+            outcomes[p.message_id, Resolution.COMMIT],
+            outcomes[p.message_id, ROLLBACK],
+        )
+        assert sorted((commit, rollback)) in (
+            ["ended", f"half message {p.message_id} was already committed"],
+            ["ended", f"half message {p.message_id} was already rolled back"],
+        ), (commit, rollback)
+        if commit == "ended":
+            committed.append(p.message_id)
+    assert sorted(m.message_id for m in broker.real()) == sorted(committed)
+    ops = len(read_queue(broker.store, TRANS_OP_HALF_TOPIC)) - ops_before
+    assert ops == len(halves)  # one end each
+    assert broker.checks(T0 + 10 * TIMEOUT_MS).checked == []  # nothing left unresolved
