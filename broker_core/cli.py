@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 # The verb modules register their groups and commands on ``cli`` when imported.
-from broker_core import cli_auth, cli_cluster, cli_messages, cli_server  # noqa: F401
+from broker_core import cli_auth, cli_cluster, cli_console, cli_messages, cli_server  # noqa: F401
 from broker_core.cli_admin import topic
 from broker_core.cli_base import _iso, _table, cli
 
