@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 
 import click
 
@@ -36,3 +37,19 @@ def console(listen: str, endpoints: str, namesrv: str | None) -> None:
         )
     click.echo(f"console: {server.url}", err=False)
     server.run()
+
+
+def console_for_cluster(
+    namesrv: str, listen: str = "127.0.0.1:0"
+) -> tuple[str, Callable[[], None]] | None:
+    """Start a console of the cluster behind ``namesrv`` on a background thread, for ``rmq
+    cluster up``: ``(url, stop)``, or None when the ``console`` extra is not installed.
+
+    A busy ``listen`` address raises ListenError (port 0, the default, picks a free one).
+    """
+    try:
+        from broker_core.console.server import start_console
+    except ImportError:  # pip install 'rocketmq-spark[console]'
+        return None
+    server = start_console(listen, namesrv=namesrv)
+    return server.url, server.stop
