@@ -7,9 +7,12 @@ the tests); ``rmq console`` runs it in the foreground with :meth:`ConsoleServer.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -48,6 +51,15 @@ def client_factory(endpoints: str | None, namesrv: str | None) -> Sessions:
     return Sessions(make)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal capture (which re-raises the signal after the
+    shutdown): :meth:`ConsoleServer.run` installs handlers that just stop it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class ConsoleServer:
     """One console listening on ``listen`` (``HOST:PORT``; port 0 picks a free one)."""
 
@@ -60,6 +72,7 @@ class ConsoleServer:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._socket.bind((host, port))
+            self._socket.listen(128)  # connections wait in the backlog until uvicorn runs
         except OSError as exc:
             self._socket.close()
             raise ListenError(f"console cannot listen on {listen}: {exc.strerror}") from None
@@ -67,7 +80,7 @@ class ConsoleServer:
         vendor = Path(os.environ.get("RMQ_CONSOLE_VENDOR", VENDOR_DIR))
         app = create_app(client_factory(endpoints, namesrv), vendor_dir=vendor)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
         self._thread: threading.Thread | None = None
 
     @property
@@ -76,8 +89,15 @@ class ConsoleServer:
         return f"http://{host}:{self.port}/"
 
     def run(self) -> None:
-        """Serve in this thread until interrupted (SIGINT/SIGTERM)."""
+        """Serve in this (main) thread until SIGINT or SIGTERM, then stop cleanly."""
+
+        def stop(signum: int, frame: object) -> None:
+            self._server.should_exit = True
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, stop)
         self._server.run(sockets=[self._socket])
+        self._socket.close()
 
     def start(self) -> ConsoleServer:
         """Serve on a daemon thread; returns once the server accepts connections."""
