@@ -174,11 +174,12 @@ class Console:
         try:
             body = await _json_body(request)
             access_key, secret_key = str(body["access_key"]), str(body["secret_key"])
-            await run_in_threadpool(self.sessions.login, session, access_key, secret_key)
+            fresh = await run_in_threadpool(self.sessions.login, session, access_key, secret_key)
         except KeyError:
             return JSONResponse({"error": "give access_key and secret_key", "type": "bad"}, 400)
         except RocketMQError as exc:
             return JSONResponse(error_json(exc), http_status(exc))
+        request.session["sid"] = fresh.sid
         return JSONResponse({"user": access_key})
 
     async def logout(self, request: Request) -> Response:

@@ -95,20 +95,23 @@ class Sessions:
             return session.targets
         return None if self.auth_required() else self._anonymous
 
-    def login(self, session: Session, access_key: str, secret_key: str) -> None:
-        """Check the keys with one signed call (Health); UnauthorizedError if refused."""
+    def login(self, session: Session, access_key: str, secret_key: str) -> Session:
+        """Check the keys with one signed call (Health; UnauthorizedError if refused) and
+        return a new session for the user: a new id and CSRF token, so an id planted
+        before the login is worth nothing after it. ``session`` ends."""
         client = self._make_client(access_key, secret_key)
         try:
             client.health()
         except RocketMQError:
             client.close()
             raise
+        fresh = Session(
+            secrets.token_urlsafe(24), secrets.token_urlsafe(24), access_key, Targets(client)
+        )
         with self._lock:
-            old, session.targets = session.targets, Targets(client)
-            session.access_key = access_key
-            session.csrf = secrets.token_urlsafe(24)  # a new token for the new identity
-        if old is not None:
-            old.client.close()
+            self._sessions[fresh.sid] = fresh
+        self.logout(session)
+        return fresh
 
     def logout(self, session: Session) -> None:
         with self._lock:

@@ -165,3 +165,22 @@ def test_an_admin_sees_users_and_rules_and_no_secret_anywhere(
     assert status_of_with(page, "/api/topics") == 401
     assert errors.seen == []
     page.context.close()
+
+
+def test_a_session_id_from_before_the_login_is_worth_nothing_after_it(
+    browser: Browser, console: ConsoleServer
+) -> None:
+    page, errors = open_page(browser, console.url)
+    page.goto("/login")
+    [planted] = page.context.cookies()
+    login(page, READER, READER_SECRET)
+    expect(page.locator("#topics")).to_be_visible()
+    [after] = page.context.cookies()
+    assert after["value"] != planted["value"]
+    assert status_of_with(page, "/api/topics") == 200
+    other = browser.new_context(base_url=console.url)
+    other.add_cookies([planted])  # e.g. an id an attacker obtained and planted beforehand
+    assert int(other.request.get("/api/topics").status) == 401
+    other.close()
+    assert errors.seen == []
+    page.context.close()
