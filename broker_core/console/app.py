@@ -241,9 +241,13 @@ def routes(console: Console) -> list[Route | Mount]:
         Route("/api" + path, console.api_write(write), methods=[method])
         for method, path, write in writes.WRITES
     ]
-    static: list[Route | Mount] = [Mount("/static", StaticFiles(directory=HERE / "static"))]
+    # an editable install (./dev: strict mode) links the package's files: follow the links
+    static: list[Route | Mount] = [
+        Mount("/static", StaticFiles(directory=HERE / "static", follow_symlink=True))
+    ]
     if console.vendor_dir is not None:
-        static.append(Mount("/vendor", StaticFiles(directory=console.vendor_dir)))
+        vendor = StaticFiles(directory=console.vendor_dir, follow_symlink=True)
+        static.append(Mount("/vendor", vendor))
     return [
         Route("/login", console.login_page),
         Route("/api/login", console.login, methods=["POST"]),

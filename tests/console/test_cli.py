@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -14,7 +15,8 @@ from broker_core.cli import cli
 from broker_core.cli_console import console_for_cluster
 
 
-def test_rmq_console_prints_its_url_and_serves() -> None:
+def test_rmq_console_prints_its_url_and_serves(tmp_path: Path) -> None:
+    # run from elsewhere: the installed package serves (./dev's editable install links files)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -26,6 +28,7 @@ def test_rmq_console_prints_its_url_and_serves() -> None:
             "--endpoints",
             "127.0.0.1:1",
         ],
+        cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -35,8 +38,9 @@ def test_rmq_console_prints_its_url_and_serves() -> None:
         line = proc.stdout.readline()
         assert line.startswith("console: http://127.0.0.1:"), line
         url = line.split()[1]
-        with urllib.request.urlopen(url + "static/console.css", timeout=10) as response:
-            assert response.status == 200
+        for asset in ("static/console.css", "vendor/chart.umd.js"):
+            with urllib.request.urlopen(url + asset, timeout=10) as response:
+                assert response.status == 200, asset
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
