@@ -15,6 +15,7 @@ from typing import Any, Final
 from broker_core.client import ReceivedMessage, RocketMQClient
 from broker_core.console.targets import Targets
 from broker_core.console.views import CONSOLE_GROUP, _try
+from broker_core.errors import RocketMQError
 
 MAX_RESULTS: Final = 200
 HEX_PREVIEW_BYTES: Final = 4096
@@ -86,11 +87,11 @@ def by_key(targets: Targets, topic: str, key: str) -> list[dict[str, Any]]:
 def by_id(targets: Targets, message_id: str, topic: str | None) -> list[dict[str, Any]]:
     """The message (MessageNotFoundError from the last broker group when none has it)."""
     clients = targets.holding(topic) if topic else targets.brokers()
-    error: Exception | None = None
+    error: RocketMQError | None = None
     for broker, client in clients.items():
         try:
             rows = client.query_message(message_id=message_id, topic=topic)
-        except Exception as exc:
+        except RocketMQError as exc:  # not on this broker group; the next may have it
             error = exc
             continue
         return [_from_query(r, broker) for r in rows]

@@ -3,6 +3,7 @@ dict from the request. Pages render it (``templates/``); ``/api`` + path returns
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final
 
 from starlette.requests import Request
@@ -59,8 +60,6 @@ def search(request: Request, t: Targets, rates: ConsumeRates) -> dict[str, Any]:
         if key:
             found = messages.by_key(t, topic_name, key)
         else:
-            import time
-
             stop = end if end is not None else int(time.time() * 1000) + 1
             found = messages.by_time(t, topic_name, begin or 0, stop)
     return {"messages": found}

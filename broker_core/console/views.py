@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from broker_core.client import RocketMQClient
 from broker_core.console.targets import Targets
-from broker_core.errors import NotFoundError, RocketMQError
+from broker_core.errors import RocketMQError
 from broker_core.protocol.group_topics import dlq_topic
 
 T = TypeVar("T")
@@ -227,7 +227,3 @@ def acl(client: RocketMQClient) -> dict[str, Any]:
         "rules": rules or [],
         "error": error or rules_error,
     }
-
-
-def is_not_found(exc: BaseException) -> bool:
-    return isinstance(exc, NotFoundError)
