@@ -26,7 +26,13 @@ def console(listen: str, endpoints: str, namesrv: str | None) -> None:
     """Serve the web console of the broker at --endpoints, or of the cluster behind
     --namesrv. With authentication on, it asks each user for an access key and secret
     key and makes every call as that user."""
-    from broker_core.console.server import ConsoleServer  # its web deps load only here
+    try:
+        from broker_core.console.server import ConsoleServer  # its web deps load only here
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the web console needs the 'console' extra "
+            f"(pip install 'rocketmq-spark[console]'): {exc}"
+        ) from None
 
     server = ConsoleServer(listen, endpoints=None if namesrv else endpoints, namesrv=namesrv)
     if not _is_loopback(server.host):
