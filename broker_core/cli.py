@@ -24,7 +24,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 # The verb modules register their groups and commands on ``cli`` when imported.
-from broker_core import cli_auth, cli_cluster, cli_messages, cli_server, cli_trace  # noqa: F401
+from broker_core import (  # noqa: F401
+    cli_auth,
+    cli_cluster,
+    cli_console,
+    cli_messages,
+    cli_server,
+    cli_trace,
+)
 from broker_core.cli_admin import topic
 from broker_core.cli_base import _iso, _table, cli
 

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from broker_core.client import OutgoingMessage, RocketMQClient
+from broker_core.console.server import start_console
 from broker_core.server.launcher import launch_broker
 from spark_jobs import order_events
 from spark_jobs.common import session
@@ -130,7 +131,12 @@ def main() -> int:
     spark = session("rocketmq-e2e-demo")
     spark.sparkContext.setLogLevel("ERROR")
     with demo_broker() as endpoints, tempfile.TemporaryDirectory() as tmp:
-        table = run_demo(spark, endpoints, Path(tmp))
+        console = start_console(endpoints=endpoints)  # rmq console, for as long as the demo runs
+        print(f"web console: {console.url}")
+        try:
+            table = run_demo(spark, endpoints, Path(tmp))
+        finally:
+            console.stop()
         print(f"\nrevenue per status per minute (from '{OUTPUT_TOPIC}'):")
         table.show(100, truncate=False)
     spark.stop()

@@ -2,7 +2,8 @@
 it until SIGTERM/SIGINT, stop it.
 
 Printed on stdout, one line each, before ``READY``: ``controller URL`` (with etcd),
-``namesrv ADDR``, ``broker KEY ENDPOINT`` per broker, ``metrics KEY URL``, ``ca FILE``
+``namesrv ADDR``, ``broker KEY ENDPOINT`` per broker, ``metrics KEY URL``, ``console URL``
+(the web console, when the ``console`` extra is installed), ``ca FILE``
 and an ``export …`` line (with TLS), ``port WANTED taken: GIVEN`` for every port that was
 not free, ``endpoints FILE`` and ``env FILE``. After ``READY``: what the
 :class:`~broker_core.cluster.supervisor.Supervisor` reports. A start that fails stops
@@ -17,10 +18,14 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker_core.cluster.local import LocalCluster
 from broker_core.cluster.ports import PortPlan, remove_endpoints, write_endpoints
 from broker_core.cluster.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from broker_core.console.server import ConsoleServer
 
 
 def _say(line: str, err: bool = False) -> None:
@@ -67,8 +72,10 @@ def run_up(
             shutil.rmtree(directory, ignore_errors=True)
         raise
     ca_file = str(secure.ca_file) if secure is not None else ""
+    console: ConsoleServer | None = None
     try:
-        _announce(local, ca_file)
+        console = _start_console(local.namesrv)
+        _announce(local, ca_file, console.url if console else "")
         supervisor = Supervisor(
             local,
             _say,
@@ -78,10 +85,21 @@ def run_up(
         supervisor.run(stop)
     finally:
         remove_endpoints(directory)
+        if console is not None:
+            console.stop()
         local.stop()
 
 
-def _announce(local: LocalCluster, ca_file: str) -> None:
+def _start_console(namesrv: str) -> ConsoleServer | None:
+    """The cluster's web console on a free loopback port; None without the extra."""
+    try:
+        from broker_core.console.server import start_console
+    except ImportError:  # pip install 'rocketmq-spark[console]'
+        return None
+    return start_console("127.0.0.1:0", namesrv=namesrv)
+
+
+def _announce(local: LocalCluster, ca_file: str, console_url: str) -> None:
     if local.etcd_url:
         _say(f"controller {local.etcd_url}")
     _say(f"namesrv {local.namesrv}")
@@ -89,6 +107,8 @@ def _announce(local: LocalCluster, ca_file: str) -> None:
         _say(f"broker {name} {endpoint}")
     for name, url in local.metrics_urls.items():
         _say(f"metrics {name} {url}")
+    if console_url:
+        _say(f"console {console_url}")
     if ca_file:
         _say(f"ca {ca_file}")
         _say(f"export RMQ_CA_FILE={ca_file} GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={ca_file}")

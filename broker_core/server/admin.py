@@ -16,7 +16,8 @@ unknown or malformed fields are BAD_REQUEST (40000), and so on. No exception esc
 Methods and their request fields (``?`` = optional):
 
 ==============  ==========================================================================
-Health          (none) → broker name, endpoint, commitlog min/max/flushed offsets, and
+Health          (none) → broker name, endpoint, commitlog min/max/flushed offsets,
+                          put TPS, version, the store's disk use, replication, and
                           each background service's state ("ok" or its failure);
                           parked: {pulls: n, receives: {now: {group: n}, total:
                           {group: waits begun}}} (long polls waiting for messages)

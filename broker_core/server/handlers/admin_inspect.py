@@ -6,6 +6,8 @@ Request fields and results are listed in ``server/admin.py``. Neither changes an
 from __future__ import annotations
 
 import base64
+import importlib.metadata
+import shutil
 from typing import Final
 
 from broker_core.errors import InvalidArgumentError
@@ -14,6 +16,16 @@ from broker_core.server.context import ServerContext
 from broker_core.server.json_args import Args, Json, Verb
 
 MAX_QUERY_RESULTS: Final = 1_000
+
+
+def _version() -> str | None:
+    try:
+        return importlib.metadata.version("rocketmq-spark")
+    except importlib.metadata.PackageNotFoundError:  # a source tree never installed
+        return None
+
+
+_VERSION: Final = _version()
 
 
 def health(ctx: ServerContext, args: Args) -> Json:
@@ -25,6 +37,8 @@ def health(ctx: ServerContext, args: Args) -> Json:
         "commitlog_max_offset": high,
         "commitlog_flushed_offset": flushed,
         "put_tps": ctx.broker.put_rate.per_second(),
+        "version": _VERSION,
+        "disk": _disk(ctx.broker.store.config.store_dir),
         "services": ctx.broker.service_health(),
         "replication": ctx.broker.replication.status(),
         "parked": {
@@ -32,6 +46,15 @@ def health(ctx: ServerContext, args: Args) -> Json:
             "receives": ctx.broker.waiter.parked(),
         },
     }
+
+
+def _disk(store_dir: str) -> Json | None:
+    """The store's file system: total and used bytes (for the console's disk column)."""
+    try:
+        usage = shutil.disk_usage(store_dir)
+    except OSError:
+        return None
+    return {"total_bytes": usage.total, "used_bytes": usage.used, "free_bytes": usage.free}
 
 
 def _host(address: tuple[str, int]) -> str:
