@@ -74,7 +74,7 @@ def test_wanted_ports_when_free_others_when_taken_and_an_env_file_for_the_cli(
             segments = list((store / "commitlog").iterdir())
             assert [p.stat().st_size for p in segments] == [SMALL_STORE["segment_size_bytes"]]
             [console] = up.printed["console"]  # the web console of the cluster (issue 29)
-            with urllib.request.urlopen(f"{console}/api/topics", timeout=30) as answer:
+            with urllib.request.urlopen(console.rstrip("/") + "/api/topics", timeout=30) as answer:
                 assert "up-small" in answer.read().decode()
             assert up.stop() == 0
         finally:
