@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import re
 import signal
 import socket
@@ -62,6 +63,8 @@ README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 MARKER = re.compile(r"<!-- readme-test: ([a-z-]+) -->\n```bash\n(.*?)```", re.DOTALL)
 BLOCK = re.compile(r"```bash\n(.*?)```", re.DOTALL)
+CLI_ENV = ("RMQ_CA_FILE", "RMQ_TLS", "RMQ_NAMESRV", "RMQ_ACCESS_KEY", "RMQ_SECRET_KEY")
+READY_WAIT_S = 120  # queue.Empty past this: it hangs before READY
 README_PORTS = ("9876", "8081", "8082", "10911", "2379")
 LONG_RUNNING = re.compile(r"\brmq (cluster up|namesrv start|broker start)\b")
 CLUSTER_UP_FLAGS = {  # cluster up's default ports (the README's), by its options
@@ -116,11 +119,10 @@ class Session:
         self.cwd = cwd
         self.ports = {port: str(free_port()) for port in README_PORTS}
         self.env = {**os.environ, "RMQ_ENDPOINTS": f"127.0.0.1:{self.ports['8081']}"}
-        for name in ("RMQ_CA_FILE", "RMQ_TLS", "RMQ_NAMESRV", "RMQ_ACCESS_KEY", "RMQ_SECRET_KEY"):
+        for name in (*CLI_ENV, "RMQ_CONTROLLER"):
             self.env.pop(name, None)
-        self.env.pop("RMQ_CONTROLLER", None)
         self.background: list[subprocess.Popen[str]] = []
-        self.outputs: list[str] = []  # per line run: what it printed (READY line included)
+        self.printed: list[tuple[str, str]] = []  # (README line, what it printed) per line run
 
     def port(self, readme_port: str) -> str:
         return self.ports[readme_port]
@@ -135,11 +137,20 @@ class Session:
     def run(self, line: str) -> None:
         command = self.as_run(line)
         if LONG_RUNNING.search(command):
-            self.start(command)
+            self.start(command, line)
         elif line.lstrip().startswith((". ", "source ")):
             self.source(command)
         else:
-            self.outputs.append(self.bash(command, line))
+            self.printed.append((line, self.bash(command, line)))
+
+    @property
+    def outputs(self) -> list[str]:
+        return [out for _, out in self.printed]
+
+    def printed_by(self, words: str) -> str:
+        """What the one line containing ``words`` printed."""
+        (out,) = [out for line, out in self.printed if words in line]
+        return out
 
     def bash(self, command: str, line: str) -> str:
         done = subprocess.run(
@@ -159,7 +170,7 @@ class Session:
         self.env = dict(item.split("=", 1) for item in printed.split("\0") if "=" in item)
         assert "PATH" in self.env, printed
 
-    def start(self, command: str) -> None:
+    def start(self, command: str, line: str) -> None:
         proc = subprocess.Popen(
             ["bash", "-c", f"exec {command}"],
             cwd=self.cwd,
@@ -170,16 +181,15 @@ class Session:
             start_new_session=True,  # a kill at the end reaches cluster up's children
         )
         self.background.append(proc)
-        assert proc.stdout is not None
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=read_lines, args=(proc, lines), daemon=True).start()
         seen = []
-        for out in proc.stdout:  # READY comes once it serves
+        while (out := lines.get(timeout=READY_WAIT_S)) is not None:  # READY once it serves
             seen.append(out)
             if out.startswith("READY"):
-                self.outputs.append("".join(seen))
-                drain = threading.Thread(target=lambda s=proc.stdout: [*s], daemon=True)
-                drain.start()  # later lines must not fill the pipe and block it
+                self.printed.append((line, "".join(seen)))
                 return
-        raise AssertionError(f"{command} ended before READY:\n{''.join(seen)}")
+        raise AssertionError(f"{line} ended before READY:\n{''.join(seen)}")
 
     def stop(self) -> None:
         """SIGTERM, newest first; each must exit 0 (SIGKILL its group if it hangs)."""
@@ -194,6 +204,14 @@ class Session:
                     os.killpg(proc.pid, signal.SIGKILL)
                 codes.append(proc.wait(10))
         assert all(code == 0 for code in codes), f"background exit codes {codes}"
+
+
+def read_lines(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+    """Every line ``proc`` prints, then None; read to the end, so the pipe never fills."""
+    assert proc.stdout is not None
+    for out in proc.stdout:
+        lines.put(out)
+    lines.put(None)
 
 
 Check = Callable[[Session], None]
@@ -244,20 +262,17 @@ def column(text: str, name: str) -> list[str]:
     return [cells[index].strip() for cells in rows if cells[index].strip()]
 
 
-def output_of(session: Session, verb: str) -> str:
-    matches = [out for out in session.outputs if out.startswith(verb) or f"\n{verb}" in out]
-    assert matches, f"no output starting {verb!r} in {session.outputs}"
-    return matches[-1]
-
-
 def assert_two_groups(session: Session, groups: list[str]) -> None:
-    """cluster list shows both groups; the route puts 4 read queues on each."""
-    assert sorted(column(output_of(session, "cluster"), "broker")) == groups
-    route = output_of(session, "topic orders")
+    """cluster list shows both groups, the route 4 read queues on each, and the message
+    sent came back from consume (its body as sent)."""
+    assert sorted(column(session.printed_by("rmq cluster list"), "broker")) == groups
+    route = session.printed_by("rmq topic route orders")
     assert column(route, "broker") == groups
     assert column(route, "read queues") == ["4", "4"]
-    consumed = [out for out in session.outputs if '{"id": 1}' in out]
-    assert consumed, "the message sent did not come back from `rmq consume`"
+    assert '{"id": 1}' in session.printed_by("rmq consume orders --group billing")
+    progress = session.printed_by("rmq group progress billing")
+    assert progress.startswith("group billing (total lag 0)"), progress
+    assert column(progress, "consumer offset") == ["1"], progress  # the one message, committed
 
 
 def test_every_rmq_block_is_marked_and_known() -> None:
