@@ -280,3 +280,17 @@ def group_progress(
             for r in progress["queues"]
         ],
     )
+
+
+@group.command("clients")
+@click.argument("name")
+@json_option
+@endpoints_option
+def group_clients(name: str, as_json: bool, endpoints: str) -> None:
+    """The online consumers of group NAME (gRPC and 4.x clients alike; mqadmin's
+    consumerConnection)."""
+    with _client(endpoints) as client:
+        clients = client.group_progress(name)["clients"]
+    if as_json:
+        return _print_json({"group": name, "clients": clients})
+    _table(f"group {name}: {len(clients)} online", ["client id"], [(c,) for c in clients])

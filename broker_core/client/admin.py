@@ -198,8 +198,8 @@ class AdminCalls(ABC):
 
     def group_progress(self, name: str, topic: str | None = None) -> dict[str, Any]:
         """``{"group", "queues": [{topic, queue_id, broker_offset, consumer_offset, lag}],
-        "total_lag", "inflight"}`` (POP deliveries not yet acked); GroupNotFoundError for an
-        unknown group."""
+        "total_lag", "inflight", "clients"}`` (POP deliveries not yet acked; the ids of the
+        group's online consumers); GroupNotFoundError for an unknown group."""
         result: dict[str, Any] = self._admin(
             "GroupProgress", _drop_none({"name": name, "topic": topic})
         )

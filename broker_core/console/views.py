@@ -179,10 +179,12 @@ def group(targets: Targets, name: str) -> dict[str, Any]:
     broker group knows it)."""
     config: dict[str, Any] | None = None
     queues: list[dict[str, Any]] = []
+    clients: set[str] = set()
     for broker, client in targets.brokers().items():
         progress, _ = _try(client.group_progress, name)
         if progress is None:
             continue
+        clients.update(progress.get("clients", ()))
         if config is None:
             config = next((g for g in client.list_groups() if g["name"] == name), None)
         queues.extend(dict(q, broker=broker) for q in progress["queues"])
@@ -197,7 +199,7 @@ def group(targets: Targets, name: str) -> dict[str, Any]:
         "queues": queues,
         "lag_by_topic": by_topic,
         "total_lag": sum(by_topic.values()),
-        "clients": None,  # no admin call lists a group's connections yet
+        "clients": sorted(clients),  # online consumers, over every broker group
         "time_ms": int(time.time() * 1000),
     }
 

@@ -36,7 +36,8 @@ CreateGroup     name, max_retries?, retry_backoff? ("1s,5s" | "delay_level" | ba
                 group need update; the broker's CID_RMQ_SYS_* groups are refused)
 ListGroups      (none) → groups
 GroupProgress   name, topic? → per queue: topic, queue_id, broker_offset,
-                consumer_offset, lag; total_lag; inflight (POP deliveries not yet acked)
+                consumer_offset, lag; total_lag; inflight (POP deliveries not yet acked);
+                clients (ids of the group's online consumers)
 QueryMessage    id, topic? | key, topic, max_results? ; text_bodies? → messages (bodies
                 base64, or UTF-8 text when asked and they decode; ``body_encoding`` says)
 ResetOffset     group, topic, to ("earliest" | "latest" | timestamp ms) → per queue offsets

@@ -13,10 +13,12 @@ from typing import Any
 
 import grpc
 import pytest
+from click.testing import CliRunner
 from playwright.sync_api import Browser, Page, expect
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
+from broker_core.cli import cli
 from broker_core.client import RocketMQClient
 from broker_core.console.server import ConsoleServer
 from tests.console.conftest import PageErrors, new_console, open_page, shot
@@ -186,6 +188,30 @@ def test_group_page_shows_lag_and_a_reset_changes_it(page: Page, client: RocketM
     page.click("#reset-offsets button")
     total = sum(q["max_offset"] for q in client.topic_status(TOPIC))
     expect(page.locator("#total-lag")).to_have_text(str(total))
+
+
+def test_group_page_and_cli_show_the_online_clients(
+    page: Page, broker: BrokerProcess, client: RocketMQClient
+) -> None:
+    expect_clients = page.locator("#clients")
+    page.goto(f"/groups/{DEAD_GROUP}")
+    expect(expect_clients).to_have_text("none")
+    with grpc.insecure_channel(broker.endpoint) as channel:  # a consumer's heartbeat
+        beat = service_pb2.HeartbeatRequest(
+            group=pb.Resource(name=DEAD_GROUP), client_type=pb.ClientType.SIMPLE_CONSUMER
+        )
+        answer = service_pb2_grpc.MessagingServiceStub(channel).Heartbeat(
+            beat, metadata=[("x-mq-client-id", "cid-console-test")], timeout=5
+        )
+        assert answer.status.code == pb.Code.OK
+    assert client.group_progress(DEAD_GROUP)["clients"] == ["cid-console-test"]
+    page.goto(f"/groups/{DEAD_GROUP}")
+    expect(expect_clients).to_have_text("cid-console-test")
+    shown = CliRunner().invoke(
+        cli, ["group", "clients", DEAD_GROUP, "--json", "--endpoints", broker.endpoint]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output) == {"group": DEAD_GROUP, "clients": ["cid-console-test"]}
 
 
 def _sent_by_console(client: RocketMQClient) -> bool:

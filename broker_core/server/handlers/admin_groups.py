@@ -82,6 +82,7 @@ def group_progress(ctx: ServerContext, args: Args) -> Json:
         "queues": rows,
         "total_lag": sum(r["lag"] for r in rows),
         "inflight": inflight,
+        "clients": ctx.broker.clients.consumers(name),  # online (gRPC and 4.x alike)
     }
 
 
