@@ -15,6 +15,7 @@ from broker_core.errors import ReplicationProtocolError
 from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from broker_core.store.commitlog import CommitLog
+from broker_core.store.consume_queue import ConsumeQueueSet
 
 
 def verified_prefix(buf: bytes, offset: int, segment_size: int) -> int:
@@ -118,3 +119,16 @@ def append_replica(commitlog: CommitLog, offset: int, data: bytes) -> int:
         commitlog.append_raw(offset + done, rest[:size])
         done += size
     return done
+
+
+def adopt_queues(queues: ConsumeQueueSet, commitlog: CommitLog) -> dict[str, int]:
+    """Set each queue's next offset from its consume queue (dispatched from the replicated
+    bytes, whether or not the topic table knows the topic), never lowering one, so no
+    offset is given twice; returns topic -> highest queue id held + 1."""
+    held: dict[str, int] = {}
+    table = commitlog.queue_offsets
+    for cq in queues.all():
+        key = (cq.topic, cq.queue_id)
+        table.set(*key, max(cq.max_offset, table.peek(*key)))
+        held[cq.topic] = max(held.get(cq.topic, 0), cq.queue_id + 1)
+    return held
