@@ -350,9 +350,8 @@ class MessageStore:
     def adopt_replicated_queues(self, timeout_s: float = 10.0) -> dict[str, int]:
         """A slave about to take writes: wait until its replicated bytes are dispatched,
         then take each queue's next offset from its consume queue, whatever its topic
-        table says (``append_replica`` assigns none; recovery does the same), never
-        lowering one. Returns topic -> highest queue id held + 1; StoreError when
-        dispatch does not catch up in time."""
+        table says (``append_replica`` assigns none; recovery does the same). Returns
+        topic -> highest queue id held + 1; StoreError if dispatch does not catch up."""
         if not self.wait_dispatched(timeout_s):
             raise StoreError(f"dispatch did not catch up within {timeout_s:.0f} s")
         return adopt_queues(self.queues, self.commitlog)

@@ -122,13 +122,12 @@ def append_replica(commitlog: CommitLog, offset: int, data: bytes) -> int:
 
 
 def adopt_queues(queues: ConsumeQueueSet, commitlog: CommitLog) -> dict[str, int]:
-    """Set each queue's next offset from its consume queue (dispatched from the replicated
-    bytes, whether or not the topic table knows the topic), never lowering one, so no
-    offset is given twice; returns topic -> highest queue id held + 1."""
+    """Set each queue's next offset from its consume queue: what the replicated log holds,
+    whether or not the topic table knows the topic, and even below an entry recovery made
+    before a queue began again (``ConsumeQueue.restarted_by``). Returns topic -> highest
+    queue id held + 1."""
     held: dict[str, int] = {}
-    table = commitlog.queue_offsets
     for cq in queues.all():
-        key = (cq.topic, cq.queue_id)
-        table.set(*key, max(cq.max_offset, table.peek(*key)))
+        commitlog.queue_offsets.set(cq.topic, cq.queue_id, cq.max_offset)
         held[cq.topic] = max(held.get(cq.topic, 0), cq.queue_id + 1)
     return held
