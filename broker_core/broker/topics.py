@@ -33,7 +33,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -321,6 +321,32 @@ class TopicManager:
                 return False
             self._write_locked({n: c for n, c in self._topics.items() if n != name})
         return True
+
+    def cover_queues(self, held: Mapping[str, int]) -> builtins.list[str]:
+        """Make every topic readable up to the queues a store holds (``held``: topic ->
+        highest queue id + 1); returns the names created or widened, persisted once.
+
+        A promoted slave calls it: its copy of the master's table may lack a topic made
+        (or widened) since the last copy, while its log already holds that topic's
+        messages. A missing ordinary topic gets what auto-create gives, widened to cover
+        the held queues; a missing retry/DLQ/system topic exactly the held queues; a known
+        topic with fewer read queues gets more read queues (its write queues are the
+        master's choice and stay).
+        """
+        with self._lock:
+            configs = [c for name, n in held.items() if (c := self._covering(name, n))]
+            self._put_locked(configs)
+        return [c.name for c in configs]
+
+    def _covering(self, name: str, held: int) -> TopicConfig | None:
+        held = min(held, MAX_QUEUE_NUMS)
+        config = self._topics.get(name)
+        if config is None:
+            nums = max(held, self.default_queue_nums) if auto_creatable(name) else held
+            return TopicConfig(name, nums, nums)
+        if config.read_queue_nums >= held:
+            return None
+        return replace(config, read_queue_nums=held)
 
     def list(self) -> builtins.list[TopicConfig]:
         """Every config, sorted by name."""

@@ -90,7 +90,10 @@ class Replication:
         if self.slave is not None:
             self.slave.halt()
         self.slave = None
-        broker.store.adopt_replicated_queues()  # before the first client write
+        # Before the first client write: queues go on from what the log holds, and topics
+        # made on the master since the last copy of its table are derived from them.
+        if covered := broker.topics.cover_queues(broker.store.adopt_replicated_queues()):
+            log.warning("promoted: topic configs derived from the log: %s", ", ".join(covered))
         self.is_slave = False
         broker.store.slave_of = ""
         self.master = HAMaster(

@@ -8,12 +8,18 @@ Format: a JSON object ``{"format": 1, "crc32": N, "data": …}`` where ``crc32``
 canonical (sorted-keys, compact) encoding of ``data``. A file that does not parse or whose
 checksum fails is treated as missing and the ``.bak`` copy is used instead; which one was
 used is reported so callers can log it.
+
+Threads: writes of one file are serialised (a lock per path, process-wide): two writers
+sharing ``name.tmp`` and the rename into ``.bak`` would otherwise rename each other's
+files away (FileNotFoundError), e.g. a slave copying its master's group table while a
+pull auto-creates a group. One store directory has one process (the store lock).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,17 +29,31 @@ from broker_core.errors import CorruptionError
 from broker_core.store.mapped_file import fsync_dir
 
 FORMAT = 1
+_locks: dict[Path, threading.Lock] = {}
+_locks_guard = threading.Lock()
 
 
 def _canonical(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
+def _lock_of(path: Path) -> threading.Lock:
+    key = path.absolute()
+    with _locks_guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Persist ``data`` (JSON-serialisable) to ``path`` atomically and durably."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Persist ``data`` (JSON-serialisable) to ``path`` atomically and durably; writers
+    of one path take turns (see the module docstring)."""
     payload = _canonical(data)
     doc = {"format": FORMAT, "crc32": zlib.crc32(payload), "data": data}
+    with _lock_of(path):
+        _write_locked(path, doc)
+
+
+def _write_locked(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
         fh.write(json.dumps(doc, sort_keys=True, indent=1).encode())

@@ -199,6 +199,17 @@ class ConsumeQueue:
         self.min_offset = min(self.min_offset, cut)
         self.dirty = True
 
+    def restarted_by(self, logical_offset: int, physical_offset: int) -> bool:
+        """Whether a unit for ``logical_offset`` below this queue's end, of a message stored
+        after the queue's last one, means the queue began again where the log was written:
+        its topic deleted and made again on a master while this slave kept the old queue.
+        A unit written again (a replay) is never of a later message."""
+        if logical_offset >= self.max_offset:
+            return False
+        if self.max_offset == self.min_offset:  # no unit left (retention): nothing to replay
+            return True
+        return physical_offset > self.get_unit(self.max_offset - 1)[0]
+
     # ---- reading --------------------------------------------------------------------
 
     def _locate(self, logical_offset: int) -> tuple[MappedFile, int]:

@@ -39,7 +39,7 @@ from broker_core.service_thread import ServiceThread
 from broker_core.store import codec
 from broker_core.store.appended import Appended
 from broker_core.store.commitlog import CommitLog
-from broker_core.store.consume_queue import UNIT_DTYPE, ConsumeQueueSet
+from broker_core.store.consume_queue import UNIT_DTYPE, ConsumeQueue, ConsumeQueueSet
 from broker_core.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,8 @@ class Dispatcher:
             in_queue = (req.sys_flag & layout.SYSFLAG_TRANSACTION_MASK) not in layout.NOT_IN_QUEUE
             if queues and in_queue and (only_queues is None or key in only_queues):
                 cq = self._queues.find_or_create(req.topic, req.queue_id)
+                if cq.restarted_by(req.queue_offset, req.physical_offset):
+                    cq = self._restart(req.topic, req.queue_id, req.queue_offset)
                 cq.put(req.queue_offset, req.physical_offset, req.size, req.tags_code)
                 grown[key] = cq.max_offset
             if index and req.keys and req.physical_offset >= self._indexed_to:
@@ -133,6 +135,17 @@ class Dispatcher:
         """``observer(appended)`` sees each live append, under the commitlog's put lock (so
         it must only hand the record over: message trace queues it for its own thread)."""
         self._observers = [*self._observers, observer]
+
+    def _restart(self, topic: str, queue_id: int, offset: int) -> ConsumeQueue:
+        """Drop a queue the log began again at ``offset`` (``ConsumeQueue.restarted_by``)."""
+        log.warning(
+            "consume queue %s:%d begins again at offset %d (topic made again on the master)",
+            topic,
+            queue_id,
+            offset,
+        )
+        self._queues.remove(topic, queue_id)
+        return self._queues.find_or_create(topic, queue_id)
 
     def on_append(self, appended: Appended) -> None:
         """The commitlog's append hook: queue the batch for dispatch."""

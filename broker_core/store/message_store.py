@@ -66,7 +66,7 @@ from broker_core.store.queue_read import (
 )
 from broker_core.store.raw_read import RawUnits
 from broker_core.store.recovery import RecoveryReport, recover
-from broker_core.store.replica import append_replica
+from broker_core.store.replica import adopt_queues, append_replica
 
 log = logging.getLogger(__name__)
 _PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -321,15 +321,14 @@ class MessageStore:
             self.dispatcher.notify_appended()
         return done
 
-    def adopt_replicated_queues(self, timeout_s: float = 10.0) -> None:
+    def adopt_replicated_queues(self, timeout_s: float = 10.0) -> dict[str, int]:
         """A slave about to take writes: wait until its replicated bytes are dispatched,
-        then take each queue's next offset from its consume queue (``append_replica``
-        does not assign queue offsets; recovery does the same after a restart).
-        StoreError when dispatch does not catch up in time."""
+        then take each queue's next offset from its consume queue, whatever its topic
+        table says (``append_replica`` assigns none; recovery does the same). Returns
+        topic -> highest queue id held + 1; StoreError if dispatch does not catch up."""
         if not self.wait_dispatched(timeout_s):
             raise StoreError(f"dispatch did not catch up within {timeout_s:.0f} s")
-        for cq in self.queues.all():
-            self.commitlog.queue_offsets.set(cq.topic, cq.queue_id, cq.max_offset)
+        return adopt_queues(self.queues, self.commitlog)
 
     # ---- reading ------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from broker_core.errors import ReplicationProtocolError
 from broker_core.protocol import unit as layout
 from broker_core.store import codec
 from broker_core.store.commitlog import CommitLog
+from broker_core.store.consume_queue import ConsumeQueueSet
 
 
 def verified_prefix(buf: bytes, offset: int, segment_size: int) -> int:
@@ -118,3 +119,15 @@ def append_replica(commitlog: CommitLog, offset: int, data: bytes) -> int:
         commitlog.append_raw(offset + done, rest[:size])
         done += size
     return done
+
+
+def adopt_queues(queues: ConsumeQueueSet, commitlog: CommitLog) -> dict[str, int]:
+    """Set each queue's next offset from its consume queue: what the replicated log holds,
+    whether or not the topic table knows the topic, and even below an entry recovery made
+    before a queue began again (``ConsumeQueue.restarted_by``). Returns topic -> highest
+    queue id held + 1."""
+    held: dict[str, int] = {}
+    for cq in queues.all():
+        commitlog.queue_offsets.set(cq.topic, cq.queue_id, cq.max_offset)
+        held[cq.topic] = max(held.get(cq.topic, 0), cq.queue_id + 1)
+    return held
