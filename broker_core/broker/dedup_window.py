@@ -22,11 +22,12 @@ generation; about 120 bytes per id (:meth:`SendWindow.memory_bytes`, in ``/metri
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from broker_core.broker.sending import SendResult
 from broker_core.broker.system_topics import TIMER_TOPIC, TRANS_HALF_TOPIC, is_system_topic
-from broker_core.errors import BusyError, RocketMQError
+from broker_core.errors import BusyError, CorruptionError, RocketMQError
 from broker_core.message import (
     PROPERTY_CHECK_TIMES,
     PROPERTY_REAL_QUEUE_ID,
@@ -47,6 +48,8 @@ from broker_core.protocol import unit as layout
 from broker_core.protocol.group_topics import is_dlq_topic, is_retry_topic
 from broker_core.store import codec
 from broker_core.store.commitlog import CommitLog
+
+log = logging.getLogger(__name__)
 
 PENDING_WAIT_S = 10.0  # longest a repeat waits for the first send of its id to settle
 _GENERATIONS = 16  # the count bound evicts in steps of max_ids / this
@@ -303,7 +306,7 @@ class SendWindow:
             if not self.enabled:
                 return 0
             start = _window_start(commitlog, now - self.window_ms)
-            for buf, pos, phys in commitlog.iter_units(start, commitlog.max_offset):
+            for buf, pos, phys in _readable_units(commitlog, start, commitlog.max_offset):
                 found = _unit_send(buf, pos, now - self.window_ms)
                 if found is None:
                     continue
@@ -324,6 +327,22 @@ class SendWindow:
             lists = sum(sys.getsizeof(keys) for _, keys in self._generations)
             lists += sys.getsizeof(self._current)
             return sys.getsizeof(self._ids) + 64 * len(self._ids) + lists
+
+
+def _readable_units(commitlog: CommitLog, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
+    """``commitlog.iter_units`` that steps over a corrupt region to the next segment
+    instead of failing the broker's start: a damaged unit is refused when read (its id
+    cannot repeat a send the client saw answered), and the rest of the window is kept."""
+    offset = start
+    while offset < end:
+        progress = [offset]
+        try:
+            yield from commitlog.iter_units(offset, end, progress=progress)
+            return
+        except CorruptionError as exc:
+            later = [s.base_offset for s in commitlog.segments() if s.base_offset > progress[0]]
+            log.warning("dedup window: skipped the rest of a segment at %d: %s", progress[0], exc)
+            offset = min(later, default=end)
 
 
 def _window_start(commitlog: CommitLog, since_ms: int) -> int:
