@@ -9,10 +9,14 @@ preallocated (up to 1 GiB each with default settings): kept, their stores added 
 * pytest keeps one earlier run (``tmp_path_retention_count`` in pyproject.toml);
 * doctests that make stores with ``tempfile.mkdtemp()`` (as the docstrings show users)
   make them in a directory of their own that goes when the doctest ends.
+
+And what a test leaves in the main thread: a test that leaves it without a current event
+loop (``asyncio.run`` there does) fails, see ``tests/event_loops.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import Generator, Iterator
@@ -20,6 +24,8 @@ from pathlib import Path
 
 import pytest
 from _pytest.doctest import DoctestItem
+
+from tests.event_loops import main_thread_loop_problem
 
 _FAILED = pytest.StashKey[bool]()
 
@@ -54,3 +60,21 @@ def _doctest_temp_dir(request: pytest.FixtureRequest) -> Iterator[None]:
     monkeypatch.setattr(tempfile, "tempdir", str(path))
     yield
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _main_thread_keeps_an_event_loop() -> Iterator[None]:
+    """Fail the test that leaves the main thread without a usable current event loop.
+
+    The official Python client's gRPC calls made in the main thread need one; left broken,
+    a later, unrelated test's client would fail now and then. The loop is restored (a new
+    one) so only the culprit fails.
+    """
+    yield
+    problem = main_thread_loop_problem()
+    if problem is not None:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        pytest.fail(
+            f"this test left the main thread without a usable event loop ({problem}); "
+            "run asyncio with tests.event_loops.run_in_own_thread instead of asyncio.run"
+        )

@@ -1,4 +1,8 @@
-"""Long polling through asyncio: pull_async answers, timeouts, sharing one loop, cancellation."""
+"""Long polling through asyncio: pull_async answers, timeouts, sharing one loop, cancellation.
+
+Each scenario runs in a thread of its own (``run_in_own_thread``): ``asyncio.run`` in the
+main thread would leave it without a current event loop for later tests' gRPC clients.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from broker_core.broker.pull import PullRequest, PullResult, PullStatus
 from broker_core.store.message_store import MessageStore
 from tests.broker.async_pull import pull_async
 from tests.broker.conftest import LONG_TIMEOUT_MS, msg
+from tests.event_loops import run_in_own_thread
 
 # ---- asyncio ------------------------------------------------------------------------------------
 
@@ -29,13 +34,13 @@ def test_pull_async_is_answered_when_a_message_arrives(
         result = await asyncio.wait_for(task, LONG_TIMEOUT_MS / 1000)
         return result, loop.time() - started
 
-    result, elapsed_s = asyncio.run(scenario())
+    result, elapsed_s = run_in_own_thread(scenario())
     assert [m.body for m in result.messages] == [b"async"]
     assert elapsed_s < LONG_TIMEOUT_MS / 1000 / 2
 
 
 def test_pull_async_times_out(polling: LongPollingService) -> None:
-    result = asyncio.run(pull_async(polling, PullRequest("t", 0, 0), timeout_ms=100))
+    result = run_in_own_thread(pull_async(polling, PullRequest("t", 0, 0), timeout_ms=100))
     assert result.status is PullStatus.NO_NEW_MESSAGE
 
 
@@ -53,7 +58,7 @@ def test_many_async_pulls_share_one_loop(store: MessageStore, polling: LongPolli
         )
         return await asyncio.wait_for(asyncio.gather(*tasks), LONG_TIMEOUT_MS / 1000)
 
-    results = asyncio.run(scenario())
+    results = run_in_own_thread(scenario())
     assert [r.messages[0].queue_id for r in results] == list(range(20))
 
 
@@ -70,7 +75,7 @@ def test_cancelled_async_pull_is_unparked(polling: LongPollingService) -> None:
             await task
         assert polling.parked_count == 0
 
-    asyncio.run(scenario())
+    run_in_own_thread(scenario())
 
 
 def test_async_pull_cancelled_during_its_first_pull_is_unparked(
@@ -85,5 +90,5 @@ def test_async_pull_cancelled_during_its_first_pull_is_unparked(
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    asyncio.run(scenario())  # returns after the executor finished and its callbacks ran
+    run_in_own_thread(scenario())  # returns after the executor finished and its callbacks ran
     assert polling.parked_count == 0
