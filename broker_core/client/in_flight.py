@@ -40,16 +40,37 @@ Answer = TypeVar("Answer", service_pb2.SendMessageResponse, bytes)
 _OK_CODES: Final = frozenset({int(pb.Code.OK), int(pb.Code.MULTIPLE_RESULTS)})
 
 
-def receipts_of(response: service_pb2.SendMessageResponse, count: int) -> list[SendReceipt]:
-    """One receipt per entry; the first entry whose status is not OK raises its error."""
+def receipts_of(
+    response: service_pb2.SendMessageResponse, count: int, request: bytes = b""
+) -> list[SendReceipt]:
+    """One receipt per entry; the first entry whose status is not OK raises its error.
+
+    Apache RocketMQ's proxy (5.5.0) stores a SendMessage of several messages as one
+    MessageBatch in one queue and answers one entry for it (the first message's offset,
+    an offset-style id): the receipts are then made from ``request`` (each message's own
+    id) at consecutive offsets."""
     check(response.status)
     entries = response.entries
+    if len(entries) == 1 and count > 1 and request:
+        return _batch_receipts(entries[0], request, count)
     if len(entries) != count:
         raise RocketMQError(f"broker answered {len(entries)} entries for {count} messages")
     if not {entry.status.code for entry in entries} <= _OK_CODES:
         for entry in entries:
             check(entry.status)
     return [SendReceipt(e.message_id, e.offset, e.transaction_id, e.recall_handle) for e in entries]
+
+
+def _batch_receipts(entry: Any, request: bytes, count: int) -> list[SendReceipt]:
+    """``count`` receipts from one entry answering a whole batch (see :func:`receipts_of`)."""
+    check(entry.status)
+    messages = service_pb2.SendMessageRequest.FromString(request).messages
+    if len(messages) != count:
+        raise RocketMQError(f"broker answered 1 entry for {count} messages")
+    return [
+        SendReceipt(m.system_properties.message_id, entry.offset + i, "", "")
+        for i, m in enumerate(messages)
+    ]
 
 
 @dataclass

@@ -166,7 +166,7 @@ class AsyncSends(ClientCore):
         return self._retrying(
             "SendMessage",
             lambda: receipts_of(
-                call(request, timeout=self.timeout_s, metadata=self._metadata()), count
+                call(request, timeout=self.timeout_s, metadata=self._metadata()), count, request
             ),
         )
 
@@ -222,7 +222,7 @@ class AsyncSends(ClientCore):
         send = self._raw_method("SendMessage")
 
         def decode(response: service_pb2.SendMessageResponse) -> list[SendReceipt]:
-            return receipts_of(response, count)
+            return receipts_of(response, count, request)
 
         def once() -> list[SendReceipt]:
             return decode(send(request, timeout=self.timeout_s, metadata=self._metadata()))

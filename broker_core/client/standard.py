@@ -125,15 +125,24 @@ def topic_status(client: RocketMQClient, topic: str) -> list[dict[str, int]]:
     """Admin TopicStatus over v2: per readable queue ``queue_id``, ``min_offset``,
     ``max_offset`` (TopicNotFoundError as the admin call raises it)."""
     queues = _own_queues(client, client.query_route(topic))
-    return [
-        {
-            "queue_id": q.queue_id,
-            "min_offset": client.query_offset(topic, q.queue_id, "BEGINNING"),
-            "max_offset": client.query_offset(topic, q.queue_id, "END"),
-        }
-        for q in queues
-        if q.permission in READABLE
-    ]
+    try:
+        return [
+            {
+                "queue_id": q.queue_id,
+                "min_offset": client.query_offset(topic, q.queue_id, "BEGINNING"),
+                "max_offset": client.query_offset(topic, q.queue_id, "END"),
+            }
+            for q in queues
+            if q.permission in READABLE
+        ]
+    except ServiceNotOfferedError as exc:  # Apache RocketMQ's proxy (5.5.0) has none
+        raise ServiceNotOfferedError(
+            f"reading {topic} needs the queue bounds (rmq.admin.v1.Admin/TopicStatus, or "
+            f"apache.rocketmq.v2 QueryOffset) and then PullMessage; {client.endpoint} "
+            f"offers neither (Apache RocketMQ's 5.x proxy does not implement QueryOffset, "
+            f"PullMessage, GetOffset or UpdateOffset), so the rocketmq source cannot read "
+            f"there; read through a broker with our services ({exc})"
+        ) from None
 
 
 def broker_name(client: RocketMQClient, topics: Iterable[str]) -> str:

@@ -93,3 +93,28 @@ def test_bulk_sends_without_receipts_are_checked_and_stored_in_queue_blocks(
                 rows.setdefault(request, []).append(int(row))
             for got in rows.values():
                 assert got == list(range(got[0], got[0] + len(got))) and len(got) in (2, 3)
+
+
+def test_one_entry_answering_a_whole_batch_gives_a_receipt_per_message() -> None:
+    """Apache RocketMQ's 5.5.0 proxy stores a multi-message SendMessage as one
+    MessageBatch and answers one entry (the first offset, an offset-style id), as seen
+    against it in tests/connector/test_connector_rocketmq.py; the sink failed on it."""
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2
+
+    from broker_core.client import wire
+    from broker_core.client.in_flight import receipts_of
+
+    request, count = wire.encode_messages("t", [b"a", b"b", b"c"])
+    ok = pb.Status(code=pb.Code.OK, message="OK")
+    entry = service_pb2.SendResultEntry(status=ok, message_id="FD00ABCD", offset=7)
+    response = service_pb2.SendMessageResponse(status=ok, entries=[entry])
+    ids = [
+        m.system_properties.message_id
+        for m in service_pb2.SendMessageRequest.FromString(request).messages
+    ]
+    receipts = receipts_of(response, count, request)
+    assert [(r.message_id, r.offset) for r in receipts] == list(zip(ids, [7, 8, 9], strict=True))
+    assert len(set(ids)) == 3
+    with pytest.raises(errors.RocketMQError, match="1 entries for 3 messages"):
+        receipts_of(response, count)  # without the request: as before, refused
