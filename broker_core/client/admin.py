@@ -196,6 +196,10 @@ class AdminCalls(ABC):
         result: list[dict[str, Any]] = self._admin("ListGroups", {})
         return result
 
+    def delete_group(self, name: str) -> None:
+        """Forget group ``name``'s config and offsets; GroupNotFoundError if unknown."""
+        self._admin("DeleteGroup", {"name": name})
+
     def group_progress(self, name: str, topic: str | None = None) -> dict[str, Any]:
         """``{"group", "queues": [{topic, queue_id, broker_offset, consumer_offset, lag}],
         "total_lag", "inflight", "clients"}`` (POP deliveries not yet acked; the ids of the

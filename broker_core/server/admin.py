@@ -35,6 +35,8 @@ CreateGroup     name, max_retries?, retry_backoff? ("1s,5s" | "delay_level" | ba
                 update? → the group + created, changed (other settings of an existing
                 group need update; the broker's CID_RMQ_SYS_* groups are refused)
 ListGroups      (none) → groups
+DeleteGroup     name → {"deleted": name} (forgets its config and committed offsets; the
+                broker's CID_RMQ_SYS_* groups are refused)
 GroupProgress   name, topic? → per queue: topic, queue_id, broker_offset,
                 consumer_offset, lag; total_lag; inflight (POP deliveries not yet acked);
                 clients (ids of the group's online consumers)
