@@ -26,6 +26,7 @@ from collections.abc import Sequence
 # The verb modules register their groups and commands on ``cli`` when imported.
 from broker_core import (  # noqa: F401
     cli_auth,
+    cli_broker_config,
     cli_cluster,
     cli_console,
     cli_messages,

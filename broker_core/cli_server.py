@@ -151,7 +151,7 @@ def broker_start(
     raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
 
 
-@broker.command("config")
+@broker.group("config", invoke_without_command=True)
 @click.option(
     "--defaults",
     "show_defaults",
@@ -164,8 +164,14 @@ def broker_start(
     default=None,
     help="check this TOML file and print the settings it gives",
 )
-def broker_config(show_defaults: bool, config_file: str | None) -> None:
-    """Print the broker's config keys as TOML (a starting point for --config FILE)."""
+@click.pass_context
+def broker_config(ctx: click.Context, show_defaults: bool, config_file: str | None) -> None:
+    """Print the broker's config keys as TOML (a starting point for --config FILE); or
+    read a running broker's settings (get) and change the live ones (set)."""
+    if ctx.invoked_subcommand is not None:
+        if show_defaults or config_file is not None:
+            raise click.UsageError("--defaults/--config check a file; get/set ask a broker")
+        return
     from broker_core.auth.config import load_security
     from broker_core.config import load_config
     from broker_core.config_reference import as_toml, defaults_toml, security_toml

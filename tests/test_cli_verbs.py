@@ -1,4 +1,5 @@
-"""mqadmin-like verbs against a real broker process: ``rmq group delete`` (issue 30)."""
+"""mqadmin-like verbs against a real broker process (issue 30): ``rmq group delete``,
+``rmq broker config get|set``."""
 
 from __future__ import annotations
 
@@ -49,3 +50,45 @@ def test_group_delete_of_an_offsets_only_group(broker) -> None:
 @pytest.mark.parametrize("name", ["CID_RMQ_SYS_TRANS", "CID_RMQ_SYS_SCHEDULE"])
 def test_the_brokers_own_groups_cannot_be_deleted(broker, name) -> None:
     fails(rmq(broker, "group", "delete", name), name, "broker's own")
+
+
+# ---- broker config get / set --------------------------------------------------------------
+
+
+def test_broker_config_get_shows_settings_and_live_keys(broker) -> None:
+    answer = json.loads(ok(rmq(broker, "broker", "config", "get", "--json")))
+    assert answer["config"]["max_long_polling_ms"] == 30_000
+    assert set(answer["live_keys"]) == {
+        "auto_create_topics",
+        "auto_create_groups",
+        "max_long_polling_ms",
+    }
+    assert "max_long_polling_ms *" in ok(rmq(broker, "broker", "config", "get"))
+
+
+def test_broker_config_set_changes_a_live_key_and_the_broker_obeys(broker) -> None:
+    ok(rmq(broker, "send", "verbs_auto_on", "x"))  # auto-create is on by default
+    out = ok(rmq(broker, "broker", "config", "set", "auto_create_topics", "false"))
+    assert "auto_create_topics True -> False" in out
+    try:
+        fails(rmq(broker, "send", "verbs_auto_off", "x"), "verbs_auto_off", "auto-create is off")
+        answer = json.loads(ok(rmq(broker, "broker", "config", "get", "--json")))
+        assert answer["config"]["auto_create_topics"] is False
+    finally:
+        ok(rmq(broker, "broker", "config", "set", "auto_create_topics", "true"))
+    ok(rmq(broker, "send", "verbs_auto_off", "x"))
+
+
+def test_broker_config_set_of_a_fixed_key_names_the_live_ones(broker) -> None:
+    fails(
+        rmq(broker, "broker", "config", "set", "default_queue_nums", "4"),
+        "default_queue_nums",
+        "auto_create_topics, auto_create_groups, max_long_polling_ms",
+    )
+    fails(rmq(broker, "broker", "config", "set", "max_long_polling_ms", "soon"), "milliseconds")
+    fails(rmq(broker, "broker", "config", "set", "auto_create_groups", "maybe"), "true or false")
+
+
+def test_broker_config_file_checker_still_works() -> None:
+    assert "max_long_polling_ms" in ok(rmq(None, "broker", "config", "--defaults"))
+    fails(rmq(None, "broker", "config", "--defaults", "get"), "get/set")

@@ -22,6 +22,7 @@ TopicStatus, GroupProgress, QueryMessage    Get on the topic / group (QueryMessa
                                             alone: Get on Topic:*)
 ListTopics / ListGroups                     List on Topic:* / Group:*
 ResetOffset                                 Update on the group
+GetBrokerConfig, UpdateBrokerConfig         super users only (not listed)
 ==========================================  ================================================
 
 EndTransaction and RecallMessage name their message by id; the request's topic is what is

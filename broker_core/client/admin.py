@@ -196,6 +196,16 @@ class AdminCalls(ABC):
         result: list[dict[str, Any]] = self._admin("ListGroups", {})
         return result
 
+    def broker_config(self) -> dict[str, Any]:
+        """``{"config": every broker setting now, "live_keys": keys that can change}``."""
+        result: dict[str, Any] = self._admin("GetBrokerConfig", {})
+        return result
+
+    def update_broker_config(self, key: str, value: str | int | bool) -> dict[str, Any]:
+        """Change a live key (InvalidArgumentError for others); ``{"key", "old", "new"}``."""
+        result: dict[str, Any] = self._admin("UpdateBrokerConfig", {"key": key, "value": value})
+        return result
+
     def delete_group(self, name: str) -> None:
         """Forget group ``name``'s config and offsets; GroupNotFoundError if unknown."""
         self._admin("DeleteGroup", {"name": name})

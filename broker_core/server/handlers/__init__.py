@@ -24,6 +24,7 @@ module                RPCs                                                      
                       DeleteGroup
 ``admin_inspect``     Health, QueryMessage                                         Admin
 ``admin_locks``       LockQueues, UnlockQueues                                     Admin
+``admin_config``      GetBrokerConfig, UpdateBrokerConfig                          Admin
 ``admin_auth``        CreateUser, DeleteUser, ListUsers, CreateAcl, DeleteAcl,     Admin
                       ListAcls
 ====================  ===========================================================  =========
