@@ -1,9 +1,9 @@
 """``rmq``: run a broker and administer it — mqadmin's everyday verbs.
 
-``rmq broker start|config``, ``rmq namesrv start``, ``rmq topic create|list|status|delete``,
-``rmq group
-create|list|progress``, ``rmq send``, ``rmq consume``, ``rmq message query``, ``rmq offset
-reset``; ``rmq --version``. Verbs that print a table take ``--json`` for JSON instead.
+``rmq broker start|config [get|set]``, ``rmq namesrv start``, ``rmq topic
+create|list|status|delete``, ``rmq group create|list|progress|clients|delete``, ``rmq
+send``, ``rmq consume``, ``rmq message query``, ``rmq offset reset``; ``rmq --version``.
+Verbs that print a table take ``--json`` for JSON instead.
 Example::
 
     rmq topic create orders --queues 4 --endpoints 127.0.0.1:8081
