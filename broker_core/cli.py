@@ -1,9 +1,9 @@
 """``rmq``: run a broker and administer it — mqadmin's everyday verbs.
 
-``rmq broker start|config``, ``rmq namesrv start``, ``rmq topic create|list|status|delete``,
-``rmq group
-create|list|progress``, ``rmq send``, ``rmq consume``, ``rmq message query``, ``rmq offset
-reset``; ``rmq --version``. Verbs that print a table take ``--json`` for JSON instead.
+``rmq broker start|config [get|set]``, ``rmq namesrv start``, ``rmq topic
+create|list|status|delete``, ``rmq group create|list|progress|clients|delete``, ``rmq
+send``, ``rmq consume``, ``rmq message query``, ``rmq offset reset``; ``rmq --version``.
+Verbs that print a table take ``--json`` for JSON instead.
 Example::
 
     rmq topic create orders --queues 4 --endpoints 127.0.0.1:8081
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 # The verb modules register their groups and commands on ``cli`` when imported.
 from broker_core import (  # noqa: F401
     cli_auth,
+    cli_broker_config,
     cli_cluster,
     cli_console,
     cli_messages,

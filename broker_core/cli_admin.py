@@ -1,4 +1,5 @@
-"""``rmq topic create|list|status|delete`` and ``rmq group create|list|progress``."""
+"""``rmq topic create|list|status|delete`` and ``rmq group
+create|list|progress|clients|delete``."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from broker_core.cli_base import (
     _client,
     _print_json,
     _table,
+    broker_client,
     cli,
     endpoints_option,
     json_option,
 )
+from broker_core.errors import GroupNotFoundError
 
 # ---- topics ---------------------------------------------------------------------------------
 
@@ -294,3 +297,29 @@ def group_clients(name: str, as_json: bool, endpoints: str) -> None:
     if as_json:
         return _print_json({"group": name, "clients": clients})
     _table(f"group {name}: {len(clients)} online", ["client id"], [(c,) for c in clients])
+
+
+@group.command("delete")
+@click.argument("name")
+@json_option
+@endpoints_option
+@cli_cluster.namesrv_option(required=False)
+def group_delete(name: str, as_json: bool, endpoints: str, namesrv: str | None) -> None:
+    """Delete group NAME: its config and committed offsets (mqadmin deleteSubGroup; with
+    --namesrv: on every broker group of the cluster that has it)."""
+    addrs = cli_cluster.broker_addrs(namesrv) if namesrv else {"": endpoints}
+    deleted = []
+    for broker, addr in addrs.items():
+        with broker_client(addr) as client:
+            try:
+                client.delete_group(name)
+            except GroupNotFoundError:
+                if not namesrv:
+                    raise
+                continue  # the group does not live on that broker
+        deleted.append(broker or addr)
+    if not deleted:
+        raise GroupNotFoundError(f"consumer group {name!r} is on no broker of the cluster")
+    if as_json:
+        return _print_json({"deleted": name, "brokers": deleted})
+    click.echo(f"group {name} deleted" + (f" on {', '.join(deleted)}" if namesrv else ""))

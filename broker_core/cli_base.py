@@ -19,6 +19,12 @@ from broker_core.errors import RocketMQError
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ENDPOINTS = "127.0.0.1:8081"
+# A send is retried as the official clients do (3 attempts); the waits (1 s, then 2 s)
+# outlast a failover within the election bound. The message keeps its id across attempts
+# (the request is encoded once), so a retry after a lost answer is stored once (the
+# broker's dedup, broker/dedup.py).
+SEND_ATTEMPTS = 3
+SEND_RETRY_BACKOFF_S = 1.0
 
 
 class _Rmq(click.Group):
@@ -45,13 +51,21 @@ def endpoints_option(command: F) -> F:
 
 
 def broker_client(
-    endpoints: str, *, timeout_s: float = 10.0, max_attempts: int = 2
+    endpoints: str,
+    *,
+    timeout_s: float = 10.0,
+    max_attempts: int = 2,
+    retry_backoff_s: float = 0.1,
 ) -> RocketMQClient:
     """The client every verb uses for a broker (given by ``--endpoints`` or found through
     ``--namesrv``): signing with $RMQ_ACCESS_KEY/$RMQ_SECRET_KEY and using TLS per
     $RMQ_TLS/$RMQ_CA_FILE (``broker_core/client/env.py``)."""
     return RocketMQClient(
-        endpoints, timeout_s=timeout_s, max_attempts=max_attempts, **client_settings()
+        endpoints,
+        timeout_s=timeout_s,
+        max_attempts=max_attempts,
+        retry_backoff_s=retry_backoff_s,
+        **client_settings(),
     )
 
 

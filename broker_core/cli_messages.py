@@ -12,10 +12,13 @@ from typing import Any, BinaryIO
 import click
 
 from broker_core.cli_base import (
+    SEND_ATTEMPTS,
+    SEND_RETRY_BACKOFF_S,
     _client,
     _iso,
     _print_json,
     _table,
+    broker_client,
     cli,
     endpoints_option,
     json_option,
@@ -78,7 +81,9 @@ def send(
         message_group,
         deliver_ms,
     )
-    with _client(endpoints) as client:
+    with broker_client(
+        endpoints, max_attempts=SEND_ATTEMPTS, retry_backoff_s=SEND_RETRY_BACKOFF_S
+    ) as client:
         receipt = client.send_batch(topic_name, [message])[0]
         queue = _queue_of(client, receipt.message_id)
     click.echo(f"message id: {receipt.message_id}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -151,7 +152,7 @@ def broker_start(
     raise SystemExit(run(argv))  # our errors say what failed: listen, store, config, stop
 
 
-@broker.command("config")
+@broker.group("config", invoke_without_command=True)
 @click.option(
     "--defaults",
     "show_defaults",
@@ -164,8 +165,14 @@ def broker_start(
     default=None,
     help="check this TOML file and print the settings it gives",
 )
-def broker_config(show_defaults: bool, config_file: str | None) -> None:
-    """Print the broker's config keys as TOML (a starting point for --config FILE)."""
+@click.pass_context
+def broker_config(ctx: click.Context, show_defaults: bool, config_file: str | None) -> None:
+    """Print the broker's config keys as TOML (a starting point for --config FILE); or
+    read a running broker's settings (get) and change the live ones (set)."""
+    if ctx.invoked_subcommand is not None:
+        if show_defaults or config_file is not None:
+            raise click.UsageError("--defaults/--config check a file; get/set ask a broker")
+        return
     from broker_core.auth.config import load_security
     from broker_core.config import load_config
     from broker_core.config_reference import as_toml, defaults_toml, security_toml
@@ -302,35 +309,42 @@ def broker_controller(controller: str, as_json: bool) -> None:
     from broker_core.ha.etcd_state import all_groups
 
     groups = all_groups(controller)  # ControllerError when etcd cannot be reached
-    rows: list[tuple[Any, ...]] = []
-    for name, (state, members) in groups.items():
-        live = ", ".join(
-            f"{n} {m.get('endpoint', '')} @{m.get('offset', -1)}"
-            for n, m in sorted(members.items())
-        )
-        if state is None:
-            rows.append((name, "-", "-", "-", "-", live))
-        else:
-            rows.append(
-                (name, state.master, state.epoch, ", ".join(state.in_sync), state.set_epoch, live)
-            )
     if as_json:
         _print_json(
             {
-                name: {"state": None if st is None else json.loads(st.to_json()), "members": mem}
-                for name, (st, mem) in groups.items()
+                name: {
+                    "state": None if st is None else json.loads(st.to_json()),
+                    "members": mem,
+                    "names": {n: member_label(name, n, st, ids) for n in mem},
+                }
+                for name, (st, mem, ids) in groups.items()
             }
         )
         return
+    rows: list[tuple[Any, ...]] = []
+    for name, (state, members, ids) in groups.items():
+        label = functools.partial(member_label, name, state=state, ids=ids)
+        live = ", ".join(
+            f"{label(n)} @{m.get('offset', -1)}"
+            for n, m in sorted(members.items(), key=lambda kv: label(kv[0]))
+        )
+        if state is None:
+            rows.append((name, "-", "-", "-", live))
+        else:
+            in_sync = ", ".join(sorted(label(n) for n in state.in_sync))
+            rows.append((name, label(state.master), state.epoch, in_sync, live))
     _table(
-        "controller groups",
-        [
-            "group",
-            "master",
-            "epoch",
-            "in-sync set",
-            "set epoch",
-            "live members (endpoint @commitlog end)",
-        ],
+        "controller groups (members as broker/id; @ = commitlog end)",
+        ["group", "master", "epoch", "in sync", "live members"],
         rows,
     )
+
+
+def member_label(group: str, node: str, state: Any, ids: dict[str, int]) -> str:
+    """A controller node as users name brokers: ``group/member id`` (a master that never
+    was a slave holds no id: broker id 0); the node name when it holds none yet (pure)."""
+    if node in ids:
+        return f"{group}/{ids[node]}"
+    if state is not None and state.master == node:
+        return f"{group}/0"
+    return node

@@ -69,3 +69,23 @@ def test_consume_needs_sub_on_topic_and_group_only(auth_broker: BrokerProcess) -
     assert bodies == ["0", "1", "2"], got + more
     denied = rmq(*alice, "topic", "status", "acl_orders")  # Get was not given
     assert denied.exit_code == 1 and "FORBIDDEN" in denied.output, denied.output
+
+
+def test_group_delete_needs_delete_and_broker_config_a_super_user(auth_broker) -> None:
+    admin = (auth_broker, ADMIN_KEY, ADMIN_SECRET)
+    ok(rmq(*admin, "group", "create", "acl_doomed"))
+    ok(rmq(*admin, "user", "create", "bob", "--secret-key", "bob-secret"))
+    grant = ("acl", "create", "--user", "bob", "--resource", "Group:acl_doomed")
+    ok(rmq(*admin, *grant, "--actions", "Sub"))
+    bob = (auth_broker, "bob", "bob-secret")
+    for args in (
+        ("group", "delete", "acl_doomed"),
+        ("broker", "config", "get"),
+        ("broker", "config", "set", "auto_create_groups", "false"),
+    ):
+        denied = rmq(*bob, *args)
+        assert denied.exit_code == 1 and "FORBIDDEN" in denied.output, denied.output
+    ok(rmq(*admin, "acl", "delete", "--user", "bob", "--resource", "Group:acl_doomed"))
+    ok(rmq(*admin, *grant, "--actions", "Delete"))
+    assert "group acl_doomed deleted" in ok(rmq(*bob, "group", "delete", "acl_doomed"))
+    assert "max_long_polling_ms" in ok(rmq(*admin, "broker", "config", "get"))

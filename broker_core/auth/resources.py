@@ -17,11 +17,12 @@ QueryRoute                                  Pub, Sub or Get on the topic
 Heartbeat, NotifyClientTermination          Sub on the group when one is given
 Telemetry, SyncLiteSubscription, Health     authentication only
 CreateTopic / CreateGroup                   Create or Update on the topic / group
-DeleteTopic                                 Delete on the topic
+DeleteTopic / DeleteGroup                   Delete on the topic / group
 TopicStatus, GroupProgress, QueryMessage    Get on the topic / group (QueryMessage by id
                                             alone: Get on Topic:*)
 ListTopics / ListGroups                     List on Topic:* / Group:*
 ResetOffset                                 Update on the group
+GetBrokerConfig, UpdateBrokerConfig         super users only (not listed)
 ==========================================  ================================================
 
 EndTransaction and RecallMessage name their message by id; the request's topic is what is
@@ -107,6 +108,7 @@ _ADMIN: Final[dict[str, Callable[[dict[str, Any]], list[Need]]]] = {
     "ListTopics": lambda d: [_topic("*", (A.LIST,))],
     "CreateGroup": lambda d: [_group(_text(d, "name"), (A.CREATE, A.UPDATE))],
     "GroupProgress": lambda d: [_group(_text(d, "name"), (A.GET,))],
+    "DeleteGroup": lambda d: [_group(_text(d, "name"), (A.DELETE,))],
     "ListGroups": lambda d: [_group("*", (A.LIST,))],
     "QueryMessage": _query_message,
     "ResetOffset": lambda d: [_group(_text(d, "group"), (A.UPDATE,))],

@@ -1,4 +1,5 @@
-"""What an administrator may do to a consumer group: the checks behind ``CreateGroup``.
+"""What an administrator may do to a consumer group: the checks behind ``CreateGroup``,
+and ``DeleteGroup`` (:func:`delete_group`).
 
 As for topics (``topic_admin``): creating a group that exists with the same settings is
 harmless; other settings change how a live group consumes (retries, ordering,
@@ -9,8 +10,9 @@ bookkeeping offsets and are refused.
 
 from __future__ import annotations
 
-from broker_core.broker.groups import GroupConfig
-from broker_core.errors import ConflictError, InvalidGroupError
+from broker_core.broker.groups import GroupConfig, GroupManager
+from broker_core.broker.offsets import ConsumerOffsetManager
+from broker_core.errors import ConflictError, GroupNotFoundError, InvalidGroupError
 
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 
@@ -42,3 +44,18 @@ def check_group_change(old: GroupConfig | None, new: GroupConfig, *, update: boo
             f"--update) to change it"
         )
     return bool(differences)
+
+
+def delete_group(groups: GroupManager, offsets: ConsumerOffsetManager, name: str) -> None:
+    """Forget group ``name``: its config and every offset it committed (mqadmin
+    deleteSubGroup). Its online consumers' subscriptions live with their heartbeats and
+    go when they stop; a consumer that comes back starts the group afresh.
+
+    InvalidGroupError for the broker's own groups; GroupNotFoundError when ``name`` has
+    neither a config nor an offset."""
+    if is_system_group(name):
+        raise InvalidGroupError(f"{name!r} is one of the broker's own groups and cannot be deleted")
+    had_offsets = name in offsets.groups()
+    if not groups.delete(name) and not had_offsets:
+        raise GroupNotFoundError(f"consumer group {name!r} does not exist")
+    offsets.remove_group(name)

@@ -196,6 +196,20 @@ class AdminCalls(ABC):
         result: list[dict[str, Any]] = self._admin("ListGroups", {})
         return result
 
+    def broker_config(self) -> dict[str, Any]:
+        """``{"config": every broker setting now, "live_keys": keys that can change}``."""
+        result: dict[str, Any] = self._admin("GetBrokerConfig", {})
+        return result
+
+    def update_broker_config(self, key: str, value: str | int | bool) -> dict[str, Any]:
+        """Change a live key (InvalidArgumentError for others); ``{"key", "old", "new"}``."""
+        result: dict[str, Any] = self._admin("UpdateBrokerConfig", {"key": key, "value": value})
+        return result
+
+    def delete_group(self, name: str) -> None:
+        """Forget group ``name``'s config and offsets; GroupNotFoundError if unknown."""
+        self._admin("DeleteGroup", {"name": name})
+
     def group_progress(self, name: str, topic: str | None = None) -> dict[str, Any]:
         """``{"group", "queues": [{topic, queue_id, broker_offset, consumer_offset, lag}],
         "total_lag", "inflight", "clients"}`` (POP deliveries not yet acked; the ids of the

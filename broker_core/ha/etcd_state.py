@@ -134,6 +134,11 @@ class EtcdGroup:
             if self._call("claim member id", lambda c, k=key: c.create(k, node)):
                 return number
 
+    def member_ids(self) -> dict[str, int]:
+        """Node name -> the member (broker) id it holds (nodes that never were a slave
+        hold none)."""
+        return {node: number for number, node in self._ids_held().items()}
+
     def _ids_held(self) -> dict[int, str]:
         rows = self._call("list member ids", lambda c: c.get_prefix(self._ids))
         out = {}
@@ -160,8 +165,12 @@ class EtcdGroup:
         return bool(self._call("cas state", lambda c: c.replace(self._state_key, old_raw, text)))
 
 
-def all_groups(urls: str) -> dict[str, tuple[GroupState | None, dict[str, dict[str, Any]]]]:
-    """Every group under the prefix: its state and live members (for ``rmq``)."""
+GroupView = tuple[GroupState | None, dict[str, dict[str, Any]], dict[str, int]]
+
+
+def all_groups(urls: str) -> dict[str, GroupView]:
+    """Every group under the prefix: its state, live members and the member ids its nodes
+    hold (for ``rmq``)."""
     probe = EtcdGroup(urls, "")
     rows = probe._call("list groups", lambda c: c.get_prefix(_PREFIX))
     names = set()
@@ -171,5 +180,5 @@ def all_groups(urls: str) -> dict[str, tuple[GroupState | None, dict[str, dict[s
     out = {}
     for name in sorted(names):
         group = EtcdGroup(urls, name)
-        out[name] = (group.state()[0], group.members())
+        out[name] = (group.state()[0], group.members(), group.member_ids())
     return out

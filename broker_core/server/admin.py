@@ -35,6 +35,8 @@ CreateGroup     name, max_retries?, retry_backoff? ("1s,5s" | "delay_level" | ba
                 update? → the group + created, changed (other settings of an existing
                 group need update; the broker's CID_RMQ_SYS_* groups are refused)
 ListGroups      (none) → groups
+DeleteGroup     name → {"deleted": name} (forgets its config and committed offsets; the
+                broker's CID_RMQ_SYS_* groups are refused)
 GroupProgress   name, topic? → per queue: topic, queue_id, broker_offset,
                 consumer_offset, lag; total_lag; inflight (POP deliveries not yet acked);
                 clients (ids of the group's online consumers)
@@ -43,14 +45,18 @@ QueryMessage    id, topic? | key, topic, max_results? ; text_bodies? → message
 ResetOffset     group, topic, to ("earliest" | "latest" | timestamp ms) → per queue offsets
 LockQueues      group, client_id, topic, queue_ids → {"locked": ids held now}
 UnlockQueues    group, client_id, topic, queue_ids → {"unlocked": ids released}
+GetBrokerConfig (none) → {"config": every broker setting now, "live_keys": the keys
+                UpdateBrokerConfig may change}
+UpdateBrokerConfig key, value → {"key", "old", "new"} (only live keys, see
+                ``broker/live_config.py``; others are refused, naming the live ones)
 ==============  ==========================================================================
 
 The verbs live in ``handlers/`` by family (``admin_topics``, ``admin_groups``,
-``admin_inspect``, ``admin_locks``); their arguments are parsed by ``json_args.Args``. This
-module is the wiring: the method table, the error wrapper and the gRPC registration. User
-and ACL methods (CreateUser, DeleteUser, ListUsers, CreateAcl, DeleteAcl, ListAcls,
-``handlers/admin_auth.py``) are added by :func:`register_auth_methods`. Changes
-(``CHANGES``) leave an audit line.
+``admin_inspect``, ``admin_locks``, ``admin_config``); their arguments are parsed by
+``json_args.Args``. This module is the wiring: the method table, the error wrapper and
+the gRPC registration. User and ACL methods (CreateUser, DeleteUser, ListUsers,
+CreateAcl, DeleteAcl, ListAcls, ``handlers/admin_auth.py``) are added by
+:func:`register_auth_methods`. Changes (``CHANGES``) leave an audit line.
 
 Threads: handlers run on the gRPC thread pool; everything they call on ``Broker`` is
 thread-safe.
@@ -71,6 +77,7 @@ from broker_core.protocol.status import ok, status_of
 from broker_core.server.context import ServerContext
 from broker_core.server.handlers import (
     admin_auth,
+    admin_config,
     admin_groups,
     admin_inspect,
     admin_locks,
@@ -87,6 +94,7 @@ METHODS: Final[dict[str, Verb]] = {
     **admin_topics.VERBS,
     **admin_groups.VERBS,
     **admin_locks.VERBS,
+    **admin_config.VERBS,
 }
 
 # Methods that change the broker's state: each call leaves an audit line.

@@ -46,6 +46,19 @@ def rmq(*args: str) -> str:
     return result.output
 
 
+def test_cluster_list_fits_80_columns_unfolded(cluster3) -> None:
+    """Each broker on one line of at most 80 characters: name, id, both addresses whole."""
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(
+        cli, ["cluster", "list", "--namesrv", cluster3.namesrv]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, result.output
+    for name, endpoint in cluster3.endpoints.items():
+        row = next(line for line in lines if f" {name} " in line)
+        assert endpoint in row and " 0 " in row, result.output
+
+
 def wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

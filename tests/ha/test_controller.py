@@ -152,8 +152,17 @@ def test_controller_cli_shows_master_epoch_and_in_sync_set(group: ControllerGrou
     assert doc["state"]["master"] == state.master and doc["state"]["epoch"] == state.epoch
     assert sorted(doc["state"]["in_sync"]) == sorted(group.procs)
     assert {m["endpoint"] for m in doc["members"].values()} == set(group.endpoints())
-    table = CliRunner().invoke(cli, ["broker", "controller", "--controller", group.etcd.url])
-    assert state.master in table.output
+    ids = EtcdGroup(group.etcd.url, "g").member_ids()
+    names = {n: f"g/{ids[n]}" if n in ids else "g/0" for n in group.procs}
+    assert doc["names"] == {n: names[n] for n in doc["members"]}
+    table = CliRunner(env={"COLUMNS": "80"}).invoke(
+        cli, ["broker", "controller", "--controller", group.etcd.url]
+    )
+    assert table.exit_code == 0, table.output
+    assert max(len(line) for line in table.output.splitlines()) <= 80, table.output
+    row = next(line for line in table.output.splitlines() if line.startswith("│ g "))
+    assert row.split("│")[2].strip() == names[state.master], table.output  # the master
+    assert state.master not in table.output  # users' names, not controller node ids
 
 
 def test_routes_follow_the_new_master(etcd: EtcdProcess, tmp_path: Path) -> None:

@@ -20,9 +20,11 @@ module                RPCs                                                      
 ``clients``           Heartbeat, NotifyClientTermination, SyncLiteSubscription     Messaging
 ``telemetry``         Telemetry (the session stream)                               Messaging
 ``admin_topics``      CreateTopic, ListTopics, TopicStatus, DeleteTopic            Admin
-``admin_groups``      CreateGroup, ListGroups, GroupProgress, ResetOffset          Admin
+``admin_groups``      CreateGroup, ListGroups, GroupProgress, ResetOffset,         Admin
+                      DeleteGroup
 ``admin_inspect``     Health, QueryMessage                                         Admin
 ``admin_locks``       LockQueues, UnlockQueues                                     Admin
+``admin_config``      GetBrokerConfig, UpdateBrokerConfig                          Admin
 ``admin_auth``        CreateUser, DeleteUser, ListUsers, CreateAcl, DeleteAcl,     Admin
                       ListAcls
 ====================  ===========================================================  =========

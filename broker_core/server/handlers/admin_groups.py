@@ -1,5 +1,5 @@
-"""Admin verbs on consumer groups: ``CreateGroup``, ``ListGroups``, ``GroupProgress`` and
-``ResetOffset``.
+"""Admin verbs on consumer groups: ``CreateGroup``, ``ListGroups``, ``GroupProgress``,
+``ResetOffset`` and ``DeleteGroup``.
 
 Request fields and results are listed in ``server/admin.py``; the rules of a change
 (what needs ``update``) are the broker's (``broker/group_admin.py``).
@@ -11,6 +11,7 @@ import dataclasses
 from typing import Final
 
 from broker_core.broker.group_admin import check_group_change
+from broker_core.broker.group_admin import delete_group as forget_group
 from broker_core.broker.groups import GroupConfig
 from broker_core.broker.retry import RetryPolicy, backoff_from_dict
 from broker_core.errors import GroupNotFoundError, InvalidArgumentError
@@ -114,9 +115,18 @@ _CREATE_FIELDS: Final = frozenset(
     }
 )
 
+
+def delete_group(ctx: ServerContext, args: Args) -> Json:
+    """Forget a group's config and committed offsets (the broker's own groups refused)."""
+    name = args.text("name", required=True)
+    forget_group(ctx.broker.groups, ctx.broker.offsets, name)
+    return {"deleted": name}
+
+
 VERBS: Final = {
     "CreateGroup": Verb(create_group, _CREATE_FIELDS, change=True),
     "ListGroups": Verb(list_groups, frozenset()),
     "GroupProgress": Verb(group_progress, frozenset({"name", "topic"})),
     "ResetOffset": Verb(reset_offset, frozenset({"group", "topic", "to"}), change=True),
+    "DeleteGroup": Verb(delete_group, frozenset({"name"}), change=True),
 }

@@ -1,0 +1,94 @@
+"""mqadmin-like verbs against a real broker process (issue 30): ``rmq group delete``,
+``rmq broker config get|set``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from broker_core.client import RocketMQClient
+from tests.server.conftest import BrokerProcess, start_broker
+from tests.test_cli import fails, ok, rmq
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    proc = start_broker(tmp_path_factory.mktemp("verbs"))
+    yield proc
+    assert proc.stop() == 0, "".join(proc.output[-50:])
+
+
+def test_group_delete_forgets_config_and_offsets(broker) -> None:
+    ok(rmq(broker, "topic", "create", "verbs_orders", "--queues", "1"))
+    ok(rmq(broker, "group", "create", "verbs_g", "--max-retries", "3"))
+    ok(rmq(broker, "send", "verbs_orders", "one"))
+    ok(rmq(broker, "consume", "verbs_orders", "--group", "verbs_g", "--from", "earliest"))
+    with RocketMQClient(broker.endpoint) as client:
+        assert client.get_offset("verbs_g", "verbs_orders", 0) == 1
+        assert json.loads(ok(rmq(broker, "group", "delete", "verbs_g", "--json"))) == {
+            "deleted": "verbs_g",
+            "brokers": [broker.endpoint],
+        }
+        names = [g["name"] for g in json.loads(ok(rmq(broker, "group", "list", "--json")))]
+        assert "verbs_g" not in names
+        fails(rmq(broker, "group", "progress", "verbs_g"), "verbs_g")
+        assert client.get_offset("verbs_g", "verbs_orders", 0) != 1  # the offset is gone
+    fails(rmq(broker, "group", "delete", "verbs_g"), "verbs_g", "does not exist")
+
+
+def test_group_delete_of_an_offsets_only_group(broker) -> None:
+    ok(rmq(broker, "topic", "create", "verbs_plain", "--queues", "1"))
+    with RocketMQClient(broker.endpoint) as client:
+        client.update_offset("verbs_offsets_only", "verbs_plain", 0, 0)
+    assert "group verbs_offsets_only deleted" in ok(
+        rmq(broker, "group", "delete", "verbs_offsets_only")
+    )
+
+
+@pytest.mark.parametrize("name", ["CID_RMQ_SYS_TRANS", "CID_RMQ_SYS_SCHEDULE"])
+def test_the_brokers_own_groups_cannot_be_deleted(broker, name) -> None:
+    fails(rmq(broker, "group", "delete", name), name, "broker's own")
+
+
+# ---- broker config get / set --------------------------------------------------------------
+
+
+def test_broker_config_get_shows_settings_and_live_keys(broker) -> None:
+    answer = json.loads(ok(rmq(broker, "broker", "config", "get", "--json")))
+    assert answer["config"]["max_long_polling_ms"] == 30_000
+    assert set(answer["live_keys"]) == {
+        "auto_create_topics",
+        "auto_create_groups",
+        "max_long_polling_ms",
+    }
+    assert "max_long_polling_ms *" in ok(rmq(broker, "broker", "config", "get"))
+
+
+def test_broker_config_set_changes_a_live_key_and_the_broker_obeys(broker) -> None:
+    ok(rmq(broker, "send", "verbs_auto_on", "x"))  # auto-create is on by default
+    out = ok(rmq(broker, "broker", "config", "set", "auto_create_topics", "false"))
+    assert "auto_create_topics True -> False" in out
+    try:
+        fails(rmq(broker, "send", "verbs_auto_off", "x"), "verbs_auto_off", "auto-create is off")
+        answer = json.loads(ok(rmq(broker, "broker", "config", "get", "--json")))
+        assert answer["config"]["auto_create_topics"] is False
+    finally:
+        ok(rmq(broker, "broker", "config", "set", "auto_create_topics", "true"))
+    ok(rmq(broker, "send", "verbs_auto_off", "x"))
+
+
+def test_broker_config_set_of_a_fixed_key_names_the_live_ones(broker) -> None:
+    fails(
+        rmq(broker, "broker", "config", "set", "default_queue_nums", "4"),
+        "default_queue_nums",
+        "auto_create_topics, auto_create_groups, max_long_polling_ms",
+    )
+    fails(rmq(broker, "broker", "config", "set", "max_long_polling_ms", "soon"), "milliseconds")
+    fails(rmq(broker, "broker", "config", "set", "auto_create_groups", "maybe"), "true or false")
+
+
+def test_broker_config_file_checker_still_works() -> None:
+    assert "max_long_polling_ms" in ok(rmq(None, "broker", "config", "--defaults"))
+    fails(rmq(None, "broker", "config", "--defaults", "get"), "get/set")
