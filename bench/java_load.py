@@ -15,7 +15,8 @@ then against RocketMQ, so drift on a shared machine hits both alike:
 at 128 B (``tiny`` and ``full``) and 1 KiB (``full``). The main figure is the 4.x 128 B
 msg/s; ratio = ours / RocketMQ. ``details`` carry every case's figures:
 ``rocketmq_<case>_msg_s``, ``ours_<case>_msg_s``, ``<side>_<case>_p50_ms`` / ``_p99_ms``
-/ ``_errors``, ``rocketmq_ratio`` (the main case), ``rocketmq_version``.
+/ ``_errors``, ``rocketmq_ratio`` (the main case), ``rocketmq_version``, and ``figures`` (msg/s per
+side and case, for the throughput plot).
 """
 
 from __future__ import annotations
@@ -203,6 +204,11 @@ def details_of(found: dict[str, dict[str, LoadFigures]], version: str) -> dict[s
             details[f"{side}_{case}_errors"] = f.errors
         ours, peer = by_side["ours"].msg_s, by_side["rocketmq"].msg_s
         details[f"rocketmq_{case}_ratio"] = round(ours / peer, 3) if peer else 0.0
+    details["figures"] = {  # the throughput plot's bars (bench/plots.py)
+        f"{'ours' if side == 'ours' else 'RocketMQ'} {case}": round(f.msg_s)
+        for case, by_side in found.items()
+        for side, f in by_side.items()
+    }
     details["rocketmq_ratio"] = details[f"rocketmq_{case_name('4', 128)}_ratio"]
     details["rocketmq_msg_s"] = details[f"rocketmq_{case_name('4', 128)}_msg_s"]
     return details

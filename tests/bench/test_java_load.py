@@ -58,6 +58,12 @@ def test_details_carry_every_case_per_side_and_the_main_ratio() -> None:
     assert details["rocketmq_5x_128b_ratio"] == 2.0
     assert details["ours_5x_128b_p99_ms"] == 4.0 and details["rocketmq_4x_128b_errors"] == 0
     assert details["rocketmq_version"] == "5.5.0" and details["threads"] == 16
+    assert details["figures"] == {
+        "ours 4x_128b": 3000,
+        "RocketMQ 4x_128b": 6000,
+        "ours 5x_128b": 2000,
+        "RocketMQ 5x_128b": 1000,
+    }
 
 
 def test_it_refuses_to_run_without_its_peer() -> None:
