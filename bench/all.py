@@ -98,10 +98,16 @@ def load(paths: Sequence[Path]) -> list[dict[str, Any]]:
     ]
 
 
+def workloads(no_peers: bool) -> list[str]:
+    """The workloads ``all`` runs: every one, less those that only compare with a peer
+    (``real_peers.PEER_ONLY``) when the peers are left out."""
+    return [w for w in docs.ORDER if not (no_peers and w in real_peers.PEER_ONLY)]
+
+
 def main(size: str, out: Path, from_json: Sequence[Path] = (), no_peers: bool = False) -> int:
     """Run (or load) every result and write the docs under ``out``; 0 if none failed.
     ``no_peers``: run each workload without its real peers (``--peer none``)."""
-    order = [w for w in docs.ORDER if not (no_peers and w in real_peers.PEER_ONLY)]
+    order = workloads(no_peers)
     results = load(from_json) if from_json else [run_one(w, size, no_peers) for w in order]
     sizes = {r.get("size", size) for r in results}
     size = sizes.pop() if len(sizes) == 1 else size  # saved results know their size

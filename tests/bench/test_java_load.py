@@ -7,6 +7,7 @@ import doctest
 
 import pytest
 
+from bench import all as run_all
 from bench import java_load
 from bench.java_load import LoadError, LoadFigures, details_of, parse_load
 
@@ -69,3 +70,9 @@ def test_details_carry_every_case_per_side_and_the_main_ratio() -> None:
 def test_it_refuses_to_run_without_its_peer() -> None:
     with pytest.raises(LoadError, match="cannot run with --peer none"):
         java_load.run("tiny", ())
+
+
+def test_all_without_peers_leaves_java_load_out_and_keeps_the_rest() -> None:
+    assert "java-load" in run_all.workloads(no_peers=False)
+    without = run_all.workloads(no_peers=True)
+    assert "java-load" not in without and "produce" in without and "spark-read" in without
