@@ -18,6 +18,7 @@ from bench import (
     backlog,
     cluster,
     consume,
+    java_load,
     latency,
     produce,
     real_peers,
@@ -43,11 +44,13 @@ WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "cluster": cluster.run,
     "replication": replication.run,
     "remoting": remoting.run,
+    "java-load": java_load.run,
 }
 # the workloads with real-peer sides (bench/real_peers.py): called with the peers chosen
 PEER_WORKLOADS: dict[str, Callable[[str, tuple[str, ...]], list[Result]]] = {
     "spark-read": spark_rw.run_read,
     "spark-write": spark_rw.run_write,
+    "java-load": java_load.run,
 }
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import docs
+from bench import docs, real_peers
 
 TIMEOUT_S = {"tiny": 600, "full": 3_600}  # hang guards (tiny: JVM peers start too)
 
@@ -98,10 +98,17 @@ def load(paths: Sequence[Path]) -> list[dict[str, Any]]:
     ]
 
 
+def workloads(no_peers: bool) -> list[str]:
+    """The workloads ``all`` runs: every one, less those that only compare with a peer
+    (``real_peers.PEER_ONLY``) when the peers are left out."""
+    return [w for w in docs.ORDER if not (no_peers and w in real_peers.PEER_ONLY)]
+
+
 def main(size: str, out: Path, from_json: Sequence[Path] = (), no_peers: bool = False) -> int:
     """Run (or load) every result and write the docs under ``out``; 0 if none failed.
     ``no_peers``: run each workload without its real peers (``--peer none``)."""
-    results = load(from_json) if from_json else [run_one(w, size, no_peers) for w in docs.ORDER]
+    order = workloads(no_peers)
+    results = load(from_json) if from_json else [run_one(w, size, no_peers) for w in order]
     sizes = {r.get("size", size) for r in results}
     size = sizes.pop() if len(sizes) == 1 else size  # saved results know their size
     (out / "bench").mkdir(parents=True, exist_ok=True)

@@ -42,8 +42,11 @@ ORDER = (
     "cluster",
     "replication",
     "remoting",
+    "java-load",
 )
 WHAT = {
+    "java-load": "16 Java threads of single 128 B sends (the 4.x client over remoting; 5.x "
+    "gRPC and 1 KiB in details) into ours vs Apache RocketMQ 5.x, same run, async flush both",
     "remoting": "4.x remoting SEND_BATCH_MESSAGE (batch 256 × 128 B, one client) vs gRPC "
     "batch send on the same broker, same run; remoting vs gRPC offset-pull drain in details",
     "cluster": "batch-send throughput (2 sender processes, batch 256 × 128 B) into a topic on "
@@ -81,6 +84,10 @@ CONDITIONS = [
     "(`peers/kafka/pom.xml`), heap 512 MiB, 64 MiB segments, each log flushed every 500 ms "
     "like our async flush, 8 partitions per topic like our 8 queues; Spark's Kafka connector "
     "with its default options in the same session (`peers/kafka.md`).",
+    "Apache RocketMQ (java-load): NameServer and a broker inside the gRPC proxy fetched by Maven "
+    "(`peers/rocketmq.py`), heap 512 MiB, 64 MiB commit-log files, async flush like ours; "
+    "the topic has 8 queues on both; the Java load (`peers/java/Load.java`, heap 512 MiB) warms "
+    "up 10 s before its 20 s window.",
 ]
 
 
@@ -176,9 +183,10 @@ def _peer_rows(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _peer_versions() -> list[str]:
-    from peers import kafka
+    from peers import kafka, rocketmq
 
-    return [f"- {artifact} (Maven): {version}" for artifact, version in kafka.versions().items()]
+    found = {**kafka.versions(), **rocketmq.versions()}
+    return [f"- {artifact} (Maven): {version}" for artifact, version in found.items()]
 
 
 def _details(result: dict[str, Any]) -> list[str]:

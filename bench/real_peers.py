@@ -23,7 +23,10 @@ LABELS = {"kafka": "Kafka", "rocketmq": "RocketMQ"}
 WORKLOAD_PEERS: dict[str, tuple[str, ...]] = {
     "spark-read": ("kafka",),
     "spark-write": ("kafka",),
+    "java-load": ("rocketmq",),
 }
+# workloads that are only a comparison with a peer: `all --peer none` skips them
+PEER_ONLY = frozenset({"java-load"})
 
 
 class PeerChoiceError(ValueError):

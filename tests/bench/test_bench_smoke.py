@@ -87,6 +87,21 @@ def test_spark_workloads_ran_beside_a_real_kafka(
     assert "format('kafka') read" in output and "format('kafka') write" in output
 
 
+def test_java_load_ran_both_clients_against_both_brokers(
+    tiny_run: tuple[Path, dict[str, Any], str],
+) -> None:
+    _, results, _ = tiny_run
+    result, details = results["java-load"], results["java-load"]["details"]
+    for side in ("ours", "rocketmq"):
+        for case in ("4x_128b", "5x_128b"):
+            assert details[f"{side}_{case}_msg_s"] > 0
+            assert 0 < details[f"{side}_{case}_p50_ms"] <= details[f"{side}_{case}_p99_ms"]
+    assert details["rocketmq_ratio"] == pytest.approx(
+        result["ours"] / details["rocketmq_4x_128b_msg_s"], rel=0.01, abs=1e-3
+    )
+    assert details["rocketmq_version"].startswith("5.")
+
+
 def test_all_writes_markdown_and_plots(tiny_run: tuple[Path, dict[str, Any], str]) -> None:
     out, _, _ = tiny_run
     text = (out / "BENCHMARKS.md").read_text()
@@ -97,6 +112,7 @@ def test_all_writes_markdown_and_plots(tiny_run: tuple[Path, dict[str, Any], str
     assert "## Against the real peers" in text and "kafka_2.13 (Maven): 4." in text
     for workload in ("spark-read", "spark-write"):
         assert f"| {workload} | Kafka 4." in text
+    assert "| java-load | RocketMQ 5." in text and "rocketmq-client-java (Maven): 5." in text
     for name in ("ratios", "throughput", "latency", "peers"):
         png = out / "bench" / f"{name}.png"
         assert png.read_bytes()[:8] == PNG_MAGIC
