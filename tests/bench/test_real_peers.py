@@ -44,17 +44,6 @@ def test_a_peer_the_bench_cannot_run_is_refused_before_anything_starts(
     assert message in capsys.readouterr().err
 
 
-def test_rocketmq_is_refused_clearly_until_its_peer_module_lands(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    if real_peers.available("rocketmq"):
-        pytest.skip("peers/rocketmq.py is here: the hook's 'not yet available' path is gone")
-    with pytest.raises(SystemExit):
-        bench_main(["produce", "--peer", "rocketmq"])
-    err = capsys.readouterr().err
-    assert "the rocketmq peer is not yet available: peers/rocketmq.py" in err
-
-
 def test_peer_ratios_are_read_from_the_prefixed_details() -> None:
     details = {"kafka_ratio": 0.25, "kafka_rows_s": 4, "rocketmq_ratio": 2, "other_ratio": 9}
     assert real_peers.ratios(details) == {"kafka": 0.25, "rocketmq": 2.0}
