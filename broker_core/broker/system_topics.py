@@ -8,12 +8,15 @@ there has no destination and would be dropped after it was acknowledged. So a se
 client to any of them (or to any ``rmq_sys_``/``RMQ_SYS_`` name, as RocketMQ reserves) is
 refused before anything is stored. Retry and dead-letter topics are not refused: a 4.x
 consumer's send-back writes ``%RETRY%group`` (its fallback even sends there directly, as
-RocketMQ's broker allows), and a message there is delivered to the group.
+RocketMQ's broker allows), and a message there is delivered to the group. Nor is the trace
+topic ``RMQ_SYS_TRACE_TOPIC``: the 4.x clients with message trace on send their trace data
+there (RocketMQ allows it too), and nothing of the broker reads it back but the index.
 """
 
 from __future__ import annotations
 
 from broker_core.errors import InvalidTopicError
+from broker_core.protocol.trace import TRACE_TOPIC
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delay levels: queue id = level - 1
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # messages with an arbitrary delivery time
@@ -35,6 +38,8 @@ def is_system_topic(topic: str) -> bool:
 def check_client_send(topic: str) -> None:
     """InvalidTopicError if a client may not send to ``topic`` (one of the broker's own
     topics, see the module docstring); every producer path (:class:`Sender`) asks first."""
+    if topic == TRACE_TOPIC:
+        return  # the clients' message trace
     if is_system_topic(topic) or topic == TRANS_CHECK_MAX_TIME_TOPIC:
         raise InvalidTopicError(
             f"topic {topic!r} is a system topic of the broker: clients may not send to it"

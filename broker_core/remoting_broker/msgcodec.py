@@ -25,6 +25,11 @@ own magic and a unit CRC, so its bytes cannot be sent as they are). Big-endian::
     ..      1     TOPICLEN, then the topic (UTF-8)
     ..      2     PROPERTIESLEN, then the properties string (UTF-8)
 
+Every record carries ``MSG_REGION`` (``DefaultRegion`` unless the message has its own), as
+RocketMQ's broker stores it on every message: a 4.x consumer with message trace on drops
+the SubBefore/SubAfter records of a message without a region, so without it
+``queryMsgTraceById`` would show no consumer.
+
 Batch send body (``MessageDecoder.encodeMessages``), per message::
 
     TOTALSIZE 4 | MAGICCODE 4 | BODYCRC 4 | FLAG 4 | BODYLEN 4 + BODY | PROPLEN 2 + PROPS
@@ -49,6 +54,9 @@ SYSFLAG_TRANSACTION_PREPARED = 0x4
 _HEAD = struct.Struct(">iIIiiqqiq8sq8siqi")  # TOTALSIZE .. BODYLEN (88 bytes)
 _BATCH_HEAD = struct.Struct(">iIIii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
 _MAX_PROPS_BYTES = 32767
+PROPERTY_MSG_REGION = "MSG_REGION"
+DEFAULT_REGION = "DefaultRegion"  # RocketMQ's default BrokerConfig.regionId
+_REGION_ENTRY = f"{PROPERTY_MSG_REGION}{NAME_VALUE_SEPARATOR}{DEFAULT_REGION}{PROPERTY_SEPARATOR}"
 
 
 def decode_properties(text: str) -> dict[str, str]:
@@ -82,7 +90,10 @@ def encode_message(msg: StoredMessage, store_host: tuple[str, int] | None = None
     """
     props = msg.properties
     topic = msg.topic.encode()
-    prop_bytes = encode_properties(props).encode()
+    text = encode_properties(props)
+    if PROPERTY_MSG_REGION not in props:
+        text += _REGION_ENTRY
+    prop_bytes = text.encode()
     if len(topic) > 255 or len(prop_bytes) > _MAX_PROPS_BYTES:
         raise InvalidArgumentError(f"message of {msg.topic} does not fit a 4.x record")
     total = _HEAD.size + len(msg.body) + 1 + len(topic) + 2 + len(prop_bytes)

@@ -6,11 +6,16 @@
 //   push TOPIC GROUP COUNT WAIT_S MODEL [trace]
 //        MODEL: clustering|broadcasting|orderly|first|retry:N|tag:EXPR|sql:EXPR
 //   lite TOPIC GROUP COUNT WAIT_S     assign all queues, seek to 0, poll, commit
+//   traced TOPIC GROUP WAIT_S         producer and push consumer both with message trace on
+//        (enableMsgTrace): one sync send, consumed from the first offset; each stays up until
+//        its trace data (Pub; SubBefore and SubAfter) is found in RMQ_SYS_TRACE_TOPIC
 import java.nio.charset.StandardCharsets;
 import java.util.*;
 import java.util.concurrent.*;
+import org.apache.rocketmq.client.MQAdmin;
 import org.apache.rocketmq.client.consumer.*;
 import org.apache.rocketmq.client.consumer.listener.*;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.*;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.*;
@@ -28,6 +33,7 @@ public class Client4 {
                 case "txn": txn(rest); break;
                 case "push": push(rest); break;
                 case "lite": lite(rest); break;
+                case "traced": traced(rest); break;
                 default: throw new IllegalArgumentException("unknown command " + args[1]);
             }
             emit("done");
@@ -211,5 +217,59 @@ public class Client4 {
         } finally {
             c.shutdown();
         }
+    }
+
+    static void traced(String[] a) throws Exception {
+        String topic = a[0], group = a[1];
+        long deadline = System.currentTimeMillis() + 1000L * Long.parseLong(a[2]);
+        CountDownLatch latch = new CountDownLatch(1);
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, true, null);
+        c.setNamesrvAddr(namesrv);
+        c.setTraceMsgBatchNum(1); // send each trace record at once, not every 5 s
+        c.subscribe(topic, "*");
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                received(m);
+                if ("traced-0".equals(new String(m.getBody(), StandardCharsets.UTF_8))) latch.countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        DefaultMQProducer p = new DefaultMQProducer("PID_" + topic, true, null);
+        p.setNamesrvAddr(namesrv);
+        p.setSendMsgTimeout(15000);
+        p.setTraceMsgBatchNum(1);
+        try {
+            c.start(); // first, so its rebalance overlaps the producer's start
+            p.start();
+            SendResult s = p.send(message(topic, "traced-0", "sync"));
+            String msgId = s.getMsgId();
+            emit("sent", "body", "traced-0", "status", s.getSendStatus().name(), "msg_id", msgId,
+                    "queue", s.getMessageQueue().getQueueId(), "queue_offset", s.getQueueOffset());
+            emit("consumed", "value", latch.await(deadline - System.currentTimeMillis(), TimeUnit.MILLISECONDS));
+            emit("trace_stored", "type", "Pub", "value", awaitTrace(p, msgId, "Pub", deadline));
+            emit("trace_stored", "type", "SubAfter", "value", awaitTrace(c, msgId, "SubAfter", deadline));
+        } finally {
+            p.shutdown();
+            c.shutdown();
+        }
+    }
+
+    // Whether a trace record of TYPE for msgId is in RMQ_SYS_TRACE_TOPIC (queried by that key,
+    // as queryMsgTraceById does) before the deadline: the client sends its trace data
+    // asynchronously, so it stays up until the broker has stored it.
+    static boolean awaitTrace(MQAdmin who, String msgId, String type, long deadline) throws InterruptedException {
+        while (System.currentTimeMillis() < deadline) {
+            try {
+                for (MessageExt m : who.queryMessage("RMQ_SYS_TRACE_TOPIC", msgId, 64, 0, Long.MAX_VALUE).getMessageList()) {
+                    String body = new String(m.getBody(), StandardCharsets.UTF_8);
+                    if (body.startsWith(type + "\u0001") || body.contains("\u0002" + type + "\u0001")) return true;
+                }
+            } catch (MQClientException e) {
+                // not indexed yet (QUERY_NOT_FOUND)
+            }
+            Thread.sleep(200);
+        }
+        return false;
     }
 }

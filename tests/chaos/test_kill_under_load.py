@@ -16,11 +16,16 @@ channels reconnect. At the end every queue is read back by offset.
   practice nothing is lost here either; only an OS crash would lose that window.
 
 Stored-but-unacknowledged messages are allowed (at least once) and reported. Duplicates
-(a send the client retried after the kill took its answer) are bounded: a kill can take
-the answers of the requests then in flight, and each such message is stored at most once
-more (a later copy needs another lost answer, i.e. another kill): per kill at most one
-official send + one batch of 64 + 4 bulk requests of 64 in flight (``DUPLICATES_PER_KILL``),
-and every duplicated message must have been in flight (invoked, not yet answered) at a kill.
+must be **none**: a kill can take the answers of the requests then in flight, and every
+producer here retries such a send with the same message ids (the official client sets a
+message's id once, before its attempts; our client re-sends the same encoded request, ids
+included; a send that fails for good is never sent again by the loops), and the broker
+answers a repeated id from its dedup window (``broker/dedup.py``, on by default), which
+recovery rebuilds from the log after the kill. What this test does not cover, and where a
+copy can still appear: a retry that goes to another broker group (a cluster client moving
+on), a re-send under a new id (an application's own retry), a repeat older than
+``dedup_window_ms``; and on the read side a POP redelivery (a delivery not acked in time),
+which is not a stored duplicate (here every queue is read once by offset).
 
 Every send failure must be one a restart explains (``send_loop.restart_explains``) and
 come between a kill and ``FAILURE_GRACE_S`` after the restart was ready; anything else
@@ -50,7 +55,7 @@ from tests.chaos.load import (
     outside_restarts,
     read_back,
 )
-from tests.history import check
+from tests.history import OK, check
 from tests.send_loop import LoopThreads
 
 TOPIC = "chaos-kill"
@@ -61,7 +66,6 @@ LOSS_SLACK_S = 0.5  # scheduling slack on a shared 2-core machine
 RETRY_PAUSE_S = 0.02  # between failed sends while the broker is down
 CLIENT_TIMEOUT_S = 5
 BULK_IN_FLIGHT = 4
-DUPLICATES_PER_KILL = 1 + BATCH_SIZES[1] + BULK_IN_FLIGHT * BATCH_SIZES[1]
 # a send begun before the restart was ready may fail up to one client timeout after it
 # (plus the official client's reconnect backoff, ~1 s, and scheduling slack)
 FAILURE_GRACE_S = CLIENT_TIMEOUT_S + 3
@@ -211,6 +215,15 @@ def test_acknowledged_messages_survive_sigkill(
     unexplained = outside_restarts(acks.failures, kills, broker.ready_s[1:], FAILURE_GRACE_S)
     summaries = broker.recovery_summaries()
     windows = [loss_window_s(acked[body].acked_at_s, kills) for body in result.lost]
+    # sends acknowledged only after a kill they were in flight at: the client's retries
+    # (or a first attempt that outlived the kill); a stored first copy was answered from
+    # the dedup window
+    across = {
+        op.msg_id
+        for k in kills
+        for op in acks.history.in_flight_at(k)
+        if op.outcome == OK and op.completed_at >= k
+    }
     chaos_figures(
         f"kill-under-load flush={flush}",
         cycles=len(kills),
@@ -218,6 +231,7 @@ def test_acknowledged_messages_survive_sigkill(
         stored=result.stored,
         lost=len(result.lost),
         duplicates=result.duplicates,
+        acked_across_a_kill=len(across),
         unacked_stored=result.unacked_stored,
         failed_sends=dict(acks.failed_sends),
         max_lost_per_kill=max(lost_per_kill([acked[b].acked_at_s for b in result.lost], kills)),
@@ -231,11 +245,8 @@ def test_acknowledged_messages_survive_sigkill(
         f"{broker.ready_s[1:]}): {unexplained[:5]}"
     )
     assert report.phantoms == [] and report.failed_read == [], report.violations()
-    duplicates = sum(n - 1 for n in report.duplicates.values())
-    assert duplicates <= plan.kills * DUPLICATES_PER_KILL, report.summary()
-    spanning = {op.msg_id for k in kills for op in acks.history.in_flight_at(k)}
-    stray = sorted(set(report.duplicates) - spanning)
-    assert not stray, f"{len(stray)} duplicated messages were in flight at no kill: {stray[:5]}"
+    assert report.duplicates == {}, f"retried sends stored twice: {report.summary()}"
+    assert result.duplicates == 0
     assert len(kills) == plan.kills
     for prefix, producer in ((b"A-", "official"), (b"B-", "batch"), (b"C-", "bulk in flight")):
         assert any(body.startswith(prefix) for body in acked), f"no {producer} send was acked"
@@ -243,7 +254,7 @@ def test_acknowledged_messages_survive_sigkill(
     assert result.acknowledged > plan.kills * plan.min_acks
     if flush == "sync":
         assert result.lost == [], f"{len(result.lost)} acknowledged messages lost"
-        report.assert_valid(max_duplicates=plan.kills * DUPLICATES_PER_KILL)
+        report.assert_valid()
     else:
         bound_s = FLUSH_INTERVAL_MS / 1000 + LOSS_SLACK_S
         late = [w for w in windows if w > bound_s]

@@ -214,6 +214,23 @@ def j4_trace(t: Target) -> Observation:
     return {"sent": len(sent.of("sent")), "received": bodies(got), "trace_stored": has_trace}
 
 
+@scenario("java4", "message trace on: mqadmin queryMsgTraceById shows the Pub and the Sub")
+def j4_trace_by_id(t: Target) -> Observation:
+    t.topic("J4TraceId")
+    run = t.c4("traced", "J4TraceId", "GJ4TraceId", "60")
+    sent = run.of("sent")
+    if not sent:
+        return {"sent": False, "error": run.error}
+    out = t.admin("queryMsgTraceById", "-i", str(sent[0]["msg_id"]))
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["Pub"], ["Sub"])]
+    return {
+        "consumed": [e["value"] for e in run.of("consumed")],
+        "trace_stored": [(e["type"], e["value"]) for e in run.of("trace_stored")],
+        "rows": [(r[0], r[1], r[-1]) for r in rows],  # type, group, status
+        "error": run.error,
+    }
+
+
 @scenario("java4", "send to a topic nobody created (autoCreateTopicEnable)")
 def j4_auto_create(t: Target) -> Observation:
     sent = t.c4("send", "J4AutoMade", "1", "sync")

@@ -14,16 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from broker_core.cluster.local import LocalCluster
 from peers import drivers
 from peers.rocketmq import CLUSTER, start_rocketmq
 
-OURS_CONFIG = {
+OURS_CONFIG: dict[str, dict[str, Any]] = {
     "broker": {
         "transaction_check_timeout_ms": 1_000,
         "transaction_check_interval_ms": 200,
         "default_queue_nums": 4,
+        "trace_topic_enable": True,  # as the peer's traceTopicEnable
     },
     "store": {"segment_size_bytes": 64 << 20},
 }
@@ -69,10 +71,14 @@ class Target:
             raise RuntimeError(f"{self.name}: updateSubGroup {group} failed:\n{out[-1500:]}")
 
 
-def start_ours(directory: Path) -> Target:
+def start_ours(directory: Path, config: dict[str, dict[str, Any]] | None = None) -> Target:
+    """Ours; ``config``'s tables laid over :data:`OURS_CONFIG` (e.g. trace options)."""
+    merged = {table: dict(values) for table, values in OURS_CONFIG.items()}
+    for table, values in (config or {}).items():
+        merged.setdefault(table, {}).update(values)
     local = LocalCluster(
         directory,
-        broker_config=OURS_CONFIG,
+        broker_config=merged,
         register_interval_ms=500,
         broker_args=["--remoting-listen", "127.0.0.1:0"],
     )

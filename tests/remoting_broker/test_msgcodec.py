@@ -98,8 +98,16 @@ def test_pull_record_exact_layout() -> None:
     assert data[64:72] == bytes([127, 0, 0, 1]) + struct.pack(">i", 10911)  # STOREHOST
     (record,) = decode_stored(data)
     assert record["body"] == b"payload" and record["topic"] == "orders"
-    assert record["properties"] == {"TAGS": "a", "UNIQ_KEY": "ID1"}
+    assert record["properties"] == {"TAGS": "a", "UNIQ_KEY": "ID1", "MSG_REGION": "DefaultRegion"}
     assert record["reconsume_times"] == 2
+
+
+def test_a_record_keeps_its_own_region() -> None:
+    """Every 4.x record names a region (a traced 4.x consumer skips messages without one);
+    a message that has its own keeps it."""
+    props = {"TAGS": "a", "MSG_REGION": "eu-1"}
+    (record,) = decode_stored(encode_message(stored(properties=props)))
+    assert record["properties"] == props
 
 
 def test_records_concatenate_and_hostnames_fall_back_to_loopback() -> None:

@@ -49,10 +49,10 @@ OWN_TOPICS = (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     REVIVE_TOPIC,
-    "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_OTHER",
     "rmq_sys_anything",
     "TRANS_CHECK_MAX_TIME_TOPIC",
-)
+)  # not RMQ_SYS_TRACE_TOPIC: the clients' traces go there (tests/test_cli_trace.py)
 
 
 @pytest.fixture
