@@ -308,6 +308,24 @@ def message_get(topic_name: str, queue_id: int, offset: int, as_json: bool, endp
     )
 
 
+@message.command("resend")
+@click.argument("message_id")
+@click.option("--topic", "topic_name", required=True, help="the message's topic")
+@click.option("--group", "group_name", required=True, help="the consumer group to deliver to")
+@json_option
+@endpoints_option
+def message_resend(
+    message_id: str, topic_name: str, group_name: str, as_json: bool, endpoints: str
+) -> None:
+    """Deliver a copy of MESSAGE_ID to --group's consumers only, as a new message
+    (mqadmin consumeMessageDirectly; the original stays where it is)."""
+    with _client(endpoints) as client:
+        copy = client.resend_message(message_id, topic_name, group_name)
+    if as_json:
+        return _print_json(copy)
+    click.echo(f"resent {message_id} to {group_name} as {copy['message_id']}")
+
+
 # ---- offsets --------------------------------------------------------------------------------
 
 

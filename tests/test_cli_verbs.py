@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import grpc
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker_core.client import RocketMQClient
 from tests.server.conftest import BrokerProcess, start_broker
+from tests.server.test_simple_consumer import ack, receive, received, split_stream
 from tests.test_cli import fails, ok, rmq
 
 
@@ -92,3 +96,58 @@ def test_broker_config_set_of_a_fixed_key_names_the_live_ones(broker) -> None:
 def test_broker_config_file_checker_still_works() -> None:
     assert "max_long_polling_ms" in ok(rmq(None, "broker", "config", "--defaults"))
     fails(rmq(None, "broker", "config", "--defaults", "get"), "get/set")
+
+
+# ---- message resend -----------------------------------------------------------------------
+
+
+def test_message_resend_reaches_that_group_only_as_a_new_message_of_its_topic(broker) -> None:
+    """mqadmin consumeMessageDirectly: the copy is delivered to --group's consumer as a
+    message of the original topic, under a new id naming the original, and no other group
+    sees it; the original is not moved."""
+    ok(rmq(broker, "topic", "create", "verbs_resend", "--queues", "1"))
+    for group in ("verbs_target", "verbs_other"):
+        ok(rmq(broker, "group", "create", group, "--consume-from", "first_offset"))
+    sent = ok(rmq(broker, "send", "verbs_resend", "again please"))
+    original = sent.split("message id: ")[1].split()[0]
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        for group in ("verbs_target", "verbs_other"):  # both consume the original first
+            [m] = received(stub, "verbs_resend", group)
+            assert m.system_properties.message_id == original
+            assert ack(stub, "verbs_resend", group, m).status.code == pb.Code.OK
+        answer = ok(
+            rmq(
+                broker,
+                "message",
+                "resend",
+                original,
+                "--topic",
+                "verbs_resend",
+                "--group",
+                "verbs_target",
+                "--json",
+            )
+        )
+        copy = json.loads(answer)
+        assert copy["topic"] == "%RETRY%verbs_target" and copy["message_id"] != original
+        [again] = received(stub, "verbs_resend", "verbs_target", poll_ms=10_000)
+        assert again.topic.name == "verbs_resend" and again.body == b"again please"
+        assert again.system_properties.message_id == copy["message_id"]
+        assert again.system_properties.delivery_attempt == 1
+        assert split_stream(receive(stub, "verbs_resend", "verbs_other", poll_ms=1_000))[1] == []
+    with RocketMQClient(broker.endpoint) as client:
+        assert client.topic_status("verbs_resend")[0]["max_offset"] == 1  # original stays
+    fails(
+        rmq(
+            broker,
+            "message",
+            "resend",
+            "00000000000000000000000000000000",
+            "--topic",
+            "verbs_resend",
+            "--group",
+            "verbs_target",
+        ),
+        "00000000000000000000000000000000",
+    )

@@ -22,13 +22,15 @@ from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop.model import PoppedMessage
 from broker_core.broker.pop.pop import PopService
 from broker_core.broker.rebalance import MessageQueue
+from broker_core.broker.resend import resend_copy
 from broker_core.broker.retry import is_retry_topic
+from broker_core.broker.sending import SendResult
 from broker_core.broker.topic_waiter import TopicWaiter
 from broker_core.broker.topics import TopicConfig, TopicManager
 from broker_core.broker.trace.recorder import TraceRecorder
 from broker_core.config import BrokerConfig
 from broker_core.errors import GroupNotFoundError, InvalidArgumentError
-from broker_core.message import validate_group_name
+from broker_core.message import Message, validate_group_name
 from broker_core.protocol.filters import MessageFilter
 from broker_core.store.message_store import MessageStore
 
@@ -57,6 +59,8 @@ class ConsumerCalls:
         def require_master(self) -> None: ...
 
         def read_queues(self, topic: str) -> list[MessageQueue]: ...
+
+        def send(self, messages: Sequence[Message]) -> list[SendResult]: ...
 
     # ---- POP consumers ----------------------------------------------------------------------
 
@@ -181,6 +185,14 @@ class ConsumerCalls:
             delivery_topic(topic, lite_topic, receipt_handle),
             receipt_handle,
         )
+
+    def resend(self, message_id: str, topic: str, group: str) -> SendResult:
+        """Resend a stored message of ``topic`` to ``group`` as a new message
+        (``broker/resend.py``); MessageNotFoundError when this broker does not hold it."""
+        self.group(group)
+        original = self.store.query_by_id(message_id, topic)
+        self.topics.ensure_retry_topic(group)
+        return self.send([resend_copy(original, group)])[0]
 
     # ---- offsets ----------------------------------------------------------------------------
 

@@ -219,6 +219,14 @@ class AdminCalls(ABC):
         )
         return result
 
+    def resend_message(self, message_id: str, topic: str, group: str) -> dict[str, Any]:
+        """Store a copy of a message of ``topic`` for ``group``'s consumers only, as a new
+        message (mqadmin consumeMessageDirectly): ``{"message_id", "topic", "offset"}``
+        (the group's retry topic); MessageNotFoundError when this broker lacks it."""
+        payload = {"message_id": message_id, "topic": topic, "group": group}
+        result: dict[str, Any] = self._admin("ResendMessage", payload)
+        return result
+
     def query_message(
         self,
         *,

@@ -18,9 +18,8 @@ from typing import Any, Final
 from broker_core.client import RocketMQClient
 from broker_core.console import messages
 from broker_core.console.targets import Targets
-from broker_core.errors import InvalidArgumentError
-from broker_core.protocol.group_topics import dlq_topic, retry_topic
-from broker_core.protocol.properties import SYSTEM_PROPERTY_KEYS
+from broker_core.errors import InvalidArgumentError, MessageNotFoundError, RocketMQError
+from broker_core.protocol.group_topics import dlq_topic
 
 TOPIC_SETTINGS: Final = frozenset(
     {"queues", "read_queues", "write_queues", "perm", "message_type", "update", "force"}
@@ -83,28 +82,27 @@ def reset_offset(targets: Targets, group: str, topic: str, to: str) -> list[dict
     return done
 
 
-def _resend_copy(client: RocketMQClient, group: str, msg: dict[str, Any]) -> str:
-    props = {k: v for k, v in msg["properties"].items() if k not in SYSTEM_PROPERTY_KEYS}
-    receipt = client.send(
-        retry_topic(group),
-        messages.raw_body(msg),
-        tag=msg.get("tag"),
-        keys=list(msg["keys"]),
-        properties=props,
-    )
-    return receipt.message_id
+def _resend_copy(targets: Targets, group: str, message_id: str, topic: str) -> str:
+    """The broker's ResendMessage on the broker group holding the message: a new message
+    for ``group``'s consumers only, delivered as ``topic``'s (MessageNotFoundError from the
+    last group when none holds it)."""
+    error: RocketMQError | None = None
+    for client in targets.holding(topic).values():
+        try:
+            return str(client.resend_message(message_id, topic, group)["message_id"])
+        except MessageNotFoundError as exc:  # on another broker group
+            error = exc
+    assert error is not None  # holding() is never empty: it raises instead
+    raise error
 
 
 def resend(targets: Targets, group: str, message_id: str, topic: str) -> dict[str, Any]:
     """Resend one message (found by id in ``topic``) to ``group``."""
-    found = messages.by_id(targets, message_id, topic)[0]
-    return {"resent": [_resend_copy(targets.client, group, found)]}
+    return {"resent": [_resend_copy(targets, group, message_id, topic)]}
 
 
 def resend_dlq(targets: Targets, group: str, limit: int = 1000) -> dict[str, Any]:
     """Resend every dead letter of ``group`` (up to ``limit``) back to the group."""
     dead = dlq_topic(group)
     rows = messages.browse(targets, dead, limit=limit)
-    # QueryMessage answers with every stored property, the original topic among them
-    full = [messages.by_id(targets, m["message_id"], dead)[0] for m in rows]
-    return {"resent": [_resend_copy(targets.client, group, m) for m in full]}
+    return {"resent": [_resend_copy(targets, group, m["message_id"], dead) for m in rows]}

@@ -21,7 +21,7 @@ GET  /api/groups/{group}           settings, lag per topic and queue
 POST /api/groups/{group}/reset     topic, to (earliest | latest | epoch ms | ISO-8601)
 GET  /api/messages                 topic & key | msg_id (& topic) | topic & begin & end
 GET  /api/messages/{msg_id}        ?topic= — the message (body as JSON/text/hex), trace
-POST /api/messages/{msg_id}/resend topic, group: a copy to the group's retry topic
+POST /api/messages/{msg_id}/resend topic, group: ResendMessage, a new message for the group
 GET  /api/dlq                      dead-letter topics per group with counts
 GET  /api/dlq/{group}              its dead letters
 POST /api/dlq/{group}/resend       message_id? — one, or all, back to the group

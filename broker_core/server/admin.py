@@ -43,6 +43,8 @@ GroupProgress   name, topic? → per queue: topic, queue_id, broker_offset,
 QueryMessage    id, topic? | key, topic, max_results? ; text_bodies? → messages (bodies
                 base64, or UTF-8 text when asked and they decode; ``body_encoding`` says)
 ResetOffset     group, topic, to ("earliest" | "latest" | timestamp ms) → per queue offsets
+ResendMessage   message_id, topic, group → a copy for the group's consumers only, as a new
+                message in its retry topic: message_id, topic, offset
 LockQueues      group, client_id, topic, queue_ids → {"locked": ids held now}
 UnlockQueues    group, client_id, topic, queue_ids → {"unlocked": ids released}
 GetBrokerConfig (none) → {"config": every broker setting now, "live_keys": the keys

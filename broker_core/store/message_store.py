@@ -448,9 +448,11 @@ class MessageStore:
         hits = self.query_by_key(message_id, topic=topic, max_results=1)
         if hits:
             return hits[0]
-        try:
-            _host, phys = decode_offset_message_id(message_id)
-            return self.commitlog.read_message(phys)
+        try:  # an offset id names the store host and offset: both must be the unit's
+            host, phys = decode_offset_message_id(message_id)
+            found = self.commitlog.read_message(phys)
+            if found.store_host == host and topic in (None, found.topic):
+                return found
         except (ValueError, CorruptionError, OffsetOutOfRangeError):
             pass
         raise MessageNotFoundError(f"no message with id {message_id}")

@@ -181,13 +181,43 @@ TABLE = [
         _cmd(C.GET_CONSUMER_CONNECTION_LIST, **EGROUP),
     ),
     Row(C.END_TRANSACTION, "alice", "erin", "Pub on Topic:orders", _end_transaction),
+    Row(
+        C.LITE_PULL_MESSAGE,
+        "erin",
+        "alice",
+        "Sub on Topic:orders",
+        _cmd(C.LITE_PULL_MESSAGE, **QUEUE, **EGROUP, queueOffset="0", maxMsgNums="1", sysFlag="0"),
+    ),
+    Row(C.GET_TOPIC_CONFIG, "gina", "erin", "Get on Topic:orders", _cmd(351, topic="orders")),
+    Row(
+        C.QUERY_TOPIC_CONSUME_BY_WHO,
+        "gina",
+        "erin",
+        "Get on Topic:orders",
+        _cmd(C.QUERY_TOPIC_CONSUME_BY_WHO, topic="orders"),
+    ),
+    Row(
+        C.INVOKE_BROKER_TO_RESET_OFFSET,
+        "uma",
+        "gina",
+        "Update on Group:GID_erin",
+        _cmd(222, topic="orders", group="GID_erin", timestamp="0", isForce="true"),
+    ),
+    Row(C.CHECK_CLIENT_CONFIG, "nobody", None, "not signed", _cmd(C.CHECK_CLIENT_CONFIG)),
+    Row(
+        C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        "uma",
+        "gina",
+        "Create or Update on Group:GID_erin",
+        _cmd(200, _json({"groupName": "GID_erin"})),
+    ),
     Row(C.CONSUMER_SEND_MSG_BACK, "erin", "gina", "Sub on Group:GID_erin", _send_back),
 ]
 
 
 def test_the_table_names_every_code_access_knows_and_the_front_end_handles() -> None:
     codes = [row.code for row in TABLE]
-    assert len(codes) == len(set(codes)) == 24
+    assert len(codes) == len(set(codes)) == 30
     assert set(codes) == set(NEEDS) | set(OFFSET_NEEDS) == set(HANDLERS)
 
 

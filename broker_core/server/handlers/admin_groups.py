@@ -123,10 +123,21 @@ def delete_group(ctx: ServerContext, args: Args) -> Json:
     return {"deleted": name}
 
 
+def resend_message(ctx: ServerContext, args: Args) -> Json:
+    """A copy of one stored message for one group (``Broker.resend``)."""
+    result = ctx.broker.resend(
+        args.text("message_id", required=True),
+        args.text("topic", required=True),
+        args.text("group", required=True),
+    )
+    return {"message_id": result.message_id, "topic": result.topic, "offset": result.queue_offset}
+
+
 VERBS: Final = {
     "CreateGroup": Verb(create_group, _CREATE_FIELDS, change=True),
     "ListGroups": Verb(list_groups, frozenset()),
     "GroupProgress": Verb(group_progress, frozenset({"name", "topic"})),
     "ResetOffset": Verb(reset_offset, frozenset({"group", "topic", "to"}), change=True),
     "DeleteGroup": Verb(delete_group, frozenset({"name"}), change=True),
+    "ResendMessage": Verb(resend_message, frozenset({"message_id", "topic", "group"}), change=True),
 }
