@@ -17,7 +17,7 @@ from broker_core.cli_base import (
     endpoints_option,
     json_option,
 )
-from broker_core.errors import GroupNotFoundError
+from broker_core.errors import GroupNotFoundError, TopicNotFoundError
 
 # ---- topics ---------------------------------------------------------------------------------
 
@@ -108,19 +108,27 @@ TOOL_TOPIC_PREFIXES = ("%SPARK_SINK%",)
 )
 @json_option
 @endpoints_option
-def topic_list(include_system: bool, as_json: bool, endpoints: str) -> None:
-    """List topics (the broker's and our tools' own topics only with --all)."""
-    with _client(endpoints) as client:
-        topics = client.list_topics(include_system=include_system)
+@cli_cluster.namesrv_option(required=False)
+def topic_list(include_system: bool, as_json: bool, endpoints: str, namesrv: str | None) -> None:
+    """List topics (the broker's and our tools' own topics only with --all; with --namesrv:
+    of every broker group of the cluster, each row naming its broker)."""
+    addrs = cli_cluster.broker_addrs(namesrv) if namesrv else {"": endpoints}
+    topics = []
+    for broker, addr in addrs.items():
+        with broker_client(addr) as client:
+            found = client.list_topics(include_system=include_system)
+        topics += [{**t, "broker": broker} if namesrv else t for t in found]
     if not include_system:
         topics = [t for t in topics if not t["name"].startswith(TOOL_TOPIC_PREFIXES)]
     if as_json:
         return _print_json(topics)
+    columns = ["topic", "read queues", "write queues", "perm", "type"]
     _table(
         "topics",
-        ["topic", "read queues", "write queues", "perm", "type"],
+        (["broker"] if namesrv else []) + columns,
         [
-            (t["name"], t["read_queue_nums"], t["write_queue_nums"], t["perm"], t["message_type"])
+            ([t["broker"]] if namesrv else [])
+            + [t["name"], t["read_queue_nums"], t["write_queue_nums"], t["perm"], t["message_type"]]
             for t in topics
         ],
     )
@@ -149,11 +157,24 @@ def topic_status(name: str, as_json: bool, endpoints: str) -> None:
 @topic.command("delete")
 @click.argument("name")
 @endpoints_option
-def topic_delete(name: str, endpoints: str) -> None:
-    """Delete topic NAME (its queues and committed offsets go too)."""
-    with _client(endpoints) as client:
-        client.delete_topic(name)
-    click.echo(f"topic {name} deleted")
+@cli_cluster.namesrv_option(required=False)
+def topic_delete(name: str, endpoints: str, namesrv: str | None) -> None:
+    """Delete topic NAME (its queues and committed offsets go too; with --namesrv: on every
+    broker group of the cluster that has it)."""
+    addrs = cli_cluster.broker_addrs(namesrv) if namesrv else {"": endpoints}
+    deleted = []
+    for broker, addr in addrs.items():
+        with broker_client(addr) as client:
+            try:
+                client.delete_topic(name)
+            except TopicNotFoundError:
+                if not namesrv:
+                    raise
+                continue  # the topic does not live on that broker
+        deleted.append(broker)
+    if not deleted:
+        raise TopicNotFoundError(f"topic {name!r} is on no broker of the cluster")
+    click.echo(f"topic {name} deleted" + (f" on {', '.join(deleted)}" if namesrv else ""))
 
 
 # ---- groups ---------------------------------------------------------------------------------

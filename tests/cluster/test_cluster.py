@@ -4,6 +4,7 @@ through one broker, forwarding, and no topic created by a route lookup."""
 from __future__ import annotations
 
 import collections
+import json
 import pickle
 import threading
 import time
@@ -138,6 +139,14 @@ def test_cluster_list_and_topic_create_on_every_group_or_one(cluster3) -> None:
         cli, ["topic", "create", "x", "--namesrv", cluster3.namesrv, "--broker", "broker-zz"]
     )
     assert bad.exit_code == 1 and "broker-zz" in bad.output
+    listed = json.loads(rmq("topic", "list", "--json", "--namesrv", cluster3.namesrv))
+    holders = {(t["name"], t["broker"]) for t in listed if t["name"].startswith("adm-")}
+    assert holders == {("adm-all", b) for b in BROKERS} | {("adm-one", "broker-b")}
+    assert "on broker-b" in rmq("topic", "delete", "adm-one", "--namesrv", cluster3.namesrv)
+    listed = json.loads(rmq("topic", "list", "--json", "--namesrv", cluster3.namesrv))
+    assert "adm-one" not in {t["name"] for t in listed}
+    gone = CliRunner().invoke(cli, ["topic", "delete", "adm-one", "--namesrv", cluster3.namesrv])
+    assert gone.exit_code == 1 and "on no broker of the cluster" in gone.output
 
 
 def test_route_lookup_creates_no_topic_anywhere(cluster3) -> None:
