@@ -122,8 +122,8 @@ class EtcdGroup:
     # ---- member ids ---------------------------------------------------------------------------
 
     def member_id(self, node: str) -> int:
-        """``node``'s broker id as a slave: the one it holds, else the lowest free one ≥ 1
-        claimed by create-if-absent (a race lost to another node moves on to the next)."""
+        """``node``'s broker id as a slave: the one it holds, else the next after the highest
+        held (≥ 1), claimed by create-if-absent (a race lost to another node moves on)."""
         while True:
             held = self._ids_held()
             for number, holder in held.items():

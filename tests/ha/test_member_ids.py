@@ -56,8 +56,11 @@ def test_three_members_of_a_group_get_three_ids(group: ControllerGroup) -> None:
     for member in ("m1", second, third):
         group.start(member)  # raised "broker exited before READY" for the third
     wait_until(lambda: len(_ids(group.namesrv, "g")) == 3, 20, "three brokers registered")
-    ids = _ids(group.namesrv, "g")
-    assert sorted(ids) == [0, 1, 2]
+    ids = _ids(group.namesrv, "g")  # three distinct ids (the keys), the master's 0
+    # Not necessarily [0, 1, 2]: a node that was a slave before it won the election keeps
+    # the slave id it claimed (as RocketMQ's controller keeps an assigned broker id), so the
+    # others' ids may start at 2 — the flake of a loaded run, not a collision.
+    assert len(ids) == 3 and 0 in ids, ids
     assert sorted(ids.values()) == sorted(group.endpoints())
 
 
