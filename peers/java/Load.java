@@ -1,14 +1,23 @@
-// A Java send load against a RocketMQ-compatible broker (bench/java_load.py runs it):
-//   java -cp CLASSES:CLIENT_JARS Load 4|5 ENDPOINT TOPIC THREADS BODY_BYTES WARMUP_S DURATION_S
-//   4: rocketmq-client (the 4.x API, remoting); ENDPOINT is the NameServer (host:port)
-//   5: rocketmq-client-java (5.x, gRPC);        ENDPOINT is the gRPC endpoint (host:port)
-// THREADS threads share one producer and each sends single messages of BODY_BYTES bytes,
-// synchronously, one after the other: first WARMUP_S seconds unmeasured (JIT, connections,
-// routes), then DURATION_S seconds measured. A send counts when it started in the measured
-// window; its latency is from the call to the answer. Prints one line:
+// A Java load against a RocketMQ-compatible broker (bench/java_load.py and
+// bench/java_latency.py run it). Modes:
+//   Load 4|5 ENDPOINT TOPIC THREADS BODY_BYTES WARMUP_S DURATION_S
+//     single sends. 4: rocketmq-client (the 4.x API, remoting), ENDPOINT the NameServer;
+//     5: rocketmq-client-java (5.x, gRPC), ENDPOINT the gRPC endpoint (host:port).
+//   Load batch NAMESRV TOPIC TOPICS THREADS BODY_BYTES BATCH WARMUP_S DURATION_S
+//     4.x batch sends of BATCH messages; TOPICS > 1 spreads them over TOPIC-0..TOPIC-(n-1),
+//     each thread taking the next topic for each batch.
+//   Load drain NAMESRV TOPIC THREADS BODY_BYTES COUNT
+//     fills TOPIC with COUNT messages (4.x batch sends of 256, untimed), then reads them all
+//     back with DefaultMQPullConsumer, THREADS threads sharing the queues, from offset 0.
+//   Load latency NAMESRV TOPIC THREADS BODY_BYTES WARMUP_S STEP_S STEPS   (Sweep.java)
+// THREADS threads share one producer and each sends one call after the other: first
+// WARMUP_S seconds unmeasured (JIT, connections, routes), then DURATION_S seconds measured.
+// A call counts when it started in the measured window; its latency is from the call to
+// the answer. Prints one line:
 //   {"event":"load","client":"4.x","threads":16,"body_bytes":128,"sent":N,"errors":E,
 //    "seconds":S,"msg_s":R,"p50_ms":A,"p99_ms":B,"first_error":"..."}
-// or {"event":"error",...} when the producer cannot start. Only the client named by the mode
+// (drain: {"event":"drain","read":N,"seconds":S,"msg_s":R,"fill_msg_s":F,...})
+// or {"event":"error",...} when the client cannot start. Only the client named by the mode
 // is loaded, so the run's class path needs that client's jars only.
 import java.time.Duration;
 import java.util.*;
@@ -16,23 +25,37 @@ import java.util.concurrent.atomic.AtomicReference;
 
 public class Load {
     interface Sender {
-        void send(byte[] body) throws Exception; // throws when the broker did not store it
+        int send(byte[] body) throws Exception; // messages stored; throws when not stored
 
         void close() throws Exception;
     }
 
     static final int WARM = 0, MEASURE = 1, STOP = 2;
+    static final int QUEUES = 8; // the queues of each topic batch/drain/latency create
     static volatile int phase = WARM;
     static final AtomicReference<String> FIRST_ERROR = new AtomicReference<>("");
 
     public static void main(String[] args) throws Exception {
-        String mode = args[0], endpoint = args[1], topic = args[2];
-        int threads = Integer.parseInt(args[3]), size = Integer.parseInt(args[4]);
-        double warmup = Double.parseDouble(args[5]), duration = Double.parseDouble(args[6]);
-        String client = mode.equals("4") ? "4.x" : "5.x";
+        String mode = args[0];
+        if (mode.equals("latency")) {
+            Sweep.main(Arrays.copyOfRange(args, 1, args.length));
+            return;
+        }
+        if (mode.equals("drain")) {
+            drain(args);
+            return;
+        }
+        boolean batch = mode.equals("batch");
+        String[] rest = batch ? Arrays.copyOfRange(args, 4, args.length) : Arrays.copyOfRange(args, 3, args.length);
+        String endpoint = args[1], topic = args[2];
+        int threads = Integer.parseInt(rest[0]), size = Integer.parseInt(rest[1]);
+        int batchSize = batch ? Integer.parseInt(rest[2]) : 1;
+        double warmup = Double.parseDouble(rest[batch ? 3 : 2]), duration = Double.parseDouble(rest[batch ? 4 : 3]);
+        String client = mode.equals("5") ? "5.x" : "4.x";
         Sender sender;
         try {
-            sender = mode.equals("4") ? new V4(endpoint, topic) : new V5(endpoint, topic);
+            if (batch) sender = new V4Batch(endpoint, topic, Integer.parseInt(args[3]), batchSize);
+            else sender = mode.equals("4") ? new V4(endpoint, topic) : new V5(endpoint, topic);
         } catch (Throwable e) {
             emitError(e);
             System.exit(0);
@@ -125,16 +148,17 @@ public class Load {
         public void run() {
             while (phase != STOP) {
                 boolean measured = phase == MEASURE;
+                int stored;
                 long t0 = System.nanoTime();
                 try {
-                    sender.send(body);
+                    stored = sender.send(body);
                 } catch (Throwable e) {
                     if (measured) errors++;
                     FIRST_ERROR.compareAndSet("", e.getClass().getSimpleName() + ": " + e.getMessage());
                     continue;
                 }
                 if (!measured) continue;
-                sent++;
+                sent += stored;
                 if (count == latencies.length) latencies = Arrays.copyOf(latencies, count * 2);
                 latencies[count++] = System.nanoTime() - t0;
             }
@@ -154,16 +178,162 @@ public class Load {
             producer.start();
         }
 
-        public void send(byte[] body) throws Exception {
+        public int send(byte[] body) throws Exception {
             org.apache.rocketmq.client.producer.SendResult r =
                     producer.send(new org.apache.rocketmq.common.message.Message(topic, body));
             if (r.getSendStatus() != org.apache.rocketmq.client.producer.SendStatus.SEND_OK) {
                 throw new IllegalStateException("send status " + r.getSendStatus());
             }
+            return 1;
         }
 
         public void close() {
             producer.shutdown();
+        }
+    }
+
+    static org.apache.rocketmq.client.producer.DefaultMQProducer producer4(String namesrv, String group)
+            throws Exception {
+        org.apache.rocketmq.client.producer.DefaultMQProducer producer =
+                new org.apache.rocketmq.client.producer.DefaultMQProducer(group);
+        producer.setNamesrvAddr(namesrv);
+        producer.setSendMsgTimeout(10_000);
+        producer.setMaxMessageSize(16 << 20);
+        producer.start();
+        return producer;
+    }
+
+    // Creates each topic (QUEUES read and write queues) on every broker the NameServer lists,
+    // as mqadmin updateTopic does (UPDATE_AND_CREATE_TOPIC), one JVM for them all.
+    static void createTopics(org.apache.rocketmq.client.producer.DefaultMQProducer producer,
+            String[] topics, int queues) throws Exception {
+        org.apache.rocketmq.client.impl.MQClientAPIImpl api =
+                producer.getDefaultMQProducerImpl().getMqClientFactory().getMQClientAPIImpl();
+        org.apache.rocketmq.remoting.protocol.body.ClusterInfo info = api.getBrokerClusterInfo(10_000);
+        for (org.apache.rocketmq.remoting.protocol.route.BrokerData broker : info.getBrokerAddrTable().values()) {
+            String addr = broker.selectBrokerAddr();
+            for (String topic : topics) {
+                api.createTopic(addr, "TBW102", new org.apache.rocketmq.common.TopicConfig(topic, queues, queues), 10_000);
+            }
+        }
+        for (String topic : topics) { // until the NameServer routes every one
+            for (int i = 0; i < 200; i++) {
+                try {
+                    api.getTopicRouteInfoFromNameServer(topic, 3_000);
+                    break;
+                } catch (Exception e) {
+                    Thread.sleep(50);
+                }
+            }
+        }
+    }
+
+    // The 4.x API's batch send: one call stores BATCH messages of one topic.
+    static final class V4Batch implements Sender {
+        final org.apache.rocketmq.client.producer.DefaultMQProducer producer;
+        final String[] topics;
+        final int batch;
+        final java.util.concurrent.atomic.AtomicLong next = new java.util.concurrent.atomic.AtomicLong();
+
+        V4Batch(String namesrv, String topic, int topicCount, int batch) throws Exception {
+            topics = new String[topicCount];
+            for (int i = 0; i < topicCount; i++) topics[i] = topicCount == 1 ? topic : topic + "-" + i;
+            this.batch = batch;
+            producer = producer4(namesrv, "bench-batch4");
+            createTopics(producer, topics, QUEUES);
+        }
+
+        public int send(byte[] body) throws Exception {
+            String topic = topics[(int) (next.getAndIncrement() % topics.length)];
+            List<org.apache.rocketmq.common.message.Message> messages = new ArrayList<>(batch);
+            for (int i = 0; i < batch; i++) messages.add(new org.apache.rocketmq.common.message.Message(topic, body));
+            org.apache.rocketmq.client.producer.SendResult r = producer.send(messages);
+            if (r.getSendStatus() != org.apache.rocketmq.client.producer.SendStatus.SEND_OK) {
+                throw new IllegalStateException("send status " + r.getSendStatus());
+            }
+            return batch;
+        }
+
+        public void close() {
+            producer.shutdown();
+        }
+    }
+
+    // drain: fill COUNT messages (untimed), then pull them all back from offset 0.
+    static void drain(String[] args) throws Exception {
+        String namesrv = args[1], topic = args[2];
+        int threads = Integer.parseInt(args[3]), size = Integer.parseInt(args[4]);
+        long count = Long.parseLong(args[5]);
+        org.apache.rocketmq.client.consumer.DefaultMQPullConsumer consumer;
+        V4Batch filler;
+        try {
+            filler = new V4Batch(namesrv, topic, 1, 256);
+            consumer = new org.apache.rocketmq.client.consumer.DefaultMQPullConsumer("bench-drain4");
+            consumer.setNamesrvAddr(namesrv);
+            consumer.start();
+        } catch (Throwable e) {
+            emitError(e);
+            System.exit(0);
+            return;
+        }
+        byte[] body = new byte[size];
+        Arrays.fill(body, (byte) 'x');
+        long fillStart = System.nanoTime();
+        long filled = 0;
+        try {
+            while (filled < count) filled += filler.send(body);
+        } catch (Throwable e) {
+            emitError(e);
+            System.exit(0);
+        }
+        double fillSeconds = (System.nanoTime() - fillStart) / 1e9;
+        filler.close();
+        List<org.apache.rocketmq.common.message.MessageQueue> queues =
+                new ArrayList<>(consumer.fetchSubscribeMessageQueues(topic));
+        java.util.concurrent.atomic.AtomicLong read = new java.util.concurrent.atomic.AtomicLong();
+        java.util.concurrent.atomic.AtomicLong bad = new java.util.concurrent.atomic.AtomicLong();
+        Thread[] workers = new Thread[Math.min(threads, queues.size())];
+        long start = System.nanoTime();
+        for (int t = 0; t < workers.length; t++) {
+            final int first = t;
+            workers[t] = new Thread(() -> {
+                for (int q = first; q < queues.size(); q += workers.length) {
+                    try {
+                        pullQueue(consumer, queues.get(q), size, read, bad);
+                    } catch (Throwable e) {
+                        FIRST_ERROR.compareAndSet("", e.getClass().getSimpleName() + ": " + e.getMessage());
+                    }
+                }
+            });
+            workers[t].start();
+        }
+        for (Thread w : workers) w.join();
+        double seconds = (System.nanoTime() - start) / 1e9;
+        consumer.shutdown();
+        System.out.println("{\"event\":\"drain\",\"client\":\"4.x\",\"threads\":" + workers.length
+                + ",\"queues\":" + queues.size() + ",\"filled\":" + filled + ",\"read\":" + read.get()
+                + ",\"bad\":" + bad.get() + ",\"seconds\":" + round(seconds) + ",\"msg_s\":"
+                + round(read.get() / seconds) + ",\"fill_msg_s\":" + round(filled / fillSeconds)
+                + ",\"first_error\":" + quote(FIRST_ERROR.get()) + "}");
+        System.out.flush();
+        System.exit(0);
+    }
+
+    static void pullQueue(org.apache.rocketmq.client.consumer.DefaultMQPullConsumer consumer,
+            org.apache.rocketmq.common.message.MessageQueue queue, int size,
+            java.util.concurrent.atomic.AtomicLong read, java.util.concurrent.atomic.AtomicLong bad)
+            throws Exception {
+        long end = consumer.maxOffset(queue), offset = consumer.minOffset(queue);
+        while (offset < end) {
+            org.apache.rocketmq.client.consumer.PullResult r = consumer.pull(queue, "*", offset, 1024);
+            if (r.getPullStatus() != org.apache.rocketmq.client.consumer.PullStatus.FOUND) {
+                throw new IllegalStateException("pull " + queue + " at " + offset + ": " + r.getPullStatus());
+            }
+            for (org.apache.rocketmq.common.message.MessageExt m : r.getMsgFoundList()) {
+                if (m.getBody().length != size) bad.incrementAndGet();
+            }
+            read.addAndGet(r.getMsgFoundList().size());
+            offset = r.getNextBeginOffset();
         }
     }
 
@@ -184,12 +354,188 @@ public class Load {
                     .setTopics(topic).build();
         }
 
-        public void send(byte[] body) throws Exception {
+        public int send(byte[] body) throws Exception {
             producer.send(provider.newMessageBuilder().setTopic(topic).setBody(body).build());
+            return 1;
         }
 
         public void close() throws Exception {
             producer.close();
+        }
+    }
+
+    // latency: send->receive latency the way OpenMessaging Benchmark measures it, 4.x client.
+    //   Load latency NAMESRV TOPIC THREADS BODY_BYTES WARMUP_S STEP_S STEPS
+    // One producer (THREADS sending threads) and one DefaultMQPushConsumer (group
+    // bench-latency4, from the first offset) in this JVM; each body starts with the send's
+    // System.nanoTime() and its step's number, so the consumer's clock is the sender's.
+    // STEPS, comma-separated, run in order after WARMUP_S s of unmeasured sends:
+    //   max     unpaced sends for STEP_S s: the sustained rate is the lower of the send rate
+    //           and the rate received within the window (so the backlog stays bounded);
+    //   fX      a fixed rate of X times that sustained rate (f0.5: half of it);
+    //   rN      a fixed rate of N msg/s.
+    // A paced step gives each send a slot (start + k / rate) and waits for it. After each
+    // step the sweep waits (up to max(10 s, 2 STEP_S)) until every message of the step has
+    // arrived. Per step it prints
+    //   {"event":"step","step":"f0.5","offered_msg_s":R,"sent_msg_s":S,"received_msg_s":V,
+    //    "backlog":B,"undrained":U,"errors":E,"p50_ms":..,"p99_ms":..,"p999_ms":..}
+    // (latency of the step's messages, received in or after the window; backlog: sent but
+    // not yet received when the window closed), then {"event":"sweep","sustained_msg_s":R}.
+    static final class Sweep {
+        final java.util.concurrent.atomic.AtomicLong sent = new java.util.concurrent.atomic.AtomicLong();
+        final java.util.concurrent.atomic.AtomicLong received = new java.util.concurrent.atomic.AtomicLong();
+        final java.util.concurrent.atomic.AtomicLong slot = new java.util.concurrent.atomic.AtomicLong();
+        final java.util.concurrent.atomic.AtomicLong errors = new java.util.concurrent.atomic.AtomicLong();
+        final java.util.concurrent.atomic.AtomicInteger inFlight = new java.util.concurrent.atomic.AtomicInteger();
+        volatile int step = -1; // the step whose messages are counted; -1: warm-up
+        volatile boolean sending, done;
+        volatile long epoch, intervalNs; // intervalNs 0: unpaced
+        long[] latencies = new long[1 << 16];
+        int count;
+        final int size;
+
+        Sweep(int size) {
+            this.size = size;
+        }
+
+        synchronized void record(long nanos) {
+            if (count == latencies.length) latencies = Arrays.copyOf(latencies, count * 2);
+            latencies[count++] = nanos;
+        }
+
+        synchronized long[] takeLatencies() {
+            long[] out = Arrays.copyOf(latencies, count);
+            count = 0;
+            return out;
+        }
+
+        void onMessage(byte[] body) {
+            long now = System.nanoTime();
+            if (body.length < 12) return;
+            java.nio.ByteBuffer b = java.nio.ByteBuffer.wrap(body);
+            long t0 = b.getLong();
+            int of = b.getInt();
+            if (of != step) return;
+            received.incrementAndGet();
+            record(now - t0);
+        }
+
+        void sendLoop(org.apache.rocketmq.client.producer.DefaultMQProducer producer, String topic) {
+            while (!done) {
+                if (!sending) {
+                    java.util.concurrent.locks.LockSupport.parkNanos(200_000);
+                    continue;
+                }
+                long interval = intervalNs;
+                if (interval > 0) {
+                    long due = epoch + slot.getAndIncrement() * interval;
+                    long now;
+                    while ((now = System.nanoTime()) < due && sending) {
+                        java.util.concurrent.locks.LockSupport.parkNanos(due - now);
+                    }
+                    if (!sending) continue;
+                }
+                int of = step;
+                byte[] body = new byte[size];
+                java.nio.ByteBuffer.wrap(body).putLong(System.nanoTime()).putInt(of);
+                inFlight.incrementAndGet();
+                try {
+                    org.apache.rocketmq.client.producer.SendResult r =
+                            producer.send(new org.apache.rocketmq.common.message.Message(topic, body));
+                    if (r.getSendStatus() != org.apache.rocketmq.client.producer.SendStatus.SEND_OK) {
+                        throw new IllegalStateException("send status " + r.getSendStatus());
+                    }
+                    if (of == step) sent.incrementAndGet();
+                } catch (Throwable e) {
+                    errors.incrementAndGet();
+                    FIRST_ERROR.compareAndSet("", e.getClass().getSimpleName() + ": " + e.getMessage());
+                } finally {
+                    inFlight.decrementAndGet();
+                }
+            }
+        }
+
+        // One step: returns the rate offered (0: unpaced) and prints its line.
+        double run(String name, int index, double rate, double seconds) throws InterruptedException {
+            step = index;
+            sent.set(0);
+            received.set(0);
+            errors.set(0);
+            takeLatencies();
+            slot.set(0);
+            intervalNs = rate > 0 ? (long) (1e9 / rate) : 0;
+            epoch = System.nanoTime();
+            sending = true;
+            Thread.sleep((long) (seconds * 1000));
+            sending = false;
+            double window = (System.nanoTime() - epoch) / 1e9;
+            long receivedInWindow = received.get();
+            while (inFlight.get() > 0) Thread.sleep(1);
+            long sentInStep = sent.get();
+            long backlog = sentInStep - receivedInWindow;
+            long deadline = System.nanoTime() + (long) (Math.max(10.0, 2 * seconds) * 1e9);
+            while (received.get() < sentInStep && System.nanoTime() < deadline) Thread.sleep(5);
+            long[] all = takeLatencies();
+            Arrays.sort(all);
+            double sentRate = sentInStep / window, receivedRate = receivedInWindow / window;
+            System.out.println("{\"event\":\"step\",\"step\":" + quote(name) + ",\"offered_msg_s\":"
+                    + round(rate) + ",\"sent_msg_s\":" + round(sentRate) + ",\"received_msg_s\":"
+                    + round(receivedRate) + ",\"backlog\":" + Math.max(0, backlog) + ",\"undrained\":"
+                    + Math.max(0, sentInStep - received.get()) + ",\"errors\":" + errors.get()
+                    + ",\"p50_ms\":" + round(pct(all, 0.50) / 1e6) + ",\"p99_ms\":"
+                    + round(pct(all, 0.99) / 1e6) + ",\"p999_ms\":" + round(pct(all, 0.999) / 1e6) + "}");
+            System.out.flush();
+            return Math.min(sentRate, receivedRate);
+        }
+
+        static void main(String[] args) throws Exception {
+            String namesrv = args[0], topic = args[1];
+            int threads = Integer.parseInt(args[2]), size = Math.max(12, Integer.parseInt(args[3]));
+            double warmup = Double.parseDouble(args[4]), seconds = Double.parseDouble(args[5]);
+            String[] steps = args[6].split(",");
+            Sweep sweep = new Sweep(size);
+            org.apache.rocketmq.client.producer.DefaultMQProducer producer;
+            org.apache.rocketmq.client.consumer.DefaultMQPushConsumer consumer;
+            try {
+                producer = producer4(namesrv, "bench-latency4");
+                createTopics(producer, new String[] {topic}, QUEUES);
+                consumer = new org.apache.rocketmq.client.consumer.DefaultMQPushConsumer("bench-latency4");
+                consumer.setNamesrvAddr(namesrv);
+                consumer.setConsumeFromWhere(org.apache.rocketmq.common.consumer.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+                consumer.subscribe(topic, "*");
+                consumer.registerMessageListener(
+                        (org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently) (msgs, ctx) -> {
+                            for (org.apache.rocketmq.common.message.MessageExt m : msgs) sweep.onMessage(m.getBody());
+                            return org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                        });
+                consumer.start();
+            } catch (Throwable e) {
+                emitError(e);
+                System.exit(0);
+                return;
+            }
+            for (int i = 0; i < threads; i++) {
+                Thread t = new Thread(() -> sweep.sendLoop(producer, topic));
+                t.setDaemon(true);
+                t.start();
+            }
+            sweep.run("warmup", 0, 0, warmup);
+            double sustained = 0;
+            for (int i = 0; i < steps.length; i++) {
+                String s = steps[i];
+                double rate = s.equals("max") ? 0
+                        : s.startsWith("f") ? Double.parseDouble(s.substring(1)) * sustained
+                        : Double.parseDouble(s.substring(1));
+                if (s.startsWith("f") && rate <= 0) continue; // no max step ran first
+                double achieved = sweep.run(s, i + 1, rate, seconds);
+                if (s.equals("max")) sustained = achieved;
+            }
+            sweep.done = true;
+            System.out.println("{\"event\":\"sweep\",\"client\":\"4.x\",\"threads\":" + threads
+                    + ",\"sustained_msg_s\":" + round(sustained) + ",\"first_error\":"
+                    + quote(FIRST_ERROR.get()) + "}");
+            System.out.flush();
+            System.exit(0);
         }
     }
 }
