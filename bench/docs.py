@@ -105,10 +105,10 @@ CONDITIONS = [
     "`latency`), heap 512 MiB, serial GC, one JVM per run that first creates its topics "
     "(8 queues) on the broker. java-batch warms up 10 s before each 20 s window; its drain "
     "fills 500,000 messages first (untimed) and pulls up to 1,024 a call. java-latency warms "
-    "up 15 s, then finds the highest rate sustained with a bounded backlog (15 s unpaced: the "
-    "lower of the rates sent and received in the window) and offers 10/50/80/100 % of it and "
-    "5,000 msg/s, 15 s each, waiting for each step's messages to arrive before the next; "
-    "latency is from the send call to the push consumer's listener, in one JVM (one clock).",
+    "up 15 s, then finds the highest rate sustained with a bounded backlog (two 15 s unpaced "
+    "windows, the higher of each one's lower of the rates sent and received) and offers "
+    "10/50/80/100 % of it and 5,000 msg/s, 15 s each, waiting for each step's messages to "
+    "arrive before the next; latency is from the send call to the push consumer's listener, in one JVM (one clock).",
     "Apache RocketMQ (python-load): the same peer, reached through its gRPC proxy; the "
     "official Python client runs in a process of its own, 16 threads sharing one producer, "
     "warm-up 5 s, window 15 s; our Python client reaches the proxy through its standard "
