@@ -108,7 +108,8 @@ CONDITIONS = [
     "up 15 s, then finds the highest rate sustained with a bounded backlog (two 15 s unpaced "
     "windows, the higher of each one's lower of the rates sent and received) and offers "
     "10/50/80/100 % of it and 5,000 msg/s, 15 s each, waiting for each step's messages to "
-    "arrive before the next; latency is from the send call to the push consumer's listener, in one JVM (one clock).",
+    "arrive before the next; latency is from the send call to the push consumer's listener, "
+    "in one JVM (one clock).",
     "Apache RocketMQ (python-load): the same peer, reached through its gRPC proxy; the "
     "official Python client runs in a process of its own, 16 threads sharing one producer, "
     "warm-up 5 s, window 15 s; our Python client reaches the proxy through its standard "
