@@ -6,7 +6,8 @@ broker; Apache RocketMQ 5.x with its NameServer, async flush both, 8 queues a to
 client's own cost does not hide the broker's (issue 24 item 4, issue 27):
 
 * **java-batch** — ``Load batch``: 16 threads of 4.x batch sends (256 × 128 B) into one
-  topic (``batch``, the main figure), then spread over 64 and over 256 topics
+  topic (``batch``, the main figure; after an unmeasured run that warms each broker up),
+  then spread over 64 and over 256 topics
   (``topics64``, ``topics256``: a batch per topic, round robin); ``Load drain``: a topic
   filled with :data:`DRAIN` messages read back from offset 0 by ``DefaultMQPullConsumer``,
   8 threads over the 8 queues (``drain``). Ratio = ours / RocketMQ (msg/s).
@@ -135,6 +136,10 @@ def _batch_cases(size: str) -> Callable[[Side, Path], dict[str, Any]]:
 
     def each(side: Side, home: Path) -> dict[str, Any]:
         found: dict[str, Any] = {}
+        # the broker's own warm-up (JIT, page cache), unmeasured: a cold JVM broker refused
+        # or stalled the first case's sends in a tiny run
+        args = ["batch", side.namesrv, "bench-warm", "1", str(THREADS), str(BODY), str(BATCH)]
+        run_java([*args, "0", str(warmup + seconds)], home, timeout)
         for case, topics in (("batch", 1), *((f"topics{n}", n) for n in TOPIC_COUNTS)):
             args = ["batch", side.namesrv, f"bench-{case}", str(topics), str(THREADS)]
             args += [str(BODY), str(BATCH), str(warmup), str(seconds)]
