@@ -9,6 +9,9 @@ while the kernel flushes it (produce measured 152k msg/s right after store-appen
 alone). A workload that fails is recorded with the tail
 of its output and the others still run; the exit code is then 1.
 
+After the workloads, ``python -m bench.send_cost`` (our CPU per call, one of issue 27's
+goals) runs too and its JSON goes to ``OUT/bench/send_cost.json`` for the goals table.
+
 The results go to ``OUT/bench/results.json`` as well, and ``--from-json FILE...`` redraws
 the docs from saved results (a results.json, or files of JSON lines as the workloads
 print them) without running anything.

@@ -10,7 +10,12 @@ failed ``{"workload": name, "error": text}``. Output, under ``out``:
 * ``bench/ratios.png`` — per workload, the figure its goal applies to against the goal;
 * ``bench/throughput.png`` — per throughput workload, ours against each peer;
 * ``bench/latency.png`` — p50/p99/p999 of the latency and backlog workloads;
-* ``bench/peers.png`` — per workload and real peer, ours / peer.
+* ``bench/peers.png`` — per workload and real peer, ours / peer;
+* ``bench/latency_curve.png`` — java-latency's latency–throughput curve, ours and RocketMQ.
+
+The peer table has a row per ``details.peer_cases`` entry where a workload lists several
+cases, else one per ``<peer>_ratio``; issue 27's goals table comes from ``bench/goals.py``
+(with ``bench/send_cost.json`` beside ``results.json`` for our CPU per call, when run).
 
 Plots use matplotlib's Agg backend (no display needed).
 """
