@@ -31,7 +31,7 @@ from typing import Any
 
 from bench import docs, real_peers
 
-TIMEOUT_S = {"tiny": 600, "full": 3_600}  # hang guards (tiny: JVM peers start too)
+TIMEOUT_S = {"tiny": 900, "full": 3_600}  # hang guards (tiny: JVM peers start too)
 
 
 def run_one(workload: str, size: str, no_peers: bool = False) -> dict[str, Any]:

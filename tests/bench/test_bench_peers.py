@@ -30,7 +30,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=3_600,  # a hang guard: every workload, two Kafka nodes, RocketMQ
+        timeout=5_400,  # a hang guard: every workload, two Kafka nodes, RocketMQ 4 times
     )
     saved = out / "bench" / "results.json"
     assert saved.exists(), done.stdout[-4000:] + done.stderr[-4000:]
