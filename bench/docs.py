@@ -106,8 +106,8 @@ CONDITIONS = [
     "the topic has 8 queues on both; the Java load (`peers/java/Load.java`, heap 512 MiB) warms "
     "up 10 s before its 20 s window.",
     "Apache RocketMQ (java-batch, java-latency): the same peer and settings; the load is "
-    "`peers/java/Load.java` with the 4.x client on both brokers (modes `batch`, `drain`, "
-    "`latency`), heap 512 MiB, serial GC, one JVM per run that first creates its topics "
+    "`peers/java/Load.java` (modes `batch`, `drain`) and `Sweep.java` with the 4.x client "
+    "on both brokers, heap 512 MiB, serial GC, one JVM per run that first creates its topics "
     "(8 queues) on the broker. java-batch warms up 10 s before each 20 s window; its drain "
     "fills 500,000 messages first (untimed) and pulls up to 1,024 a call. java-latency warms "
     "up 15 s, then finds the highest rate sustained with a bounded backlog (two 15 s unpaced "

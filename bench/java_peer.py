@@ -11,7 +11,7 @@ client's own cost does not hide the broker's (issue 24 item 4, issue 27):
   (``topics64``, ``topics256``: a batch per topic, round robin); ``Load drain``: a topic
   filled with :data:`DRAIN` messages read back from offset 0 by ``DefaultMQPullConsumer``,
   8 threads over the 8 queues (``drain``). Ratio = ours / RocketMQ (msg/s).
-* **java-latency** — ``Load latency``: send → receive latency measured as OpenMessaging
+* **java-latency** — ``peers/java/Sweep.java``: send → receive latency measured as OpenMessaging
   Benchmark does. One JVM holds a producer (16 sending threads) and a push consumer; it
   finds the highest rate sustained with a bounded backlog (unpaced sends: the lower of
   the send rate and the rate received in the window; the higher of two such windows, the
@@ -57,15 +57,28 @@ BATCH_GOAL = 1.0  # batch produce and consume ≥ RocketMQ with the same client
 STEPS = ",".join(["max", "max", *(f"f{f}" for f in FRACTIONS), f"r{GOAL_RATE}"])
 
 
-def run_java(args: list[str], home: Path, timeout_s: float) -> list[dict[str, Any]]:
-    """Run ``Load`` (4.x class path) with ``args``; every JSON event line it printed."""
+def _classpath(main: str) -> str:
+    """The 4.x class path for ``Load``, or for ``Sweep`` (compiled and run beside Load's
+    classes, whose helpers it uses)."""
+    from peers import drivers
+
+    load = java_load._classpath("4")
+    if main == "Load":
+        return load
+    drivers.compiled(main, load)
+    return f"{drivers.CLASSES / main}{os.pathsep}{load}"
+
+
+def run_java(args: list[str], home: Path, timeout_s: float, main: str = "Load") -> list[Any]:
+    """Run ``main`` (``Load`` or ``Sweep``, 4.x class path) with ``args``; every JSON event
+    line it printed."""
     home.mkdir(parents=True, exist_ok=True)
-    cmd = ["java", *java_load.LOAD_JVM, f"-Duser.home={home}", "-cp", java_load._classpath("4")]
+    cmd = ["java", *java_load.LOAD_JVM, f"-Duser.home={home}", "-cp", _classpath(main)]
     env = {**os.environ, "ROCKETMQ_HOME": str(home)}
     env.pop("CLASSPATH", None)
     try:
         done = subprocess.run(
-            [*cmd, "Load", *args],
+            [*cmd, main, *args],
             cwd=home,
             env=env,
             capture_output=True,
@@ -220,8 +233,8 @@ def _sweep(size: str) -> Callable[[Side, Path], dict[str, Any]]:
     timeout = warmup + 8 * (seconds + max(10.0, 2 * seconds)) + 120
 
     def each(side: Side, home: Path) -> dict[str, Any]:
-        args = ["latency", side.namesrv, "bench-latency", str(THREADS), str(BODY)]
-        events = run_java([*args, str(warmup), str(seconds), STEPS], home, timeout)
+        args = [side.namesrv, "bench-latency", str(THREADS), str(BODY)]
+        events = run_java([*args, str(warmup), str(seconds), STEPS], home, timeout, "Sweep")
         steps = {e["step"]: e for e in events if e["event"] == "step" and e["step"] != "warmup"}
         sweep = [e for e in events if e["event"] == "sweep"]
         if not sweep:
