@@ -19,8 +19,10 @@ from bench import (
     cluster,
     consume,
     java_load,
+    java_peer,
     latency,
     produce,
+    python_peer,
     real_peers,
     remoting,
     replication,
@@ -45,12 +47,18 @@ WORKLOADS: dict[str, Callable[[str], list[Result]]] = {
     "replication": replication.run,
     "remoting": remoting.run,
     "java-load": java_load.run,
+    "java-batch": java_peer.run_batch,
+    "java-latency": java_peer.run_latency,
+    "python-load": python_peer.run,
 }
 # the workloads with real-peer sides (bench/real_peers.py): called with the peers chosen
 PEER_WORKLOADS: dict[str, Callable[[str, tuple[str, ...]], list[Result]]] = {
     "spark-read": spark_rw.run_read,
     "spark-write": spark_rw.run_write,
     "java-load": java_load.run,
+    "java-batch": java_peer.run_batch,
+    "java-latency": java_peer.run_latency,
+    "python-load": python_peer.run,
 }
 ROOT = Path(__file__).resolve().parents[1]
 

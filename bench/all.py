@@ -9,6 +9,9 @@ while the kernel flushes it (produce measured 152k msg/s right after store-appen
 alone). A workload that fails is recorded with the tail
 of its output and the others still run; the exit code is then 1.
 
+After the workloads, ``python -m bench.send_cost`` (our CPU per call, one of issue 27's
+goals) runs too and its JSON goes to ``OUT/bench/send_cost.json`` for the goals table.
+
 The results go to ``OUT/bench/results.json`` as well, and ``--from-json FILE...`` redraws
 the docs from saved results (a results.json, or files of JSON lines as the workloads
 print them) without running anything.
@@ -28,7 +31,7 @@ from typing import Any
 
 from bench import docs, real_peers
 
-TIMEOUT_S = {"tiny": 600, "full": 3_600}  # hang guards (tiny: JVM peers start too)
+TIMEOUT_S = {"tiny": 900, "full": 3_600}  # hang guards (tiny: JVM peers start too)
 
 
 def run_one(workload: str, size: str, no_peers: bool = False) -> dict[str, Any]:
@@ -81,6 +84,31 @@ def _last_result(lines: Sequence[str], workload: str) -> dict[str, Any] | None:
     return None
 
 
+def send_cost(size: str, into: Path) -> None:
+    """Run ``python -m bench.send_cost`` (our CPU per call, issue 27's goal) and save its
+    JSON as ``into``; a failure leaves the goal "not measured" and is only reported."""
+    rounds = "1" if size == "tiny" else "5"
+    print("### send-cost", flush=True)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.send_cost", "--rounds", rounds],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S[size],
+        )
+    except subprocess.TimeoutExpired:
+        print("!!! send-cost ran over its time", flush=True)
+        return
+    text = done.stdout[done.stdout.find("{") :]
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        print(f"!!! send-cost printed no JSON:\n{done.stdout[-1000:]}{done.stderr[-1000:]}")
+        return
+    into.write_text(json.dumps(parsed, indent=1) + "\n")
+    print(text, flush=True)
+
+
 def load(paths: Sequence[Path]) -> list[dict[str, Any]]:
     """Results from saved files: a JSON list, or one JSON object per line."""
     found: dict[str, dict[str, Any]] = {}
@@ -114,6 +142,7 @@ def main(size: str, out: Path, from_json: Sequence[Path] = (), no_peers: bool = 
     (out / "bench").mkdir(parents=True, exist_ok=True)
     if not from_json:
         (out / "bench" / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+        send_cost(size, out / "bench" / docs.SEND_COST_FILE)
     written = docs.write(results, out, size)
     print("\n".join(["wrote:", *(f"  {p}" for p in written)]))
     summary = [

@@ -10,7 +10,12 @@ failed ``{"workload": name, "error": text}``. Output, under ``out``:
 * ``bench/ratios.png`` — per workload, the figure its goal applies to against the goal;
 * ``bench/throughput.png`` — per throughput workload, ours against each peer;
 * ``bench/latency.png`` — p50/p99/p999 of the latency and backlog workloads;
-* ``bench/peers.png`` — per workload and real peer, ours / peer.
+* ``bench/peers.png`` — per workload and real peer, ours / peer;
+* ``bench/latency_curve.png`` — java-latency's latency–throughput curve, ours and RocketMQ.
+
+The peer table has a row per ``details.peer_cases`` entry where a workload lists several
+cases, else one per ``<peer>_ratio``; issue 27's goals table comes from ``bench/goals.py``
+(with ``bench/send_cost.json`` beside ``results.json`` for our CPU per call, when run).
 
 Plots use matplotlib's Agg backend (no display needed).
 """
@@ -18,6 +23,7 @@ Plots use matplotlib's Agg backend (no display needed).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import os
 import platform
@@ -26,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import real_peers
+from bench import goals, real_peers
 from bench.peers import versions
 
 ORDER = (
@@ -43,8 +49,18 @@ ORDER = (
     "replication",
     "remoting",
     "java-load",
+    "java-batch",
+    "java-latency",
+    "python-load",
 )
 WHAT = {
+    "python-load": "16 threads of single 128 B sends with the official Python client into ours "
+    "vs RocketMQ's gRPC proxy, same run; our Python client's single, batch and drain in details",
+    "java-batch": "16 Java 4.x threads of batch sends (256 × 128 B) into ours vs Apache "
+    "RocketMQ 5.x, same run; 64 → 256 topics and a pull drain in details and the peer table",
+    "java-latency": "send → receive p99 of single 128 B messages, Java 4.x producer and push "
+    "consumer, at 5,000 msg/s offered, ours vs RocketMQ; OpenMessaging-style curve at 10–100 % "
+    "of the highest sustained rate in details",
     "java-load": "16 Java threads of single 128 B sends (the 4.x client over remoting; 5.x "
     "gRPC and 1 KiB in details) into ours vs Apache RocketMQ 5.x, same run, async flush both",
     "remoting": "4.x remoting SEND_BATCH_MESSAGE (batch 256 × 128 B, one client) vs gRPC "
@@ -71,6 +87,7 @@ WHAT = {
     "spark-write": "rows → topic through `format('rocketmq')` vs the same rows → Parquet "
     "(Spark's Kafka connector on a real Kafka: peer table)",
 }
+SEND_COST_FILE = "send_cost.json"  # beside results.json: `python -m bench.send_cost`'s output
 CONDITIONS = [
     "Message bodies: 128 B (store-append: 1 KiB). Batches: 256 per send (produce, topics), "
     "1,024 per fill send, 10,000 per pull/XREAD (consume), single messages (latency, "
@@ -88,6 +105,22 @@ CONDITIONS = [
     "(`peers/rocketmq.py`), heap 512 MiB, 64 MiB commit-log files, async flush like ours; "
     "the topic has 8 queues on both; the Java load (`peers/java/Load.java`, heap 512 MiB) warms "
     "up 10 s before its 20 s window.",
+    "Apache RocketMQ (java-batch, java-latency): the same peer and settings; the load is "
+    "`peers/java/Load.java` (modes `batch`, `drain`) and `Sweep.java` with the 4.x client "
+    "on both brokers, heap 512 MiB, serial GC, one JVM per run that first creates its topics "
+    "(8 queues) on the broker. java-batch warms up 10 s before each 20 s window; its drain "
+    "fills 500,000 messages first (untimed) and pulls up to 1,024 a call. java-latency warms "
+    "up 15 s, then finds the highest rate sustained with a bounded backlog (two 15 s unpaced "
+    "windows, the higher of each one's lower of the rates sent and received) and offers "
+    "10/50/80/100 % of it and 5,000 msg/s, 15 s each, waiting for each step's messages to "
+    "arrive before the next; latency is from the send call to the push consumer's listener, "
+    "in one JVM (one clock).",
+    "Apache RocketMQ (python-load): the same peer, reached through its gRPC proxy; the "
+    "official Python client runs in a process of its own, 16 threads sharing one producer, "
+    "warm-up 10 s, window 20 s per case; our Python client reaches the proxy through its "
+    "standard `apache.rocketmq.v2` fallback (SendMessage) and ours through its own services, "
+    "as a user of the client gets on each. The proxy does not implement QueryOffset or "
+    "PullMessage, so our client's drain has no RocketMQ side (`rocketmq_drain_error`).",
 ]
 
 
@@ -154,11 +187,29 @@ def _row(result: dict[str, Any]) -> str:
     )
 
 
+def _case_rows(r: dict[str, Any]) -> list[str]:
+    """One peer-table row per ``details.peer_cases`` entry (a workload of several cases)."""
+    rows = []
+    for case in r.get("details", {}).get("peer_cases", []):
+        label = real_peers.LABELS[case["peer"]]
+        version = r["details"].get(f"{case['peer']}_version", "")
+        ours, theirs = case["ours"], case["theirs"]
+        ratio = ours / theirs if theirs else 0.0
+        rows.append(
+            f"| {r['workload']}: {case['case']} | {label} {version} | {fmt(ours)} | "
+            f"{fmt(theirs)} | {case['unit']} | {ratio:.3f} |"
+        )
+    return rows
+
+
 def _peer_rows(results: Sequence[dict[str, Any]]) -> list[str]:
     """The table of ours against each real peer a result ran beside (``<peer>_ratio``)."""
     rows = []
     for r in results:
         details = r.get("details", {})
+        if details.get("peer_cases"):
+            rows += _case_rows(r)
+            continue
         for peer, ratio in real_peers.ratios(details).items():
             label = real_peers.LABELS[peer]
             version = details.get(f"{peer}_version", "")
@@ -173,7 +224,7 @@ def _peer_rows(results: Sequence[dict[str, Any]]) -> list[str]:
         "## Against the real peers",
         "",
         "The same workload through the peer in the same run (`ratio` = ours / peer; "
-        "higher is better for throughput).",
+        "higher is better for throughput, lower for latency in ms).",
         "",
         "| workload | peer | ours | peer | unit | ratio |",
         "|---|---|---:|---:|---|---:|",
@@ -192,13 +243,19 @@ def _peer_versions() -> list[str]:
 def _details(result: dict[str, Any]) -> list[str]:
     if "error" in result:
         return [f"- **{result['workload']}** failed:", "", "```", result["error"][-2000:], "```"]
-    shown = {k: v for k, v in result.get("details", {}).items() if k != "figures"}
+    hidden = ("figures", "peer_cases")
+    shown = {k: v for k, v in result.get("details", {}).items() if k not in hidden}
     parts = ", ".join(f"{k}: {v}" for k, v in shown.items())
     return [f"- **{result['workload']}** — {parts}"]
 
 
-def markdown(results: Sequence[dict[str, Any]], size: str, pngs: Sequence[str]) -> str:
-    """The whole BENCHMARKS.md text."""
+def markdown(
+    results: Sequence[dict[str, Any]],
+    size: str,
+    pngs: Sequence[str],
+    send_cost: dict[str, Any] | None = None,
+) -> str:
+    """The whole BENCHMARKS.md text (``send_cost``: ``bench.send_cost``'s JSON, if run)."""
     lines = [
         "# Benchmarks",
         "",
@@ -217,7 +274,7 @@ def markdown(results: Sequence[dict[str, Any]], size: str, pngs: Sequence[str]) 
     ]
     lines += [_row(r) for r in results]
     lines += ["", *(f"![{Path(p).stem}]({p})" for p in pngs), ""]
-    lines += [*_peer_rows(results), "## Conditions", ""]
+    lines += [*_peer_rows(results), *goals.markdown(results, send_cost), "## Conditions", ""]
     lines += [f"- {c}" for c in CONDITIONS]
     lines += ["", "### Per workload", ""]
     for result in results:
@@ -246,5 +303,7 @@ def write(results: Sequence[dict[str, Any]], out: Path, size: str) -> list[Path]
     ok = [r for r in results if "error" not in r]
     pngs = plots.draw_all(ok, png_dir)
     md = out / "BENCHMARKS.md"
-    md.write_text(markdown(results, size, [str(p.relative_to(out)) for p in pngs]))
+    cost_file = png_dir / SEND_COST_FILE
+    send_cost = json.loads(cost_file.read_text()) if cost_file.exists() else None
+    md.write_text(markdown(results, size, [str(p.relative_to(out)) for p in pngs], send_cost))
     return [md, *pngs]

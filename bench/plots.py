@@ -157,6 +157,31 @@ def peers(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def latency_curve(results: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    """java-latency's latency–throughput curve: p50/p99/p99.9 (log ms) against the rate
+    received at 10/50/80/100 % of each broker's highest sustained rate."""
+    curves = next((r["details"]["curve"] for r in results if r["workload"] == "java-latency"), None)
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    styles = {"p50": ":", "p99": "-", "p999": "--"}
+    for side, points in curves.items():
+        color = OURS if side == "ours" else PEER
+        name = "ours" if side == "ours" else "RocketMQ"
+        xs = [p["msg_s"] for p in points]
+        for pct, style in styles.items():
+            ys = [max(p[pct], 1e-3) for p in points]
+            ax.plot(xs, ys, style, marker="o", color=color, label=f"{name} {pct}")
+    ax.axhline(5.0, color="black", linestyle="--", linewidth=1, label="goal p99 5 ms")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("msg/s received (10, 50, 80, 100 % of the sustained rate)")
+    ax.set_ylabel("send → receive ms (log scale)")
+    ax.set_title("Latency–throughput, Java 4.x load, 128 B", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
 def draw_all(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """All the plots into ``out``; returns the files written."""
     made = [
@@ -164,5 +189,6 @@ def draw_all(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         throughput(results, out / "throughput.png"),
         latency(results, out / "latency.png"),
         peers(results, out / "peers.png"),
+        latency_curve(results, out / "latency_curve.png"),
     ]
     return [p for p in made if p is not None]

@@ -24,9 +24,12 @@ WORKLOAD_PEERS: dict[str, tuple[str, ...]] = {
     "spark-read": ("kafka",),
     "spark-write": ("kafka",),
     "java-load": ("rocketmq",),
+    "java-batch": ("rocketmq",),
+    "java-latency": ("rocketmq",),
+    "python-load": ("rocketmq",),
 }
 # workloads that are only a comparison with a peer: `all --peer none` skips them
-PEER_ONLY = frozenset({"java-load"})
+PEER_ONLY = frozenset({"java-load", "java-batch", "java-latency", "python-load"})
 
 
 class PeerChoiceError(ValueError):

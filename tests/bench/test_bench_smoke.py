@@ -134,3 +134,17 @@ def test_docs_can_be_redrawn_from_saved_results(
     for workload, result in results.items():
         assert f"| {workload} | {docs.WHAT[workload]} | {docs.fmt(result['ours'])} |" in text
     assert "summary:" in done.stdout
+
+
+def test_all_writes_issue_27s_goals_table_with_our_cpu_per_call(
+    tiny_run: tuple[Path, dict[str, Any], str],
+) -> None:
+    out, _, _ = tiny_run
+    text = (out / "BENCHMARKS.md").read_text()
+    cost = json.loads((out / "bench" / docs.SEND_COST_FILE).read_text())["broker_core"]
+    table = text[text.index("## Speed goals (issue 27)") : text.index("## Conditions")]
+    cpu = next(line for line in table.splitlines() if "our CPU per call" in line)
+    assert f"{cost['official_send_1']:g} / " in cpu
+    # the peers did not run: their goals say so instead of a figure
+    java4 = next(line for line in table.splitlines() if "Java 4.x client, 128 B" in line)
+    assert java4.endswith("| not measured |")
