@@ -1,8 +1,9 @@
 """``rmq message trace MSG_ID``: one message's timeline from the trace topic.
 
 The trace topic (``RMQ_SYS_TRACE_TOPIC``) holds the 4.x clients' trace records and the
-broker's own (``trace_broker``); both are indexed by the traced message id, so one query
-by key finds them. The records are merged and ordered by
+broker's own (``trace_broker``); the clients' are indexed by the traced message id, the
+broker's by the id's bucket (``protocol.trace.bucket_key``), so two queries by key find
+them. The records are merged and ordered by
 ``broker_core.protocol.trace_timeline``.
 """
 
@@ -16,7 +17,7 @@ from broker_core.cli_base import _client, _iso, _print_json, _table, endpoints_o
 from broker_core.cli_messages import message
 from broker_core.errors import InvalidArgumentError
 from broker_core.protocol.group_topics import DLQ_PREFIX, RETRY_PREFIX
-from broker_core.protocol.trace import TRACE_TOPIC, decode
+from broker_core.protocol.trace import TRACE_TOPIC, bucket_key, decode
 from broker_core.protocol.trace_timeline import TraceMessage, timeline
 
 MAX_TRACE_MESSAGES = 1_000
@@ -29,7 +30,8 @@ def trace_events(
     (text bodies); with ``topic``, only events of that topic, its retry and DLQ copies,
     and client events that name no topic."""
     messages: list[TraceMessage] = []
-    for msg in sorted(found, key=lambda m: (m["queue_id"], m["queue_offset"])):
+    by_place = {(m["queue_id"], m["queue_offset"]): m for m in found}  # found twice: once
+    for _, msg in sorted(by_place.items()):
         if msg["body_encoding"] != "text":
             continue  # not a trace record: the trace format is text
         try:
@@ -81,9 +83,13 @@ def message_trace(
 ) -> None:
     """The timeline of MSG_ID: client and broker trace records, ordered by time."""
     with _client(endpoints) as client:
-        found = client.query_message(
-            key=msg_id, topic=trace_topic, max_results=MAX_TRACE_MESSAGES, text_bodies=True
-        )
+        found = [
+            msg
+            for key in (msg_id, bucket_key(msg_id))  # the clients' records, the broker's
+            for msg in client.query_message(
+                key=key, topic=trace_topic, max_results=MAX_TRACE_MESSAGES, text_bodies=True
+            )
+        ]
     events = trace_events(found, msg_id, topic_name)
     if as_json:
         return _print_json({"msg_id": msg_id, "events": events})

@@ -12,7 +12,7 @@ from broker_core.broker.broker import Broker
 from broker_core.broker.pull import PullRequest
 from broker_core.config import BrokerConfig
 from broker_core.message import Message
-from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode
+from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, bucket_key, decode
 from broker_core.protocol.trace_timeline import timeline
 from tests.broker.test_broker import Clock
 from tests.store.conftest import small_config
@@ -40,9 +40,12 @@ def traced(tmp_path: Path, clock: Clock) -> Iterator[Broker]:
 def records_of(broker: Broker, msg_id: str) -> list[TraceRecord]:
     broker.trace.flush()
     broker.store.wait_dispatched()
-    found = sorted(
-        broker.query_by_key(TRACE_TOPIC, msg_id, max_results=1000), key=lambda m: m.queue_offset
-    )
+    found = {  # the broker keys its trace messages by the ids' buckets
+        m.queue_offset: m
+        for key in (msg_id, bucket_key(msg_id))
+        for m in broker.query_by_key(TRACE_TOPIC, key, max_results=1000)
+    }
+    found = [found[offset] for offset in sorted(found)]
     return [r for m in found for r in decode(m.body.decode()) if r.msg_id == msg_id]
 
 

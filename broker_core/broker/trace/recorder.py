@@ -4,8 +4,9 @@ Each hook (``stored`` via the store's append observer, ``delivered``, ``settled`
 ``record``) only appends what it saw to a buffer; a ``ServiceThread`` ("broker-trace")
 wakes every ``trace_flush_interval_ms``, turns the buffer into records (``records.py``)
 and appends them to ``RMQ_SYS_TRACE_TOPIC`` in messages of up to ``RECORDS_PER_MESSAGE``
-records, each message's KEYS the message ids it traces (so a query of the trace topic by
-a message id finds them, as RocketMQ's client writes its own traces).
+records, each message's KEYS the buckets of the message ids it traces
+(``protocol.trace.bucket_key``: a few per append instead of an index entry per record; a
+reader of an id queries its bucket and keeps that id's records).
 
 Off (``trace_broker = "off"``, the default) costs the request paths one call and one
 boolean check: each hook first tests :attr:`TraceRecorder.on`; no store observer is
@@ -42,7 +43,7 @@ from broker_core.message import (
     StoredMessage,
     new_message_id,
 )
-from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord
+from broker_core.protocol.trace import KEY_SEPARATOR, TRACE_TOPIC, TraceRecord, bucket_keys
 from broker_core.service_thread import ServiceThread
 from broker_core.store.appended import Appended
 from broker_core.store.message_store import MessageStore, PutResult
@@ -50,9 +51,10 @@ from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)
 
-RECORDS_PER_MESSAGE = 64
+RECORDS_PER_MESSAGE = 256
+MAX_KEYS_CHARS = 8_192  # of one trace message's KEYS (the property limit is 32 KiB)
 MAX_PENDING = 10_000  # hook calls buffered (each may hold a pull's or a send's messages)
-Builder = Callable[..., list[records.Encoded]]
+Builder = Callable[..., list[records.Chunk]]
 
 
 class TraceRecorder:
@@ -211,27 +213,37 @@ class TraceRecorder:
     def flush(self) -> int:
         """Build and write every buffered record; returns how many were written."""
         with self._flush_lock:  # records are written in the order the hooks saw them
-            built: list[records.Encoded] = []
+            ids: list[str] = []
+            texts: list[str] = []
             while self._pending:
                 builder, args = self._pending.popleft()
                 try:
-                    built += builder(self._ctx, *args)
+                    for chunk_ids, chunk_texts in builder(self._ctx, *args):
+                        ids += chunk_ids
+                        texts += chunk_texts
                 except Exception:  # one bad hook call must not lose the others' records
                     log.exception("trace record of %s failed", builder.__name__)
-            if built:
-                self._store.put_messages(self._messages(built))
-                self.written += len(built)
-            return len(built)
+            if texts:
+                self._store.put_messages(self._messages(ids, texts))
+                self.written += len(texts)
+            return len(texts)
 
-    def _messages(self, built: list[records.Encoded]) -> list[Message]:
+    def _messages(self, ids: list[str], texts: list[str]) -> list[Message]:
+        """Trace messages of up to ``RECORDS_PER_MESSAGE`` records, each keyed by its
+        records' id buckets (``bucket_key``), at most ``MAX_KEYS_CHARS`` of them."""
         now = self._clock_ms()
         out = []
-        for i in range(0, len(built), RECORDS_PER_MESSAGE):
-            ids, texts = zip(*built[i : i + RECORDS_PER_MESSAGE], strict=True)
-            keys = " ".join(dict.fromkeys(ids))
-            body = "".join(texts).encode()
+        start, count = 0, len(texts)
+        while start < count:
+            end = min(count, start + RECORDS_PER_MESSAGE)
+            keys = _bucket_keys(ids[start:end])
+            while len(keys) > MAX_KEYS_CHARS and end - start > 1:
+                end = start + (end - start) // 2
+                keys = _bucket_keys(ids[start:end])
+            body = "".join(texts[start:end]).encode()
             props = {PROPERTY_KEYS: keys, PROPERTY_UNIQ_KEY: new_message_id()}
             out.append(Message(TRACE_TOPIC, body, 0, props, born_timestamp_ms=now))
+            start = end
         return out
 
     def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
@@ -243,3 +255,8 @@ class TraceRecorder:
         except CorruptionError:
             return None
         return got.messages[0] if got.messages else None
+
+
+def _bucket_keys(ids: list[str]) -> str:
+    """The KEYS of a trace message of ``ids``' records: their distinct buckets."""
+    return KEY_SEPARATOR.join(bucket_keys(ids))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from broker_core.broker.pop.model import PoppedMessage
 from broker_core.broker.pop.receipt import decode_handle
@@ -29,6 +30,7 @@ from broker_core.broker.system_topics import (
     is_system_topic,
 )
 from broker_core.broker.trace.selection import TraceSelection
+from broker_core.broker.trace.units import raw_ids
 from broker_core.message import PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_KEY, StoredMessage
 from broker_core.protocol.group_topics import (
     DLQ_PREFIX,
@@ -36,17 +38,18 @@ from broker_core.protocol.group_topics import (
     is_dlq_topic,
     is_retry_topic,
 )
-from broker_core.protocol.trace import TraceRecord, broker_record, encode_record
-from broker_core.store import codec
+from broker_core.protocol.trace import TraceRecord, broker_record, broker_rows, encode_record
 from broker_core.store.appended import Appended
 from broker_core.store.message_store import PutResult
 
 Reader = Callable[[str, int, int], StoredMessage | None]  # (topic, queue id, offset)
-Encoded = tuple[str, str]  # (traced message id, the record as text)
+Chunk = tuple[list[str], list[str]]  # (traced message ids, their records as text), in order
 
 
-def _encoded(records: list[TraceRecord]) -> list[Encoded]:
-    return [(r.msg_id, encode_record(r)) for r in records]
+def _encoded(records: list[TraceRecord]) -> list[Chunk]:
+    if not records:
+        return []
+    return [([r.msg_id for r in records], [encode_record(r) for r in records])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,52 +84,88 @@ def _kind(topic: str) -> tuple[str, str] | None:
     return "Stored", ""
 
 
-def stored(ctx: TraceContext, batch: Appended) -> list[Encoded]:
-    """Stored / Retry / DLQ records of one append's selected rows.
+def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
+    """Stored / Retry / DLQ records of one append's selected rows, a chunk per queue.
 
-    The busiest builder (every traced send): unsampled rows cost one CRC, the records are
-    formatted straight to text (``broker_record``)."""
+    The busiest builder (every traced send): a queue's rows of a user topic, all sampled
+    (``all``), are formatted in one pass (``broker_rows``); otherwise unsampled rows cost
+    one CRC each."""
     sel = ctx.selection
-    ids: list[str] | None = None
+    columns: tuple[list[str], list[int], list[int]] | None = None
     at = batch.store_timestamp_ms
-    offsets = batch.queue_offset.tolist()
-    born = batch.born_timestamp_ms.tolist() if batch.born_timestamp_ms is not None else None
-    out: list[Encoded] = []
+    out: list[Chunk] = []
     for (topic, qid), rows in batch.queues.items():
         kind = _kind(topic)
         if kind is None or (
             kind[0] == "Stored" and topic not in _HELD and not sel.topic_wanted(topic)
         ):
             continue
-        if ids is None:
-            ids = _row_ids(batch)
-        for row in rows:
-            msg_id = ids[row]
-            if not msg_id or not sel.sampled(msg_id):
-                continue
-            typ, group, status = kind[0], kind[1], ""
-            if topic in _HELD:
-                typ, group, status, real = _held(ctx, topic, qid, offsets[row])
-                if typ == "Stored" and not sel.topic_wanted(real):
-                    continue
-            if not sel.group_wanted(group):
-                continue
-            cost = at - born[row] if born is not None else -1
-            text = broker_record(
-                typ,
-                at,
-                ctx.broker_name,
-                group,
-                topic,
-                msg_id,
-                ctx.host,
-                queue_id=qid,
-                offset=offsets[row],
-                cost_ms=cost,
-                status=status,
-            )
-            out.append((msg_id, text))
+        if columns is None:
+            columns = _columns(batch)
+        if topic in _HELD:
+            out += _held_rows(ctx, batch, columns, topic, qid, rows)
+            continue
+        if not sel.group_wanted(kind[1]):
+            continue
+        pick = itemgetter(*rows) if len(rows) > 1 else lambda c, r=rows[0]: (c[r],)
+        row_ids, row_offsets, costs = (list(pick(column)) for column in columns)
+        if sel.ratio < 1 or "" in row_ids:
+            keep = [i for i, msg_id in enumerate(row_ids) if msg_id and sel.sampled(msg_id)]
+            row_ids = [row_ids[i] for i in keep]
+            row_offsets = [row_offsets[i] for i in keep]
+            costs = [costs[i] for i in keep]
+        if row_ids:
+            texts = broker_rows(
+                kind[0], at, ctx.broker_name, kind[1], topic, ctx.host, qid,
+                row_ids, row_offsets, costs,
+            )  # fmt: skip
+            out.append((row_ids, texts))
     return out
+
+
+def _columns(batch: Appended) -> tuple[list[str], list[int], list[int]]:
+    """Each row's (message id, queue offset, cost: store time − born time, else -1)."""
+    born = batch.born_timestamp_ms
+    at = batch.store_timestamp_ms
+    costs = (at - born).tolist() if born is not None else [-1] * len(batch.size)
+    return _row_ids(batch), batch.queue_offset.tolist(), costs
+
+
+def _held_rows(
+    ctx: TraceContext,
+    batch: Appended,
+    columns: tuple[list[str], list[int], list[int]],
+    topic: str,
+    qid: int,
+    rows: list[int],
+) -> list[Chunk]:
+    """Records of rows held in a system topic (their real topic read back), one by one."""
+    sel = ctx.selection
+    ids, offsets, costs = columns
+    chunk: Chunk = ([], [])
+    for row in rows:
+        msg_id = ids[row]
+        if not msg_id or not sel.sampled(msg_id):
+            continue
+        typ, group, status, real = _held(ctx, topic, qid, offsets[row])
+        if not sel.group_wanted(group) or (typ == "Stored" and not sel.topic_wanted(real)):
+            continue
+        text = broker_record(
+            typ,
+            batch.store_timestamp_ms,
+            ctx.broker_name,
+            group,
+            topic,
+            msg_id,
+            ctx.host,
+            queue_id=qid,
+            offset=offsets[row],
+            cost_ms=costs[row],
+            status=status,
+        )
+        chunk[0].append(msg_id)
+        chunk[1].append(text)
+    return [chunk] if chunk[0] else []
 
 
 def _held(ctx: TraceContext, topic: str, queue_id: int, offset: int) -> tuple[str, str, str, str]:
@@ -143,7 +182,7 @@ def _held(ctx: TraceContext, topic: str, queue_id: int, offset: int) -> tuple[st
     return "Stored", "", f"held: {held} for {real}", real
 
 
-def fired(ctx: TraceContext, at: int, status: str, puts: Sequence[PutResult]) -> list[Encoded]:
+def fired(ctx: TraceContext, at: int, status: str, puts: Sequence[PutResult]) -> list[Chunk]:
     """A Timer record per selected message a timer or delay level put back when due."""
     return _encoded(
         [
@@ -171,7 +210,7 @@ def delivered(
     client_id: str,
     popped: Sequence[PoppedMessage],
     invisible_ms: int,
-) -> list[Encoded]:
+) -> list[Chunk]:
     """A Delivered record per selected POP delivery."""
     return _encoded(
         [
@@ -197,39 +236,42 @@ def delivered(
 
 def pulled(
     ctx: TraceContext, at: int, group: str, topic: str, queue_id: int, result: PullResult
-) -> list[Encoded]:
+) -> list[Chunk]:
     """A Delivered record (status ``pull``) per selected message an offset pull returned."""
     sel = ctx.selection
     if not sel.topic_wanted(topic) or not sel.group_wanted(group):
         return []
     if result.raw is not None:
-        data, pos, rows = result.raw.data, 0, []
-        for size in result.raw.sizes.tolist():
-            req = codec.dispatch_request(data, pos)
-            rows.append((req.keys[0] if req.keys else "", req.queue_offset, 0))
-            pos += size
-    else:
-        rows = [(m.message_id, m.queue_offset, m.reconsume_times + 1) for m in result.messages]
-    return [
-        (
+        ids, offsets = raw_ids(result.raw.data, result.raw.sizes)
+        if sel.ratio < 1 or "" in ids:
+            keep = [i for i, msg_id in enumerate(ids) if msg_id and sel.sampled(msg_id)]
+            ids, offsets = [ids[i] for i in keep], [offsets[i] for i in keep]
+        if not ids:
+            return []
+        texts = broker_rows(
+            "Delivered", at, ctx.broker_name, group, topic, ctx.host, queue_id, ids, offsets,
+            status="pull",
+        )  # fmt: skip
+        return [(ids, texts)]
+    rows = [(m.message_id, m.queue_offset, m.reconsume_times + 1) for m in result.messages]
+    rows = [r for r in rows if r[0] and sel.sampled(r[0])]
+    texts = [
+        broker_record(
+            "Delivered",
+            at,
+            ctx.broker_name,
+            group,
+            topic,
             msg_id,
-            broker_record(
-                "Delivered",
-                at,
-                ctx.broker_name,
-                group,
-                topic,
-                msg_id,
-                ctx.host,
-                attempt=attempt,
-                queue_id=queue_id,
-                offset=offset,
-                status="pull",
-            ),
+            ctx.host,
+            attempt=attempt,
+            queue_id=queue_id,
+            offset=offset,
+            status="pull",
         )
         for msg_id, offset, attempt in rows
-        if msg_id and sel.sampled(msg_id)
     ]
+    return [([r[0] for r in rows], texts)] if rows else []
 
 
 def settled(
@@ -241,7 +283,7 @@ def settled(
     topic: str,
     receipt_handle: str,
     invisible_ms: int | None,
-) -> list[Encoded]:
+) -> list[Chunk]:
     """An Ack or Nack of the delivery a receipt handle names (its message read back)."""
     handle = decode_handle(receipt_handle)
     if not ctx.selection.group_wanted(group) or not ctx.selection.topic_wanted(topic):
@@ -273,7 +315,7 @@ def settled(
     )
 
 
-def single(ctx: TraceContext, record: TraceRecord) -> list[Encoded]:
+def single(ctx: TraceContext, record: TraceRecord) -> list[Chunk]:
     """A record a hook built whole (transactions, timers), if its message is selected."""
     if not ctx.selection.wants(record.msg_id, record.topic, record.group):
         return []
