@@ -10,8 +10,12 @@ shared machine hits every side alike:
   backlog of ``--backlog`` messages filled before the round (not timed).
 
 Printed per workload: each side's median msg/s and its median per-round cost against off
-(1 − side/off, the two measured back to back) in per cent, and how many trace messages the
-broker wrote (so a side that recorded nothing cannot pass as cheap).
+(1 − side/off, the two measured back to back) in per cent — noise on a loaded machine — and
+the load-proof figure: the CPU time the broker process used per message (``/proc``), and
+what trace adds to off's, as a share of the broker's CPU and of the broker's + the
+client's (the whole ``bench produce`` / ``bench consume`` work), medians over the rounds;
+and how many trace messages the broker wrote (so a side that recorded nothing cannot pass
+as cheap).
 
 On a loaded machine the end-to-end figures are noise, so :func:`cpu_per_message_us` also
 measures in process, in CPU time of one thread (``time.thread_time``, which another
@@ -29,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import consume, produce
+from bench import consume, proc_cpu, produce
 from broker_core.client import RocketMQClient
 from broker_core.protocol.trace import TRACE_TOPIC
 from broker_core.server.launcher import BrokerProcess, launch_broker
@@ -46,25 +50,56 @@ def _start(root: Path, name: str, setting: str) -> BrokerProcess:
     return launch_broker(root / name.replace(" ", "-").replace("%", ""), config=config)
 
 
-def _produce_round(client: RocketMQClient, batches: int) -> float:
+SETTLE_S = 0.3  # a trace thread writes what it buffered every 200 ms
+
+
+class Round:
+    """One timed workload on one side: msg/s, and the CPU seconds the broker process and
+    this (client) process used for it, the trace thread's writing of its records included
+    (read :data:`SETTLE_S` after the work)."""
+
+    def __init__(self, proc: BrokerProcess) -> None:
+        self.pid = proc.process.pid
+        self.rate = 0.0
+        self.broker_cpu = self.client_cpu = 0.0
+
+    def __enter__(self) -> Round:
+        time.sleep(SETTLE_S)  # earlier work's trace records are written before the clock
+        self._broker, self._client = proc_cpu.cpu_s(self.pid), time.process_time()
+        self._wall = time.perf_counter()
+        return self
+
+    def done(self, count: int) -> None:
+        self.rate = count / (time.perf_counter() - self._wall)
+        client = time.process_time()
+        time.sleep(SETTLE_S)
+        self.broker_cpu = (proc_cpu.cpu_s(self.pid) - self._broker) / count
+        self.client_cpu = (client - self._client) / count
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _produce_round(client: RocketMQClient, proc: BrokerProcess, batches: int) -> Round:
     batch = [BODY] * produce.BATCH
-    start = time.perf_counter()
-    for _ in range(batches):
-        client.send_batch_async("bench-trace-p", batch)
-    client.flush()
-    return batches * produce.BATCH / (time.perf_counter() - start)
+    with Round(proc) as r:
+        for _ in range(batches):
+            client.send_batch_async("bench-trace-p", batch)
+        client.flush()
+        r.done(batches * produce.BATCH)
+    return r
 
 
-def _consume_round(client: RocketMQClient, topic: str, count: int) -> float:
+def _consume_round(client: RocketMQClient, proc: BrokerProcess, topic: str, count: int) -> Round:
     client.create_topic(topic, queues=consume.QUEUES)
     for start in range(0, count, consume.FILL_BATCH):
         client.send_batch(topic, [BODY] * min(consume.FILL_BATCH, count - start))
-    started = time.perf_counter()
-    read = consume.drain(client, topic, consume.QUEUES)
-    elapsed = time.perf_counter() - started
+    with Round(proc) as r:
+        read = consume.drain(client, topic, consume.QUEUES)
+        r.done(count)
     if read != count:
         raise RuntimeError(f"drained {read} of {count}")
-    return count / elapsed
+    return r
 
 
 def _trace_messages(client: RocketMQClient) -> int:
@@ -77,25 +112,26 @@ def _trace_messages(client: RocketMQClient) -> int:
 def measure(rounds: int, batches: int, backlog: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     procs = {name: _start(root, name, setting) for name, setting in SIDES.items()}
-    rates: dict[str, dict[str, list[float]]] = {"produce": {}, "consume": {}}
+    runs: dict[str, dict[str, list[Round]]] = {"produce": {}, "consume": {}}
     try:
         clients = {
             name: RocketMQClient(p.endpoint, max_in_flight=produce.IN_FLIGHT, timeout_s=60)
             for name, p in procs.items()
         }
-        for client in clients.values():
+        for name, client in clients.items():
             client.create_topic("bench-trace-p", queues=8)
-            _produce_round(client, max(1, batches // 10))  # warm-up
+            _produce_round(client, procs[name], max(1, batches // 10))  # warm-up
         names = list(SIDES)
         for number in range(rounds):
             order = names[number % len(names) :] + names[: number % len(names)]
             for name in order:
-                rates["produce"].setdefault(name, []).append(_produce_round(clients[name], batches))
-            for name in order:
-                rates["consume"].setdefault(name, []).append(
-                    _consume_round(clients[name], f"bench-trace-c{number}", backlog)
+                runs["produce"].setdefault(name, []).append(
+                    _produce_round(clients[name], procs[name], batches)
                 )
-        time.sleep(1)  # the trace threads write what they buffered (200 ms rounds)
+            for name in order:
+                runs["consume"].setdefault(name, []).append(
+                    _consume_round(clients[name], procs[name], f"bench-trace-c{number}", backlog)
+                )
         written = {name: _trace_messages(c) for name, c in clients.items()}
         for client in clients.values():
             client.close()
@@ -103,17 +139,30 @@ def measure(rounds: int, batches: int, backlog: int) -> None:
         for p in procs.values():
             p.stop()
         shutil.rmtree(root, ignore_errors=True)
-    for workload, by_side in rates.items():
-        for name, side in by_side.items():
-            cost = statistics.median(
-                1 - on / off for off, on in zip(by_side["off"], side, strict=True)
-            )
-            print(
-                f"{workload:>7} trace {name:>10}: {statistics.median(side):>10,.0f} msg/s, "
-                f"cost vs off {100 * cost:+6.2f} % (median of {rounds} paired rounds); "
-                f"trace messages written: {written[name]:,}",
-                flush=True,
-            )
+    for workload, by_side in runs.items():
+        _report(workload, by_side, written)
+
+
+def _report(workload: str, by_side: dict[str, list[Round]], written: dict[str, int]) -> None:
+    """Per side: msg/s and its paired cost against off; the broker's CPU per message and
+    what it adds to off's, as a share of the broker's CPU and of the whole workload's
+    (broker + client), medians over the rounds."""
+    off = by_side["off"]
+    for name, side in by_side.items():
+        paired = statistics.median(1 - s.rate / o.rate for o, s in zip(off, side, strict=True))
+        cpu = statistics.median(s.broker_cpu for s in side) * 1e6
+        added = [s.broker_cpu - o.broker_cpu for o, s in zip(off, side, strict=True)]
+        of_broker = statistics.median(a / o.broker_cpu for a, o in zip(added, off, strict=True))
+        of_all = statistics.median(
+            a / (o.broker_cpu + o.client_cpu) for a, o in zip(added, off, strict=True)
+        )
+        print(
+            f"{workload:>7} trace {name:>10}: {statistics.median(s.rate for s in side):>9,.0f} "
+            f"msg/s (paired cost {100 * paired:+6.1f} %); broker CPU {cpu:5.2f} us/msg, "
+            f"trace adds {100 * of_broker:+5.1f} % of the broker's CPU, {100 * of_all:+5.1f} % "
+            f"of broker + client; trace messages written: {written[name]:,}",
+            flush=True,
+        )
 
 
 def cpu_per_message_us(setting: str, batches: int = 100, batch: int = 256) -> tuple[float, float]:
