@@ -50,39 +50,9 @@ def _start(root: Path, name: str, setting: str) -> BrokerProcess:
     return launch_broker(root / name.replace(" ", "-").replace("%", ""), config=config)
 
 
-SETTLE_S = 0.3  # a trace thread writes what it buffered every 200 ms
-
-
-class Round:
-    """One timed workload on one side: msg/s, and the CPU seconds the broker process and
-    this (client) process used for it, the trace thread's writing of its records included
-    (read :data:`SETTLE_S` after the work)."""
-
-    def __init__(self, proc: BrokerProcess) -> None:
-        self.pid = proc.process.pid
-        self.rate = 0.0
-        self.broker_cpu = self.client_cpu = 0.0
-
-    def __enter__(self) -> Round:
-        time.sleep(SETTLE_S)  # earlier work's trace records are written before the clock
-        self._broker, self._client = proc_cpu.cpu_s(self.pid), time.process_time()
-        self._wall = time.perf_counter()
-        return self
-
-    def done(self, count: int) -> None:
-        self.rate = count / (time.perf_counter() - self._wall)
-        client = time.process_time()
-        time.sleep(SETTLE_S)
-        self.broker_cpu = (proc_cpu.cpu_s(self.pid) - self._broker) / count
-        self.client_cpu = (client - self._client) / count
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-def _produce_round(client: RocketMQClient, proc: BrokerProcess, batches: int) -> Round:
+def _produce_round(client: RocketMQClient, proc: BrokerProcess, batches: int) -> proc_cpu.Round:
     batch = [BODY] * produce.BATCH
-    with Round(proc) as r:
+    with proc_cpu.Round(proc.process.pid) as r:
         for _ in range(batches):
             client.send_batch_async("bench-trace-p", batch)
         client.flush()
@@ -90,11 +60,13 @@ def _produce_round(client: RocketMQClient, proc: BrokerProcess, batches: int) ->
     return r
 
 
-def _consume_round(client: RocketMQClient, proc: BrokerProcess, topic: str, count: int) -> Round:
+def _consume_round(
+    client: RocketMQClient, proc: BrokerProcess, topic: str, count: int
+) -> proc_cpu.Round:
     client.create_topic(topic, queues=consume.QUEUES)
     for start in range(0, count, consume.FILL_BATCH):
         client.send_batch(topic, [BODY] * min(consume.FILL_BATCH, count - start))
-    with Round(proc) as r:
+    with proc_cpu.Round(proc.process.pid) as r:
         read = consume.drain(client, topic, consume.QUEUES)
         r.done(count)
     if read != count:
@@ -112,7 +84,7 @@ def _trace_messages(client: RocketMQClient) -> int:
 def measure(rounds: int, batches: int, backlog: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     procs = {name: _start(root, name, setting) for name, setting in SIDES.items()}
-    runs: dict[str, dict[str, list[Round]]] = {"produce": {}, "consume": {}}
+    runs: dict[str, dict[str, list[proc_cpu.Round]]] = {"produce": {}, "consume": {}}
     try:
         clients = {
             name: RocketMQClient(p.endpoint, max_in_flight=produce.IN_FLIGHT, timeout_s=60)
@@ -143,7 +115,9 @@ def measure(rounds: int, batches: int, backlog: int) -> None:
         _report(workload, by_side, written)
 
 
-def _report(workload: str, by_side: dict[str, list[Round]], written: dict[str, int]) -> None:
+def _report(
+    workload: str, by_side: dict[str, list[proc_cpu.Round]], written: dict[str, int]
+) -> None:
     """Per side: msg/s and its paired cost against off; the broker's CPU per message and
     what it adds to off's, as a share of the broker's CPU and of the whole workload's
     (broker + client), medians over the rounds."""
