@@ -43,6 +43,9 @@ reads a trace topic holding them::
     4 topic                  8 attempt (0: n/a) 12 status: free text (``pull``,
                                                    ``invisible=30000``, ``level=3``, ...)
 
+An offset pull that returned a run of consecutive offsets is one Delivered record with no
+msg id, ``offset`` the run's first and status ``pull N`` (N offsets): :func:`pull_key`.
+
 Pure functions, safe from any thread.
 
 >>> rec = TraceRecord("Pub", 1_000, group="pg", topic="t", msg_id="ID1", cost_ms=3)
@@ -259,8 +262,45 @@ def bucket_key(msg_id: str) -> str:
 
 
 def bucket_keys(ids: Iterable[str]) -> list[str]:
-    """The distinct :func:`bucket_key` s of ``ids``, in order of first appearance."""
-    return [BUCKET_MARK + head for head in dict.fromkeys([i[:-2] for i in ids])]
+    """:func:`bucket_key` of each of ``ids``."""
+    return [BUCKET_MARK + i[:-2] for i in ids]
+
+
+PULL_STATUS = "pull"
+PULL_BUCKET = 4096  # queue offsets per pull key (:func:`pull_key`)
+
+
+def pull_key(topic: str, queue_id: int, offset: int) -> str:
+    """The trace topic's index key of the pull records that may cover ``offset``.
+
+    An offset pull that returned a run of consecutive queue offsets is recorded as *one*
+    Delivered record for the run: msg id empty, ``offset`` its first, status
+    ``pull N`` (it covers ``offset`` .. ``offset + N - 1``), keyed by the
+    :data:`PULL_BUCKET` s of offsets it spans. A reader that knows where a message was
+    stored (its Stored, Retry, Timer or Commit record) queries that place's key.
+
+    >>> pull_key("feed", 3, 5000), pull_keys("feed", 3, 4000, 200)
+    ('~feed@3@1', '~feed@3@0 ~feed@3@1')
+    """
+    return f"{BUCKET_MARK}{topic}@{queue_id}@{offset // PULL_BUCKET}"
+
+
+def pull_keys(topic: str, queue_id: int, first: int, count: int) -> str:
+    """The :func:`pull_key` s of offsets ``first`` .. ``first + count - 1``, space-separated."""
+    last = (first + count - 1) // PULL_BUCKET
+    head = f"{BUCKET_MARK}{topic}@{queue_id}@"
+    return KEY_SEPARATOR.join(f"{head}{b}" for b in range(first // PULL_BUCKET, last + 1))
+
+
+def pull_run(record: TraceRecord) -> range | None:
+    """The queue offsets a pull record of a run covers (:func:`pull_key`); None for any
+    other record."""
+    if record.type != "Delivered" or record.msg_id or not record.status.startswith("pull "):
+        return None
+    try:
+        return range(record.offset, record.offset + int(record.status[5:]))
+    except ValueError:
+        return None
 
 
 def encode(records: Iterable[TraceRecord]) -> str:

@@ -43,7 +43,7 @@ from broker_core.message import (
     StoredMessage,
     new_message_id,
 )
-from broker_core.protocol.trace import KEY_SEPARATOR, TRACE_TOPIC, TraceRecord, bucket_keys
+from broker_core.protocol.trace import KEY_SEPARATOR, TRACE_TOPIC, TraceRecord
 from broker_core.service_thread import ServiceThread
 from broker_core.store.appended import Appended
 from broker_core.store.message_store import MessageStore, PutResult
@@ -213,35 +213,36 @@ class TraceRecorder:
     def flush(self) -> int:
         """Build and write every buffered record; returns how many were written."""
         with self._flush_lock:  # records are written in the order the hooks saw them
-            ids: list[str] = []
+            keys: list[str] = []
             texts: list[str] = []
             while self._pending:
                 builder, args = self._pending.popleft()
                 try:
-                    for chunk_ids, chunk_texts in builder(self._ctx, *args):
-                        ids += chunk_ids
+                    for chunk_keys, chunk_texts in builder(self._ctx, *args):
+                        keys += chunk_keys
                         texts += chunk_texts
                 except Exception:  # one bad hook call must not lose the others' records
                     log.exception("trace record of %s failed", builder.__name__)
             if texts:
-                self._store.put_messages(self._messages(ids, texts))
+                self._store.put_messages(self._messages(keys, texts))
                 self.written += len(texts)
             return len(texts)
 
-    def _messages(self, ids: list[str], texts: list[str]) -> list[Message]:
+    def _messages(self, keys: list[str], texts: list[str]) -> list[Message]:
         """Trace messages of up to ``RECORDS_PER_MESSAGE`` records, each keyed by its
-        records' id buckets (``bucket_key``), at most ``MAX_KEYS_CHARS`` of them."""
+        records' keys (``keys[i]``: record i's, see ``records.Chunk``), at most
+        ``MAX_KEYS_CHARS`` of them."""
         now = self._clock_ms()
         out = []
         start, count = 0, len(texts)
         while start < count:
             end = min(count, start + RECORDS_PER_MESSAGE)
-            keys = _bucket_keys(ids[start:end])
-            while len(keys) > MAX_KEYS_CHARS and end - start > 1:
+            joined = _distinct(keys[start:end])
+            while len(joined) > MAX_KEYS_CHARS and end - start > 1:
                 end = start + (end - start) // 2
-                keys = _bucket_keys(ids[start:end])
+                joined = _distinct(keys[start:end])
             body = "".join(texts[start:end]).encode()
-            props = {PROPERTY_KEYS: keys, PROPERTY_UNIQ_KEY: new_message_id()}
+            props = {PROPERTY_KEYS: joined, PROPERTY_UNIQ_KEY: new_message_id()}
             out.append(Message(TRACE_TOPIC, body, 0, props, born_timestamp_ms=now))
             start = end
         return out
@@ -257,6 +258,6 @@ class TraceRecorder:
         return got.messages[0] if got.messages else None
 
 
-def _bucket_keys(ids: list[str]) -> str:
-    """The KEYS of a trace message of ``ids``' records: their distinct buckets."""
-    return KEY_SEPARATOR.join(bucket_keys(ids))
+def _distinct(keys: list[str]) -> str:
+    """The KEYS of a trace message whose records have ``keys``: each once."""
+    return KEY_SEPARATOR.join(dict.fromkeys(keys))

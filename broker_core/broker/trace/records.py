@@ -30,7 +30,7 @@ from broker_core.broker.system_topics import (
     is_system_topic,
 )
 from broker_core.broker.trace.selection import TraceSelection
-from broker_core.broker.trace.units import raw_ids
+from broker_core.broker.trace.units import raw_ids, raw_offsets
 from broker_core.message import PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_KEY, StoredMessage
 from broker_core.protocol.group_topics import (
     DLQ_PREFIX,
@@ -38,18 +38,29 @@ from broker_core.protocol.group_topics import (
     is_dlq_topic,
     is_retry_topic,
 )
-from broker_core.protocol.trace import TraceRecord, broker_record, broker_rows, encode_record
+from broker_core.protocol.trace import (
+    PULL_STATUS,
+    TraceRecord,
+    broker_record,
+    broker_rows,
+    bucket_key,
+    bucket_keys,
+    encode_record,
+    pull_keys,
+)
 from broker_core.store.appended import Appended
 from broker_core.store.message_store import PutResult
+from broker_core.store.raw_read import RawUnits
 
 Reader = Callable[[str, int, int], StoredMessage | None]  # (topic, queue id, offset)
-Chunk = tuple[list[str], list[str]]  # (traced message ids, their records as text), in order
+# (each record's index keys: its id's bucket, or a pull run's keys; the records as text)
+Chunk = tuple[list[str], list[str]]
 
 
 def _encoded(records: list[TraceRecord]) -> list[Chunk]:
     if not records:
         return []
-    return [([r.msg_id for r in records], [encode_record(r) for r in records])]
+    return [([bucket_key(r.msg_id) for r in records], [encode_record(r) for r in records])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +130,7 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
                 kind[0], at, ctx.broker_name, kind[1], topic, ctx.host, qid,
                 row_ids, row_offsets, costs,
             )  # fmt: skip
-            out.append((row_ids, texts))
+            out.append((bucket_keys(row_ids), texts))
     return out
 
 
@@ -163,7 +174,7 @@ def _held_rows(
             cost_ms=costs[row],
             status=status,
         )
-        chunk[0].append(msg_id)
+        chunk[0].append(bucket_key(msg_id))
         chunk[1].append(text)
     return [chunk] if chunk[0] else []
 
@@ -242,17 +253,7 @@ def pulled(
     if not sel.topic_wanted(topic) or not sel.group_wanted(group):
         return []
     if result.raw is not None:
-        ids, offsets = raw_ids(result.raw.data, result.raw.sizes)
-        if sel.ratio < 1 or "" in ids:
-            keep = [i for i, msg_id in enumerate(ids) if msg_id and sel.sampled(msg_id)]
-            ids, offsets = [ids[i] for i in keep], [offsets[i] for i in keep]
-        if not ids:
-            return []
-        texts = broker_rows(
-            "Delivered", at, ctx.broker_name, group, topic, ctx.host, queue_id, ids, offsets,
-            status="pull",
-        )  # fmt: skip
-        return [(ids, texts)]
+        return _pulled_raw(ctx, at, group, topic, queue_id, result.raw)
     rows = [(m.message_id, m.queue_offset, m.reconsume_times + 1) for m in result.messages]
     rows = [r for r in rows if r[0] and sel.sampled(r[0])]
     texts = [
@@ -271,7 +272,35 @@ def pulled(
         )
         for msg_id, offset, attempt in rows
     ]
-    return [([r[0] for r in rows], texts)] if rows else []
+    return [(bucket_keys(r[0] for r in rows), texts)] if rows else []
+
+
+def _pulled_raw(
+    ctx: TraceContext, at: int, group: str, topic: str, queue_id: int, raw: RawUnits
+) -> list[Chunk]:
+    """A raw pull's Delivered records: one for a run of consecutive offsets (the usual
+    answer; ``protocol.trace.pull_key``), else one per selected message."""
+    sel = ctx.selection
+    offsets = raw_offsets(raw.data, raw.sizes)
+    count = len(offsets)
+    if count and int(offsets[-1]) - int(offsets[0]) == count - 1:
+        first = int(offsets[0])
+        text = broker_record(
+            "Delivered", at, ctx.broker_name, group, topic, "", ctx.host,
+            queue_id=queue_id, offset=first, status=f"{PULL_STATUS} {count}",
+        )  # fmt: skip
+        return [([pull_keys(topic, queue_id, first, count)], [text])]
+    ids, listed = raw_ids(raw.data, raw.sizes)
+    if sel.ratio < 1 or "" in ids:
+        keep = [i for i, msg_id in enumerate(ids) if msg_id and sel.sampled(msg_id)]
+        ids, listed = [ids[i] for i in keep], [listed[i] for i in keep]
+    if not ids:
+        return []
+    texts = broker_rows(
+        "Delivered", at, ctx.broker_name, group, topic, ctx.host, queue_id, ids, listed,
+        status=PULL_STATUS,
+    )  # fmt: skip
+    return [(bucket_keys(ids), texts)]
 
 
 def settled(

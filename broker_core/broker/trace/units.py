@@ -38,15 +38,28 @@ def _gather(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     return buf[at[:, None] + np.arange(width)]
 
 
+def _starts(sizes: np.ndarray) -> np.ndarray:
+    starts = np.zeros(len(sizes), np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return starts
+
+
+def raw_offsets(data: bytes, sizes: np.ndarray) -> np.ndarray:
+    """Each unit's queue offset (int64), of units back to back."""
+    if not len(sizes):
+        return np.zeros(0, np.int64)
+    buf = np.frombuffer(data, np.uint8)
+    return _gather(buf, _starts(sizes) + _QUEUE_OFFSET, 8).copy().view(">i8").ravel()
+
+
 def raw_ids(data: bytes, sizes: np.ndarray) -> tuple[list[str], list[int]]:
     """(each unit's id, "" without one; each unit's queue offset) of units back to back."""
     count = len(sizes)
     if not count:
         return [], []
     buf = np.frombuffer(data, np.uint8)
-    starts = np.zeros(count, np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    offsets = _gather(buf, starts + _QUEUE_OFFSET, 8).copy().view(">i8").ravel()
+    starts = _starts(sizes)
+    offsets = raw_offsets(data, sizes)
     body = _gather(buf, starts + _BODY_LENGTH, 4).copy().view(">i4").ravel()
     at = starts + layout.HEADER_SIZE + body
     at += 1 + buf[at]  # past the topic
