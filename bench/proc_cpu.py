@@ -22,8 +22,10 @@ SETTLE_S = 0.3  # a broker's trace thread writes what it buffered every 200 ms
 
 class Round:
     """One timed workload against the broker process ``pid``: msg/s, and the CPU seconds
-    per message that process and this (the client's) used for it; the broker's are read
-    :data:`SETTLE_S` after the work, so its background writing (trace records) counts.
+    per message that process and this (the client's) used for it. The broker's are read
+    :data:`SETTLE_S` after the work, so its background writing (trace records) counts,
+    less what it burns idle over as long (measured just before the work: its timer
+    threads), so short workloads are not dominated by it.
     ``with Round(pid) as r: ...; r.done(count)``."""
 
     def __init__(self, pid: int) -> None:
@@ -33,7 +35,10 @@ class Round:
 
     def __enter__(self) -> Round:
         time.sleep(SETTLE_S)  # earlier work's background writing is done before the clock
+        idle = cpu_s(self.pid)
+        time.sleep(SETTLE_S)
         self._broker, self._client = cpu_s(self.pid), time.process_time()
+        self._idle = self._broker - idle
         self._wall = time.perf_counter()
         return self
 
@@ -41,7 +46,8 @@ class Round:
         self.rate = count / (time.perf_counter() - self._wall)
         client = time.process_time()
         time.sleep(SETTLE_S)
-        self.broker_cpu = (cpu_s(self.pid) - self._broker) / count
+        used = cpu_s(self.pid) - self._broker - self._idle
+        self.broker_cpu = max(0.0, used) / count
         self.client_cpu = (client - self._client) / count
 
     def __exit__(self, *exc: object) -> None:
