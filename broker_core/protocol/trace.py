@@ -44,7 +44,9 @@ reads a trace topic holding them::
                                                    ``invisible=30000``, ``level=3``, ...)
 
 An offset pull that returned a run of consecutive offsets is one Delivered record with no
-msg id, ``offset`` the run's first and status ``pull N`` (N offsets): :func:`pull_key`.
+msg id, ``offset`` the run's first and status ``pull N`` (N offsets): :func:`pull_key`; an
+append's messages in one queue are one Stored (Retry, DLQ) record whose msg id lists their
+ids, status ``run`` (:func:`stored_run`).
 
 Pure functions, safe from any thread.
 
@@ -63,6 +65,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -290,6 +293,71 @@ def pull_keys(topic: str, queue_id: int, first: int, count: int) -> str:
     last = (first + count - 1) // PULL_BUCKET
     head = f"{BUCKET_MARK}{topic}@{queue_id}@"
     return KEY_SEPARATOR.join(f"{head}{b}" for b in range(first // PULL_BUCKET, last + 1))
+
+
+RUN_STATUS = "run"
+_RUN_COSTS = "run costs="
+RUN_SEPARATOR = ","
+
+
+def stored_run(
+    typ: str,
+    time_ms: int,
+    region: str,
+    group: str,
+    topic: str,
+    host: str,
+    queue_id: int,
+    ids: Sequence[str],
+    first: int,
+    costs: Sequence[int],
+) -> str | None:
+    """One record for the messages of one append to one queue (Stored, Retry or DLQ):
+    ``ids`` stored at offsets ``first`` .., msg id their ids joined by
+    :data:`RUN_SEPARATOR`, cost the one cost they share or -1 and status ``run costs=``
+    each's. None when an id holds the separator (then a record per message).
+    :func:`expand_run` gives one message's record back.
+
+    >>> text = stored_run("Stored", 9, "b", "", "t", "h", 2, ["A1", "A2"], 40, [3, 3])
+    >>> [(r.msg_id, r.offset, r.cost_ms, r.status) for r in decode(text)]
+    [('A1,A2', 40, 3, 'run')]
+    >>> [(r.offset, r.cost_ms, r.status) for r in (expand_run(decode(text)[0], "A2"),)]
+    [(41, 3, '')]
+    >>> decode(stored_run("Stored", 9, "b", "", "t", "h", 2, ["A1", "A2"], 40, [3, 4]))[0].status
+    'run costs=3,4'
+    """
+    joined = RUN_SEPARATOR.join(ids)
+    if joined.count(RUN_SEPARATOR) != len(ids) - 1:
+        return None
+    cost, status = costs[0], RUN_STATUS
+    if costs.count(cost) != len(costs):
+        cost, status = -1, _RUN_COSTS + RUN_SEPARATOR.join(map(str, costs))
+    return broker_record(
+        typ, time_ms, region, group, topic, joined, host,
+        queue_id=queue_id, offset=first, cost_ms=cost, status=status,
+    )  # fmt: skip
+
+
+def expand_run(record: TraceRecord, msg_id: str) -> TraceRecord | None:
+    """``msg_id``'s own record out of a :func:`stored_run` record that lists it; None
+    when ``record`` is no run or does not list it."""
+    if not record.status.startswith(RUN_STATUS) or record.type not in _RUN_TYPES:
+        return None
+    ids = record.msg_id.split(RUN_SEPARATOR)
+    try:
+        at = ids.index(msg_id)
+    except ValueError:
+        return None
+    cost = record.cost_ms
+    if record.status.startswith(_RUN_COSTS):
+        costs = record.status[len(_RUN_COSTS) :].split(RUN_SEPARATOR)
+        cost = int(costs[at]) if len(costs) == len(ids) and costs[at].lstrip("-").isdigit() else -1
+    return dataclasses.replace(
+        record, msg_id=msg_id, offset=record.offset + at, cost_ms=cost, status=""
+    )
+
+
+_RUN_TYPES = frozenset({"Stored", "Retry", "DLQ"})
 
 
 def pull_run(record: TraceRecord) -> range | None:

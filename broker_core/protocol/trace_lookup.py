@@ -4,7 +4,8 @@ The clients index their trace messages by the traced message id; the broker its 
 the id's bucket (``trace.bucket_key``), and a pull that returned a run of consecutive
 offsets by the places the run covers (``trace.pull_key``): such a run is one record with
 no message id. :func:`lookup` queries the id and its bucket, reads from the records found
-where the message was stored (Stored, Retry, DLQ, Timer, Commit: topic, queue, offset),
+where the message was stored (Stored, Retry, DLQ, Timer, Commit: topic, queue, offset;
+an append's run record, ``trace.stored_run``, gives the message's own),
 queries those places' pull keys, and turns each pull run that covers a place into a
 Delivered record of this message at that offset (status ``pull``), in place, so the
 trace messages keep the order they were written in (``trace_timeline``).
@@ -27,6 +28,7 @@ from broker_core.protocol.trace import (
     PULL_STATUS,
     TraceRecord,
     bucket_key,
+    expand_run,
     pull_key,
     pull_run,
 )
@@ -45,7 +47,7 @@ def lookup(msg_id: str, query: Query) -> list[TraceMessage]:
     runs that delivered it turned into its own Delivered records."""
     found: dict[int, Found] = {}
     for key in (msg_id, bucket_key(msg_id)):
-        found.update((f[0], f) for f in query(key))
+        found.update((at, (at, _own(recs, msg_id), h, b)) for at, recs, h, b in query(key))
     places = {
         (r.topic, r.queue_id, r.offset)
         for _, records, _, _ in found.values()
@@ -53,11 +55,17 @@ def lookup(msg_id: str, query: Query) -> list[TraceMessage]:
         if r.msg_id == msg_id and r.type in PLACED and r.queue_id >= 0 and r.offset >= 0
     }
     for topic, queue_id, offset in places:
-        found.update((f[0], f) for f in query(pull_key(topic, queue_id, offset)))
+        for at, records, host, born in query(pull_key(topic, queue_id, offset)):
+            found.setdefault(at, (at, _own(records, msg_id), host, born))
     return [
         ([_as_delivery(r, msg_id, places) for r in found[at][1]], found[at][2], found[at][3])
         for at in sorted(found)
     ]
+
+
+def _own(records: list[TraceRecord], msg_id: str) -> list[TraceRecord]:
+    """``records``, each run record that lists ``msg_id`` replaced by its own record."""
+    return [expand_run(r, msg_id) or r for r in records]
 
 
 def _as_delivery(record: TraceRecord, msg_id: str, places: set[Place]) -> TraceRecord:

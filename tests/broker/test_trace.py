@@ -13,7 +13,7 @@ from broker_core.broker.pull import PullRequest
 from broker_core.config import BrokerConfig
 from broker_core.message import Message
 from broker_core.protocol.filters import MessageFilter
-from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode, pull_key
+from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, bucket_key, decode, pull_key
 from broker_core.protocol.trace_lookup import Found, lookup
 from broker_core.protocol.trace_timeline import timeline
 from tests.broker.test_broker import Clock
@@ -201,10 +201,27 @@ def test_delay_level_and_timer_messages_show_held_and_timer(traced: Broker, cloc
     assert types == [("Stored", "held: timer for orders"), ("Stored", ""), ("Timer", "timer")]
 
 
-def test_a_raw_pull_run_is_one_record_that_each_of_its_messages_finds(traced: Broker) -> None:
+def test_an_append_and_a_raw_pull_are_one_record_each(
+    traced: Broker,
+) -> None:
     tags = ["A", "A", "B", "A", "A", "A"]
-    sent = traced.send([Message("run", b"x", queue_id=0, properties={"TAGS": t}) for t in tags])
+    born = [1_000 + 7 * i for i in range(len(tags))]  # each its own store cost
+    sent = traced.send(
+        [
+            Message("run", b"x", queue_id=0, properties={"TAGS": t}, born_timestamp_ms=b)
+            for t, b in zip(tags, born, strict=True)
+        ]
+    )
     traced.store.wait_dispatched()
+    for m, b in zip(sent, born, strict=True):  # the append's one run record, per message
+        [stored] = [r for r in records_of(traced, m.message_id) if r.type == "Stored"]
+        assert (stored.queue_id, stored.offset) == (0, m.queue_offset)
+        assert (stored.cost_ms, stored.status) == (stored.time_ms - b, "")
+    found = traced.query_by_key(TRACE_TOPIC, bucket_key(sent[0].message_id), max_results=100)
+    runs = [r for m in found for r in decode(m.body.decode()) if r.topic == "run"]
+    assert [(r.type, r.msg_id.split(","), r.offset) for r in runs] == [
+        ("Stored", [m.message_id for m in sent], 0)
+    ]
     traced.pull("bulk", PullRequest("run", 0, 1, 3, raw=True))  # offsets 1..3: one run
     only_a = MessageFilter("TAG", "A")  # offsets 3..5 and 0, 1 but not 2: no run
     traced.pull("tagged", PullRequest("run", 0, 0, 10, filter=only_a, raw=True))

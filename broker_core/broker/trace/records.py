@@ -39,6 +39,7 @@ from broker_core.protocol.group_topics import (
     is_retry_topic,
 )
 from broker_core.protocol.trace import (
+    KEY_SEPARATOR,
     PULL_STATUS,
     TraceRecord,
     broker_record,
@@ -47,6 +48,7 @@ from broker_core.protocol.trace import (
     bucket_keys,
     encode_record,
     pull_keys,
+    stored_run,
 )
 from broker_core.store.appended import Appended
 from broker_core.store.message_store import PutResult
@@ -98,9 +100,10 @@ def _kind(topic: str) -> tuple[str, str] | None:
 def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
     """Stored / Retry / DLQ records of one append's selected rows, a chunk per queue.
 
-    The busiest builder (every traced send): a queue's rows of a user topic, all sampled
-    (``all``), are formatted in one pass (``broker_rows``); otherwise unsampled rows cost
-    one CRC each."""
+    The busiest builder (every traced send): a queue's rows of a user topic are one run
+    record (``stored_run``: their ids, first offset and costs), or where that cannot be (a
+    sample that is no run of offsets, an id holding a comma) formatted in one pass
+    (``broker_rows``); with sampling, unsampled rows cost one CRC each."""
     sel = ctx.selection
     columns: tuple[list[str], list[int], list[int]] | None = None
     at = batch.store_timestamp_ms
@@ -125,12 +128,22 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
             row_ids = [row_ids[i] for i in keep]
             row_offsets = [row_offsets[i] for i in keep]
             costs = [costs[i] for i in keep]
-        if row_ids:
-            texts = broker_rows(
+        if not row_ids:
+            continue
+        run = None
+        if row_offsets[-1] - row_offsets[0] == len(row_offsets) - 1:  # every row, in order
+            run = stored_run(
                 kind[0], at, ctx.broker_name, kind[1], topic, ctx.host, qid,
-                row_ids, row_offsets, costs,
+                row_ids, row_offsets[0], costs,
             )  # fmt: skip
-            out.append((bucket_keys(row_ids), texts))
+        if run is not None:
+            out.append(([KEY_SEPARATOR.join(dict.fromkeys(bucket_keys(row_ids)))], [run]))
+            continue
+        texts = broker_rows(
+            kind[0], at, ctx.broker_name, kind[1], topic, ctx.host, qid,
+            row_ids, row_offsets, costs,
+        )  # fmt: skip
+        out.append((bucket_keys(row_ids), texts))
     return out
 
 
