@@ -21,7 +21,8 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Produce
 
 from broker_core.cli import cli
 from broker_core.client import RocketMQClient
-from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, bucket_key, decode, encode
+from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode, encode
+from broker_core.protocol.trace_runs import bucket_key
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode

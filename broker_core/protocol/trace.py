@@ -5,8 +5,8 @@ as UTF-8 text. Each record is its fields joined by CONTENT_SPLITOR (U+0001) and 
 FIELD_SPLITOR (U+0002); the first field names the record's type. Its KEYS property is the
 traced message ids (and their keys), space-separated, so the index finds every trace
 message of a message id (``mqadmin queryMsgTraceById`` queries the trace topic by that key).
-The broker's own trace messages are keyed by their ids' buckets instead (:func:`bucket_key`):
-a reader of one id queries the id and its bucket.
+The broker's own trace messages are keyed by their ids' buckets instead, and hold run
+records (one for many messages): ``broker_core.protocol.trace_runs``.
 
 The four types the 4.x clients write (field order of RocketMQ's ``TraceDataEncoder``)::
 
@@ -44,9 +44,9 @@ reads a trace topic holding them::
                                                    ``invisible=30000``, ``level=3``, ...)
 
 An offset pull that returned a run of consecutive offsets is one Delivered record with no
-msg id, ``offset`` the run's first and status ``pull N`` (N offsets): :func:`pull_key`; an
-append's messages in one queue are one Stored (Retry, DLQ) record whose msg id lists their
-ids, status ``run`` (:func:`stored_run`).
+msg id, ``offset`` the run's first and status ``pull N`` (N offsets); an append's messages
+in one queue are one Stored (Retry, DLQ) record whose msg id lists their ids, status
+``run``: ``broker_core.protocol.trace_runs``.
 
 Pure functions, safe from any thread.
 
@@ -65,7 +65,6 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -75,7 +74,6 @@ CONTENT_SPLITOR = "\u0001"
 FIELD_SPLITOR = "\u0002"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 KEY_SEPARATOR = " "
-BUCKET_MARK = "~"  # starts a bucket key (:func:`bucket_key`)
 
 CLIENT_TYPES = ("Pub", "SubBefore", "SubAfter", "EndTransaction")
 BROKER_TYPES = ("Stored", "Delivered", "Ack", "Nack", "Retry", "DLQ", "Commit", "Rollback", "Timer")
@@ -246,129 +244,6 @@ def broker_rows(
         return [f"{head}{i}{mid}{o}{tail}" for i, o in zip(ids, offsets, strict=True)]
     tail = f"\x01{status}\x02"
     return [f"{head}{i}{mid}{o}\x01{c}{tail}" for i, o, c in zip(ids, offsets, costs, strict=True)]
-
-
-def bucket_key(msg_id: str) -> str:
-    """The trace topic's index key of the broker's own records of ``msg_id``.
-
-    A trace message holds the records of up to a few hundred messages; keying it by every
-    id would cost an index entry per record. Ids differ mostly in their last characters
-    (every client's ids end in a sequence), so the broker keys a trace message by its ids'
-    *buckets* (:data:`BUCKET_MARK` and the id without its last two characters): one
-    append's records share a few. A reader queries the bucket and keeps the records of
-    the id itself (ids that share a bucket are told apart by the record's id field).
-
-    >>> bucket_key("01A2B3C4D5E6F7000000000001"), bucket_key("7")
-    ('~01A2B3C4D5E6F70000000000', '~')
-    """
-    return BUCKET_MARK + msg_id[:-2]
-
-
-def bucket_keys(ids: Iterable[str]) -> list[str]:
-    """:func:`bucket_key` of each of ``ids``."""
-    return [BUCKET_MARK + i[:-2] for i in ids]
-
-
-PULL_STATUS = "pull"
-PULL_BUCKET = 4096  # queue offsets per pull key (:func:`pull_key`)
-
-
-def pull_key(topic: str, queue_id: int, offset: int) -> str:
-    """The trace topic's index key of the pull records that may cover ``offset``.
-
-    An offset pull that returned a run of consecutive queue offsets is recorded as *one*
-    Delivered record for the run: msg id empty, ``offset`` its first, status
-    ``pull N`` (it covers ``offset`` .. ``offset + N - 1``), keyed by the
-    :data:`PULL_BUCKET` s of offsets it spans. A reader that knows where a message was
-    stored (its Stored, Retry, Timer or Commit record) queries that place's key.
-
-    >>> pull_key("feed", 3, 5000), pull_keys("feed", 3, 4000, 200)
-    ('~feed@3@1', '~feed@3@0 ~feed@3@1')
-    """
-    return f"{BUCKET_MARK}{topic}@{queue_id}@{offset // PULL_BUCKET}"
-
-
-def pull_keys(topic: str, queue_id: int, first: int, count: int) -> str:
-    """The :func:`pull_key` s of offsets ``first`` .. ``first + count - 1``, space-separated."""
-    last = (first + count - 1) // PULL_BUCKET
-    head = f"{BUCKET_MARK}{topic}@{queue_id}@"
-    return KEY_SEPARATOR.join(f"{head}{b}" for b in range(first // PULL_BUCKET, last + 1))
-
-
-RUN_STATUS = "run"
-_RUN_COSTS = "run costs="
-RUN_SEPARATOR = ","
-
-
-def stored_run(
-    typ: str,
-    time_ms: int,
-    region: str,
-    group: str,
-    topic: str,
-    host: str,
-    queue_id: int,
-    ids: Sequence[str],
-    first: int,
-    costs: Sequence[int],
-) -> str | None:
-    """One record for the messages of one append to one queue (Stored, Retry or DLQ):
-    ``ids`` stored at offsets ``first`` .., msg id their ids joined by
-    :data:`RUN_SEPARATOR`, cost the one cost they share or -1 and status ``run costs=``
-    each's. None when an id holds the separator (then a record per message).
-    :func:`expand_run` gives one message's record back.
-
-    >>> text = stored_run("Stored", 9, "b", "", "t", "h", 2, ["A1", "A2"], 40, [3, 3])
-    >>> [(r.msg_id, r.offset, r.cost_ms, r.status) for r in decode(text)]
-    [('A1,A2', 40, 3, 'run')]
-    >>> [(r.offset, r.cost_ms, r.status) for r in (expand_run(decode(text)[0], "A2"),)]
-    [(41, 3, '')]
-    >>> decode(stored_run("Stored", 9, "b", "", "t", "h", 2, ["A1", "A2"], 40, [3, 4]))[0].status
-    'run costs=3,4'
-    """
-    joined = RUN_SEPARATOR.join(ids)
-    if joined.count(RUN_SEPARATOR) != len(ids) - 1:
-        return None
-    cost, status = costs[0], RUN_STATUS
-    if costs.count(cost) != len(costs):
-        cost, status = -1, _RUN_COSTS + RUN_SEPARATOR.join(map(str, costs))
-    return broker_record(
-        typ, time_ms, region, group, topic, joined, host,
-        queue_id=queue_id, offset=first, cost_ms=cost, status=status,
-    )  # fmt: skip
-
-
-def expand_run(record: TraceRecord, msg_id: str) -> TraceRecord | None:
-    """``msg_id``'s own record out of a :func:`stored_run` record that lists it; None
-    when ``record`` is no run or does not list it."""
-    if not record.status.startswith(RUN_STATUS) or record.type not in _RUN_TYPES:
-        return None
-    ids = record.msg_id.split(RUN_SEPARATOR)
-    try:
-        at = ids.index(msg_id)
-    except ValueError:
-        return None
-    cost = record.cost_ms
-    if record.status.startswith(_RUN_COSTS):
-        costs = record.status[len(_RUN_COSTS) :].split(RUN_SEPARATOR)
-        cost = int(costs[at]) if len(costs) == len(ids) and costs[at].lstrip("-").isdigit() else -1
-    return dataclasses.replace(
-        record, msg_id=msg_id, offset=record.offset + at, cost_ms=cost, status=""
-    )
-
-
-_RUN_TYPES = frozenset({"Stored", "Retry", "DLQ"})
-
-
-def pull_run(record: TraceRecord) -> range | None:
-    """The queue offsets a pull record of a run covers (:func:`pull_key`); None for any
-    other record."""
-    if record.type != "Delivered" or record.msg_id or not record.status.startswith("pull "):
-        return None
-    try:
-        return range(record.offset, record.offset + int(record.status[5:]))
-    except ValueError:
-        return None
 
 
 def encode(records: Iterable[TraceRecord]) -> str:

@@ -1,16 +1,17 @@
 """One message's trace records, found in the trace topic by three kinds of key (pure).
 
 The clients index their trace messages by the traced message id; the broker its own by
-the id's bucket (``trace.bucket_key``), and a pull that returned a run of consecutive
-offsets by the places the run covers (``trace.pull_key``): such a run is one record with
+the id's bucket, and a pull that returned a run of consecutive offsets by the places the
+run covers (``trace_runs``): such a run is one record with
 no message id. :func:`lookup` queries the id and its bucket, reads from the records found
 where the message was stored (Stored, Retry, DLQ, Timer, Commit: topic, queue, offset;
-an append's run record, ``trace.stored_run``, gives the message's own),
+an append's run record, ``trace_runs.stored_run``, gives the message's own),
 queries those places' pull keys, and turns each pull run that covers a place into a
 Delivered record of this message at that offset (status ``pull``), in place, so the
 trace messages keep the order they were written in (``trace_timeline``).
 
->>> from broker_core.protocol.trace import TraceRecord, bucket_key, pull_key
+>>> from broker_core.protocol.trace import TraceRecord
+>>> from broker_core.protocol.trace_runs import bucket_key, pull_key
 >>> stored = TraceRecord("Stored", 5, topic="t", msg_id="M1", queue_id=0, offset=7)
 >>> run = TraceRecord("Delivered", 9, group="g", topic="t", queue_id=0, offset=0, status="pull 10")
 >>> index = {bucket_key("M1"): [(0, [stored], "", 0)], pull_key("t", 0, 7): [(1, [run], "", 0)]}
@@ -24,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 
-from broker_core.protocol.trace import (
+from broker_core.protocol.trace import TraceRecord
+from broker_core.protocol.trace_runs import (
     PULL_STATUS,
-    TraceRecord,
     bucket_key,
     expand_run,
     pull_key,

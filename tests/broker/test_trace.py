@@ -13,8 +13,9 @@ from broker_core.broker.pull import PullRequest
 from broker_core.config import BrokerConfig
 from broker_core.message import Message
 from broker_core.protocol.filters import MessageFilter
-from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, bucket_key, decode, pull_key
+from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode
 from broker_core.protocol.trace_lookup import Found, lookup
+from broker_core.protocol.trace_runs import bucket_key, pull_key
 from broker_core.protocol.trace_timeline import timeline
 from tests.broker.test_broker import Clock
 from tests.store.conftest import small_config

@@ -5,7 +5,7 @@ Each hook (``stored`` via the store's append observer, ``delivered``, ``settled`
 wakes every ``trace_flush_interval_ms``, turns the buffer into records (``records.py``)
 and appends them to ``RMQ_SYS_TRACE_TOPIC`` in messages of up to ``RECORDS_PER_MESSAGE``
 records, each message's KEYS the buckets of the message ids it traces
-(``protocol.trace.bucket_key``: a few per append instead of an index entry per record; a
+(``protocol.trace_runs.bucket_key``: a few per append instead of an index entry per record; a
 reader of an id queries its bucket and keeps that id's records).
 
 Off (``trace_broker = "off"``, the default) costs the request paths one call and one
@@ -35,7 +35,7 @@ from broker_core.broker.trace import records
 from broker_core.broker.trace.selection import TraceSelection
 from broker_core.broker.transaction.transaction import EndResult, Resolution
 from broker_core.config import BrokerConfig
-from broker_core.errors import CorruptionError
+from broker_core.errors import CorruptionError, RocketMQError
 from broker_core.message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -76,7 +76,7 @@ class TraceRecorder:
         self._topic_enable = config.trace_topic_enable
         self._clock_ms = clock_ms
         self._ctx = records.TraceContext(
-            config.broker_name, config.endpoint, self.selection, self._read
+            config.broker_name, config.endpoint, self.selection, self._read, self._read_at
         )
         self._flush_lock = threading.Lock()
         self._pending: deque[tuple[Builder, tuple[Any, ...]]] = deque()
@@ -246,6 +246,12 @@ class TraceRecorder:
             out.append(Message(TRACE_TOPIC, body, 0, props, born_timestamp_ms=now))
             start = end
         return out
+
+    def _read_at(self, phys: int) -> StoredMessage | None:
+        try:
+            return self._store.commitlog.read_message(phys)
+        except RocketMQError:
+            return None
 
     def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         store = self._store

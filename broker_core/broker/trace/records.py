@@ -17,7 +17,7 @@ trace topic itself included) are never traced.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 from broker_core.broker.pop.model import PoppedMessage
@@ -40,13 +40,15 @@ from broker_core.protocol.group_topics import (
 )
 from broker_core.protocol.trace import (
     KEY_SEPARATOR,
-    PULL_STATUS,
     TraceRecord,
     broker_record,
     broker_rows,
+    encode_record,
+)
+from broker_core.protocol.trace_runs import (
+    PULL_STATUS,
     bucket_key,
     bucket_keys,
-    encode_record,
     pull_keys,
     stored_run,
 )
@@ -71,6 +73,24 @@ class TraceContext:
     host: str
     selection: TraceSelection
     read: Reader
+    read_at: Callable[[int], StoredMessage | None]  # the unit at a commitlog offset
+    kinds: dict[str, tuple[str, str] | None] = field(default_factory=dict)
+
+    def kind(self, topic: str) -> tuple[str, str] | None:
+        """(record type, group) of a row stored in ``topic``, None when its appends are
+        not traced (an untraced topic or group, or a system topic); memoised."""
+        try:
+            return self.kinds[topic]
+        except KeyError:
+            pass
+        kind = _kind(topic)
+        sel = self.selection
+        if kind is not None and topic not in _HELD:  # held rows: by their real topic
+            typ, group = kind
+            wanted = sel.group_wanted(group) and (typ != "Stored" or sel.topic_wanted(topic))
+            kind = kind if wanted else None
+        self.kinds[topic] = kind
+        return kind
 
 
 def _row_ids(batch: Appended) -> list[str]:
@@ -98,53 +118,64 @@ def _kind(topic: str) -> tuple[str, str] | None:
 
 
 def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
-    """Stored / Retry / DLQ records of one append's selected rows, a chunk per queue.
+    """Stored / Retry / DLQ records of one append's selected rows.
 
     The busiest builder (every traced send): a queue's rows of a user topic are one run
-    record (``stored_run``: their ids, first offset and costs), or where that cannot be (a
-    sample that is no run of offsets, an id holding a comma) formatted in one pass
-    (``broker_rows``); with sampling, unsampled rows cost one CRC each."""
+    record (``stored_run``: their ids, first offset and costs), keyed by the buckets of
+    the whole append's ids (computed once); where that cannot be (a sample that is no run
+    of offsets, an id holding a comma) a record per row (``broker_rows``). With sampling,
+    unsampled rows cost one CRC each."""
     sel = ctx.selection
     columns: tuple[list[str], list[int], list[int]] | None = None
-    at = batch.store_timestamp_ms
+    every = sel.ratio >= 1
+    keys = ""
     out: list[Chunk] = []
     for (topic, qid), rows in batch.queues.items():
-        kind = _kind(topic)
-        if kind is None or (
-            kind[0] == "Stored" and topic not in _HELD and not sel.topic_wanted(topic)
-        ):
+        kind = ctx.kind(topic)
+        if kind is None:
             continue
         if columns is None:
             columns = _columns(batch)
+            every = every and "" not in columns[0]
         if topic in _HELD:
             out += _held_rows(ctx, batch, columns, topic, qid, rows)
             continue
-        if not sel.group_wanted(kind[1]):
-            continue
-        pick = itemgetter(*rows) if len(rows) > 1 else lambda c, r=rows[0]: (c[r],)
-        row_ids, row_offsets, costs = (list(pick(column)) for column in columns)
-        if sel.ratio < 1 or "" in row_ids:
-            keep = [i for i, msg_id in enumerate(row_ids) if msg_id and sel.sampled(msg_id)]
-            row_ids = [row_ids[i] for i in keep]
-            row_offsets = [row_offsets[i] for i in keep]
-            costs = [costs[i] for i in keep]
-        if not row_ids:
-            continue
-        run = None
-        if row_offsets[-1] - row_offsets[0] == len(row_offsets) - 1:  # every row, in order
+        ids, offsets, costs = columns
+        if every and offsets[rows[-1]] - offsets[rows[0]] == len(rows) - 1:
+            pick = itemgetter(*rows) if len(rows) > 1 else lambda c, r=rows[0]: (c[r],)
             run = stored_run(
-                kind[0], at, ctx.broker_name, kind[1], topic, ctx.host, qid,
-                row_ids, row_offsets[0], costs,
+                kind[0], batch.store_timestamp_ms, ctx.broker_name, kind[1], topic, ctx.host,
+                qid, pick(ids), offsets[rows[0]], pick(costs),
             )  # fmt: skip
-        if run is not None:
-            out.append(([KEY_SEPARATOR.join(dict.fromkeys(bucket_keys(row_ids)))], [run]))
-            continue
-        texts = broker_rows(
-            kind[0], at, ctx.broker_name, kind[1], topic, ctx.host, qid,
-            row_ids, row_offsets, costs,
-        )  # fmt: skip
-        out.append((bucket_keys(row_ids), texts))
+            if run is not None:
+                keys = keys or KEY_SEPARATOR.join(dict.fromkeys(bucket_keys(ids)))
+                out.append(([keys], [run]))
+                continue
+        out += _row_records(ctx, batch, columns, kind, topic, qid, rows)
     return out
+
+
+def _row_records(
+    ctx: TraceContext,
+    batch: Appended,
+    columns: tuple[list[str], list[int], list[int]],
+    kind: tuple[str, str],
+    topic: str,
+    qid: int,
+    rows: list[int],
+) -> list[Chunk]:
+    """A record per selected row of one queue (the rows that make no run record)."""
+    sel = ctx.selection
+    ids, offsets, costs = columns
+    rows = [r for r in rows if ids[r] and sel.sampled(ids[r])]
+    if not rows:
+        return []
+    row_ids = [ids[r] for r in rows]
+    texts = broker_rows(
+        kind[0], batch.store_timestamp_ms, ctx.broker_name, kind[1], topic, ctx.host, qid,
+        row_ids, [offsets[r] for r in rows], [costs[r] for r in rows],
+    )  # fmt: skip
+    return [(bucket_keys(row_ids), texts)]
 
 
 def _columns(batch: Appended) -> tuple[list[str], list[int], list[int]]:
@@ -171,7 +202,7 @@ def _held_rows(
         msg_id = ids[row]
         if not msg_id or not sel.sampled(msg_id):
             continue
-        typ, group, status, real = _held(ctx, topic, qid, offsets[row])
+        typ, group, status, real = _held(ctx, topic, qid, int(batch.physical_offset[row]))
         if not sel.group_wanted(group) or (typ == "Stored" and not sel.topic_wanted(real)):
             continue
         text = broker_record(
@@ -192,11 +223,11 @@ def _held_rows(
     return [chunk] if chunk[0] else []
 
 
-def _held(ctx: TraceContext, topic: str, queue_id: int, offset: int) -> tuple[str, str, str, str]:
+def _held(ctx: TraceContext, topic: str, queue_id: int, phys: int) -> tuple[str, str, str, str]:
     """(type, group, status, real topic) of a message held in a system topic: a send-back
     to a retry topic is a Retry with its delay level, anything else a Stored held
     (``delay level=N``, ``timer``, ``half``)."""
-    msg = ctx.read(topic, queue_id, offset)
+    msg = ctx.read_at(phys)  # by commitlog offset: its queue may not be dispatched yet
     real = msg.properties.get(PROPERTY_REAL_TOPIC, "") if msg is not None else ""
     held = _HELD[topic]
     if held == "delay":
@@ -292,7 +323,7 @@ def _pulled_raw(
     ctx: TraceContext, at: int, group: str, topic: str, queue_id: int, raw: RawUnits
 ) -> list[Chunk]:
     """A raw pull's Delivered records: one for a run of consecutive offsets (the usual
-    answer; ``protocol.trace.pull_key``), else one per selected message."""
+    answer; ``protocol.trace_runs.pull_key``), else one per selected message."""
     sel = ctx.selection
     offsets = raw_offsets(raw.data, raw.sizes)
     count = len(offsets)
