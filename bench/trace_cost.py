@@ -17,10 +17,9 @@ client's (the whole ``bench produce`` / ``bench consume`` work), medians over th
 and how many trace messages the broker wrote (so a side that recorded nothing cannot pass
 as cheap).
 
-On a loaded machine the end-to-end figures are noise, so :func:`cpu_per_message_us` also
-measures in process, in CPU time of one thread (``time.thread_time``, which another
-process's load does not inflate): a broker's ``send`` of 256-message batches, and the trace
-thread's work for them (building the records and appending the trace messages).
+On a loaded machine the end-to-end rates are noise, so :func:`in_process` also measures in
+process, in CPU time (which another process's load inflates far less than wall time): the
+broker paths of bench produce and bench consume, and the trace thread's work for them.
 """
 
 from __future__ import annotations
@@ -139,39 +138,69 @@ def _report(
         )
 
 
-def cpu_per_message_us(setting: str, batches: int = 100, batch: int = 256) -> tuple[float, float]:
-    """(send CPU µs per message, trace-thread CPU µs per message) of an in-process broker
-    with ``trace_broker = setting`` (best of 3)."""
+def in_process(setting: str, batches: int = 150) -> tuple[float, float, float, float]:
+    """(send µs/msg, trace of the sends µs/msg, raw pull µs/msg, trace of the pulls µs/msg)
+    of an in-process broker with ``trace_broker = setting``: ``send_columns`` of 256-message
+    column batches (bench produce's broker path) and raw pulls of 10,000 from 8 queues
+    (bench consume's), in process CPU (every thread, dispatch included); the trace flush of
+    each in the flushing thread's CPU (the trace thread's work, run here)."""
     from broker_core.broker.broker import Broker
+    from broker_core.broker.pull import PullRequest
     from broker_core.config import BrokerConfig, StoreConfig
-    from broker_core.message import Message
+    from broker_core.message import Message, new_message_id
+    from broker_core.store.columns import encode_messages
 
-    best = (float("inf"), float("inf"))
-    for _ in range(3):
-        root = Path(tempfile.mkdtemp(prefix="bench-trace-cpu-"))
-        broker = Broker(
-            BrokerConfig(trace_broker=setting, trace_flush_interval_ms=3_600_000),
-            StoreConfig(store_dir=str(root), segment_size_bytes=256 << 20),
-        )
-        broker.start()
-        try:
-            messages = lambda: [Message("bench", BODY, queue_id=-1) for _ in range(batch)]  # noqa: E731
-            broker.send(messages())
+    def made(count: int) -> list[Any]:
+        return [
+            encode_messages(
+                [Message("bench", BODY, -1, {"UNIQ_KEY": new_message_id()}) for _ in range(256)],
+                max_body_bytes=1024,
+                max_properties_bytes=1024,
+            )
+            for _ in range(count)
+        ]
+
+    def flushed(broker: Broker) -> float:
+        start = time.thread_time()
+        if broker.trace.on:
             broker.trace.flush()
-            start = time.thread_time()
-            for _ in range(batches):
-                broker.send(messages())
-            send_s = time.thread_time() - start
-            start = time.thread_time()
-            broker.trace.flush()
-            trace_s = time.thread_time() - start
-        finally:
-            broker.stop()
-            shutil.rmtree(root, ignore_errors=True)
-        count = batches * batch
-        if send_s + trace_s < sum(best) * count / 1e6:
-            best = (send_s / count * 1e6, trace_s / count * 1e6)
-    return best
+        return time.thread_time() - start
+
+    root = Path(tempfile.mkdtemp(prefix="bench-trace-cpu-"))
+    config = BrokerConfig(
+        trace_broker=setting, trace_flush_interval_ms=3_600_000, default_queue_nums=8
+    )
+    broker = Broker(config, StoreConfig(store_dir=str(root), segment_size_bytes=256 << 20))
+    broker.start()
+    try:
+        broker.send_columns(made(1)[0])
+        broker.store.wait_dispatched()
+        flushed(broker)
+        work = made(batches)
+        start = time.process_time()
+        for batch in work:
+            broker.send_columns(batch)
+        broker.store.wait_dispatched()
+        send = time.process_time() - start
+        trace_send = flushed(broker)
+        read, start = 0, time.process_time()
+        for queue_id in range(8):
+            offset = 0
+            while True:
+                request = PullRequest(
+                    "bench", queue_id, offset, 10_000, max_bytes=64 << 20, raw=True
+                )
+                got = broker.pull("bench-reader", request)
+                if got.raw is None or not got.raw.count:
+                    break
+                read, offset = read + got.raw.count, got.next_offset
+        pull = time.process_time() - start
+        trace_pull = flushed(broker)
+    finally:
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    sent = batches * 256
+    return (send / sent * 1e6, trace_send / sent * 1e6, pull / read * 1e6, trace_pull / read * 1e6)
 
 
 def main() -> None:
@@ -182,10 +211,11 @@ def main() -> None:
     parser.add_argument("--cpu-only", action="store_true", help="only the in-process CPU figures")
     args = parser.parse_args()
     for name, setting in SIDES.items():
-        send_us, trace_us = cpu_per_message_us(setting)
+        send, trace_send, pull, trace_pull = in_process(setting)
         print(
-            f"in process, trace {name:>10}: send {send_us:.2f} us/msg CPU, trace thread "
-            f"{trace_us:.2f} us/msg CPU ({100 * trace_us / send_us:.1f} % of the send)",
+            f"in process, trace {name:>10}: send {send:.2f} us/msg CPU, its trace "
+            f"{trace_send:.2f} ({100 * trace_send / send:.1f} %); raw pull {pull:.2f} us/msg, "
+            f"its trace {trace_pull:.3f} ({100 * trace_pull / pull:.1f} %)",
             flush=True,
         )
     if not args.cpu_only:

@@ -124,10 +124,10 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
     record (``stored_run``: their ids, first offset and costs), keyed by the buckets of
     the whole append's ids (computed once); where that cannot be (a sample that is no run
     of offsets, an id holding a comma) a record per row (``broker_rows``). With sampling,
-    unsampled rows cost one CRC each."""
+    the append's ids are sampled as one array (``TraceSelection.sampled_rows``)."""
     sel = ctx.selection
     columns: tuple[list[str], list[int], list[int]] | None = None
-    every = sel.ratio >= 1
+    chosen: list[bool] | None = None  # each row sampled (with an id), when not every row is
     keys = ""
     out: list[Chunk] = []
     for (topic, qid), rows in batch.queues.items():
@@ -136,18 +136,27 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
             continue
         if columns is None:
             columns = _columns(batch)
-            every = every and "" not in columns[0]
+            if sel.ratio < 1 or "" in columns[0]:
+                chosen = sel.sampled_rows(columns[0])
         if topic in _HELD:
             out += _held_rows(ctx, batch, columns, topic, qid, rows)
             continue
         ids, offsets, costs = columns
-        if every and offsets[rows[-1]] - offsets[rows[0]] == len(rows) - 1:
+        if chosen is not None:
+            rows = [r for r in rows if chosen[r]]
+            if not rows:
+                continue
+        if offsets[rows[-1]] - offsets[rows[0]] == len(rows) - 1:
             pick = itemgetter(*rows) if len(rows) > 1 else lambda c, r=rows[0]: (c[r],)
+            run_ids = pick(ids)
             run = stored_run(
                 kind[0], batch.store_timestamp_ms, ctx.broker_name, kind[1], topic, ctx.host,
-                qid, pick(ids), offsets[rows[0]], pick(costs),
+                qid, run_ids, offsets[rows[0]], pick(costs),
             )  # fmt: skip
             if run is not None:
+                if chosen is not None:  # a sample: its own ids' buckets
+                    out.append(([KEY_SEPARATOR.join(dict.fromkeys(bucket_keys(run_ids)))], [run]))
+                    continue
                 keys = keys or KEY_SEPARATOR.join(dict.fromkeys(bucket_keys(ids)))
                 out.append(([keys], [run]))
                 continue
@@ -164,12 +173,8 @@ def _row_records(
     qid: int,
     rows: list[int],
 ) -> list[Chunk]:
-    """A record per selected row of one queue (the rows that make no run record)."""
-    sel = ctx.selection
+    """A record per row of ``rows`` (selected rows of one queue that make no run record)."""
     ids, offsets, costs = columns
-    rows = [r for r in rows if ids[r] and sel.sampled(ids[r])]
-    if not rows:
-        return []
     row_ids = [ids[r] for r in rows]
     texts = broker_rows(
         kind[0], batch.store_timestamp_ms, ctx.broker_name, kind[1], topic, ctx.host, qid,
