@@ -6,7 +6,9 @@ Three figures, A/B in one run:
   of 128 B, ``IN_FLIGHT`` requests in flight) against two broker processes, one with the
   dedup window (the default) and one with ``dedup_window_ms = 0``; rounds alternate
   between them (and which goes first) so drift of the shared machine hits both alike.
-  Printed: the median msg/s of each side and the median of the paired on/off ratios;
+  Printed: the median msg/s of each side and of the paired on/off ratios (noise on a
+  loaded machine), and the load-proof figure: the broker process's CPU per message
+  (``/proc``) on each side and what dedup adds, of the broker's CPU and of broker + client;
 * **in process**, ``Broker.send_columns`` of 256-message column batches on two brokers
   over temporary stores (no gRPC), alternating: the sending thread's CPU per message with
   and without the window (best of the rounds: the least disturbed), and the window's own
@@ -23,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import proc_cpu
 from bench.produce import BATCH, BODY_BYTES, IN_FLIGHT
 from broker_core.broker.broker import Broker
 from broker_core.broker.dedup_window import SendWindow
@@ -37,43 +40,60 @@ ON = {"dedup_window_ms": 120_000}
 OFF = {"dedup_window_ms": 0}
 
 
-def _rate(client: RocketMQClient, batches: int) -> float:
+def _round(client: RocketMQClient, pid: int, batches: int) -> proc_cpu.Round:
     batch = [BODY] * BATCH
-    start = time.perf_counter()
-    for _ in range(batches):
-        client.send_batch_async("bench-dedup", batch)
-    client.flush()
-    return batches * BATCH / (time.perf_counter() - start)
+    with proc_cpu.Round(pid) as r:
+        for _ in range(batches):
+            client.send_batch_async("bench-dedup", batch)
+        client.flush()
+        r.done(batches * BATCH)
+    return r
 
 
-def end_to_end(batches: int, rounds: int) -> tuple[float, float, float]:
-    """(median msg/s off, on, median paired on/off ratio) of bulk sends."""
+def end_to_end(batches: int, rounds: int) -> dict[str, list[proc_cpu.Round]]:
+    """Each side's rounds of bulk sends (rate, broker and client CPU per message)."""
     root = Path(tempfile.mkdtemp(prefix="bench-dedup-"))
     sides = {
         name: launch_broker(root / name, config={"broker": {"default_queue_nums": 8, **extra}})
         for name, extra in (("off", OFF), ("on", ON))
     }
-    rates: dict[str, list[float]] = {"off": [], "on": []}
+    runs: dict[str, list[proc_cpu.Round]] = {"off": [], "on": []}
     try:
         clients = {n: RocketMQClient(p.endpoint, max_in_flight=IN_FLIGHT) for n, p in sides.items()}
-        for client in clients.values():
+        for name, client in clients.items():
             client.create_topic("bench-dedup", queues=8)
-            _rate(client, max(1, batches // 10))  # warm-up
+            _round(client, sides[name].process.pid, max(1, batches // 10))  # warm-up
         for number in range(rounds):
             order = ["off", "on"] if number % 2 else ["on", "off"]
             for name in order:
-                rates[name].append(_rate(clients[name], batches))
+                runs[name].append(_round(clients[name], sides[name].process.pid, batches))
         for client in clients.values():
             client.close()
     finally:
         for proc in sides.values():
             proc.stop()
         shutil.rmtree(root, ignore_errors=True)
-    ratios = [on / off for off, on in zip(rates["off"], rates["on"], strict=True)]
+    return runs
+
+
+def report(runs: dict[str, list[proc_cpu.Round]]) -> str:
+    """Medians: msg/s of each side and the paired on/off cost; the broker's CPU per
+    message of each side and what dedup adds, of the broker's and of broker + client."""
+    off, on = runs["off"], runs["on"]
+    pairs = list(zip(off, on, strict=True))
+    paired = statistics.median(1 - n.rate / o.rate for o, n in pairs)
+    added = [n.broker_cpu - o.broker_cpu for o, n in pairs]
+    of_broker = statistics.median(a / o.broker_cpu for a, (o, _) in zip(added, pairs, strict=True))
+    of_all = statistics.median(
+        a / (o.broker_cpu + o.client_cpu) for a, (o, _) in zip(added, pairs, strict=True)
+    )
     return (
-        statistics.median(rates["off"]),
-        statistics.median(rates["on"]),
-        statistics.median(ratios),
+        f"bench produce workload: dedup off {statistics.median(r.rate for r in off):,.0f} msg/s, "
+        f"on {statistics.median(r.rate for r in on):,.0f} msg/s, paired cost {100 * paired:+.2f} %;"
+        f" broker CPU off {statistics.median(r.broker_cpu for r in off) * 1e6:.2f} us/msg, on "
+        f"{statistics.median(r.broker_cpu for r in on) * 1e6:.2f}: dedup adds "
+        f"{statistics.median(added) * 1e6:+.2f} us/msg, {100 * of_broker:+.1f} % of the broker's "
+        f"CPU, {100 * of_all:+.1f} % of broker + client"
     )
 
 
@@ -162,12 +182,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--ids", type=int, default=1_000_000)
     args = parser.parse_args()
-    off, on, ratio = end_to_end(args.batches, args.rounds)
-    print(
-        f"bench produce workload: dedup off {off:,.0f} msg/s, on {on:,.0f} msg/s, "
-        f"paired cost {100 * (1 - ratio):+.2f} %",
-        flush=True,
-    )
+    print(report(end_to_end(args.batches, args.rounds)), flush=True)
     cpu_off, cpu_on = in_process(max(1, args.batches // 4), args.rounds)
     print(
         f"send_columns in process: {cpu_off:.3f} us/msg off, {cpu_on:.3f} us/msg on "

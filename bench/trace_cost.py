@@ -10,13 +10,16 @@ shared machine hits every side alike:
   backlog of ``--backlog`` messages filled before the round (not timed).
 
 Printed per workload: each side's median msg/s and its median per-round cost against off
-(1 − side/off, the two measured back to back) in per cent, and how many trace messages the
-broker wrote (so a side that recorded nothing cannot pass as cheap).
+(1 − side/off, the two measured back to back) in per cent — noise on a loaded machine — and
+the load-proof figure: the CPU time the broker process used per message (``/proc``), and
+what trace adds to off's, as a share of the broker's CPU and of the broker's + the
+client's (the whole ``bench produce`` / ``bench consume`` work), medians over the rounds;
+and how many trace messages the broker wrote (so a side that recorded nothing cannot pass
+as cheap).
 
-On a loaded machine the end-to-end figures are noise, so :func:`cpu_per_message_us` also
-measures in process, in CPU time of one thread (``time.thread_time``, which another
-process's load does not inflate): a broker's ``send`` of 256-message batches, and the trace
-thread's work for them (building the records and appending the trace messages).
+On a loaded machine the end-to-end rates are noise, so :func:`in_process` also measures in
+process, in CPU time (which another process's load inflates far less than wall time): the
+broker paths of bench produce and bench consume, and the trace thread's work for them.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import consume, produce
+from bench import consume, proc_cpu, produce
 from broker_core.client import RocketMQClient
 from broker_core.protocol.trace import TRACE_TOPIC
 from broker_core.server.launcher import BrokerProcess, launch_broker
@@ -46,25 +49,28 @@ def _start(root: Path, name: str, setting: str) -> BrokerProcess:
     return launch_broker(root / name.replace(" ", "-").replace("%", ""), config=config)
 
 
-def _produce_round(client: RocketMQClient, batches: int) -> float:
+def _produce_round(client: RocketMQClient, proc: BrokerProcess, batches: int) -> proc_cpu.Round:
     batch = [BODY] * produce.BATCH
-    start = time.perf_counter()
-    for _ in range(batches):
-        client.send_batch_async("bench-trace-p", batch)
-    client.flush()
-    return batches * produce.BATCH / (time.perf_counter() - start)
+    with proc_cpu.Round(proc.process.pid) as r:
+        for _ in range(batches):
+            client.send_batch_async("bench-trace-p", batch)
+        client.flush()
+        r.done(batches * produce.BATCH)
+    return r
 
 
-def _consume_round(client: RocketMQClient, topic: str, count: int) -> float:
+def _consume_round(
+    client: RocketMQClient, proc: BrokerProcess, topic: str, count: int
+) -> proc_cpu.Round:
     client.create_topic(topic, queues=consume.QUEUES)
     for start in range(0, count, consume.FILL_BATCH):
         client.send_batch(topic, [BODY] * min(consume.FILL_BATCH, count - start))
-    started = time.perf_counter()
-    read = consume.drain(client, topic, consume.QUEUES)
-    elapsed = time.perf_counter() - started
+    with proc_cpu.Round(proc.process.pid) as r:
+        read = consume.drain(client, topic, consume.QUEUES)
+        r.done(count)
     if read != count:
         raise RuntimeError(f"drained {read} of {count}")
-    return count / elapsed
+    return r
 
 
 def _trace_messages(client: RocketMQClient) -> int:
@@ -77,25 +83,26 @@ def _trace_messages(client: RocketMQClient) -> int:
 def measure(rounds: int, batches: int, backlog: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     procs = {name: _start(root, name, setting) for name, setting in SIDES.items()}
-    rates: dict[str, dict[str, list[float]]] = {"produce": {}, "consume": {}}
+    runs: dict[str, dict[str, list[proc_cpu.Round]]] = {"produce": {}, "consume": {}}
     try:
         clients = {
             name: RocketMQClient(p.endpoint, max_in_flight=produce.IN_FLIGHT, timeout_s=60)
             for name, p in procs.items()
         }
-        for client in clients.values():
+        for name, client in clients.items():
             client.create_topic("bench-trace-p", queues=8)
-            _produce_round(client, max(1, batches // 10))  # warm-up
+            _produce_round(client, procs[name], max(1, batches // 10))  # warm-up
         names = list(SIDES)
         for number in range(rounds):
             order = names[number % len(names) :] + names[: number % len(names)]
             for name in order:
-                rates["produce"].setdefault(name, []).append(_produce_round(clients[name], batches))
-            for name in order:
-                rates["consume"].setdefault(name, []).append(
-                    _consume_round(clients[name], f"bench-trace-c{number}", backlog)
+                runs["produce"].setdefault(name, []).append(
+                    _produce_round(clients[name], procs[name], batches)
                 )
-        time.sleep(1)  # the trace threads write what they buffered (200 ms rounds)
+            for name in order:
+                runs["consume"].setdefault(name, []).append(
+                    _consume_round(clients[name], procs[name], f"bench-trace-c{number}", backlog)
+                )
         written = {name: _trace_messages(c) for name, c in clients.items()}
         for client in clients.values():
             client.close()
@@ -103,52 +110,97 @@ def measure(rounds: int, batches: int, backlog: int) -> None:
         for p in procs.values():
             p.stop()
         shutil.rmtree(root, ignore_errors=True)
-    for workload, by_side in rates.items():
-        for name, side in by_side.items():
-            cost = statistics.median(
-                1 - on / off for off, on in zip(by_side["off"], side, strict=True)
-            )
-            print(
-                f"{workload:>7} trace {name:>10}: {statistics.median(side):>10,.0f} msg/s, "
-                f"cost vs off {100 * cost:+6.2f} % (median of {rounds} paired rounds); "
-                f"trace messages written: {written[name]:,}",
-                flush=True,
-            )
+    for workload, by_side in runs.items():
+        _report(workload, by_side, written)
 
 
-def cpu_per_message_us(setting: str, batches: int = 100, batch: int = 256) -> tuple[float, float]:
-    """(send CPU µs per message, trace-thread CPU µs per message) of an in-process broker
-    with ``trace_broker = setting`` (best of 3)."""
-    from broker_core.broker.broker import Broker
-    from broker_core.config import BrokerConfig, StoreConfig
-    from broker_core.message import Message
-
-    best = (float("inf"), float("inf"))
-    for _ in range(3):
-        root = Path(tempfile.mkdtemp(prefix="bench-trace-cpu-"))
-        broker = Broker(
-            BrokerConfig(trace_broker=setting, trace_flush_interval_ms=3_600_000),
-            StoreConfig(store_dir=str(root), segment_size_bytes=256 << 20),
+def _report(
+    workload: str, by_side: dict[str, list[proc_cpu.Round]], written: dict[str, int]
+) -> None:
+    """Per side: msg/s and its paired cost against off; the broker's CPU per message and
+    what it adds to off's, as a share of the broker's CPU and of the whole workload's
+    (broker + client), medians over the rounds."""
+    off = by_side["off"]
+    for name, side in by_side.items():
+        paired = statistics.median(1 - s.rate / o.rate for o, s in zip(off, side, strict=True))
+        cpu = statistics.median(s.broker_cpu for s in side) * 1e6
+        added = [s.broker_cpu - o.broker_cpu for o, s in zip(off, side, strict=True)]
+        of_broker = statistics.median(a / o.broker_cpu for a, o in zip(added, off, strict=True))
+        of_all = statistics.median(
+            a / (o.broker_cpu + o.client_cpu) for a, o in zip(added, off, strict=True)
         )
-        broker.start()
-        try:
-            messages = lambda: [Message("bench", BODY, queue_id=-1) for _ in range(batch)]  # noqa: E731
-            broker.send(messages())
+        print(
+            f"{workload:>7} trace {name:>10}: {statistics.median(s.rate for s in side):>9,.0f} "
+            f"msg/s (paired cost {100 * paired:+6.1f} %); broker CPU {cpu:5.2f} us/msg, "
+            f"trace adds {100 * of_broker:+5.1f} % of the broker's CPU, {100 * of_all:+5.1f} % "
+            f"of broker + client; trace messages written: {written[name]:,}",
+            flush=True,
+        )
+
+
+def in_process(setting: str, batches: int = 150) -> tuple[float, float, float, float]:
+    """(send µs/msg, trace of the sends µs/msg, raw pull µs/msg, trace of the pulls µs/msg)
+    of an in-process broker with ``trace_broker = setting``: ``send_columns`` of 256-message
+    column batches (bench produce's broker path) and raw pulls of 10,000 from 8 queues
+    (bench consume's), in process CPU (every thread, dispatch included); the trace flush of
+    each in the flushing thread's CPU (the trace thread's work, run here)."""
+    from broker_core.broker.broker import Broker
+    from broker_core.broker.pull import PullRequest
+    from broker_core.config import BrokerConfig, StoreConfig
+    from broker_core.message import Message, new_message_id
+    from broker_core.store.columns import encode_messages
+
+    def made(count: int) -> list[Any]:
+        return [
+            encode_messages(
+                [Message("bench", BODY, -1, {"UNIQ_KEY": new_message_id()}) for _ in range(256)],
+                max_body_bytes=1024,
+                max_properties_bytes=1024,
+            )
+            for _ in range(count)
+        ]
+
+    def flushed(broker: Broker) -> float:
+        start = time.thread_time()
+        if broker.trace.on:
             broker.trace.flush()
-            start = time.thread_time()
-            for _ in range(batches):
-                broker.send(messages())
-            send_s = time.thread_time() - start
-            start = time.thread_time()
-            broker.trace.flush()
-            trace_s = time.thread_time() - start
-        finally:
-            broker.stop()
-            shutil.rmtree(root, ignore_errors=True)
-        count = batches * batch
-        if send_s + trace_s < sum(best) * count / 1e6:
-            best = (send_s / count * 1e6, trace_s / count * 1e6)
-    return best
+        return time.thread_time() - start
+
+    root = Path(tempfile.mkdtemp(prefix="bench-trace-cpu-"))
+    config = BrokerConfig(
+        trace_broker=setting, trace_flush_interval_ms=3_600_000, default_queue_nums=8
+    )
+    broker = Broker(config, StoreConfig(store_dir=str(root), segment_size_bytes=256 << 20))
+    broker.start()
+    try:
+        broker.send_columns(made(1)[0])
+        broker.store.wait_dispatched()
+        flushed(broker)
+        work = made(batches)
+        start = time.process_time()
+        for batch in work:
+            broker.send_columns(batch)
+        broker.store.wait_dispatched()
+        send = time.process_time() - start
+        trace_send = flushed(broker)
+        read, start = 0, time.process_time()
+        for queue_id in range(8):
+            offset = 0
+            while True:
+                request = PullRequest(
+                    "bench", queue_id, offset, 10_000, max_bytes=64 << 20, raw=True
+                )
+                got = broker.pull("bench-reader", request)
+                if got.raw is None or not got.raw.count:
+                    break
+                read, offset = read + got.raw.count, got.next_offset
+        pull = time.process_time() - start
+        trace_pull = flushed(broker)
+    finally:
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    sent = batches * 256
+    return (send / sent * 1e6, trace_send / sent * 1e6, pull / read * 1e6, trace_pull / read * 1e6)
 
 
 def main() -> None:
@@ -159,10 +211,11 @@ def main() -> None:
     parser.add_argument("--cpu-only", action="store_true", help="only the in-process CPU figures")
     args = parser.parse_args()
     for name, setting in SIDES.items():
-        send_us, trace_us = cpu_per_message_us(setting)
+        send, trace_send, pull, trace_pull = in_process(setting)
         print(
-            f"in process, trace {name:>10}: send {send_us:.2f} us/msg CPU, trace thread "
-            f"{trace_us:.2f} us/msg CPU ({100 * trace_us / send_us:.1f} % of the send)",
+            f"in process, trace {name:>10}: send {send:.2f} us/msg CPU, its trace "
+            f"{trace_send:.2f} ({100 * trace_send / send:.1f} %); raw pull {pull:.2f} us/msg, "
+            f"its trace {trace_pull:.3f} ({100 * trace_pull / pull:.1f} %)",
             flush=True,
         )
     if not args.cpu_only:

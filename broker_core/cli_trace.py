@@ -1,8 +1,9 @@
 """``rmq message trace MSG_ID``: one message's timeline from the trace topic.
 
 The trace topic (``RMQ_SYS_TRACE_TOPIC``) holds the 4.x clients' trace records and the
-broker's own (``trace_broker``); both are indexed by the traced message id, so one query
-by key finds them. The records are merged and ordered by
+broker's own (``trace_broker``); the clients' are indexed by the traced message id, the
+broker's by the id's bucket and its pull runs by the queue places they cover, so a few
+queries by key find them (``protocol.trace_lookup``). The records are merged and ordered by
 ``broker_core.protocol.trace_timeline``.
 """
 
@@ -17,30 +18,34 @@ from broker_core.cli_messages import message
 from broker_core.errors import InvalidArgumentError
 from broker_core.protocol.group_topics import DLQ_PREFIX, RETRY_PREFIX
 from broker_core.protocol.trace import TRACE_TOPIC, decode
-from broker_core.protocol.trace_timeline import TraceMessage, timeline
+from broker_core.protocol.trace_lookup import Found, Query, lookup
+from broker_core.protocol.trace_timeline import timeline
 
 MAX_TRACE_MESSAGES = 1_000
 
 
-def trace_events(
-    found: list[dict[str, Any]], msg_id: str, topic: str | None = None
-) -> list[dict[str, Any]]:
-    """The timeline of ``msg_id`` in trace messages as ``query_message`` returns them
-    (text bodies); with ``topic``, only events of that topic, its retry and DLQ copies,
-    and client events that name no topic."""
-    messages: list[TraceMessage] = []
-    for msg in sorted(found, key=lambda m: (m["queue_id"], m["queue_offset"])):
+def trace_events(query: Query, msg_id: str, topic: str | None = None) -> list[dict[str, Any]]:
+    """The timeline of ``msg_id``, its trace messages found by ``query``
+    (``protocol.trace_lookup``); with ``topic``, only events of that topic, its retry and
+    DLQ copies, and client events that name no topic."""
+    events = timeline(msg_id, lookup(msg_id, query))
+    if topic is not None:
+        events = [e for e in events if _of_topic(e.get("topic", ""), topic)]
+    return events
+
+
+def _found(messages: list[dict[str, Any]]) -> list[Found]:
+    """Trace messages as ``query_message`` returns them (text bodies), decoded."""
+    out: list[Found] = []
+    for msg in messages:
         if msg["body_encoding"] != "text":
             continue  # not a trace record: the trace format is text
         try:
             records = decode(msg["body"])
         except InvalidArgumentError:
             continue  # a malformed trace message hides nothing else
-        messages.append((records, msg["born_host"], msg["born_timestamp_ms"]))
-    events = timeline(msg_id, messages)
-    if topic is not None:
-        events = [e for e in events if _of_topic(e.get("topic", ""), topic)]
-    return events
+        out.append((msg["queue_offset"], records, msg["born_host"], msg["born_timestamp_ms"]))
+    return out
 
 
 def _of_topic(event_topic: str, topic: str) -> bool:
@@ -81,10 +86,15 @@ def message_trace(
 ) -> None:
     """The timeline of MSG_ID: client and broker trace records, ordered by time."""
     with _client(endpoints) as client:
-        found = client.query_message(
-            key=msg_id, topic=trace_topic, max_results=MAX_TRACE_MESSAGES, text_bodies=True
-        )
-    events = trace_events(found, msg_id, topic_name)
+
+        def query(key: str) -> list[Found]:
+            return _found(
+                client.query_message(
+                    key=key, topic=trace_topic, max_results=MAX_TRACE_MESSAGES, text_bodies=True
+                )
+            )
+
+        events = trace_events(query, msg_id, topic_name)
     if as_json:
         return _print_json({"msg_id": msg_id, "events": events})
     if not events:

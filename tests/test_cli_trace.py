@@ -22,6 +22,7 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Produce
 from broker_core.cli import cli
 from broker_core.client import RocketMQClient
 from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode, encode
+from broker_core.protocol.trace_runs import bucket_key
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode
@@ -154,6 +155,11 @@ def send_v2(client: RemotingClient, topic: str, body: bytes, **props: str) -> Re
     return client.invoke(RemotingCommand.request(RC.SEND_MESSAGE_V2, fields, body), 5.0)
 
 
+def query(key: str) -> dict[str, str]:
+    return {"topic": TRACE_TOPIC, "key": key, "maxNum": "64", "beginTimestamp": "0",
+            "endTimestamp": str(2**62)}  # fmt: skip
+
+
 def test_a_4x_trace_record_joins_the_timeline(broker, producer) -> None:
     before = int(time.time() * 1000) - 1  # when the client began sending
     receipt = producer.send(client_message("tr-life", b"traced by a 4.x client", keys=["k-7"]))
@@ -170,14 +176,16 @@ def test_a_4x_trace_record_joins_the_timeline(broker, producer) -> None:
         for record in (pub, sub, after):
             sent = send_v2(client, TRACE_TOPIC, encode([record]).encode(), KEYS=f"{msg_id} k-7")
             assert sent.code == ResponseCode.SUCCESS, sent.remark
-        query = {"topic": TRACE_TOPIC, "key": msg_id, "maxNum": "64", "beginTimestamp": "0",
-                 "endTimestamp": str(2**62)}  # fmt: skip
         deadline = time.monotonic() + TRACE_WAIT_S
         found: list[Any] = []
         while len(found) < 4 and time.monotonic() < deadline:  # 3 client + the broker's own
-            found = decode_stored(
-                client.invoke(RemotingCommand.request(RC.QUERY_MESSAGE, query), 5.0).body
-            )
+            found = [  # the clients' by the id, the broker's by the id's bucket
+                m
+                for key in (msg_id, bucket_key(msg_id))
+                for m in decode_stored(
+                    client.invoke(RemotingCommand.request(RC.QUERY_MESSAGE, query(key)), 5.0).body
+                )
+            ]
     finally:
         client.close()
     client_types = {r.type for m in found for r in decode(m["body"].decode())}

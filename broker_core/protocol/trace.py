@@ -5,6 +5,8 @@ as UTF-8 text. Each record is its fields joined by CONTENT_SPLITOR (U+0001) and 
 FIELD_SPLITOR (U+0002); the first field names the record's type. Its KEYS property is the
 traced message ids (and their keys), space-separated, so the index finds every trace
 message of a message id (``mqadmin queryMsgTraceById`` queries the trace topic by that key).
+The broker's own trace messages are keyed by their ids' buckets instead, and hold run
+records (one for many messages): ``broker_core.protocol.trace_runs``.
 
 The four types the 4.x clients write (field order of RocketMQ's ``TraceDataEncoder``)::
 
@@ -41,6 +43,11 @@ reads a trace topic holding them::
     4 topic                  8 attempt (0: n/a) 12 status: free text (``pull``,
                                                    ``invisible=30000``, ``level=3``, ...)
 
+An offset pull that returned a run of consecutive offsets is one Delivered record with no
+msg id, ``offset`` the run's first and status ``pull N`` (N offsets); an append's messages
+in one queue are one Stored (Retry, DLQ) record whose msg id lists their ids, status
+``run``: ``broker_core.protocol.trace_runs``.
+
 Pure functions, safe from any thread.
 
 >>> rec = TraceRecord("Pub", 1_000, group="pg", topic="t", msg_id="ID1", cost_ms=3)
@@ -58,7 +65,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from broker_core.errors import InvalidArgumentError
@@ -211,6 +218,32 @@ def broker_record(
         f"{typ}\x01{time_ms}\x01{region}\x01{group}\x01{topic}\x01{msg_id}\x01{host}\x01"
         f"{client_id}\x01{attempt}\x01{queue_id}\x01{offset}\x01{cost_ms}\x01{status}\x02"
     )
+
+
+def broker_rows(
+    typ: str,
+    time_ms: int,
+    region: str,
+    group: str,
+    topic: str,
+    host: str,
+    queue_id: int,
+    ids: Sequence[str],
+    offsets: Sequence[int],
+    costs: Sequence[int] | None = None,
+    *,
+    status: str = "",
+) -> list[str]:
+    """:func:`broker_record` of many messages of one queue that share every field but
+    their id, queue offset and cost (-1 without ``costs``): one append's Stored rows, one
+    pull's Delivered rows. The shared fields are formatted once."""
+    head = f"{typ}\x01{time_ms}\x01{region}\x01{group}\x01{topic}\x01"
+    mid = f"\x01{host}\x01\x010\x01{queue_id}\x01"
+    if costs is None:
+        tail = f"\x01-1\x01{status}\x02"
+        return [f"{head}{i}{mid}{o}{tail}" for i, o in zip(ids, offsets, strict=True)]
+    tail = f"\x01{status}\x02"
+    return [f"{head}{i}{mid}{o}\x01{c}{tail}" for i, o, c in zip(ids, offsets, costs, strict=True)]
 
 
 def encode(records: Iterable[TraceRecord]) -> str:

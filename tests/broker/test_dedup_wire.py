@@ -2,7 +2,9 @@
 twice with gRPC SendMessage (one message, and a batch on the column lane) and SendBulk is
 stored once and both answers carry the same offset; an answer lost after the store (a TCP
 proxy swallows it) is retried by the official Python client and stored once; a broker
-SIGKILLed after the write answers the retry from the log it recovered. The remoting front
+SIGKILLed after the write answers the retry from the log it recovered. Both scenarios also
+run against a broker with the window off, where the retry is stored a second time: the
+control that shows they can fail. The remoting front
 end (SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE) is in ``test_dedup_remoting.py``."""
 
 from __future__ import annotations
@@ -90,22 +92,33 @@ def proxy() -> Iterator[SwallowingProxy]:
     p.close()
 
 
-def start(workdir: Path, *extra: str, listen: str = "127.0.0.1:0") -> BrokerProcess:
-    return launch_broker(workdir, config=DEFAULT_CONFIG, listen=listen, extra_args=extra)
+OFF = {**DEFAULT_CONFIG, "broker": {**DEFAULT_CONFIG["broker"], "dedup_window_ms": 0}}
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, proxy: SwallowingProxy) -> Iterator[Any]:
-    """The module's broker; its routes name the proxy, so clients reach it through it
-    (``endpoint`` is the broker's own address)."""
+def start(
+    workdir: Path, *extra: str, listen: str = "127.0.0.1:0", dedup: bool = True
+) -> BrokerProcess:
+    config = DEFAULT_CONFIG if dedup else OFF
+    return launch_broker(workdir, config=config, listen=listen, extra_args=extra)
+
+
+def proxied(workdir: Path, proxy: SwallowingProxy, dedup: bool = True) -> BrokerProcess:
+    """A broker whose routes name ``proxy``, so clients reach it through it (``endpoint``
+    is the broker's own address)."""
     with socket.socket() as probe:  # a free port the broker listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     proxy.upstream = ("127.0.0.1", port)
-    workdir = tmp_path_factory.mktemp("dedup")
     extra = ("--advertise", proxy.address, "--metrics-listen", "127.0.0.1:0")
-    proc = start(workdir, *extra, listen=f"127.0.0.1:{port}")
+    proc = start(workdir, *extra, listen=f"127.0.0.1:{port}", dedup=dedup)
     proc.endpoint = f"127.0.0.1:{port}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory, proxy: SwallowingProxy) -> Iterator[Any]:
+    """The module's broker (dedup on, the default), behind ``proxy``."""
+    proc = proxied(tmp_path_factory.mktemp("dedup"), proxy)
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
 
@@ -161,36 +174,59 @@ def test_send_bulk_twice_is_stored_once(broker: BrokerProcess) -> None:
     assert topic_total(broker.endpoint, "dup-bulk") == 101
 
 
-def test_an_answer_lost_after_the_store_is_retried_and_stored_once(
-    broker: BrokerProcess, proxy: SwallowingProxy
-) -> None:
-    admin_call(broker.endpoint, "CreateTopic", name="dup-lost")  # clients never create one
+def lose_an_answer(proc: BrokerProcess, proxy: SwallowingProxy, topic: str) -> str:
+    """Send one message with the official client through ``proxy``, which swallows the
+    answer after the store: the client retries it (same id). Returns its id."""
+    admin_call(proc.endpoint, "CreateTopic", name=topic)  # clients never create one
     config = ClientConfiguration(proxy.address, Credentials(), request_timeout=5)
-    producer = Producer(config, ("dup-lost",))
+    producer = Producer(config, (topic,))
     producer.startup()
     try:
         body = b"answer-lost-" + str(time.time_ns()).encode()
         proxy.marker = body
         msg = Message()
-        msg.topic, msg.body = "dup-lost", body
+        msg.topic, msg.body = topic, body
         receipt = producer.send(msg)  # its first answer is swallowed: the client retries
     finally:
         producer.shutdown()
     assert proxy.swallowed.is_set(), "the proxy never dropped an answer"
     assert receipt.message_id
+    return str(receipt.message_id)
+
+
+def test_an_answer_lost_after_the_store_is_retried_and_stored_once(
+    broker: BrokerProcess, proxy: SwallowingProxy
+) -> None:
+    lose_an_answer(broker, proxy, "dup-lost")
     assert topic_total(broker.endpoint, "dup-lost") == 1
 
 
+def test_without_dedup_the_same_lost_answer_is_stored_twice(tmp_path: Path) -> None:
+    """The test above can fail: the same scenario against a broker with the window off
+    stores the retry as a second message (what every client saw before dedup)."""
+    proxy = SwallowingProxy()
+    proc = proxied(tmp_path, proxy, dedup=False)
+    try:
+        lose_an_answer(proc, proxy, "dup-lost-off")
+        assert topic_total(proc.endpoint, "dup-lost-off") == 2
+    finally:
+        assert proc.stop() == 0, "".join(proc.output[-50:])
+        proxy.close()
+
+
+@pytest.mark.parametrize("dedup", [True, False])
 def test_a_broker_killed_after_the_write_answers_the_retry_from_its_log(
-    tmp_path: Path,
+    tmp_path: Path, dedup: bool
 ) -> None:
-    proc = start(tmp_path)
+    """On: the retry gets the first answer, one message. Off (the control): two."""
+    proc = start(tmp_path, dedup=dedup)
     try:
         first = send_message(proc.endpoint, proto("dup-kill", "KILL-1"))
         proc.kill()  # the answer reached us here; a client whose answer was lost retries
-        proc = start(tmp_path)  # recovery rebuilds the window from the commitlog
-        assert send_message(proc.endpoint, proto("dup-kill", "KILL-1")) == first
-        assert topic_total(proc.endpoint, "dup-kill") == 1
+        proc = start(tmp_path, dedup=dedup)  # recovery rebuilds the window from the log
+        again = send_message(proc.endpoint, proto("dup-kill", "KILL-1"))
+        assert (again == first) is dedup
+        assert topic_total(proc.endpoint, "dup-kill") == (1 if dedup else 2)
     finally:
         proc.stop()
 

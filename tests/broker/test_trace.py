@@ -12,7 +12,10 @@ from broker_core.broker.broker import Broker
 from broker_core.broker.pull import PullRequest
 from broker_core.config import BrokerConfig
 from broker_core.message import Message
+from broker_core.protocol.filters import MessageFilter
 from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode
+from broker_core.protocol.trace_lookup import Found, lookup
+from broker_core.protocol.trace_runs import bucket_key, pull_key
 from broker_core.protocol.trace_timeline import timeline
 from tests.broker.test_broker import Clock
 from tests.store.conftest import small_config
@@ -38,12 +41,16 @@ def traced(tmp_path: Path, clock: Clock) -> Iterator[Broker]:
 
 
 def records_of(broker: Broker, msg_id: str) -> list[TraceRecord]:
+    """``msg_id``'s records, found as ``rmq message trace`` finds them (by its id, its
+    bucket and the pull runs covering where it was stored)."""
     broker.trace.flush()
     broker.store.wait_dispatched()
-    found = sorted(
-        broker.query_by_key(TRACE_TOPIC, msg_id, max_results=1000), key=lambda m: m.queue_offset
-    )
-    return [r for m in found for r in decode(m.body.decode()) if r.msg_id == msg_id]
+
+    def query(key: str) -> list[Found]:
+        found = broker.query_by_key(TRACE_TOPIC, key, max_results=1000)
+        return [(m.queue_offset, decode(m.body.decode()), "", 0) for m in found]
+
+    return [r for recs, _h, _b in lookup(msg_id, query) for r in recs if r.msg_id == msg_id]
 
 
 def test_pop_life_is_traced_in_order(traced: Broker, clock: Clock) -> None:
@@ -193,3 +200,45 @@ def test_delay_level_and_timer_messages_show_held_and_timer(traced: Broker, cloc
     assert (stored.type, stored.topic, stored.offset) == ("Stored", "orders", fired.offset)
     types = [(r.type, r.status) for r in records_of(traced, timed.message_id)]
     assert types == [("Stored", "held: timer for orders"), ("Stored", ""), ("Timer", "timer")]
+
+
+def test_an_append_and_a_raw_pull_are_one_record_each(
+    traced: Broker,
+) -> None:
+    tags = ["A", "A", "B", "A", "A", "A"]
+    born = [1_000 + 7 * i for i in range(len(tags))]  # each its own store cost
+    sent = traced.send(
+        [
+            Message("run", b"x", queue_id=0, properties={"TAGS": t}, born_timestamp_ms=b)
+            for t, b in zip(tags, born, strict=True)
+        ]
+    )
+    traced.store.wait_dispatched()
+    for m, b in zip(sent, born, strict=True):  # the append's one run record, per message
+        [stored] = [r for r in records_of(traced, m.message_id) if r.type == "Stored"]
+        assert (stored.queue_id, stored.offset) == (0, m.queue_offset)
+        assert (stored.cost_ms, stored.status) == (stored.time_ms - b, "")
+    found = traced.query_by_key(TRACE_TOPIC, bucket_key(sent[0].message_id), max_results=100)
+    runs = [r for m in found for r in decode(m.body.decode()) if r.topic == "run"]
+    assert [(r.type, r.msg_id.split(","), r.offset) for r in runs] == [
+        ("Stored", [m.message_id for m in sent], 0)
+    ]
+    traced.pull("bulk", PullRequest("run", 0, 1, 3, raw=True))  # offsets 1..3: one run
+    only_a = MessageFilter("TAG", "A")  # offsets 3..5 and 0, 1 but not 2: no run
+    traced.pull("tagged", PullRequest("run", 0, 0, 10, filter=only_a, raw=True))
+    for m, tag in zip(sent, tags, strict=True):
+        pulls = sorted(
+            (r.group, r.offset, r.status)
+            for r in records_of(traced, m.message_id)
+            if r.type == "Delivered"
+        )
+        run = [("bulk", m.queue_offset, "pull")] if 1 <= m.queue_offset <= 3 else []
+        tagged = [("tagged", m.queue_offset, "pull")] if tag == "A" else []
+        assert pulls == sorted(run + tagged), m.queue_offset
+    runs = [
+        (r.group, r.msg_id, r.offset, r.status)
+        for msg in traced.query_by_key(TRACE_TOPIC, pull_key("run", 0, 1), max_results=100)
+        for r in decode(msg.body.decode())
+        if r.type == "Delivered" and not r.msg_id
+    ]
+    assert runs == [("bulk", "", 1, "pull 3")]  # the filtered pull wrote one per message

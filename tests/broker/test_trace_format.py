@@ -3,9 +3,12 @@ from RocketMQ's TraceDataEncoder field order, as the 4.x Java client sends them.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from broker_core.broker.trace.units import raw_ids
 from broker_core.errors import InvalidArgumentError
+from broker_core.message import Message
 from broker_core.protocol.trace import (
     BROKER_TYPES,
     CONTENT_SPLITOR,
@@ -14,6 +17,7 @@ from broker_core.protocol.trace import (
     decode,
     encode,
 )
+from broker_core.store.columns import encode_messages
 
 C, F = CONTENT_SPLITOR, FIELD_SPLITOR
 
@@ -211,3 +215,25 @@ def test_a_splitter_inside_a_field_is_refused() -> None:
 
 def test_index_keys_are_the_id_then_each_key() -> None:
     assert TraceRecord("Pub", 1, msg_id="ID", keys="k1 k2").index_keys() == ["ID", "k1", "k2"]
+
+
+def _units(props: list[dict[str, str]]) -> tuple[bytes, np.ndarray]:
+    body = b"\x02UNIQ_KEY\x01NOT-AN-ID\x02"  # a body that looks like a property
+    batch = encode_messages(
+        [Message("t", body, 0, p) for p in props], max_body_bytes=64, max_properties_bytes=64
+    )
+    return bytes(batch.units), batch.sizes
+
+
+def test_raw_unit_ids_as_columns_and_one_by_one() -> None:
+    uniform = [{"UNIQ_KEY": f"ID-{i}", "TAGS": "x"} for i in range(5)]
+    assert raw_ids(*_units(uniform))[0] == [f"ID-{i}" for i in range(5)]
+    mixed = [
+        {"UNIQ_KEY": "ID-1"},
+        {"a": "b", "UNIQ_KEY": "ID-22"},  # not first
+        {"xUNIQ_KEY": "no", "KEYS": "k"},  # a longer name is not the id, and no id
+        {"UNIQ_KEY": "ID-333", "xUNIQ_KEY": "no"},
+    ]
+    assert raw_ids(*_units(mixed))[0] == ["ID-1", "ID-22", "", "ID-333"]
+    longer = [{"UNIQ_KEY": "ID-1"}, {"UNIQ_KEY": "ID-12"}]  # the first is the shortest
+    assert raw_ids(*_units(longer))[0] == ["ID-1", "ID-12"]

@@ -21,7 +21,10 @@ producer here retries such a send with the same message ids (the official client
 message's id once, before its attempts; our client re-sends the same encoded request, ids
 included; a send that fails for good is never sent again by the loops), and the broker
 answers a repeated id from its dedup window (``broker/dedup.py``, on by default), which
-recovery rebuilds from the log after the kill. What this test does not cover, and where a
+recovery rebuilds from the log after the kill. (Whether a kill here catches a send between
+its store and its answer is chance, so 0 duplicates here does not prove dedup: the
+deterministic proof, with a dedup-off control that does store the retry twice, is
+``tests/broker/test_dedup_wire.py``.) What this test does not cover, and where a
 copy can still appear: a retry that goes to another broker group (a cluster client moving
 on), a re-send under a new id (an application's own retry), a repeat older than
 ``dedup_window_ms``; and on the read side a POP redelivery (a delivery not acked in time),

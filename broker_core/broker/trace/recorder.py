@@ -4,8 +4,9 @@ Each hook (``stored`` via the store's append observer, ``delivered``, ``settled`
 ``record``) only appends what it saw to a buffer; a ``ServiceThread`` ("broker-trace")
 wakes every ``trace_flush_interval_ms``, turns the buffer into records (``records.py``)
 and appends them to ``RMQ_SYS_TRACE_TOPIC`` in messages of up to ``RECORDS_PER_MESSAGE``
-records, each message's KEYS the message ids it traces (so a query of the trace topic by
-a message id finds them, as RocketMQ's client writes its own traces).
+records, each message's KEYS the buckets of the message ids it traces
+(``protocol.trace_runs.bucket_key``: a few per append instead of an index entry per record; a
+reader of an id queries its bucket and keeps that id's records).
 
 Off (``trace_broker = "off"``, the default) costs the request paths one call and one
 boolean check: each hook first tests :attr:`TraceRecorder.on`; no store observer is
@@ -34,7 +35,7 @@ from broker_core.broker.trace import records
 from broker_core.broker.trace.selection import TraceSelection
 from broker_core.broker.transaction.transaction import EndResult, Resolution
 from broker_core.config import BrokerConfig
-from broker_core.errors import CorruptionError
+from broker_core.errors import CorruptionError, RocketMQError
 from broker_core.message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
@@ -42,7 +43,7 @@ from broker_core.message import (
     StoredMessage,
     new_message_id,
 )
-from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord
+from broker_core.protocol.trace import KEY_SEPARATOR, TRACE_TOPIC, TraceRecord
 from broker_core.service_thread import ServiceThread
 from broker_core.store.appended import Appended
 from broker_core.store.message_store import MessageStore, PutResult
@@ -50,9 +51,10 @@ from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)
 
-RECORDS_PER_MESSAGE = 64
+RECORDS_PER_MESSAGE = 256
+MAX_KEYS_CHARS = 8_192  # of one trace message's KEYS (the property limit is 32 KiB)
 MAX_PENDING = 10_000  # hook calls buffered (each may hold a pull's or a send's messages)
-Builder = Callable[..., list[records.Encoded]]
+Builder = Callable[..., list[records.Chunk]]
 
 
 class TraceRecorder:
@@ -74,7 +76,7 @@ class TraceRecorder:
         self._topic_enable = config.trace_topic_enable
         self._clock_ms = clock_ms
         self._ctx = records.TraceContext(
-            config.broker_name, config.endpoint, self.selection, self._read
+            config.broker_name, config.endpoint, self.selection, self._read, self._read_at
         )
         self._flush_lock = threading.Lock()
         self._pending: deque[tuple[Builder, tuple[Any, ...]]] = deque()
@@ -211,28 +213,45 @@ class TraceRecorder:
     def flush(self) -> int:
         """Build and write every buffered record; returns how many were written."""
         with self._flush_lock:  # records are written in the order the hooks saw them
-            built: list[records.Encoded] = []
+            keys: list[str] = []
+            texts: list[str] = []
             while self._pending:
                 builder, args = self._pending.popleft()
                 try:
-                    built += builder(self._ctx, *args)
+                    for chunk_keys, chunk_texts in builder(self._ctx, *args):
+                        keys += chunk_keys
+                        texts += chunk_texts
                 except Exception:  # one bad hook call must not lose the others' records
                     log.exception("trace record of %s failed", builder.__name__)
-            if built:
-                self._store.put_messages(self._messages(built))
-                self.written += len(built)
-            return len(built)
+            if texts:
+                self._store.put_messages(self._messages(keys, texts))
+                self.written += len(texts)
+            return len(texts)
 
-    def _messages(self, built: list[records.Encoded]) -> list[Message]:
+    def _messages(self, keys: list[str], texts: list[str]) -> list[Message]:
+        """Trace messages of up to ``RECORDS_PER_MESSAGE`` records, each keyed by its
+        records' keys (``keys[i]``: record i's, see ``records.Chunk``), at most
+        ``MAX_KEYS_CHARS`` of them."""
         now = self._clock_ms()
         out = []
-        for i in range(0, len(built), RECORDS_PER_MESSAGE):
-            ids, texts = zip(*built[i : i + RECORDS_PER_MESSAGE], strict=True)
-            keys = " ".join(dict.fromkeys(ids))
-            body = "".join(texts).encode()
-            props = {PROPERTY_KEYS: keys, PROPERTY_UNIQ_KEY: new_message_id()}
+        start, count = 0, len(texts)
+        while start < count:
+            end = min(count, start + RECORDS_PER_MESSAGE)
+            joined = _distinct(keys[start:end])
+            while len(joined) > MAX_KEYS_CHARS and end - start > 1:
+                end = start + (end - start) // 2
+                joined = _distinct(keys[start:end])
+            body = "".join(texts[start:end]).encode()
+            props = {PROPERTY_KEYS: joined, PROPERTY_UNIQ_KEY: new_message_id()}
             out.append(Message(TRACE_TOPIC, body, 0, props, born_timestamp_ms=now))
+            start = end
         return out
+
+    def _read_at(self, phys: int) -> StoredMessage | None:
+        try:
+            return self._store.commitlog.read_message(phys)
+        except RocketMQError:
+            return None
 
     def _read(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         store = self._store
@@ -243,3 +262,8 @@ class TraceRecorder:
         except CorruptionError:
             return None
         return got.messages[0] if got.messages else None
+
+
+def _distinct(keys: list[str]) -> str:
+    """The KEYS of a trace message whose records have ``keys``: each once."""
+    return KEY_SEPARATOR.join(dict.fromkeys(keys))

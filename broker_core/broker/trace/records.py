@@ -17,7 +17,8 @@ trace topic itself included) are never traced.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import itemgetter
 
 from broker_core.broker.pop.model import PoppedMessage
 from broker_core.broker.pop.receipt import decode_handle
@@ -29,6 +30,7 @@ from broker_core.broker.system_topics import (
     is_system_topic,
 )
 from broker_core.broker.trace.selection import TraceSelection
+from broker_core.broker.trace.units import raw_ids, raw_offsets
 from broker_core.message import PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_KEY, StoredMessage
 from broker_core.protocol.group_topics import (
     DLQ_PREFIX,
@@ -36,17 +38,33 @@ from broker_core.protocol.group_topics import (
     is_dlq_topic,
     is_retry_topic,
 )
-from broker_core.protocol.trace import TraceRecord, broker_record, encode_record
-from broker_core.store import codec
+from broker_core.protocol.trace import (
+    KEY_SEPARATOR,
+    TraceRecord,
+    broker_record,
+    broker_rows,
+    encode_record,
+)
+from broker_core.protocol.trace_runs import (
+    PULL_STATUS,
+    bucket_key,
+    bucket_keys,
+    pull_keys,
+    stored_run,
+)
 from broker_core.store.appended import Appended
 from broker_core.store.message_store import PutResult
+from broker_core.store.raw_read import RawUnits
 
 Reader = Callable[[str, int, int], StoredMessage | None]  # (topic, queue id, offset)
-Encoded = tuple[str, str]  # (traced message id, the record as text)
+# (each record's index keys: its id's bucket, or a pull run's keys; the records as text)
+Chunk = tuple[list[str], list[str]]
 
 
-def _encoded(records: list[TraceRecord]) -> list[Encoded]:
-    return [(r.msg_id, encode_record(r)) for r in records]
+def _encoded(records: list[TraceRecord]) -> list[Chunk]:
+    if not records:
+        return []
+    return [([bucket_key(r.msg_id) for r in records], [encode_record(r) for r in records])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +73,24 @@ class TraceContext:
     host: str
     selection: TraceSelection
     read: Reader
+    read_at: Callable[[int], StoredMessage | None]  # the unit at a commitlog offset
+    kinds: dict[str, tuple[str, str] | None] = field(default_factory=dict)
+
+    def kind(self, topic: str) -> tuple[str, str] | None:
+        """(record type, group) of a row stored in ``topic``, None when its appends are
+        not traced (an untraced topic or group, or a system topic); memoised."""
+        try:
+            return self.kinds[topic]
+        except KeyError:
+            pass
+        kind = _kind(topic)
+        sel = self.selection
+        if kind is not None and topic not in _HELD:  # held rows: by their real topic
+            typ, group = kind
+            wanted = sel.group_wanted(group) and (typ != "Stored" or sel.topic_wanted(topic))
+            kind = kind if wanted else None
+        self.kinds[topic] = kind
+        return kind
 
 
 def _row_ids(batch: Appended) -> list[str]:
@@ -81,59 +117,122 @@ def _kind(topic: str) -> tuple[str, str] | None:
     return "Stored", ""
 
 
-def stored(ctx: TraceContext, batch: Appended) -> list[Encoded]:
+def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
     """Stored / Retry / DLQ records of one append's selected rows.
 
-    The busiest builder (every traced send): unsampled rows cost one CRC, the records are
-    formatted straight to text (``broker_record``)."""
+    The busiest builder (every traced send): a queue's rows of a user topic are one run
+    record (``stored_run``: their ids, first offset and costs), keyed by the buckets of
+    the whole append's ids (computed once); where that cannot be (a sample that is no run
+    of offsets, an id holding a comma) a record per row (``broker_rows``). With sampling,
+    the append's ids are sampled as one array (``TraceSelection.sampled_rows``)."""
     sel = ctx.selection
-    ids: list[str] | None = None
-    at = batch.store_timestamp_ms
-    offsets = batch.queue_offset.tolist()
-    born = batch.born_timestamp_ms.tolist() if batch.born_timestamp_ms is not None else None
-    out: list[Encoded] = []
+    columns: tuple[list[str], list[int], list[int]] | None = None
+    chosen: list[bool] | None = None  # each row sampled (with an id), when not every row is
+    keys = ""
+    out: list[Chunk] = []
     for (topic, qid), rows in batch.queues.items():
-        kind = _kind(topic)
-        if kind is None or (
-            kind[0] == "Stored" and topic not in _HELD and not sel.topic_wanted(topic)
-        ):
+        kind = ctx.kind(topic)
+        if kind is None:
             continue
-        if ids is None:
-            ids = _row_ids(batch)
-        for row in rows:
-            msg_id = ids[row]
-            if not msg_id or not sel.sampled(msg_id):
+        if columns is None:
+            columns = _columns(batch)
+            if sel.ratio < 1 or "" in columns[0]:
+                chosen = sel.sampled_rows(columns[0])
+        if topic in _HELD:
+            out += _held_rows(ctx, batch, columns, topic, qid, rows)
+            continue
+        ids, offsets, costs = columns
+        if chosen is not None:
+            rows = [r for r in rows if chosen[r]]
+            if not rows:
                 continue
-            typ, group, status = kind[0], kind[1], ""
-            if topic in _HELD:
-                typ, group, status, real = _held(ctx, topic, qid, offsets[row])
-                if typ == "Stored" and not sel.topic_wanted(real):
+        if offsets[rows[-1]] - offsets[rows[0]] == len(rows) - 1:
+            pick = itemgetter(*rows) if len(rows) > 1 else lambda c, r=rows[0]: (c[r],)
+            run_ids = pick(ids)
+            run = stored_run(
+                kind[0], batch.store_timestamp_ms, ctx.broker_name, kind[1], topic, ctx.host,
+                qid, run_ids, offsets[rows[0]], pick(costs),
+            )  # fmt: skip
+            if run is not None:
+                if chosen is not None:  # a sample: its own ids' buckets
+                    out.append(([KEY_SEPARATOR.join(dict.fromkeys(bucket_keys(run_ids)))], [run]))
                     continue
-            if not sel.group_wanted(group):
+                keys = keys or KEY_SEPARATOR.join(dict.fromkeys(bucket_keys(ids)))
+                out.append(([keys], [run]))
                 continue
-            cost = at - born[row] if born is not None else -1
-            text = broker_record(
-                typ,
-                at,
-                ctx.broker_name,
-                group,
-                topic,
-                msg_id,
-                ctx.host,
-                queue_id=qid,
-                offset=offsets[row],
-                cost_ms=cost,
-                status=status,
-            )
-            out.append((msg_id, text))
+        out += _row_records(ctx, batch, columns, kind, topic, qid, rows)
     return out
 
 
-def _held(ctx: TraceContext, topic: str, queue_id: int, offset: int) -> tuple[str, str, str, str]:
+def _row_records(
+    ctx: TraceContext,
+    batch: Appended,
+    columns: tuple[list[str], list[int], list[int]],
+    kind: tuple[str, str],
+    topic: str,
+    qid: int,
+    rows: list[int],
+) -> list[Chunk]:
+    """A record per row of ``rows`` (selected rows of one queue that make no run record)."""
+    ids, offsets, costs = columns
+    row_ids = [ids[r] for r in rows]
+    texts = broker_rows(
+        kind[0], batch.store_timestamp_ms, ctx.broker_name, kind[1], topic, ctx.host, qid,
+        row_ids, [offsets[r] for r in rows], [costs[r] for r in rows],
+    )  # fmt: skip
+    return [(bucket_keys(row_ids), texts)]
+
+
+def _columns(batch: Appended) -> tuple[list[str], list[int], list[int]]:
+    """Each row's (message id, queue offset, cost: store time − born time, else -1)."""
+    born = batch.born_timestamp_ms
+    at = batch.store_timestamp_ms
+    costs = (at - born).tolist() if born is not None else [-1] * len(batch.size)
+    return _row_ids(batch), batch.queue_offset.tolist(), costs
+
+
+def _held_rows(
+    ctx: TraceContext,
+    batch: Appended,
+    columns: tuple[list[str], list[int], list[int]],
+    topic: str,
+    qid: int,
+    rows: list[int],
+) -> list[Chunk]:
+    """Records of rows held in a system topic (their real topic read back), one by one."""
+    sel = ctx.selection
+    ids, offsets, costs = columns
+    chunk: Chunk = ([], [])
+    for row in rows:
+        msg_id = ids[row]
+        if not msg_id or not sel.sampled(msg_id):
+            continue
+        typ, group, status, real = _held(ctx, topic, qid, int(batch.physical_offset[row]))
+        if not sel.group_wanted(group) or (typ == "Stored" and not sel.topic_wanted(real)):
+            continue
+        text = broker_record(
+            typ,
+            batch.store_timestamp_ms,
+            ctx.broker_name,
+            group,
+            topic,
+            msg_id,
+            ctx.host,
+            queue_id=qid,
+            offset=offsets[row],
+            cost_ms=costs[row],
+            status=status,
+        )
+        chunk[0].append(bucket_key(msg_id))
+        chunk[1].append(text)
+    return [chunk] if chunk[0] else []
+
+
+def _held(ctx: TraceContext, topic: str, queue_id: int, phys: int) -> tuple[str, str, str, str]:
     """(type, group, status, real topic) of a message held in a system topic: a send-back
     to a retry topic is a Retry with its delay level, anything else a Stored held
     (``delay level=N``, ``timer``, ``half``)."""
-    msg = ctx.read(topic, queue_id, offset)
+    msg = ctx.read_at(phys)  # by commitlog offset: its queue may not be dispatched yet
     real = msg.properties.get(PROPERTY_REAL_TOPIC, "") if msg is not None else ""
     held = _HELD[topic]
     if held == "delay":
@@ -143,7 +242,7 @@ def _held(ctx: TraceContext, topic: str, queue_id: int, offset: int) -> tuple[st
     return "Stored", "", f"held: {held} for {real}", real
 
 
-def fired(ctx: TraceContext, at: int, status: str, puts: Sequence[PutResult]) -> list[Encoded]:
+def fired(ctx: TraceContext, at: int, status: str, puts: Sequence[PutResult]) -> list[Chunk]:
     """A Timer record per selected message a timer or delay level put back when due."""
     return _encoded(
         [
@@ -171,7 +270,7 @@ def delivered(
     client_id: str,
     popped: Sequence[PoppedMessage],
     invisible_ms: int,
-) -> list[Encoded]:
+) -> list[Chunk]:
     """A Delivered record per selected POP delivery."""
     return _encoded(
         [
@@ -197,39 +296,60 @@ def delivered(
 
 def pulled(
     ctx: TraceContext, at: int, group: str, topic: str, queue_id: int, result: PullResult
-) -> list[Encoded]:
+) -> list[Chunk]:
     """A Delivered record (status ``pull``) per selected message an offset pull returned."""
     sel = ctx.selection
     if not sel.topic_wanted(topic) or not sel.group_wanted(group):
         return []
     if result.raw is not None:
-        data, pos, rows = result.raw.data, 0, []
-        for size in result.raw.sizes.tolist():
-            req = codec.dispatch_request(data, pos)
-            rows.append((req.keys[0] if req.keys else "", req.queue_offset, 0))
-            pos += size
-    else:
-        rows = [(m.message_id, m.queue_offset, m.reconsume_times + 1) for m in result.messages]
-    return [
-        (
+        return _pulled_raw(ctx, at, group, topic, queue_id, result.raw)
+    rows = [(m.message_id, m.queue_offset, m.reconsume_times + 1) for m in result.messages]
+    rows = [r for r in rows if r[0] and sel.sampled(r[0])]
+    texts = [
+        broker_record(
+            "Delivered",
+            at,
+            ctx.broker_name,
+            group,
+            topic,
             msg_id,
-            broker_record(
-                "Delivered",
-                at,
-                ctx.broker_name,
-                group,
-                topic,
-                msg_id,
-                ctx.host,
-                attempt=attempt,
-                queue_id=queue_id,
-                offset=offset,
-                status="pull",
-            ),
+            ctx.host,
+            attempt=attempt,
+            queue_id=queue_id,
+            offset=offset,
+            status="pull",
         )
         for msg_id, offset, attempt in rows
-        if msg_id and sel.sampled(msg_id)
     ]
+    return [(bucket_keys(r[0] for r in rows), texts)] if rows else []
+
+
+def _pulled_raw(
+    ctx: TraceContext, at: int, group: str, topic: str, queue_id: int, raw: RawUnits
+) -> list[Chunk]:
+    """A raw pull's Delivered records: one for a run of consecutive offsets (the usual
+    answer; ``protocol.trace_runs.pull_key``), else one per selected message."""
+    sel = ctx.selection
+    offsets = raw_offsets(raw.data, raw.sizes)
+    count = len(offsets)
+    if count and int(offsets[-1]) - int(offsets[0]) == count - 1:
+        first = int(offsets[0])
+        text = broker_record(
+            "Delivered", at, ctx.broker_name, group, topic, "", ctx.host,
+            queue_id=queue_id, offset=first, status=f"{PULL_STATUS} {count}",
+        )  # fmt: skip
+        return [([pull_keys(topic, queue_id, first, count)], [text])]
+    ids, listed = raw_ids(raw.data, raw.sizes)
+    if sel.ratio < 1 or "" in ids:
+        keep = [i for i, msg_id in enumerate(ids) if msg_id and sel.sampled(msg_id)]
+        ids, listed = [ids[i] for i in keep], [listed[i] for i in keep]
+    if not ids:
+        return []
+    texts = broker_rows(
+        "Delivered", at, ctx.broker_name, group, topic, ctx.host, queue_id, ids, listed,
+        status=PULL_STATUS,
+    )  # fmt: skip
+    return [(bucket_keys(ids), texts)]
 
 
 def settled(
@@ -241,7 +361,7 @@ def settled(
     topic: str,
     receipt_handle: str,
     invisible_ms: int | None,
-) -> list[Encoded]:
+) -> list[Chunk]:
     """An Ack or Nack of the delivery a receipt handle names (its message read back)."""
     handle = decode_handle(receipt_handle)
     if not ctx.selection.group_wanted(group) or not ctx.selection.topic_wanted(topic):
@@ -273,7 +393,7 @@ def settled(
     )
 
 
-def single(ctx: TraceContext, record: TraceRecord) -> list[Encoded]:
+def single(ctx: TraceContext, record: TraceRecord) -> list[Chunk]:
     """A record a hook built whole (transactions, timers), if its message is selected."""
     if not ctx.selection.wants(record.msg_id, record.topic, record.group):
         return []

@@ -10,6 +10,11 @@ store has no group). Retry and DLQ topics count as their group's.
 (True, False)
 >>> TraceSelection.parse("0.0", "", "").enabled
 False
+>>> half = TraceSelection.parse("0.5", "", "")
+>>> for ids in ([f"ID{i:04d}" for i in range(100)], ["ID7", "", "ÄÖ", "ID123"]):
+...     assert half.sampled_rows(ids) == [bool(i) and half.sampled(i) for i in ids]
+>>> sum(half.sampled_rows([f"ID{i:04d}" for i in range(100)])) not in (0, 100)
+True
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
+import numpy as np
+
 from broker_core.config import trace_ratio
+from broker_core.store.index_layout import key_hashes
 
 _SPACE = 1 << 32
 
@@ -53,6 +61,13 @@ class TraceSelection:
         if self.ratio >= 1:
             return True
         return zlib.crc32(message_id.encode()) < self.ratio * _SPACE
+
+    def sampled_rows(self, message_ids: list[str]) -> list[bool]:
+        """:meth:`sampled` of each id (and False for ""), their CRCs taken as one array."""
+        if self.ratio >= 1:
+            return [bool(i) for i in message_ids]
+        crcs = key_hashes(message_ids)  # zlib.crc32 of each id's UTF-8, as sampled() takes
+        return ((crcs < self.ratio * _SPACE) & np.array([bool(i) for i in message_ids])).tolist()
 
     def wants(self, message_id: str, topic: str, group: str) -> bool:
         return self.topic_wanted(topic) and self.group_wanted(group) and self.sampled(message_id)

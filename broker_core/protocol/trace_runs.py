@@ -1,0 +1,148 @@
+"""The broker's trace records of many messages, and the index keys that find them (pure).
+
+The broker writes its busiest records not one per message but one per run, and keys its
+trace messages not by every message id but coarsely; readers
+(``broker_core.protocol.trace_lookup``) expand a run back into the record of the one
+message they follow:
+
+* **Stored run** (also Retry, DLQ): one append's messages in one queue, at consecutive
+  offsets. msg id: their ids joined by ``,``; offset: the first's; cost: the one they
+  share, else -1 and status ``run costs=c1,c2,...`` (else status ``run``).
+* **Pull run**: an offset pull that returned consecutive offsets. Delivered, msg id
+  empty, offset the first, status ``pull N`` (N offsets).
+* **Keys**: a trace message is keyed by the *buckets* of the ids its records name
+  (:func:`bucket_key`), and a pull run by the *places* it covers (:func:`pull_key`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+from broker_core.protocol.trace import KEY_SEPARATOR, TraceRecord, broker_record
+
+BUCKET_MARK = "~"  # starts a bucket key (:func:`bucket_key`) and a pull key
+
+
+def bucket_key(msg_id: str) -> str:
+    """The trace topic's index key of the broker's own records of ``msg_id``.
+
+    A trace message holds the records of up to a few hundred messages; keying it by every
+    id would cost an index entry per record. Ids differ mostly in their last characters
+    (every client's ids end in a sequence), so the broker keys a trace message by its ids'
+    *buckets* (:data:`BUCKET_MARK` and the id without its last two characters): one
+    append's records share a few. A reader queries the bucket and keeps the records of
+    the id itself (ids that share a bucket are told apart by the record's id field).
+
+    >>> bucket_key("01A2B3C4D5E6F7000000000001"), bucket_key("7")
+    ('~01A2B3C4D5E6F70000000000', '~')
+    """
+    return BUCKET_MARK + msg_id[:-2]
+
+
+def bucket_keys(ids: Iterable[str]) -> list[str]:
+    """:func:`bucket_key` of each of ``ids``."""
+    return [BUCKET_MARK + i[:-2] for i in ids]
+
+
+PULL_STATUS = "pull"
+PULL_BUCKET = 4096  # queue offsets per pull key (:func:`pull_key`)
+
+
+def pull_key(topic: str, queue_id: int, offset: int) -> str:
+    """The trace topic's index key of the pull records that may cover ``offset``.
+
+    An offset pull that returned a run of consecutive queue offsets is recorded as *one*
+    Delivered record for the run: msg id empty, ``offset`` its first, status
+    ``pull N`` (it covers ``offset`` .. ``offset + N - 1``), keyed by the
+    :data:`PULL_BUCKET` s of offsets it spans. A reader that knows where a message was
+    stored (its Stored, Retry, Timer or Commit record) queries that place's key.
+
+    >>> pull_key("feed", 3, 5000), pull_keys("feed", 3, 4000, 200)
+    ('~feed@3@1', '~feed@3@0 ~feed@3@1')
+    """
+    return f"{BUCKET_MARK}{topic}@{queue_id}@{offset // PULL_BUCKET}"
+
+
+def pull_keys(topic: str, queue_id: int, first: int, count: int) -> str:
+    """The :func:`pull_key` s of offsets ``first`` .. ``first + count - 1``, space-separated."""
+    last = (first + count - 1) // PULL_BUCKET
+    head = f"{BUCKET_MARK}{topic}@{queue_id}@"
+    return KEY_SEPARATOR.join(f"{head}{b}" for b in range(first // PULL_BUCKET, last + 1))
+
+
+RUN_STATUS = "run"
+_RUN_COSTS = "run costs="
+RUN_SEPARATOR = ","
+
+
+def stored_run(
+    typ: str,
+    time_ms: int,
+    region: str,
+    group: str,
+    topic: str,
+    host: str,
+    queue_id: int,
+    ids: Sequence[str],
+    first: int,
+    costs: Sequence[int],
+) -> str | None:
+    """One record for the messages of one append to one queue (Stored, Retry or DLQ):
+    ``ids`` stored at offsets ``first`` .., msg id their ids joined by
+    :data:`RUN_SEPARATOR`, cost the one cost they share or -1 and status ``run costs=``
+    each's. None when an id holds the separator (then a record per message).
+    :func:`expand_run` gives one message's record back.
+
+    >>> from broker_core.protocol.trace import decode
+    >>> text = stored_run("Stored", 9, "b", "", "t", "h", 2, ["A1", "A2"], 40, [3, 3])
+    >>> [(r.msg_id, r.offset, r.cost_ms, r.status) for r in decode(text)]
+    [('A1,A2', 40, 3, 'run')]
+    >>> [(r.offset, r.cost_ms, r.status) for r in (expand_run(decode(text)[0], "A2"),)]
+    [(41, 3, '')]
+    >>> decode(stored_run("Stored", 9, "b", "", "t", "h", 2, ["A1", "A2"], 40, [3, 4]))[0].status
+    'run costs=3,4'
+    """
+    joined = RUN_SEPARATOR.join(ids)
+    if joined.count(RUN_SEPARATOR) != len(ids) - 1:
+        return None
+    cost, status = costs[0], RUN_STATUS
+    if costs.count(cost) != len(costs):
+        cost, status = -1, _RUN_COSTS + RUN_SEPARATOR.join(map(str, costs))
+    return broker_record(
+        typ, time_ms, region, group, topic, joined, host,
+        queue_id=queue_id, offset=first, cost_ms=cost, status=status,
+    )  # fmt: skip
+
+
+def expand_run(record: TraceRecord, msg_id: str) -> TraceRecord | None:
+    """``msg_id``'s own record out of a :func:`stored_run` record that lists it; None
+    when ``record`` is no run or does not list it."""
+    if not record.status.startswith(RUN_STATUS) or record.type not in _RUN_TYPES:
+        return None
+    ids = record.msg_id.split(RUN_SEPARATOR)
+    try:
+        at = ids.index(msg_id)
+    except ValueError:
+        return None
+    cost = record.cost_ms
+    if record.status.startswith(_RUN_COSTS):
+        costs = record.status[len(_RUN_COSTS) :].split(RUN_SEPARATOR)
+        cost = int(costs[at]) if len(costs) == len(ids) and costs[at].lstrip("-").isdigit() else -1
+    return dataclasses.replace(
+        record, msg_id=msg_id, offset=record.offset + at, cost_ms=cost, status=""
+    )
+
+
+_RUN_TYPES = frozenset({"Stored", "Retry", "DLQ"})
+
+
+def pull_run(record: TraceRecord) -> range | None:
+    """The queue offsets a pull record of a run covers (:func:`pull_key`); None for any
+    other record."""
+    if record.type != "Delivered" or record.msg_id or not record.status.startswith("pull "):
+        return None
+    try:
+        return range(record.offset, record.offset + int(record.status[5:]))
+    except ValueError:
+        return None
