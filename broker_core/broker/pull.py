@@ -40,7 +40,6 @@ method may be called from any thread (the store is thread-safe, the service is s
 >>> import tempfile
 >>> from broker_core.config import StoreConfig
 >>> from broker_core.protocol.filters import MessageFilter
-from broker_core.protocol.pull_args import check_pull_args
 >>> from broker_core.message import Message
 >>> from broker_core.store.message_store import MessageStore
 >>> store = MessageStore(StoreConfig(store_dir=tempfile.mkdtemp(), segment_size_bytes=1 << 20,
