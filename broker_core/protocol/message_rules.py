@@ -103,7 +103,7 @@ def check_text(
         raise error(f"{what} is blank")
     if len(value) > max_chars:
         raise error(f"{what} is {len(value)} chars, over {max_chars}")
-    if has_reserved(value):
+    if RESERVED_CHARS.search(value):
         raise error(f"{what} {value[:40]!r} contains \\x00, \\x01 or \\x02")
     return value
 

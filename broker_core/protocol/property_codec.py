@@ -122,15 +122,24 @@ def decode_text(text: str) -> dict[str, str]:
     skipped, as Java's ``string2messageProperties`` does."""
     out: dict[str, str] = {}
     for item in text.split(PROPERTY_SEP):
-        name, sep, value = item.partition(NAME_VALUE_SEP)
-        if sep and name:
-            out[name] = value
+        if item:  # the empty rest after the last separator: no partition for it
+            name, sep, value = item.partition(NAME_VALUE_SEP)
+            if sep and name:
+                out[name] = value
     return out
 
 
 def decode_properties(raw: bytes) -> dict[str, str]:
-    """:func:`decode_text` of UTF-8 bytes (UnicodeDecodeError for other bytes)."""
-    return decode_text(raw.decode()) if raw else {}
+    """:func:`decode_text` of UTF-8 bytes (UnicodeDecodeError for other bytes); written
+    out again, not a call of it: the store decodes every message it hands out."""
+    out: dict[str, str] = {}
+    if raw:
+        for item in raw.decode().split(PROPERTY_SEP):
+            if item:
+                name, sep, value = item.partition(NAME_VALUE_SEP)
+                if sep and name:
+                    out[name] = value
+    return out
 
 
 def value_of(props: bytes, name_mark: bytes) -> str | None:

@@ -224,9 +224,8 @@ def _system_properties(sp: pb.SystemProperties) -> dict[str, str]:
     props: dict[str, str] = {PROPERTY_UNIQ_KEY: check_message_id(sp.message_id)}
     if sp.HasField("tag"):
         props[PROPERTY_TAGS] = check_tag(sp.tag)
-    keys = check_keys(sp.keys)
-    if keys:
-        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
+    if sp.keys:
+        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(check_keys(sp.keys))
     if sp.HasField("message_group"):
         props[PROPERTY_MESSAGE_GROUP] = check_text(
             "message group", sp.message_group, MAX_MESSAGE_GROUP_CHARS, InvalidMessageGroupError
