@@ -27,8 +27,8 @@ from broker_core.message import new_message_id
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode
 from broker_core.remoting.command import RemotingCommand
-from broker_core.remoting_broker.msgcodec import decode_stored, encode_batch
 from broker_core.server.launcher import launch_broker
+from tests.remoting_records import decode_stored, encode_batch
 
 BATCH = 256
 BODY_BYTES = 128

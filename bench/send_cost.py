@@ -2,7 +2,9 @@
 
 Times, on a real broker over a temporary store (async flush), the handler of the
 official ``SendMessage`` for a one-message request, the same with 256 messages, the
-store API (``MessageStore.put_message`` / ``put_messages`` of 64) and ``SendBulk`` of 256.
+store API (``MessageStore.put_message`` / ``put_messages`` of 64), ``SendBulk`` of 256
+and the 4.x remoting handler for SEND_MESSAGE_V2 of one message and SEND_BATCH_MESSAGE
+of 256.
 Each workload runs ``--rounds`` times; the best (least) CPU µs per message of this thread
 is printed as JSON: on a shared machine the least time is the one other work disturbed least.
 
@@ -22,6 +24,7 @@ import gc
 import importlib
 import json
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -45,6 +48,41 @@ class _Peer:
 
     def invocation_metadata(self) -> list[Any]:
         return []
+
+
+class _Channel:
+    """The little of a remoting ``Channel`` the send handler reads."""
+
+    peer = "127.0.0.1:40001"
+
+
+def _batch_body(count: int) -> bytes:
+    """A 4.x SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``) of ``count``
+    plain messages, written here so both sides of an A/B send the same bytes."""
+    records = []
+    for i in range(count):
+        props = f"UNIQ_KEY\x01ID{i:012d}\x02".encode()
+        total = 20 + len(BODY) + 2 + len(props)
+        head = struct.pack(">iIIii", total, 0, 0, 0, len(BODY))
+        records.append(head + BODY + struct.pack(">H", len(props)) + props)
+    return b"".join(records)
+
+
+def _remoting(pkg: str, broker: Any) -> dict[str, tuple[Callable[[], None], int, int]]:
+    """The 4.x front end's sends: one message (SEND_MESSAGE_V2), a batch of 256."""
+    handle_send = importlib.import_module(f"{pkg}.remoting_broker.send").handle_send
+    command = importlib.import_module(f"{pkg}.remoting.command").RemotingCommand
+    ctx = importlib.import_module(f"{pkg}.remoting_broker.context").RemotingContext(
+        broker, "cost", "127.0.0.1:1"
+    )
+    fields = {"a": "pg", "b": "cost", "e": "0", "f": "0", "g": "0", "h": "0", "j": "0"}
+    one = command(310, ext_fields={**fields, "i": "UNIQ_KEY\x01ID1\x02"}, body=BODY)
+    many = command(320, ext_fields={**fields, "m": "true"}, body=_batch_body(256))
+    channel = _Channel()
+    return {
+        "remoting_send_1": (lambda: handle_send(ctx, channel, one), 1000, 1),
+        "remoting_batch_256": (lambda: handle_send(ctx, channel, many), 10, 256),
+    }
 
 
 def _proto(i: int) -> Any:
@@ -107,6 +145,7 @@ def workloads(pkg: str, broker: Any) -> dict[str, tuple[Callable[[], None], int,
         "bulk_send_256": (lambda: send_bulk(ctx, frame, peer), 10, 256),
         "store_put_1": (put_one, 1000, 1),
         "store_put_64": (put_64, 40, 64),
+        **_remoting(pkg, broker),
     }
 
 

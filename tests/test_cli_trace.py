@@ -21,14 +21,15 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Produce
 
 from broker_core.cli import cli
 from broker_core.client import RocketMQClient
+from broker_core.protocol.property_codec import encode_text
 from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode, encode
 from broker_core.protocol.trace_runs import bucket_key
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
-from broker_core.remoting_broker.msgcodec import decode_stored, encode_properties
 from broker_core.server.launcher import BrokerProcess, launch_broker
+from tests.remoting_records import decode_stored
 from tests.server.conftest import DEFAULT_CONFIG
 from tests.server.test_pull_and_offsets import client_message
 
@@ -150,7 +151,7 @@ def test_dead_lettered_message_shows_dlq(broker, producer, consumer) -> None:
 
 def send_v2(client: RemotingClient, topic: str, body: bytes, **props: str) -> RemotingCommand:
     fields = {"a": "PID_TRACE", "b": topic, "c": "TBW102", "d": "1", "e": "0", "f": "0",
-              "g": str(int(time.time() * 1000)), "h": "0", "i": encode_properties(props),
+              "g": str(int(time.time() * 1000)), "h": "0", "i": encode_text(props),
               "j": "0", "k": "false"}  # fmt: skip
     return client.invoke(RemotingCommand.request(RC.SEND_MESSAGE_V2, fields, body), 5.0)
 

@@ -46,6 +46,7 @@ from broker_core.message import (
 )
 from broker_core.protocol import unit as layout
 from broker_core.protocol.group_topics import is_dlq_topic, is_retry_topic
+from broker_core.protocol.property_codec import mark, value_of
 from broker_core.store import codec
 from broker_core.store.commitlog import CommitLog
 
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 
 PENDING_WAIT_S = 10.0  # longest a repeat waits for the first send of its id to settle
 _GENERATIONS = 16  # the count bound evicts in steps of max_ids / this
-_UNIQ_MARK = b"\x02UNIQ_KEY\x01"
+_UNIQ_MARK = mark(PROPERTY_UNIQ_KEY)
 
 
 def deduplicated(topic: str) -> bool:
@@ -373,13 +374,5 @@ def _unit_send(buf: bytes, pos: int, since_ms: int) -> tuple[int, int] | None:
         return None if found is None else (_key(*found), store_ms)
     if not deduplicated(topic):
         return None
-    if props.startswith(_UNIQ_MARK[1:]):
-        at = len(_UNIQ_MARK) - 1
-    else:
-        at = props.find(_UNIQ_MARK)
-        if at < 0:
-            return None
-        at += len(_UNIQ_MARK)
-    end = props.find(b"\x02", at)
-    uniq = props[at : end if end >= 0 else len(props)].decode()
+    uniq = value_of(props, _UNIQ_MARK)
     return (_key(topic, uniq), store_ms) if uniq else None

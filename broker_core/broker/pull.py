@@ -25,7 +25,8 @@ store's :class:`~broker_core.errors.OffsetOutOfRangeError` (its message names th
 the offset and the bounds) for logs and the wire. Old RocketMQ versions reset an overflowing
 offset to 0 when the queue's minimum was 0; current versions use the maximum, and so do
 we, so a consumer never re-reads a queue from the start because it ran ahead. A negative
-offset or a batch size below 1 is malformed and raises InvalidOffsetError.
+offset raises InvalidOffsetError, a negative queue id or a batch size below 1
+InvalidArgumentError (:mod:`broker_core.protocol.pull_args`).
 
 A batch stops at ``max_count`` messages or before exceeding ``max_bytes``, but always
 holds at least one message when one matches.
@@ -62,9 +63,10 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
+from broker_core.errors import OffsetOutOfRangeError
 from broker_core.message import StoredMessage
 from broker_core.protocol.filters import MessageFilter
+from broker_core.protocol.pull_args import check_pull_args
 from broker_core.store.message_store import MessageStore
 from broker_core.store.queue_read import GetResult, QueueRead, TagCodeFilter
 from broker_core.store.queue_read import MessageFilter as StoredMessageFilter
@@ -108,17 +110,9 @@ class PullRequest:
     read: QueueRead = field(init=False, repr=False, compare=False)  # the store's read, built once
 
     def __post_init__(self) -> None:
-        """Reject what no queue could answer, with InvalidOffsetError; build ``read``."""
-        if self.offset < 0 or self.queue_id < 0:
-            raise InvalidOffsetError(
-                f"bad pull of {self.topic}:{self.queue_id}: offset {self.offset} "
-                "and queue id must be >= 0"
-            )
-        if self.max_count < 1 or self.max_bytes < 1:
-            raise InvalidOffsetError(
-                f"bad pull of {self.topic}:{self.queue_id}: max_count {self.max_count} "
-                f"and max_bytes {self.max_bytes} must be >= 1"
-            )
+        """Reject what no queue could answer (``protocol.pull_args``: the one place the
+        arguments of every way in are checked); build ``read``."""
+        check_pull_args(self.topic, self.queue_id, self.offset, self.max_count, self.max_bytes)
         tag_filter, message_filter = store_filters(self.filter)
         read = QueueRead(
             self.topic,

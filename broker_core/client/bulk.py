@@ -33,28 +33,21 @@ from broker_core.client.errors import check
 from broker_core.client.message_ids import ID_BLOCKS
 from broker_core.client.model import SendReceipt
 from broker_core.errors import InvalidArgumentError
-from broker_core.message import KEY_SEPARATOR, tag_hash
+from broker_core.message import tag_hash
 from broker_core.protocol.bulk_send import (
     SEND_METHOD,
     SERVICE_NAME,
     decode_response,
     encode_request,
 )
+from broker_core.protocol.property_codec import (
+    ID_HEAD,
+    encode_send,
+    id_only_rows,
+    split_terminated,
+)
 
 SEND_PATH: Final = f"/{SERVICE_NAME}/{SEND_METHOD}"
-
-
-def _properties(
-    message_id: str, tag: str | None, keys: Sequence[str] | None, user: Mapping[str, str] | None
-) -> bytes:
-    text = f"UNIQ_KEY\x01{message_id}\x02"
-    if tag is not None:
-        text += f"TAGS\x01{tag}\x02"
-    if keys:
-        text += f"KEYS\x01{KEY_SEPARATOR.join(keys)}\x02"
-    if user:
-        text += "".join(f"{name}\x01{value}\x02" for name, value in user.items())
-    return text.encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +67,10 @@ class IdBlock:
     def strings(self) -> list[str]:
         """The ids in order, made as one array of ASCII rows and split in one call."""
         if self.id_rows is not None:
-            return self.id_rows.tobytes().decode("ascii").split("\x02")[:-1]
+            return split_terminated(self.id_rows)
         if not self.count:
             return []
-        rows = np.tile(
-            np.frombuffer(f"{self.prefix}00000000\x02".encode(), np.uint8), (self.count, 1)
-        )
-        rows[:, -9:-1] = _hex_digits(self.first, self.count)
-        return rows.tobytes().decode("ascii").split("\x02")[:-1]
+        return split_terminated(_ids_only(self)[:, len(ID_HEAD) :])
 
 
 def _hex_digits(first: int, count: int) -> np.ndarray:
@@ -93,16 +82,14 @@ def _hex_digits(first: int, count: int) -> np.ndarray:
 
 _HEX: Final = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _NIBBLE_SHIFTS: Final = np.arange(28, -1, -4, dtype=np.uint32)
-_ID_HEAD: Final = b"UNIQ_KEY\x01"
 
 
 def _ids_only(ids: IdBlock) -> np.ndarray:
-    """Each message's properties ``UNIQ_KEY \x01 id \x02`` as one row of a 2-D uint8
-    array (every id has the same length), built with array operations."""
-    template = np.frombuffer(_ID_HEAD + ids.prefix.encode() + b"00000000\x02", np.uint8)
-    rows = np.tile(template, (ids.count, 1))
-    rows[:, len(template) - 9 : len(template) - 1] = _hex_digits(ids.first, ids.count)
-    return rows
+    """Each message's properties, the id alone (``property_codec.id_only_rows``), as one
+    row of a 2-D uint8 array (every id has the same length), built with array operations."""
+    rows = np.tile(np.frombuffer(ids.prefix.encode() + b"00000000", np.uint8), (ids.count, 1))
+    rows[:, -8:] = _hex_digits(ids.first, ids.count)
+    return id_only_rows(rows)
 
 
 def encode_bulk(
@@ -125,11 +112,11 @@ def encode_bulk(
     encoded: Sequence[bytes] | np.ndarray
     if tags is None and keys is None and properties is None:
         encoded = _ids_only(ids)
-        ids = IdBlock(ids.prefix, first, count, encoded[:, len(_ID_HEAD) :])
+        ids = IdBlock(ids.prefix, first, count, encoded[:, len(ID_HEAD) :])
     else:
         none = [None] * count
         encoded = [
-            _properties(*row)
+            encode_send(*row)
             for row in zip(
                 ids.strings(), tags or none, keys or none, properties or none, strict=True
             )

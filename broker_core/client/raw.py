@@ -1,21 +1,17 @@
-"""The client side of ``rmq.bulk.v1.Bulk/PullRaw`` (the wire format is drawn in
-``broker_core.server.handlers.pull``): response bytes → :class:`RawPullBatch` or an error."""
+"""The client side of ``rmq.bulk.v1.Bulk/PullRaw`` (the frame is drawn and coded in
+``broker_core.protocol.pull_raw``): response bytes → :class:`RawPullBatch` or an error."""
 
 from __future__ import annotations
 
-import json
-import struct
 from typing import Final
-
-import numpy as np
 
 from broker_core.client.errors import error_for
 from broker_core.client.model import RawPullBatch
-from broker_core.errors import InvalidOffsetError, RocketMQError
+from broker_core.errors import InvalidOffsetError
+from broker_core.protocol.pull_raw import PULL_PATH, decode_response
 from broker_core.protocol.status import Code
 
-RAW_PULL_METHOD: Final = "/rmq.bulk.v1.Bulk/PullRaw"
-_HEADER_LENGTH: Final = struct.Struct(">I")
+RAW_PULL_METHOD: Final = PULL_PATH
 
 
 def decode_raw_pull(response: bytes, offset: int) -> RawPullBatch:
@@ -24,29 +20,12 @@ def decode_raw_pull(response: bytes, offset: int) -> RawPullBatch:
     MESSAGE_NOT_FOUND (nothing new) is an empty batch. An illegal offset raises
     InvalidOffsetError whose ``next_offset`` attribute is where the broker says to go.
     """
-    try:
-        (length,) = _HEADER_LENGTH.unpack_from(response, 0)
-        header = json.loads(response[4 : 4 + length].decode("utf-8"))
-        code, message = int(header["status"]["code"]), str(header["status"]["message"])
-        count = int(header["count"])
-    except (struct.error, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise RocketMQError(f"malformed PullRaw response: {exc}") from exc
-    body_at = 4 + length + 4 * count
-    if len(response) < body_at:
-        raise RocketMQError(
-            f"malformed PullRaw response: {count} units announced, {len(response)} bytes received"
-        )
-    next_offset = int(header.get("next_offset", offset))
-    if code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
-        error = error_for(code, message)
+    frame = decode_response(response, offset=offset)
+    if frame.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
+        error = error_for(frame.code, frame.message)
         if isinstance(error, InvalidOffsetError):
-            error.next_offset = next_offset  # type: ignore[attr-defined]
+            error.next_offset = frame.next_offset  # type: ignore[attr-defined]
         raise error
-    sizes = np.frombuffer(response, ">i4", count, 4 + length).astype(np.int32)
     return RawPullBatch(
-        response[body_at:],
-        sizes,
-        next_offset,
-        int(header.get("min_offset", -1)),
-        int(header.get("max_offset", -1)),
+        frame.units, frame.sizes, frame.next_offset, frame.min_offset, frame.max_offset
     )

@@ -8,11 +8,13 @@ store it, but for the fields the broker fills: the open fields
 times and prepared-transaction offset are zero.
 
 Headers are built as one array of :data:`~broker_core.protocol.unit.HEADER_DTYPE`
-records; when every body has one length and every properties one length (a sender of
-bodies alone: ids of one length), the units are assembled as the rows of one 2-D array,
-else joined once. The CRCs are one ``zlib.crc32`` call per body and per unit, but for
-rows of one length that differ in a few columns only (ids of one length, equal bodies):
-those are :func:`~broker_core.protocol.row_crc.row_crcs`' one call and a patch.
+records, by the builder the broker's own plain units use
+(:mod:`broker_core.protocol.unit_builder`); when every body has one length and every
+properties one length (a sender of bodies alone: ids of one length), the units are
+assembled as the rows of one 2-D array, else joined once. The CRCs are one
+``zlib.crc32`` call per body and per unit, but for rows of one length that differ in a
+few columns only (ids of one length, equal bodies): those are
+:func:`~broker_core.protocol.row_crc.row_crcs`' one call and a patch.
 
 >>> units, sizes = build_units("t", [b"hi"], [b"UNIQ_KEY\\x01A\\x02"], born_timestamp_ms=5)
 >>> sizes.tolist(), units[100:102], units[-15:]
@@ -26,26 +28,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from broker_core.message import tag_hash
+from broker_core.message import PROPERTY_TAGS, tag_hash
 from broker_core.protocol import unit as layout
+from broker_core.protocol.property_codec import mark, value_of
 from broker_core.protocol.row_crc import row_crcs
+from broker_core.protocol.unit_builder import plain_head, plain_tails, unit_sizes
 
-_TAGS_AFTER_FIRST = b"\x02TAGS\x01"
+_TAGS_MARK = mark(PROPERTY_TAGS)
 
 
 def tags_codes_of(properties: Sequence[bytes]) -> list[int]:
     """Each message's tag hash, from the TAGS property where its encoded properties
-    have one (after UNIQ_KEY, which comes first); 0 where none."""
-    out = []
-    for props in properties:
-        at = props.find(_TAGS_AFTER_FIRST)
-        if at < 0:
-            out.append(0)
-            continue
-        start = at + len(_TAGS_AFTER_FIRST)
-        end = props.find(b"\x02", start)
-        out.append(tag_hash(props[start : end if end >= 0 else len(props)].decode("utf-8")))
-    return out
+    have one; 0 where none."""
+    return [tag_hash(value_of(props, _TAGS_MARK) or None) for props in properties]
 
 
 def build_units(
@@ -69,22 +64,17 @@ def build_units(
     else:
         prop_list = list(properties)
         prop_lens = np.fromiter(map(len, prop_list), np.int64, count)
-        tails = [head_bytes + len(p).to_bytes(2, "big") + p for p in prop_list]
+        tails = plain_tails(head_bytes, prop_list)
     if tags_codes is None:
         tags_codes = [0] * count if two_d else tags_codes_of(prop_list)
     body_lens = np.fromiter(map(len, bodies), np.int64, count)
-    sizes = layout.HEADER_SIZE + body_lens + len(head_bytes) + 2 + prop_lens
+    sizes = unit_sizes(body_lens, len(head_bytes) + 2 + prop_lens)
     body_rows = _body_rows(bodies, body_lens) if isinstance(tails, np.ndarray) else None
-    head = np.zeros(count, layout.HEADER_DTYPE)
-    head["total_size"] = sizes
-    head["magic"] = layout.MESSAGE_MAGIC
     if body_rows is None:
-        head["body_crc"] = np.fromiter(map(zlib.crc32, bodies), np.uint32, count)
+        body_crcs = np.fromiter(map(zlib.crc32, bodies), np.uint32, count)
     else:
-        head["body_crc"] = row_crcs(body_rows)
-    head["born_timestamp_ms"] = born_timestamp_ms
-    head["tags_code"] = tags_codes
-    head["body_length"] = body_lens
+        body_crcs = row_crcs(body_rows)
+    head = plain_head(sizes, body_lens, body_crcs, born_ms=born_timestamp_ms, tags_codes=tags_codes)
     headers = head.view(np.uint8).reshape(count, layout.HEADER_SIZE)
     head["unit_crc"] = _unit_crcs(headers, tails)
     if isinstance(tails, np.ndarray) and body_rows is not None:

@@ -67,11 +67,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from broker_core.errors import InvalidArgumentError
+from broker_core.protocol.property_codec import NAME_VALUE_SEP, PROPERTY_SEP
 
-CONTENT_SPLITOR = "\u0001"
-FIELD_SPLITOR = "\u0002"
+# RocketMQ's trace splitters are the two property separators (TraceConstants).
+CONTENT_SPLITOR: Final = NAME_VALUE_SEP
+FIELD_SPLITOR: Final = PROPERTY_SEP
+_C: Final = CONTENT_SPLITOR
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 KEY_SEPARATOR = " "
 
@@ -214,10 +218,8 @@ def broker_record(
     """A broker record encoded as :func:`encode_record` would, without building a
     :class:`TraceRecord` (the broker's hot record kinds). The caller vouches that no
     field holds a splitter: names and ids cannot (the property codec refuses them)."""
-    return (
-        f"{typ}\x01{time_ms}\x01{region}\x01{group}\x01{topic}\x01{msg_id}\x01{host}\x01"
-        f"{client_id}\x01{attempt}\x01{queue_id}\x01{offset}\x01{cost_ms}\x01{status}\x02"
-    )
+    fields = (typ, str(time_ms), region, group, topic, msg_id, host, client_id, str(attempt))
+    return _C.join((*fields, str(queue_id), str(offset), str(cost_ms), status)) + FIELD_SPLITOR
 
 
 def broker_rows(

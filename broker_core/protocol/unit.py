@@ -47,6 +47,14 @@ import numpy as np
 
 from broker_core.errors import InvalidTopicError
 
+# gathering and scattering fixed-width rows of units (one home, shared with the codec)
+from broker_core.protocol.byte_rows import rows_at as rows_at
+from broker_core.protocol.byte_rows import write_rows as write_rows
+
+# the properties' separators, re-exported for readers of the tail
+from broker_core.protocol.property_codec import NAME_VALUE_SEP as NAME_VALUE_SEP
+from broker_core.protocol.property_codec import PROPERTY_SEP as PROPERTY_SEP
+
 MESSAGE_MAGIC: Final = 0x524D5131  # "RMQ1"
 BLANK_MAGIC: Final = 0x524D5130  # "RMQ0"
 MIN_BLANK_BYTES: Final = 8
@@ -120,24 +128,3 @@ SYSFLAG_TRANSACTION_COMMIT: Final = 0x08
 SYSFLAG_TRANSACTION_ROLLBACK: Final = 0x0C
 # Units of these transaction states are stored and indexed but never enter a queue.
 NOT_IN_QUEUE: Final = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
-
-NAME_VALUE_SEP: Final = "\x01"
-PROPERTY_SEP: Final = "\x02"
-
-
-def _windows(data: np.ndarray, width: int) -> np.ndarray:
-    """Every ``width``-byte window of ``data`` (1-D uint8, contiguous) as a 2-D view."""
-    return np.ndarray((max(len(data) - width + 1, 0), width), np.uint8, buffer=data, strides=(1, 1))
-
-
-def rows_at(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """A copy of the ``width`` bytes at each of ``starts`` in ``data`` (uint8), as the rows
-    of a 2-D array: one gather from a strided view of every window (faster than an index
-    array of every byte). Each ``start + width`` must be within ``data``."""
-    return _windows(data, width)[starts]
-
-
-def write_rows(data: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> None:
-    """Write the rows of ``rows`` (uint8, 2-D) into ``data`` (writable) at ``starts``
-    (which must not make two rows overlap)."""
-    _windows(data, rows.shape[1])[starts] = rows

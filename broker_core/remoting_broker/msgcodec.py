@@ -1,6 +1,6 @@
-"""RocketMQ 4.x message encodings: properties, the pull body and the batch send body.
+"""RocketMQ 4.x message encodings: the pull body and the batch send body.
 
-Properties (``MessageDecoder.messageProperties2String``): ``key\\x01value\\x02`` repeated.
+Properties are the property codec's (:mod:`broker_core.protocol.property_codec`).
 
 Pull body: the messages one after another, each in ``MessageDecoder``'s stored layout
 (version 1, IPv4 hosts), re-encoded from our stored messages (our commitlog unit has its
@@ -38,46 +38,33 @@ Batch send body (``MessageDecoder.encodeMessages``), per message::
 from __future__ import annotations
 
 import ipaddress
+import socket
 import struct
 import zlib
 from collections.abc import Iterable
 
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import StoredMessage
+from broker_core.protocol.property_codec import decode_text, encode_text
 
 MESSAGE_MAGIC_CODE = 0xDAA320A7
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_TRANSACTION_PREPARED = 0x4
 
-_HEAD = struct.Struct(">iIIiiqqiq8sq8siqi")  # TOTALSIZE .. BODYLEN (88 bytes)
-_BATCH_HEAD = struct.Struct(">iIIii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
+RECORD_HEAD = struct.Struct(">iIIiiqqiq8sq8siqi")  # TOTALSIZE .. BODYLEN (88 bytes)
+BATCH_HEAD = struct.Struct(">iIIii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
 _MAX_PROPS_BYTES = 32767
 PROPERTY_MSG_REGION = "MSG_REGION"
 DEFAULT_REGION = "DefaultRegion"  # RocketMQ's default BrokerConfig.regionId
-_REGION_ENTRY = f"{PROPERTY_MSG_REGION}{NAME_VALUE_SEPARATOR}{DEFAULT_REGION}{PROPERTY_SEPARATOR}"
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    """``k\\x01v\\x02...`` -> dict; entries without a separator are skipped, as Java does."""
-    out: dict[str, str] = {}
-    for item in text.split(PROPERTY_SEPARATOR):
-        key, sep, value = item.partition(NAME_VALUE_SEPARATOR)
-        if sep and key:
-            out[key] = value
-    return out
-
-
-def encode_properties(props: dict[str, str]) -> str:
-    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+_REGION_ENTRY = encode_text({PROPERTY_MSG_REGION: DEFAULT_REGION})
+_LOOPBACK = socket.inet_aton("127.0.0.1")
 
 
 def _host_bytes(host: tuple[str, int]) -> bytes:
     try:
         ip = ipaddress.IPv4Address(host[0]).packed
     except ValueError:
-        ip = b"\x7f\x00\x00\x01"  # a hostname or IPv6: version-1 records carry IPv4 only
+        ip = _LOOPBACK  # a hostname or IPv6: version-1 records carry IPv4 only
     return ip + struct.pack(">i", host[1] & 0x7FFFFFFF)
 
 
@@ -90,14 +77,14 @@ def encode_message(msg: StoredMessage, store_host: tuple[str, int] | None = None
     """
     props = msg.properties
     topic = msg.topic.encode()
-    text = encode_properties(props)
+    text = encode_text(props)
     if PROPERTY_MSG_REGION not in props:
         text += _REGION_ENTRY
     prop_bytes = text.encode()
     if len(topic) > 255 or len(prop_bytes) > _MAX_PROPS_BYTES:
         raise InvalidArgumentError(f"message of {msg.topic} does not fit a 4.x record")
-    total = _HEAD.size + len(msg.body) + 1 + len(topic) + 2 + len(prop_bytes)
-    head = _HEAD.pack(
+    total = RECORD_HEAD.size + len(msg.body) + 1 + len(topic) + 2 + len(prop_bytes)
+    head = RECORD_HEAD.pack(
         total,
         MESSAGE_MAGIC_CODE,
         zlib.crc32(msg.body) & 0x7FFFFFFF,
@@ -132,39 +119,6 @@ def encode_messages(
     return b"".join(encode_message(m, store_host) for m in msgs)
 
 
-def decode_stored(data: bytes) -> list[dict[str, object]]:
-    """Parse a pull body back (for tests and our own tools): one dict per record."""
-    out: list[dict[str, object]] = []
-    pos = 0
-    while pos < len(data):
-        fields = _HEAD.unpack_from(data, pos)
-        total, body_len = fields[0], fields[14]
-        at = pos + _HEAD.size
-        body = data[at : at + body_len]
-        at += body_len
-        topic_len = data[at]
-        topic = data[at + 1 : at + 1 + topic_len].decode()
-        at += 1 + topic_len
-        (props_len,) = struct.unpack_from(">H", data, at)
-        props = decode_properties(data[at + 2 : at + 2 + props_len].decode())
-        out.append(
-            {
-                "magic": fields[1],
-                "body_crc": fields[2],
-                "queue_id": fields[3],
-                "queue_offset": fields[5],
-                "physical_offset": fields[6],
-                "reconsume_times": fields[12],
-                "body": body,
-                "topic": topic,
-                "properties": props,
-                "total": total,
-            }
-        )
-        pos += total
-    return out
-
-
 def decode_batch(data: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     """A SEND_BATCH_MESSAGE body -> (flag, body, properties) per message.
 
@@ -173,11 +127,11 @@ def decode_batch(data: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     out = []
     pos = 0
     while pos < len(data):
-        if len(data) - pos < _BATCH_HEAD.size + 2:
+        if len(data) - pos < BATCH_HEAD.size + 2:
             raise InvalidArgumentError(f"batch body truncated at byte {pos}")
-        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(data, pos)
-        at = pos + _BATCH_HEAD.size
-        if body_len < 0 or at + body_len + 2 > len(data) or total < _BATCH_HEAD.size + 2:
+        total, _magic, _crc, flag, body_len = BATCH_HEAD.unpack_from(data, pos)
+        at = pos + BATCH_HEAD.size
+        if body_len < 0 or at + body_len + 2 > len(data) or total < BATCH_HEAD.size + 2:
             raise InvalidArgumentError(f"batch record at byte {pos}: bad body length {body_len}")
         body = data[at : at + body_len]
         at += body_len
@@ -185,25 +139,10 @@ def decode_batch(data: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
         at += 2
         if at + props_len > len(data) or at + props_len - pos != total:
             raise InvalidArgumentError(f"batch record at byte {pos}: lengths do not add up")
-        props = decode_properties(data[at : at + props_len].decode("utf-8", "replace"))
+        props = decode_text(data[at : at + props_len].decode("utf-8", "replace"))
         out.append((flag, body, props))
         pos += total
     return out
-
-
-def encode_batch(items: Iterable[tuple[int, bytes, dict[str, str]]]) -> bytes:
-    """The inverse of :func:`decode_batch` (what a 4.x producer sends; for tests/bench)."""
-    parts = []
-    for flag, body, props in items:
-        prop_bytes = encode_properties(props).encode()
-        total = _BATCH_HEAD.size + len(body) + 2 + len(prop_bytes)
-        parts.append(
-            _BATCH_HEAD.pack(total, 0, 0, flag, len(body))
-            + body
-            + struct.pack(">H", len(prop_bytes))
-            + prop_bytes
-        )
-    return b"".join(parts)
 
 
 def uncompress_body(body: bytes, sys_flag: int) -> tuple[bytes, int]:

@@ -28,6 +28,7 @@ from broker_core.message import (
     Message,
     offset_message_id,
 )
+from broker_core.protocol.property_codec import decode_text
 from broker_core.remoting.channel import Channel
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
@@ -35,7 +36,6 @@ from broker_core.remoting_broker.context import RemotingContext, field_bool, fie
 from broker_core.remoting_broker.msgcodec import (
     SYSFLAG_TRANSACTION_PREPARED,
     decode_batch,
-    decode_properties,
     uncompress_body,
 )
 from broker_core.remoting_broker.send_columns import plain_columns
@@ -133,7 +133,7 @@ def handle_send(ctx: RemotingContext, channel: Channel, req: RemotingCommand) ->
                 return fast
             msgs = [_message(fields, channel, body, flag, props) for flag, body, props in records]
         else:
-            props = decode_properties(field_str(fields, "properties", ""))
+            props = decode_text(field_str(fields, "properties", ""))
             msgs = [_message(fields, channel, req.body, field_int(fields, "flag", 0), props)]
         if len(msgs) > 1 and msgs[0].queue_id < 0:  # one batch, one queue, as RocketMQ does
             for m in msgs:

@@ -1,10 +1,10 @@
 """SEND_BATCH_MESSAGE's fast lane: a batch of plain 4.x messages straight to a column batch.
 
 A 4.x batch body already carries each message's properties in the store's own encoding
-(``name\\x01value\\x02``), so a batch of plain messages (no delay, no transaction, no
-message group, flag 0, a UNIQ_KEY, properties in canonical form, sysFlag 0) is stored
-by ``Broker.send_columns`` without a ``Message`` object per message, all in the header's
-queue as RocketMQ stores a batch. Anything unusual returns None and the batch takes the
+(:mod:`broker_core.protocol.property_codec`), so a batch of plain messages (no delay, no
+transaction, no message group, flag 0, a UNIQ_KEY, properties in canonical form, sysFlag
+0) is stored by ``Broker.send_columns`` without a ``Message`` object per message, all in
+the header's queue as RocketMQ stores a batch. Anything unusual returns None and the batch takes the
 general path (``send.handle_send``), which accepts it or names the problem: both lanes
 store the same bytes (tested) and refuse the same batches.
 """
@@ -21,7 +21,8 @@ from broker_core.message import (
     PROPERTY_UNIQ_KEY,
     tag_hash,
 )
-from broker_core.remoting_broker.msgcodec import encode_properties
+from broker_core.protocol.message_rules import MAX_PROPERTIES_FIELD_BYTES
+from broker_core.protocol.property_codec import encode_text
 from broker_core.store.columns import ColumnBatch, encode_columns
 
 # Properties that route a message elsewhere than its queue (delay, timer, transaction,
@@ -59,8 +60,10 @@ def plain_columns(
         uniq = props.get(PROPERTY_UNIQ_KEY)
         if flag or not uniq or not body or _ROUTED.intersection(props):
             return None
-        encoded = encode_properties(props).encode()
-        if b"\x00" in encoded or len(encoded) > min(max_properties_bytes, 0xFFFF):
+        encoded = encode_text(props).encode()
+        if b"\x00" in encoded or len(encoded) > min(
+            max_properties_bytes, MAX_PROPERTIES_FIELD_BYTES
+        ):
             return None
         keys = [uniq]
         if props.get(PROPERTY_KEYS):

@@ -18,8 +18,9 @@ from typing import Final
 import grpc
 
 from broker_core.protocol.bulk_send import SEND_METHOD
+from broker_core.protocol.pull_raw import PULL_METHOD
 from broker_core.server.context import ServerContext
-from broker_core.server.handlers.pull import RAW_METHOD, pull_raw
+from broker_core.server.handlers.pull import pull_raw
 from broker_core.server.handlers.send import send_bulk
 
 SERVICE_NAME: Final = "rmq.bulk.v1.Bulk"
@@ -31,7 +32,7 @@ def _identity(raw: bytes) -> bytes:
 
 def bulk_handler(ctx: ServerContext) -> grpc.GenericRpcHandler:
     """The bulk service (PullRaw and SendBulk) for ``BrokerServer.add_generic_handlers``."""
-    methods = {RAW_METHOD: pull_raw, SEND_METHOD: send_bulk}
+    methods = {PULL_METHOD: pull_raw, SEND_METHOD: send_bulk}
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {

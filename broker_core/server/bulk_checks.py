@@ -4,7 +4,8 @@ Every unit's 100-byte header is gathered at the unit starts in one numpy gather 
 strided view of every window, ``unit.rows_at``), and all rules are tested together with
 a few whole-array reductions; only when one fails are they tested again rule by rule, to
 name the first unit breaking the first rule. Nothing here touches the store. Used by
-``convert_bulk``.
+``convert_bulk``. The properties are read by the property codec
+(:mod:`broker_core.protocol.property_codec`).
 
 Rules (in the order checked):
 
@@ -32,10 +33,10 @@ from broker_core.errors import (
     MessageTooLargeError,
     PropertiesTooLargeError,
 )
-from broker_core.message import PROPERTY_UNIQ_KEY
 from broker_core.protocol import unit as layout
 from broker_core.protocol import unit_crc
-from broker_core.server.convert_in import MAX_MESSAGE_ID_CHARS
+from broker_core.protocol.message_rules import MAX_MESSAGE_ID_CHARS
+from broker_core.protocol.property_codec import ids_of_rows, ids_only
 
 # What the client leaves to the broker (the append's open fields, the born host) and what a
 # plain message has none of.
@@ -187,80 +188,9 @@ def properties_block(units: Units) -> np.ndarray:
 
 
 def message_ids(units: Units) -> list[str] | None:
-    """:func:`ids_only` of the units' properties: as the rows of one array when they are
-    all of one length (a sender of bodies alone), else gathered into one block."""
+    """The message ids when every unit's properties are the id alone
+    (``property_codec.ids_only``): as the rows of one array when they are all of one
+    length (a sender of bodies alone), else gathered into one block; None otherwise."""
     if units.props_rows is None:
-        return ids_only(properties_block(units), units.props_lengths)
-    return _ids_of_rows(units.props_rows)
-
-
-def _ids_of_rows(rows: np.ndarray) -> list[str] | None:
-    """:func:`ids_only` for properties of one length, the rows of ``rows``, checked as
-    one string: every row ends with its only \\x02, so the n - 1 separators found between
-    ids sit at row boundaries, and with n \\x01 in all no id holds one."""
-    count, head = len(rows), len(_ID_ONLY_HEAD)
-    if not 1 <= rows.shape[1] - head - 1 <= MAX_MESSAGE_ID_CHARS or (rows[:, -1] != 2).any():
-        return None
-    try:
-        text = rows.tobytes().decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    if (
-        text.count("\x02") != count
-        or text.count("\x01") != count
-        or "\x00" in text
-        or not text.startswith(_ID_ONLY_HEAD_TEXT)
-    ):
-        return None
-    ids = text[head:-1].split(_BETWEEN_IDS)
-    if len(ids) != count:
-        return None
-    ids_bytes = rows[:, head:-1]
-    if int(ids_bytes.min()) <= 0x20 and not (~_BLANK[ids_bytes]).any(axis=1).all():
-        return None  # an id of blanks alone (none can be when no byte is a blank)
-    return ids
-
-
-_ID_ONLY_HEAD: Final = f"{PROPERTY_UNIQ_KEY}\x01".encode()
-_ID_ONLY_HEAD_TEXT: Final = _ID_ONLY_HEAD.decode()
-_BETWEEN_IDS: Final = "\x02" + _ID_ONLY_HEAD_TEXT
-_ID_HEAD_BYTES: Final = np.frombuffer(_ID_ONLY_HEAD, np.uint8)
-_BLANK: Final = np.zeros(256, bool)  # per byte value: str.isspace, ASCII (np.isin is slow)
-_BLANK[np.frombuffer(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f", np.uint8)] = True
-
-
-def ids_only(block: np.ndarray, lengths: np.ndarray) -> list[str] | None:
-    """Every message id when every message's properties (``block``, ``lengths`` each) are
-    ``UNIQ_KEY \\x01 id \\x02`` with a plain ASCII id (what our client sends for bodies
-    alone), checked as arrays; None when any message holds more (or anything odd)."""
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    head = len(_ID_ONLY_HEAD)
-    id_lengths = lengths - head - 1
-    if (
-        int(id_lengths.min()) < 1
-        or int(id_lengths.max()) > MAX_MESSAGE_ID_CHARS
-        or int(block.max()) >= 0x80
-        or int(block.min()) == 0
-    ):
-        return None
-    seps = np.flatnonzero(block < 3)  # \x01 and \x02: exactly one of each per message
-    expected = np.empty(2 * len(starts), np.int64)
-    expected[0::2], expected[1::2] = starts + head - 1, ends - 1
-    if (
-        len(seps) != len(expected)
-        or not np.array_equal(seps, expected)
-        or not (block[expected[0::2]] == 1).all()
-    ):
-        return None
-    heads = layout.rows_at(block, starts, head)
-    if not (heads == _ID_HEAD_BYTES).all():
-        return None
-    blank = _BLANK[block]
-    if blank.any():  # rare: then each id needs some byte other than a space
-        visible = np.zeros(len(block) + 1, np.int64)
-        np.cumsum(~blank, out=visible[1:])
-        if (visible[ends - 1] - visible[starts + head] < 1).any():
-            return None
-    text = block.tobytes().decode("ascii")
-    return [text[a:b] for a, b in zip((starts + head).tolist(), (ends - 1).tolist(), strict=True)]
+        return ids_only(properties_block(units), units.props_lengths, MAX_MESSAGE_ID_CHARS)
+    return ids_of_rows(units.props_rows, MAX_MESSAGE_ID_CHARS)

@@ -11,9 +11,10 @@ wrong is the producer's error, named with the index of the first bad message.
 
 Checks, all before anything is stored: the topic name; every header and tail
 (``bulk_checks``: sizes, magic, the broker's fields zero, body and properties within the
-store's limits, the topic bytes the request's); the properties UTF-8 and well formed
-(``name \\x01 value \\x02`` pairs, no NUL), UNIQ_KEY first and plain, TAGS and KEYS as
-SendMessage accepts them, no other system key; each header's tag hash that of its TAGS.
+store's limits, the topic bytes the request's); the properties as SendMessage's rules
+accept them (``protocol.message_rules.check_encoded``: well formed, UNIQ_KEY first and
+plain, TAGS and KEYS, no other system key; or, as arrays, ids alone:
+``protocol.property_codec.ids_only``); each header's tag hash that of its TAGS.
 
 Index keys (UNIQ_KEY, then KEYS) are read from the checked properties, not sent beside
 the units: the broker must parse the properties anyway to refuse system keys, and keys
@@ -35,28 +36,13 @@ import struct
 
 import numpy as np
 
-from broker_core.errors import (
-    InvalidKeyError,
-    InvalidMessageIdError,
-    InvalidPropertyError,
-    InvalidTagError,
-    MessageCorruptedError,
-)
-from broker_core.message import (
-    KEY_SEPARATOR,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    tag_hash,
-    validate_topic_name,
-)
+from broker_core.errors import MessageCorruptedError
+from broker_core.message import tag_hash, validate_topic_name
 from broker_core.protocol import unit as layout
 from broker_core.protocol import unit_crc
 from broker_core.protocol.bulk_send import BulkRequest
-from broker_core.protocol.properties import SYSTEM_PROPERTY_KEYS
+from broker_core.protocol.message_rules import Limits, born_host, check_encoded
 from broker_core.server.bulk_checks import Units, check_units, message_ids
-from broker_core.server.convert_columns import _MAX_PROPERTY_KEY_CHARS, _plain
-from broker_core.server.convert_in import MAX_MESSAGE_ID_CHARS, MAX_TAG_CHARS, Limits, _born_host
 from broker_core.store import codec
 from broker_core.store.columns import ColumnBatch
 
@@ -67,45 +53,6 @@ _BORN_HOST_POS = layout.field_pos("born_host_ip")
 _BORN_TIME = struct.Struct(">q")
 _BORN_TIME_POS = layout.field_pos("born_timestamp_ms")
 assert layout.field_pos("born_host_port") == _BORN_HOST_POS + 4
-
-
-def _keys_of(index: int, raw: bytes) -> tuple[str | None, list[str]]:
-    """(tag, [message id, *keys]) of one message's encoded properties."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MessageCorruptedError(
-            f"SendBulk: properties of message {index} are not UTF-8"
-        ) from None
-    pairs = text[:-1].split("\x02")
-    if not text.endswith("\x02") or "\x00" in text:
-        raise InvalidPropertyError(f"SendBulk: properties of message {index} are malformed")
-    tag: str | None = None
-    keys: list[str] = []
-    for position, pair in enumerate(pairs):
-        name, sep, value = pair.partition("\x01")
-        if not sep or "\x01" in value:
-            raise InvalidPropertyError(
-                f"SendBulk: property {pair!r} of message {index} is not name\\x01value"
-            )
-        if position == 0:
-            if name != PROPERTY_UNIQ_KEY or not _plain(value, MAX_MESSAGE_ID_CHARS):
-                raise InvalidMessageIdError(
-                    f"SendBulk: message {index} needs a message id (UNIQ_KEY, first)"
-                )
-            keys.insert(0, value)
-        elif name == PROPERTY_TAGS and tag is None:
-            if not _plain(value, MAX_TAG_CHARS) or "|" in value:
-                raise InvalidTagError(f"SendBulk: bad tag {value!r} of message {index}")
-            tag = value
-        elif name == PROPERTY_KEYS and len(keys) == 1:
-            extra = value.split(KEY_SEPARATOR)
-            if not all(_plain(key, MAX_TAG_CHARS) for key in extra):
-                raise InvalidKeyError(f"SendBulk: bad keys {value!r} of message {index}")
-            keys.extend(extra)
-        elif not _plain(name, _MAX_PROPERTY_KEY_CHARS) or name in SYSTEM_PROPERTY_KEYS:
-            raise InvalidPropertyError(f"SendBulk: message {index} may not set property {name!r}")
-    return tag, keys
 
 
 def to_column_batch(
@@ -123,7 +70,7 @@ def to_column_batch(
     )
     index_keys = _index_keys(req, units)
     head = units.head
-    _fill_born(head, codec.ip4(_born_host(req.born_host, peer[0])), peer[1], now_ms)
+    _fill_born(head, codec.ip4(born_host(req.born_host, peer[0])), peer[1], now_ms)
     return ColumnBatch(
         head,
         head.view(np.uint8).data,
@@ -148,7 +95,7 @@ def _index_keys(req: BulkRequest, units: Units) -> list[list[str]]:
     for index, (start, length, code) in enumerate(
         zip(units.props_starts.tolist(), units.props_lengths.tolist(), tags.tolist(), strict=True)
     ):
-        tag, keys = _keys_of(index, bytes(req.units[start : start + length]))
+        tag, keys = check_encoded(bytes(req.units[start : start + length]), index)
         if tag_hash(tag) != code:
             raise MessageCorruptedError(f"SendBulk: unit {index}'s tag hash is not its tag's")
         index_keys.append(keys)

@@ -21,24 +21,20 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from broker_core.errors import RocketMQError
-from broker_core.message import (
-    KEY_SEPARATOR,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    tag_hash,
-    validate_topic_name,
-)
+from broker_core.message import tag_hash, validate_topic_name
 from broker_core.pb_enums import DigestType, Encoding, MessageType
-from broker_core.server.convert_in import (
-    _RESERVED_CHARS,
+from broker_core.protocol.message_rules import (
     MAX_MESSAGE_ID_CHARS,
-    MAX_TAG_CHARS,
-    SYSTEM_PROPERTY_KEYS,
     Limits,
-    _born_host,
-    timestamp_ms,
+    born_host,
+    has_reserved,
+    plain,
+    plain_key,
+    plain_tag,
+    plain_user_key,
 )
+from broker_core.protocol.property_codec import encode_send
+from broker_core.server.convert_in import timestamp_ms
 from broker_core.store.columns import ColumnBatch, encode_columns
 
 if TYPE_CHECKING:  # annotations only (the generated classes carry no types)
@@ -46,15 +42,6 @@ if TYPE_CHECKING:  # annotations only (the generated classes carry no types)
 
 _PLAIN_TYPES: Final = (MessageType.NORMAL, MessageType.MESSAGE_TYPE_UNSPECIFIED)
 _PLAIN_BODY: Final = (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED)
-_MAX_PROPERTY_KEY_CHARS: Final = 1024
-_ID: Final = f"{PROPERTY_UNIQ_KEY}\x01"  # the first property; each next one starts with \x02
-_TAGS: Final = f"\x02{PROPERTY_TAGS}\x01"
-_KEYS: Final = f"\x02{PROPERTY_KEYS}\x01"
-
-
-def _plain(text: str, max_chars: int) -> bool:
-    """Not blank and not too long (reserved characters are checked for the whole batch)."""
-    return 0 < len(text) <= max_chars and not text.isspace()
 
 
 def to_columns(
@@ -94,33 +81,29 @@ def to_columns(
         ):
             return None
         message_id = sp.message_id
-        if not _plain(message_id, MAX_MESSAGE_ID_CHARS):
+        if not plain(message_id, MAX_MESSAGE_ID_CHARS):
             return None
-        text = _ID + message_id
         texts.append(message_id)
         keys = [message_id]
         tag = sp.tag or None
         if tag is not None:
-            if not _plain(tag, MAX_TAG_CHARS) or "|" in tag:
+            if not plain_tag(tag):
                 return None
-            text += _TAGS + tag
             texts.append(tag)
         elif sp.HasField("tag"):
             return None  # an empty tag: refused by the general path
-        if sp.keys:
-            extra_keys = list(sp.keys)
+        extra_keys = list(sp.keys) if sp.keys else None
+        if extra_keys:
             for key in extra_keys:
-                if not _plain(key, MAX_TAG_CHARS) or KEY_SEPARATOR in key:
+                if not plain_key(key):
                     return None
-            text += _KEYS + KEY_SEPARATOR.join(extra_keys)
             texts.extend(extra_keys)
             keys.extend(extra_keys)
         user = proto.user_properties
         if user:
             for name, value in user.items():
-                if not _plain(name, _MAX_PROPERTY_KEY_CHARS) or name in SYSTEM_PROPERTY_KEYS:
+                if not plain_user_key(name):
                     return None
-                text += f"\x02{name}\x01{value}"
                 texts += (name, value)
         ts = sp.born_timestamp  # unset reads as zero, which means "now" as well
         at = (ts.seconds, ts.nanos)
@@ -130,13 +113,13 @@ def to_columns(
             born_of[at] = timestamp_ms(ts) or now_ms
         born.append(born_of[at])
         bodies.append(body)
-        properties.append((text + "\x02").encode())
+        properties.append(encode_send(message_id, tag, extra_keys, user))
         crcs.append(crc)
         tags_codes.append(tag_hash(tag))
         index_keys.append(keys)
-    if _RESERVED_CHARS.search("".join(texts)):
+    if has_reserved("".join(texts)):
         return None
-    if max(map(len, properties)) > min(limits.max_properties_bytes, 0xFFFF):
+    if max(map(len, properties)) > limits.properties_cap:
         return None
     try:
         validate_topic_name(topic)
@@ -147,7 +130,7 @@ def to_columns(
             body_crcs=crcs,
             tags_codes=tags_codes,
             born_ms=born,
-            born_host=(_born_host(claimed_host, peer[0]), peer[1]),
+            born_host=(born_host(claimed_host, peer[0]), peer[1]),
             index_keys=index_keys,
             max_body_bytes=max_body,
             max_properties_bytes=limits.max_properties_bytes,

@@ -48,27 +48,19 @@ that ``server/status.py`` maps to codes.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import re
 import zlib
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from broker_core.broker.lite import validate_lite_topic
 from broker_core.errors import (
     EmptyBodyError,
     InvalidArgumentError,
-    InvalidKeyError,
     InvalidMessageGroupError,
-    InvalidMessageIdError,
-    InvalidPropertyError,
-    InvalidTagError,
     MessageCorruptedError,
     MessageTooLargeError,
     MessageTypeConflictError,
-    PropertiesTooLargeError,
     UnsupportedError,
 )
 from broker_core.message import (
@@ -89,11 +81,21 @@ from broker_core.pb_enums import (
     Encoding,
     MessageType,
 )
+from broker_core.protocol.message_rules import (
+    MAX_MESSAGE_GROUP_CHARS,
+    Limits,
+    born_host,
+    check_keys,
+    check_message_id,
+    check_properties_size,
+    check_tag,
+    check_text,
+    check_user_properties,
+)
 from broker_core.protocol.properties import (
     PROPERTY_CHECK_IMMUNITY_S,
     PROPERTY_LITE_TOPIC,
     PROPERTY_PRIORITY,
-    SYSTEM_PROPERTY_KEYS,
 )
 
 if TYPE_CHECKING:  # annotations only (the generated classes carry no types)
@@ -101,11 +103,9 @@ if TYPE_CHECKING:  # annotations only (the generated classes carry no types)
     from google.protobuf.timestamp_pb2 import Timestamp
     from rocketmq.grpc_protocol import definition_pb2 as pb
 
-MAX_MESSAGE_GROUP_CHARS: Final = 64  # RocketMQ proxy's default maxMessageGroupSize
-MAX_MESSAGE_ID_CHARS: Final = 128
-MAX_TAG_CHARS: Final = 255
+__all__ = ["Limits", "peer_address", "timestamp_ms", "to_messages"]
+
 MAX_TIMESTAMP_SECONDS: Final = 253_402_300_799  # 9999-12-31T23:59:59Z, the protobuf maximum
-_RESERVED_CHARS = re.compile("[\x00\x01\x02]")  # the store's property separators (and NUL)
 
 Type = MessageType
 # the fields each type needs: (message group, delivery timestamp, priority, lite topic)
@@ -117,14 +117,6 @@ _WANTS: Final = {
     Type.LITE: (False, False, False, True),
 }
 _FIELD_NAMES: Final = ("message group", "delivery timestamp", "priority", "lite topic")
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """The store's size limits a message is checked against (``StoreConfig``)."""
-
-    max_body_bytes: int
-    max_properties_bytes: int
 
 
 # ---- small conversions -------------------------------------------------------------------
@@ -227,54 +219,15 @@ def decode_body(body: bytes, encoding: int, max_body_bytes: int) -> bytes:
 # ---- properties --------------------------------------------------------------------------
 
 
-def _check_text(
-    what: str, value: str, max_chars: int, error: type[InvalidArgumentError] = InvalidPropertyError
-) -> str:
-    """Return ``value`` if it is non-blank, short enough and free of reserved characters."""
-    if not value.strip():
-        raise error(f"{what} is blank")
-    if len(value) > max_chars:
-        raise error(f"{what} is {len(value)} chars, over {max_chars}")
-    if _RESERVED_CHARS.search(value):
-        raise error(f"{what} {value[:40]!r} contains \\x00, \\x01 or \\x02")
-    return value
-
-
-def user_properties(props: Mapping[str, str]) -> dict[str, str]:
-    """The user properties, refusing system keys and characters the store reserves."""
-    out: dict[str, str] = {}
-    for key, value in props.items():
-        _check_text("user property key", key, 1024)
-        if key in SYSTEM_PROPERTY_KEYS:
-            raise InvalidPropertyError(f"user property key {key!r} is reserved by the broker")
-        if _RESERVED_CHARS.search(value):
-            raise InvalidPropertyError(f"user property {key!r}: value contains \\x00-\\x02")
-        out[key] = value
-    return out
-
-
 def _system_properties(sp: pb.SystemProperties) -> dict[str, str]:
     """Tag, keys, message id and message group as broker properties (validated)."""
-    props: dict[str, str] = {}
-    message_id = sp.message_id
-    if not message_id:
-        raise InvalidMessageIdError("message id is empty: every message needs the client's id")
-    props[PROPERTY_UNIQ_KEY] = _check_text(
-        "message id", message_id, MAX_MESSAGE_ID_CHARS, InvalidMessageIdError
-    )
+    props: dict[str, str] = {PROPERTY_UNIQ_KEY: check_message_id(sp.message_id)}
     if sp.HasField("tag"):
-        tag = _check_text("tag", sp.tag, MAX_TAG_CHARS, InvalidTagError)
-        if "|" in tag:
-            raise InvalidTagError(f"tag {tag!r} contains '|' (it separates tags in filters)")
-        props[PROPERTY_TAGS] = tag
-    keys = [_check_text("key", k, MAX_TAG_CHARS, InvalidKeyError) for k in sp.keys]
-    for key in keys:
-        if KEY_SEPARATOR in key:
-            raise InvalidKeyError(f"key {key!r} contains a space (keys are space-separated)")
-    if keys:
-        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
+        props[PROPERTY_TAGS] = check_tag(sp.tag)
+    if sp.keys:
+        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(check_keys(sp.keys))
     if sp.HasField("message_group"):
-        props[PROPERTY_MESSAGE_GROUP] = _check_text(
+        props[PROPERTY_MESSAGE_GROUP] = check_text(
             "message group", sp.message_group, MAX_MESSAGE_GROUP_CHARS, InvalidMessageGroupError
         )
     if sp.HasField("priority"):
@@ -313,15 +266,6 @@ def _check_type(declared: int, fields: tuple[bool, bool, bool, bool]) -> bool:
     if declared == Type.TRANSACTION and any(fields[1:]):
         raise MessageTypeConflictError(f"a transactional message cannot have a {present[-1]}")
     return bool(declared == Type.TRANSACTION)
-
-
-def _check_properties_size(props: Mapping[str, str], limit_bytes: int) -> None:
-    """Refuse properties whose encoding (``name \\x01 value \\x02`` each) exceeds the limit."""
-    size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items())
-    if size > limit_bytes:
-        raise PropertiesTooLargeError(
-            f"message properties are {size} bytes encoded, over the limit of {limit_bytes}"
-        )
 
 
 # ---- the message -------------------------------------------------------------------------
@@ -386,9 +330,9 @@ def to_messages(
                 props[PROPERTY_CHECK_IMMUNITY_S] = str(immunity_s)
         extra = proto.user_properties
         if extra:
-            props.update(user_properties(extra))
+            props.update(check_user_properties(extra))
         if extra or check_size_always or PROPERTY_KEYS in props:
-            _check_properties_size(props, limits.max_properties_bytes)
+            check_properties_size(props, limits.max_properties_bytes)
         born_ms = now_ms
         if sp.HasField("born_timestamp"):
             ts = sp.born_timestamp
@@ -401,16 +345,7 @@ def to_messages(
                 queue_id=-1,
                 properties=props,
                 born_timestamp_ms=born_ms,
-                born_host=(_born_host(sp.born_host, peer[0]), peer[1]),
+                born_host=(born_host(sp.born_host, peer[0]), peer[1]),
             )
         )
     return out
-
-
-@functools.lru_cache(maxsize=1024)  # a producer sends the same claim with every message
-def _born_host(claimed: str, peer_host: str) -> str:
-    """The born host to store: the client's own IPv4 address if it gave one, else the peer."""
-    parts = claimed.split(".")
-    if len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts):
-        return claimed
-    return peer_host

@@ -31,6 +31,7 @@ from broker_core.auth.acl import User
 from broker_core.auth.authority import Authority
 from broker_core.auth.resources import ADMIN, BULK, MESSAGING
 from broker_core.errors import RocketMQError, UnauthorizedError
+from broker_core.protocol.pull_raw import encode_refusal
 from broker_core.protocol.status import status_of
 from broker_core.server.json_args import Json, status_json
 
@@ -61,9 +62,7 @@ def _refusal(service: str, method: str) -> Refuse:
     if service == ADMIN:
         return lambda exc, context: {"status": _json_status(exc), "result": None}
     if service == BULK:
-        from broker_core.server.handlers.pull import raw_frame  # the bulk service's framing
-
-        return lambda exc, context: raw_frame({"status": _json_status(exc), "count": 0})
+        return lambda exc, context: encode_refusal(_json_status(exc))  # as PullRaw refuses
     return _abort
 
 

@@ -28,11 +28,7 @@ from typing import Final, NoReturn
 
 import numpy as np
 
-from broker_core.errors import (
-    CorruptionError,
-    InvalidArgumentError,
-    InvalidPropertyError,
-)
+from broker_core.errors import CorruptionError, InvalidArgumentError
 from broker_core.message import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
@@ -40,14 +36,16 @@ from broker_core.message import (
     Message,
     StoredMessage,
 )
+from broker_core.protocol.property_codec import decode_properties, mark, value_of
+
+# the property codec's checked encoder, what every unit's properties are written with
+from broker_core.protocol.property_codec import encode_properties as encode_properties
 from broker_core.protocol.unit import (
     BLANK_MAGIC,
     CRC_START,
     HEADER,
     HEADER_SIZE,
     MESSAGE_MAGIC,
-    NAME_VALUE_SEP,
-    PROPERTY_SEP,
     PROPS_LEN,
     SIZE_MAGIC,
 )
@@ -56,46 +54,6 @@ from broker_core.protocol.verify import verify_units
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 ZERO_IP: Final = b"\x00\x00\x00\x00"
-
-
-def encode_properties(props: dict[str, str]) -> bytes:
-    """``name \x01 value \x02`` pairs; separators inside names or values are refused."""
-    if not props:
-        return b""
-    try:  # str.join refuses anything but str, so this also checks the types
-        text = PROPERTY_SEP.join(map(NAME_VALUE_SEP.join, props.items())) + PROPERTY_SEP
-    except TypeError:
-        text = ""
-    n = len(props)
-    if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n or "" in props:
-        _explain_bad_properties(props)
-    try:
-        return text.encode()
-    except UnicodeEncodeError as exc:  # a lone surrogate: not text UTF-8 can carry
-        raise InvalidPropertyError(f"properties are not valid Unicode text: {exc}") from None
-
-
-def _explain_bad_properties(props: dict[str, str]) -> None:
-    """Raise the precise error for properties that failed the fast check."""
-    for name, value in props.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise InvalidPropertyError(f"property {name!r} must map str to str")
-        if NAME_VALUE_SEP in name or PROPERTY_SEP in name or not name:
-            raise InvalidPropertyError(f"property name {name!r} is empty or has \\x01/\\x02")
-        if NAME_VALUE_SEP in value or PROPERTY_SEP in value:
-            raise InvalidPropertyError(f"property {name!r} value contains \\x01 or \\x02")
-    raise InvalidPropertyError("properties do not encode")
-
-
-def decode_properties(raw: bytes) -> dict[str, str]:
-    props: dict[str, str] = {}
-    if not raw:
-        return props
-    for pair in raw.decode().split(PROPERTY_SEP):
-        if pair:
-            name, _, value = pair.partition(NAME_VALUE_SEP)
-            props[name] = value
-    return props
 
 
 @functools.lru_cache(maxsize=1024)  # a broker sees few distinct hosts
@@ -291,19 +249,8 @@ class DispatchRequest:
     keys: list[str]
 
 
-_KEYS_MARK = b"KEYS\x01"
-_UNIQ_MARK = b"UNIQ_KEY\x01"
-
-
-def _prop_value(props: bytes, mark: bytes) -> str | None:
-    i = props.find(mark)
-    while i > 0 and props[i - 1] != 0x02:
-        i = props.find(mark, i + 1)
-    if i < 0:
-        return None
-    start = i + len(mark)
-    end = props.find(b"\x02", start)
-    return props[start : end if end >= 0 else len(props)].decode()
+_KEYS_MARK: Final = mark(PROPERTY_KEYS)
+_UNIQ_MARK: Final = mark(PROPERTY_UNIQ_KEY)
 
 
 def dispatch_request(buf: Buffer, pos: int) -> DispatchRequest:
@@ -326,10 +273,10 @@ def _dispatch_request(buf: Buffer, pos: int) -> DispatchRequest:
     props_len = PROPS_LEN.unpack_from(buf, p)[0]
     props = bytes(buf[p + 2 : p + 2 + props_len])
     keys: list[str] = []
-    uniq = _prop_value(props, _UNIQ_MARK)
+    uniq = value_of(props, _UNIQ_MARK)
     if uniq:
         keys.append(uniq)
-    raw_keys = _prop_value(props, _KEYS_MARK)
+    raw_keys = value_of(props, _KEYS_MARK)
     if raw_keys:
         keys.extend(k for k in raw_keys.split(" ") if k)
     return DispatchRequest(topic, f[4], f[6], f[7], f[0], f[17], f[8], f[12], keys)

@@ -45,6 +45,7 @@ import numpy as np
 from broker_core.errors import MessageTooLargeError, PropertiesTooLargeError
 from broker_core.message import PROPERTY_TAGS, Message, tag_hash
 from broker_core.protocol import unit as layout
+from broker_core.protocol.unit_builder import plain_head, plain_tails, unit_sizes
 from broker_core.store import codec
 
 # Below this many messages numpy's fixed cost per call exceeds a Python loop's work.
@@ -219,8 +220,9 @@ def encode_columns(
     max_body_bytes: int,
     max_properties_bytes: int,
 ) -> ColumnBatch:
-    """Plain (NORMAL) messages of one topic; ``properties`` come encoded
-    (``name\\x01value\\x02``) and checked by the caller's converter.
+    """Plain (NORMAL) messages of one topic, built as the client builds SendBulk's units
+    (:mod:`broker_core.protocol.unit_builder`); ``properties`` come encoded
+    (:mod:`broker_core.protocol.property_codec`) and checked by the caller's converter.
 
     Queue ids are left at -1 for the broker to choose. Raises MessageTooLargeError or
     PropertiesTooLargeError (naming the largest) and InvalidTopicError.
@@ -237,17 +239,11 @@ def encode_columns(
         raise PropertiesTooLargeError(
             f"properties are {int(prop_lens.max())} bytes encoded, over the limit of {limit}"
         )
-    tails = [topic_head + len(p).to_bytes(2, "big") + p for p in properties]
-    sizes = layout.HEADER_SIZE + body_lens + len(topic_head) + 2 + prop_lens
-    head = np.zeros(len(bodies), layout.HEADER_DTYPE)
-    head["total_size"] = sizes
-    head["magic"] = layout.MESSAGE_MAGIC
-    head["body_crc"] = body_crcs
-    head["born_timestamp_ms"] = born_ms
+    tails = plain_tails(topic_head, properties)
+    sizes = unit_sizes(body_lens, len(topic_head) + 2 + prop_lens)
+    head = plain_head(sizes, body_lens, body_crcs, born_ms=born_ms, tags_codes=tags_codes)
     head["born_host_ip"] = np.void(codec.ip4(born_host[0]))
     head["born_host_port"] = born_host[1]
-    head["tags_code"] = tags_codes
-    head["body_length"] = body_lens
     head["queue_id"] = -1
     raw = head.view(np.uint8).data
     units, starts = join_units(raw, bodies, tails), np.cumsum(sizes) - sizes

@@ -12,11 +12,12 @@ import pytest
 
 from broker_core.broker.broker import Broker
 from broker_core.config import BrokerConfig
+from broker_core.protocol.property_codec import encode_text
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting_broker.frontend import RemotingFrontEnd
-from broker_core.remoting_broker.msgcodec import encode_batch, encode_properties
+from tests.remoting_records import encode_batch
 from tests.store.conftest import small_config
 
 
@@ -59,9 +60,9 @@ def test_send_message_v2_retried_on_another_queue_is_stored_once(
     end: tuple[Broker, RemotingClient],
 ) -> None:
     broker, client = end
-    props = encode_properties({"UNIQ_KEY": "V2-1", "TAGS": "a"})
+    props = encode_text({"UNIQ_KEY": "V2-1", "TAGS": "a"})
     first = call(client, RC.SEND_MESSAGE_V2, fields("r2", 1, props), b"body")
-    call(client, RC.SEND_MESSAGE_V2, fields("r2", 2, encode_properties({"UNIQ_KEY": "V2-2"})), b"x")
+    call(client, RC.SEND_MESSAGE_V2, fields("r2", 2, encode_text({"UNIQ_KEY": "V2-2"})), b"x")
     again = call(client, RC.SEND_MESSAGE_V2, fields("r2", 3, props), b"body")
     assert again == first and first["queueId"] == "1"
     assert total(broker, "r2") == 2

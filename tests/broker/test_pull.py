@@ -18,7 +18,7 @@ from broker_core.broker.pull import (
     status_of_read,
     store_filters,
 )
-from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
+from broker_core.errors import InvalidArgumentError, InvalidOffsetError, OffsetOutOfRangeError
 from broker_core.message import Message, tag_hash
 from broker_core.protocol.filters import MessageFilter
 from broker_core.store.message_store import MessageStore
@@ -123,14 +123,20 @@ def test_store_filters_stages() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [dict(offset=-1), dict(max_count=0), dict(max_bytes=0), dict(queue_id=-1)],
+    ("kwargs", "error"),
+    [
+        (dict(offset=-1), InvalidOffsetError),
+        (dict(max_count=0), InvalidArgumentError),
+        (dict(max_bytes=0), InvalidArgumentError),
+        (dict(queue_id=-1), InvalidArgumentError),
+    ],
 )
-def test_malformed_requests_raise(kwargs: dict[str, int]) -> None:
+def test_malformed_requests_raise(kwargs: dict[str, int], error: type[Exception]) -> None:
     values: dict[str, Any] = dict(topic="t", queue_id=0, offset=0, max_count=1, max_bytes=1)
     values.update(kwargs)
-    with pytest.raises(InvalidOffsetError):
+    with pytest.raises(error) as info:
         PullRequest(**values)
+    assert error is InvalidOffsetError or not isinstance(info.value, InvalidOffsetError)
 
 
 # ---- against a real store -------------------------------------------------------------------

@@ -9,17 +9,14 @@ import time
 
 from broker_core.broker.pull import PullRequest
 from broker_core.protocol.filters import MessageFilter
+from broker_core.protocol.property_codec import encode_text
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting_broker.frontend import RemotingFrontEnd
-from broker_core.remoting_broker.msgcodec import (
-    MESSAGE_MAGIC_CODE,
-    decode_stored,
-    encode_batch,
-    encode_properties,
-)
+from broker_core.remoting_broker.msgcodec import MESSAGE_MAGIC_CODE
 from tests.remoting_broker.conftest import PushRecorder, call, connect, heartbeat_body
+from tests.remoting_records import decode_stored, encode_batch
 
 
 def create_topic(client, topic: str, queues: int = 2) -> None:
@@ -41,7 +38,7 @@ def send_v2(client, topic: str, body: bytes, queue_id: int = 0, **props: str):
         "f": "0",
         "g": str(int(time.time() * 1000)),
         "h": "0",
-        "i": encode_properties(props),
+        "i": encode_text(props),
         "j": "0",
         "k": "false",
     }
@@ -93,7 +90,7 @@ def test_send_v1_v2_and_pull_in_message_decoder_layout(front: RemotingFrontEnd, 
             "sysFlag": "0",
             "bornTimestamp": "5",
             "flag": "7",
-            "properties": encode_properties({"TAGS": "TagB"}),
+            "properties": encode_text({"TAGS": "TagB"}),
         },
         b"world",
     )

@@ -11,16 +11,14 @@ from hypothesis import strategies as st
 
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import StoredMessage
+from broker_core.protocol.property_codec import decode_text, encode_text
 from broker_core.remoting_broker.msgcodec import (
     MESSAGE_MAGIC_CODE,
     decode_batch,
-    decode_properties,
-    decode_stored,
-    encode_batch,
     encode_message,
-    encode_properties,
     uncompress_body,
 )
+from tests.remoting_records import decode_stored, encode_batch
 
 NAMES = st.text(
     st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
@@ -35,7 +33,7 @@ PROPS = st.dictionaries(NAMES, VALUES, max_size=6)
 
 @given(PROPS)
 def test_properties_round_trip(props: dict[str, str]) -> None:
-    assert decode_properties(encode_properties(props)) == props
+    assert decode_text(encode_text(props)) == props
 
 
 @given(

@@ -12,12 +12,13 @@ import pytest
 from broker_core.broker.broker import Broker
 from broker_core.config import BrokerConfig
 from broker_core.message import decode_offset_message_id
+from broker_core.protocol.property_codec import encode_text
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting_broker.frontend import RemotingFrontEnd
-from broker_core.remoting_broker.msgcodec import decode_stored, encode_properties
 from tests.remoting_broker.conftest import PushRecorder, call, connect
+from tests.remoting_records import decode_stored
 from tests.store.conftest import small_config
 
 
@@ -36,7 +37,7 @@ def front(tmp_path: Path) -> Iterator[RemotingFrontEnd]:
 
 
 def send_prepared(client, body: bytes) -> RemotingCommand:
-    props = encode_properties({"TRAN_MSG": "true", "PGROUP": "txg"})
+    props = encode_text({"TRAN_MSG": "true", "PGROUP": "txg"})
     resp = call(
         client, RC.SEND_MESSAGE_V2, {"a": "txg", "b": "tt", "e": "0", "f": "4", "i": props}, body
     )

@@ -12,10 +12,11 @@ import pytest
 
 from broker_core.client import RocketMQClient
 from broker_core.message import decode_offset_message_id
+from broker_core.protocol.property_codec import encode_text
 from broker_core.remoting.client import RemotingClient
 from broker_core.remoting.codes import RequestCode, ResponseCode
 from broker_core.remoting.command import RemotingCommand
-from broker_core.remoting_broker.msgcodec import decode_stored, encode_properties
+from tests.remoting_records import decode_stored
 from tests.security.conftest import ADMIN_KEY, ADMIN_SECRET, AUTH_TOML, start_with
 from tests.server.conftest import BrokerProcess
 
@@ -139,7 +140,7 @@ def test_deny_beats_allow_and_groups_are_checked(remoting_auth: tuple[BrokerProc
 def _prepare(addr: str, credentials: tuple[str, str], topic: str, body: bytes) -> dict[str, str]:
     """Send a half message as ``credentials``; the END_TRANSACTION fields a Java producer
     derives from the answer (UNIQ_KEY, and commitLogOffset from the offset ``msgId``)."""
-    props = encode_properties({"TRAN_MSG": "true", "PGROUP": "pg-tx"})
+    props = encode_text({"TRAN_MSG": "true", "PGROUP": "pg-tx"})
     fields = {"a": "pg-tx", "b": topic, "e": "0", "f": "4", "i": props}
     sent = _invoke(
         addr, credentials, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)

@@ -307,6 +307,25 @@ def test_bad_pull_requests_get_their_code(stub, kwargs, code) -> None:
     assert response.status.code == code, response.status.message
 
 
+@pytest.mark.parametrize(
+    ("pull_message_args", "pull_raw_fields", "code"),
+    [
+        ({"offset": -1}, {"offset": -1}, Code.ILLEGAL_OFFSET),
+        ({"offset": 0, "queue_id": -1}, {"queue_id": -1}, Code.BAD_REQUEST),
+        ({"offset": 0, "batch": 0}, {"max_count": 0}, Code.BAD_REQUEST),
+        ({"offset": 0, "batch": -3}, {"max_bytes": 0}, Code.BAD_REQUEST),
+    ],
+)
+def test_both_pull_paths_refuse_bad_arguments_with_the_same_code(
+    stub, broker, pull_message_args, pull_raw_fields, code
+) -> None:
+    """The argument rules live in one place (``protocol.pull_args``), so both answer alike."""
+    [response] = pull(stub, **pull_message_args)
+    raw_status = pull_raw_header(broker, pull_raw_fields)["status"]
+    assert response.status.code == code, response.status.message
+    assert raw_status["code"] == code, raw_status["message"]
+
+
 # ---- offsets ------------------------------------------------------------------------------
 
 

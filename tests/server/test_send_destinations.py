@@ -32,14 +32,15 @@ from broker_core.config import BrokerConfig
 from broker_core.errors import InvalidArgumentError, InvalidTopicError, RocketMQError
 from broker_core.message import Message
 from broker_core.protocol.bulk_send import decode_response, encode_request
+from broker_core.protocol.property_codec import encode_text
 from broker_core.protocol.status import status_of
 from broker_core.remoting.codes import RequestCode as RC
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting_broker.frontend import RemotingFrontEnd
-from broker_core.remoting_broker.msgcodec import encode_batch, encode_properties
 from broker_core.server.context import ServerContext
 from broker_core.server.handlers.send import send_bulk, send_message
 from tests.remoting_broker.conftest import call, connect
+from tests.remoting_records import encode_batch
 from tests.server.test_send_lanes import Peer, message
 from tests.store.conftest import small_config
 
@@ -123,7 +124,7 @@ def v2_fields(topic: str, **props: str) -> dict[str, str]:
         "f": "0",
         "g": str(int(time.time() * 1000)),
         "h": "0",
-        "i": encode_properties(props),
+        "i": encode_text(props),
         "j": "0",
         "k": "false",
     }
@@ -139,7 +140,7 @@ def v1_fields(topic: str) -> dict[str, str]:
         "sysFlag": "0",
         "bornTimestamp": str(int(time.time() * 1000)),
         "flag": "0",
-        "properties": encode_properties({"UNIQ_KEY": "u1"}),
+        "properties": encode_text({"UNIQ_KEY": "u1"}),
     }
 
 

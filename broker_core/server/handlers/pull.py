@@ -18,55 +18,39 @@ starts (after the last unit inspected).
     status <error code>                                        a refused request
 
 A negative offset is ILLEGAL_OFFSET, a queue the topic does not have or a batch size
-below 1 is BAD_REQUEST.
+below 1 is BAD_REQUEST (:mod:`broker_core.protocol.pull_args`).
 
-**PullRaw** (``rmq.bulk.v1.Bulk/PullRaw``) ships the stored units instead. Building one
-protobuf ``Message`` per message, then taking it apart again, is what costs most when a
-reader wants a million rows; our own client's bulk path (the Spark source, backlog
-drains) asks this method and decodes the units as columns (``broker_core.client.columnar``).
+**PullRaw** (``rmq.bulk.v1.Bulk/PullRaw``) ships the stored units instead, for our own
+client's bulk reads: its request and response frames are drawn and coded in
+:mod:`broker_core.protocol.pull_raw`. No exception escapes it: a refused request is a
+frame with the error's status.
 
-Request: one UTF-8 JSON object (unknown fields are BAD_REQUEST)::
-
-    group                    consumer group (must exist, as for PullMessage)
-    topic, queue_id, offset  the queue and the first offset wanted
-    max_count                units wanted (the broker caps it at max_raw_pull_batch)
-    max_bytes?               byte budget of the units (default 8 MiB, at most 32 MiB);
-                             at least one unit is sent when one is found
-    filter_type?, filter_expression?   "TAG" (default) or "SQL", as PullMessage's filter
-    long_polling_timeout_ms? wait this long at the end of the queue (within the deadline)
-
-Response bytes::
-
-    offset   size      field
-    0        4         header_length N       uint32, big-endian
-    4        N         header                UTF-8 JSON: {"status": {"code", "message"},
-                                             "next_offset", "min_offset", "max_offset",
-                                             "count"}
-    4+N      4·count   unit sizes            int32, big-endian, one per unit
-    …        rest      units                 back to back, exactly as in the commitlog
-
-``status.code`` is an ``apache.rocketmq.v2.Code``: OK with units; MESSAGE_NOT_FOUND when
-nothing new or nothing matched; ILLEGAL_OFFSET for an offset outside the queue (then
-``next_offset`` is where to go); any other code for a refused request (``count`` 0).
-No exception escapes; the units are not verified here — readers check every unit's CRCs
-and offsets (see ``broker_core.store.raw_read``).
+The arguments' rules (offset, queue id, counts) are checked in one place for every way
+in, when the ``PullRequest`` is built (:mod:`broker_core.protocol.pull_args`); the
+handlers only parse their fields.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import struct
 from collections.abc import Iterator
-from typing import Final
 
 import grpc
+import numpy as np
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.broker.pull import PullRequest, PullResult, PullStatus
 from broker_core.errors import MessageNotFoundError, RocketMQError
 from broker_core.message import validate_group_name, validate_topic_name
-from broker_core.protocol.status import bad_request, ok, status_of
+from broker_core.protocol.pull_raw import (
+    DEFAULT_MAX_BYTES,
+    MAX_BYTES_LIMIT,
+    PULL_METHOD,
+    REQUEST_FIELDS,
+    encode_refusal,
+    encode_response,
+)
+from broker_core.protocol.status import ok, status_of
 from broker_core.server.context import ServerContext
 from broker_core.server.convert_out import to_pb_message
 from broker_core.server.handlers.common import (
@@ -75,29 +59,12 @@ from broker_core.server.handlers.common import (
     requested_polling_ms,
     text_filter,
 )
-from broker_core.server.json_args import Args, Json, parse_request, status_json
+from broker_core.server.json_args import Args, parse_request, status_json
 
 log = logging.getLogger(__name__)
 
 Response = service_pb2.PullMessageResponse
-
-RAW_METHOD: Final = "PullRaw"
-DEFAULT_MAX_BYTES: Final = 8 << 20
-MAX_BYTES_LIMIT: Final = 32 << 20
-HEADER_LENGTH: Final = struct.Struct(">I")
-RAW_FIELDS: Final = frozenset(
-    {
-        "group",
-        "topic",
-        "queue_id",
-        "offset",
-        "max_count",
-        "max_bytes",
-        "filter_type",
-        "filter_expression",
-        "long_polling_timeout_ms",
-    }
-)
+_NO_SIZES = np.zeros(0, np.int32)
 
 
 def _not_found(result: PullResult) -> MessageNotFoundError:
@@ -116,9 +83,6 @@ def pull_message(
     """Stream the answer to one PullMessageRequest (see the module docstring)."""
     group = validate_group_name(request.group.name)
     topic = validate_topic_name(request.message_queue.topic.name)
-    if request.batch_size < 1:
-        yield Response(status=bad_request(f"batch_size must be ≥ 1, got {request.batch_size}"))
-        return
     flt = message_filter(request.filter_expression)
     requested = requested_polling_ms(request) or 0  # none named: look once, do not wait
     wanted = PullRequest(
@@ -146,10 +110,11 @@ def pull_message(
 def _raw_pull(ctx: ServerContext, args: Args, context: grpc.ServicerContext) -> PullResult:
     group = validate_group_name(args.text("group", required=True))
     topic = validate_topic_name(args.text("topic", required=True))
-    queue_id = args.integer("queue_id", required=True, minimum=0)
+    queue_id = args.integer("queue_id", required=True)
     offset = args.integer("offset", required=True)
-    max_count = args.integer("max_count", required=True, minimum=1)
-    max_bytes = args.integer("max_bytes", minimum=1) or DEFAULT_MAX_BYTES
+    max_count = args.integer("max_count", required=True)
+    max_bytes = args.integer("max_bytes")
+    max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else min(max_bytes, MAX_BYTES_LIMIT)
     requested_ms = args.integer("long_polling_timeout_ms", minimum=0) or 0
     flt = text_filter(args.text("filter_type"), args.text("filter_expression"))
     request = PullRequest(
@@ -158,16 +123,10 @@ def _raw_pull(ctx: ServerContext, args: Args, context: grpc.ServicerContext) -> 
         offset,
         max_count,
         filter=flt,
-        max_bytes=min(max_bytes, MAX_BYTES_LIMIT),
+        max_bytes=max_bytes,
         raw=True,
     )
     return ctx.broker.pull(group, request, timeout_ms=polling_budget_ms(context, requested_ms))
-
-
-def raw_frame(header: Json, sizes: bytes = b"", units: bytes = b"") -> bytes:
-    """One PullRaw response (also how the Bulk service answers a refused call)."""
-    head = json.dumps(header, separators=(",", ":")).encode()
-    return b"".join((HEADER_LENGTH.pack(len(head)), head, sizes, units))
 
 
 def raw_answer(result: PullResult) -> bytes:
@@ -179,16 +138,15 @@ def raw_answer(result: PullResult) -> bytes:
     }
     raw = result.raw
     if result.status is PullStatus.FOUND and raw is not None and raw.count:
-        header = {"status": status_json(ok()), "count": raw.count, **bounds}
-        return raw_frame(header, raw.sizes.astype(">i4").tobytes(), raw.data)
+        return encode_response(status_json(ok()), raw.sizes, raw.data, **bounds)
     problem = result.error if result.error is not None else _not_found(result)
-    return raw_frame({"status": status_json(status_of(problem)), "count": 0, **bounds})
+    return encode_response(status_json(status_of(problem)), _NO_SIZES, b"", **bounds)
 
 
 def pull_raw(ctx: ServerContext, request: bytes, context: grpc.ServicerContext) -> bytes:
     """Answer one PullRaw call; never raises (errors become statuses)."""
     try:
-        args = Args(RAW_METHOD, parse_request(RAW_METHOD, request), RAW_FIELDS)
+        args = Args(PULL_METHOD, parse_request(PULL_METHOD, request), REQUEST_FIELDS)
         result = _raw_pull(ctx, args, context)
         if ctx.metrics is not None and result.raw is not None and result.raw.count:
             ctx.metrics.messages_out(
@@ -203,4 +161,4 @@ def pull_raw(ctx: ServerContext, request: bytes, context: grpc.ServicerContext) 
             log.info("PullRaw refused: %s", exc)
         else:
             log.exception("PullRaw failed")
-        return raw_frame({"status": status_json(status_of(exc)), "count": 0})
+        return encode_refusal(status_json(status_of(exc)))
