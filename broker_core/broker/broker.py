@@ -54,11 +54,7 @@ from broker_core.broker.transaction.transaction import (
 )
 from broker_core.clock import monotonic_ms, now_ms
 from broker_core.config import BrokerConfig, Role, StoreConfig
-from broker_core.errors import (
-    InvalidArgumentError,
-    MessageNotFoundError,
-    TopicNotFoundError,
-)
+from broker_core.errors import InvalidArgumentError, MessageNotFoundError, TopicNotFoundError
 from broker_core.ha.group import Replication
 from broker_core.ha.metadata import ConfigTables
 from broker_core.message import (
@@ -149,9 +145,8 @@ class Broker(ConsumerCalls):
             initial_offset=self.positions.pop_initial_offset,
             group_of=base_group,
         )
-        self.replication = Replication(
-            config, self.store, ConfigTables(cfg_dir, self.topics, self.groups, self.offsets)
-        )
+        tables = ConfigTables(cfg_dir, self.topics, self.groups, self.offsets)  # what HA copies
+        self.replication = Replication(config, self.store, tables)
         self.trace = TraceRecorder(self.store, self.topics, config, clock_ms)
         self.timer.fired = self.schedule.fired = self.trace.fired
         # Persists offsets and purges expired locks; a failed round is logged and retried.
