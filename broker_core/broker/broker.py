@@ -31,7 +31,7 @@ from broker_core.broker.lite import (
     LiteSubscriptions,
 )
 from broker_core.broker.locks import QueueLockManager
-from broker_core.broker.long_polling import LongPollingService, monotonic_ms
+from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop.model import PopConfig
 from broker_core.broker.pop.pop import PopService
@@ -52,21 +52,18 @@ from broker_core.broker.transaction.transaction import (
     Resolution,
     TransactionService,
 )
-from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.errors import (
-    InvalidArgumentError,
-    MessageNotFoundError,
-    NotMasterError,
-    TopicNotFoundError,
-)
+from broker_core.clock import monotonic_ms, now_ms
+from broker_core.config import BrokerConfig, Role, StoreConfig
+from broker_core.errors import InvalidArgumentError, MessageNotFoundError, TopicNotFoundError
 from broker_core.ha.group import Replication
+from broker_core.ha.metadata import ConfigTables
 from broker_core.message import (
     Message,
     StoredMessage,
 )
 from broker_core.service_thread import ServiceThread
 from broker_core.store.columns import ColumnBatch
-from broker_core.store.message_store import MessageStore, now_ms
+from broker_core.store.message_store import MessageStore
 from broker_core.store.queue_read import QueueRead
 from broker_core.store.recovery import RecoveryReport
 
@@ -148,7 +145,8 @@ class Broker(ConsumerCalls):
             initial_offset=self.positions.pop_initial_offset,
             group_of=base_group,
         )
-        self.replication = Replication(self)
+        tables = ConfigTables(cfg_dir, self.topics, self.groups, self.offsets)  # what HA copies
+        self.replication = Replication(config, self.store, tables)
         self.trace = TraceRecorder(self.store, self.topics, config, clock_ms)
         self.timer.fired = self.schedule.fired = self.trace.fired
         # Persists offsets and purges expired locks; a failed round is logged and retried.
@@ -179,7 +177,7 @@ class Broker(ConsumerCalls):
         self.topics.ensure_system_topics()
         self.store.add_dispatch_listener(self.waiter.notify)
         self.replication.start()
-        if self.replication.is_slave:  # its log holds only the master's bytes: no appenders
+        if self.replication.role is Role.SLAVE:  # its log holds only the master's bytes
             services: tuple[Any, ...] = (self.long_polling, self.clients)
         else:
             self.sender.window.rebuild(self.store.commitlog)
@@ -244,6 +242,7 @@ class Broker(ConsumerCalls):
             self.clients.thread,
             *self.trace.threads(),
             self._housekeeper,
+            *self.replication.threads(),
         ]
 
     def service_health(self) -> dict[str, str]:
@@ -357,8 +356,7 @@ class Broker(ConsumerCalls):
 
     def require_master(self) -> None:
         """NotMasterError on a slave (before anything is created or written)."""
-        if self.store.slave_of:
-            raise NotMasterError(self.store.slave_of)
+        self.replication.require_master()
 
     def recall(self, recall_handle: str, *, topic: str | None = None) -> bool:
         """Cancel a timed message that has not been delivered yet; with ``topic`` only a

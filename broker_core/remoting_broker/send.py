@@ -20,6 +20,7 @@ checks (``access.py``); the UNIQ_KEY is the client's own (and ``transactionId``)
 from __future__ import annotations
 
 from broker_core.broker.sending import SendResult
+from broker_core.clock import now_ms
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import (
     PROPERTY_PRODUCER_GROUP,
@@ -39,7 +40,6 @@ from broker_core.remoting_broker.msgcodec import (
     uncompress_body,
 )
 from broker_core.remoting_broker.send_columns import plain_columns
-from broker_core.store.message_store import now_ms
 
 V2_KEYS = {
     "a": "producerGroup",

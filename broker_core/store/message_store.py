@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from broker_core.config import FlushMode, StoreConfig
+from broker_core.clock import now_ms
+from broker_core.config import FlushMode, Role, StoreConfig
 from broker_core.errors import (
     BusyError,
     CorruptionError,
@@ -70,10 +71,6 @@ from broker_core.store.replica import adopt_queues, append_replica
 
 log = logging.getLogger(__name__)
 _PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class MessageStore:
@@ -120,12 +117,20 @@ class MessageStore:
         self.disk_ratio: Callable[[], float] = lambda: disk_used_ratio(str(root))
         self._disk_checked_at = -1.0
         self._disk_full = False
-        # Broker groups (``ha``): a slave refuses writes with this text; a master's hook gets
-        # each append's end offset (wakes HA senders; sync replication waits in the broker)
-        self.slave_of = ""
+        # Broker groups (``ha``): a slave's store refuses client writes (``set_role``); a
+        # master's hook gets each append's end offset (wakes HA senders; sync replication
+        # waits in the broker)
+        self.role = Role.MASTER
+        self._not_master = ""
         self.after_append: Callable[[int], None] | None = None
 
     # ---- lifecycle --------------------------------------------------------------------
+
+    def set_role(self, role: Role, refusal: str = "") -> None:
+        """A slave's store refuses client writes with NotMasterError(``refusal``); a
+        master's takes them (``append_replica`` stores a slave's copy either way)."""
+        self._not_master = refusal or "this store is a slave's copy: send to its master"
+        self.role = role
 
     def acquire_lock(self) -> None:
         """Take the store directory's lock (``store.lock``; StoreLockedError when another
@@ -200,8 +205,8 @@ class MessageStore:
     def _check_writable(self) -> None:
         if not self._open:
             raise StoreClosedError("message store is not open")
-        if self.slave_of:
-            raise NotMasterError(self.slave_of)
+        if self.role is Role.SLAVE:
+            raise NotMasterError(self._not_master)
         failure = self.dispatcher.failure or self.flusher.failure
         if failure is not None:
             raise StoreError(f"store is failing, refusing writes: {failure}")

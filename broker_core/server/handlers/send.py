@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
+from broker_core.clock import now_ms
 from broker_core.errors import InvalidArgumentError, RocketMQError
 from broker_core.message import PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, Message
 from broker_core.protocol.bulk_send import decode_request, encode_response
@@ -43,7 +44,6 @@ from broker_core.server.convert_bulk import to_column_batch
 from broker_core.server.convert_columns import to_columns
 from broker_core.server.convert_in import Limits, peer_address, to_messages
 from broker_core.server.json_args import status_json
-from broker_core.store.message_store import now_ms
 
 log = logging.getLogger(__name__)
 
