@@ -425,8 +425,13 @@ class MessageStore:
         max_results: int = 64,
         begin_ms: int = 0,
         end_ms: int = 2**62,
+        topic_of: Callable[[StoredMessage], str] | None = None,
     ) -> list[StoredMessage]:
-        """Messages whose keys (or message id) include ``key``, newest first."""
+        """Messages whose keys (or message id) include ``key``, newest first.
+
+        With ``topic``, only messages stored in that topic or, given ``topic_of``, those
+        ``topic_of(message)`` names (the broker passes the topic a message it holds back is
+        for: the store knows nothing of holding)."""
         found: list[StoredMessage] = []
         for phys in self.index.query(key, begin_ms, end_ms, max_results * 4):
             if phys < self.commitlog.min_offset:
@@ -435,17 +440,23 @@ class MessageStore:
                 msg = self.commitlog.read_message(phys)
             except (CorruptionError, OffsetOutOfRangeError):
                 continue  # a stale index entry: never serve what does not verify
-            real_topic = msg.properties.get("REAL_TOPIC", msg.topic)
             matches = key in msg.keys or msg.properties.get(PROPERTY_UNIQ_KEY) == key
-            if matches and (topic is None or topic in (msg.topic, real_topic)):
+            if matches and _in_topic(msg, topic, topic_of):
                 found.append(msg)
                 if len(found) >= max_results:
                     break
         return found
 
-    def query_by_id(self, message_id: str, topic: str | None = None) -> StoredMessage:
-        """Look a message up by its client id (UNIQ_KEY) or by its offset message id."""
-        hits = self.query_by_key(message_id, topic=topic, max_results=1)
+    def query_by_id(
+        self,
+        message_id: str,
+        topic: str | None = None,
+        *,
+        topic_of: Callable[[StoredMessage], str] | None = None,
+    ) -> StoredMessage:
+        """Look a message up by its client id (UNIQ_KEY) or by its offset message id
+        (``topic`` and ``topic_of`` as for :meth:`query_by_key`)."""
+        hits = self.query_by_key(message_id, topic=topic, max_results=1, topic_of=topic_of)
         if hits:
             return hits[0]
         try:  # an offset id names the store host and offset: both must be the unit's
@@ -476,3 +487,12 @@ class MessageStore:
 
     def run_cleanup(self, now: int | None = None) -> CleanupReport:
         return self.cleanup.run_once(self._clock_ms() if now is None else now)
+
+
+def _in_topic(
+    msg: StoredMessage, topic: str | None, topic_of: Callable[[StoredMessage], str] | None
+) -> bool:
+    """Whether ``msg`` answers a query for ``topic`` (see :meth:`MessageStore.query_by_key`)."""
+    if topic is None or msg.topic == topic:
+        return True
+    return topic_of is not None and topic_of(msg) == topic
