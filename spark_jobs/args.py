@@ -5,12 +5,6 @@ line as the description, ``--endpoints`` and ``--master``); the streaming jobs (
 ``order_events``) add :func:`add_streaming`'s ``--checkpoint``, ``--starting-offsets``,
 ``--trigger-seconds`` and ``--max-messages-per-trigger``. Bad values are argparse errors
 naming the option (exit status 2).
-
->>> p = job_parser("demo", "A demo job.\\n\\nMore text.")
->>> add_streaming(p, max_messages_help="at most N messages per micro-batch")
->>> args = p.parse_args(["--endpoints", "h:8081", "--checkpoint", "/c", "--trigger-seconds", "5"])
->>> args.endpoints, args.master, args.starting_offsets, args.trigger_seconds
-('h:8081', None, 'earliest', 5)
 """
 
 from __future__ import annotations
