@@ -179,7 +179,6 @@ class Broker:
 
     def _build_calls(self, config: BrokerConfig, clock_ms: Callable[[], int]) -> None:
         """The objects the front ends call, each over the parts it needs."""
-        max_wait_ms = lambda: self.config.max_long_polling_ms  # noqa: E731 (changes live)
         self.sending = Sending(
             self.sender,
             self.transactions,
@@ -194,7 +193,7 @@ class Broker:
             self.pulls,
             self.long_polling,
             self.trace,
-            PullLimits(config.max_pull_batch, config.max_raw_pull_batch, max_wait_ms),
+            PullLimits(config.max_pull_batch, config.max_raw_pull_batch, self._max_wait_ms),
         )
         self.consuming = Consuming(
             self.pop,
@@ -205,7 +204,7 @@ class Broker:
             self.waiter,
             self.trace,
             clock_ms=clock_ms,
-            max_wait_ms=max_wait_ms,
+            max_wait_ms=self._max_wait_ms,
             require_master=self.require_master,
             find=self.query_by_id,
             send=self.sending.send,
@@ -221,6 +220,10 @@ class Broker:
             self.store,
             broker_name=config.broker_name,
         )
+
+    def _max_wait_ms(self) -> int:
+        """The long-polling cap now (``max_long_polling_ms`` changes live)."""
+        return self.config.max_long_polling_ms
 
     def _wait_replicated(self) -> None:
         self.replication.wait_replicated(self.store.commitlog.max_offset)

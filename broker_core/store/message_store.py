@@ -69,6 +69,7 @@ from broker_core.store.recovery import RecoveryReport, recover
 from broker_core.store.replica import adopt_queues, append_replica
 
 log = logging.getLogger(__name__)
+TopicOf = Callable[[StoredMessage], str]  # the topic a query by topic also matches a message by
 _PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
@@ -425,7 +426,7 @@ class MessageStore:
         max_results: int = 64,
         begin_ms: int = 0,
         end_ms: int = 2**62,
-        topic_of: Callable[[StoredMessage], str] | None = None,
+        topic_of: TopicOf | None = None,
     ) -> list[StoredMessage]:
         """Messages whose keys (or message id) include ``key``, newest first.
 
@@ -441,18 +442,14 @@ class MessageStore:
             except (CorruptionError, OffsetOutOfRangeError):
                 continue  # a stale index entry: never serve what does not verify
             matches = key in msg.keys or msg.properties.get(PROPERTY_UNIQ_KEY) == key
-            if matches and _in_topic(msg, topic, topic_of):
+            if matches and topic in (None, msg.topic, topic_of and topic_of(msg)):
                 found.append(msg)
                 if len(found) >= max_results:
                     break
         return found
 
     def query_by_id(
-        self,
-        message_id: str,
-        topic: str | None = None,
-        *,
-        topic_of: Callable[[StoredMessage], str] | None = None,
+        self, message_id: str, topic: str | None = None, *, topic_of: TopicOf | None = None
     ) -> StoredMessage:
         """Look a message up by its client id (UNIQ_KEY) or by its offset message id
         (``topic`` and ``topic_of`` as for :meth:`query_by_key`)."""
@@ -487,12 +484,3 @@ class MessageStore:
 
     def run_cleanup(self, now: int | None = None) -> CleanupReport:
         return self.cleanup.run_once(self._clock_ms() if now is None else now)
-
-
-def _in_topic(
-    msg: StoredMessage, topic: str | None, topic_of: Callable[[StoredMessage], str] | None
-) -> bool:
-    """Whether ``msg`` answers a query for ``topic`` (see :meth:`MessageStore.query_by_key`)."""
-    if topic is None or msg.topic == topic:
-        return True
-    return topic_of is not None and topic_of(msg) == topic
