@@ -7,7 +7,7 @@ Three figures, A/B in one run:
   dedup window (the default) and one with ``dedup_window_ms = 0``; rounds alternate
   between them (and which goes first) so drift of the shared machine hits both alike.
   Printed: the median msg/s of each side and the median of the paired on/off ratios;
-* **in process**, ``Broker.send_columns`` of 256-message column batches on two brokers
+* **in process**, ``Sending.send_columns`` of 256-message column batches on two brokers
   over temporary stores (no gRPC), alternating: the sending thread's CPU per message with
   and without the window (best of the rounds: the least disturbed), and the window's own
   work alone (keys, claim, settle of the same batches: :func:`hook_us`);
@@ -78,7 +78,7 @@ def end_to_end(batches: int, rounds: int) -> tuple[float, float, float]:
 
 
 def in_process(batches: int, rounds: int) -> tuple[float, float]:
-    """(best µs per message without the window, with it) of ``Broker.send_columns``."""
+    """(best µs per message without the window, with it) of ``Sending.send_columns``."""
     root = Path(tempfile.mkdtemp(prefix="bench-dedup-inproc-"))
     brokers = {}
     for name, extra in (("off", OFF), ("on", ON)):
@@ -104,7 +104,7 @@ def in_process(batches: int, rounds: int) -> tuple[float, float]:
                     )
                 start = time.thread_time()  # this thread's CPU: not the flush thread's
                 for batch in made:
-                    broker.send_columns(batch)
+                    broker.sending.send_columns(batch)
                 spent = (time.thread_time() - start) / (batches * BATCH) * 1e6
                 best[name] = min(best[name], spent)
     finally:

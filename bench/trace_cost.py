@@ -133,11 +133,11 @@ def cpu_per_message_us(setting: str, batches: int = 100, batch: int = 256) -> tu
         broker.start()
         try:
             messages = lambda: [Message("bench", BODY, queue_id=-1) for _ in range(batch)]  # noqa: E731
-            broker.send(messages())
+            broker.sending.send(messages())
             broker.trace.flush()
             start = time.thread_time()
             for _ in range(batches):
-                broker.send(messages())
+                broker.sending.send(messages())
             send_s = time.thread_time() - start
             start = time.thread_time()
             broker.trace.flush()

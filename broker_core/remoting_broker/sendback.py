@@ -81,7 +81,7 @@ def handle_send_back(
         born_host=old.born_host,
         reconsume_times=retries,
     )
-    broker.send([msg])
+    broker.sending.send([msg])
     log.debug(
         "sent back %s of %s (reconsumed %d times) to %s",
         msg.properties.get("UNIQ_KEY"),

@@ -70,6 +70,7 @@ from broker_core.store.recovery import RecoveryReport, recover
 from broker_core.store.replica import adopt_queues, append_replica
 
 log = logging.getLogger(__name__)
+TopicOf = Callable[[StoredMessage], str]  # the topic a query by topic also matches a message by
 _PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
@@ -430,8 +431,13 @@ class MessageStore:
         max_results: int = 64,
         begin_ms: int = 0,
         end_ms: int = 2**62,
+        topic_of: TopicOf | None = None,
     ) -> list[StoredMessage]:
-        """Messages whose keys (or message id) include ``key``, newest first."""
+        """Messages whose keys (or message id) include ``key``, newest first.
+
+        With ``topic``, only messages stored in that topic or, given ``topic_of``, those
+        ``topic_of(message)`` names (the broker passes the topic a message it holds back is
+        for: the store knows nothing of holding)."""
         found: list[StoredMessage] = []
         for phys in self.index.query(key, begin_ms, end_ms, max_results * 4):
             if phys < self.commitlog.min_offset:
@@ -440,17 +446,19 @@ class MessageStore:
                 msg = self.commitlog.read_message(phys)
             except (CorruptionError, OffsetOutOfRangeError):
                 continue  # a stale index entry: never serve what does not verify
-            real_topic = msg.properties.get("REAL_TOPIC", msg.topic)
             matches = key in msg.keys or msg.properties.get(PROPERTY_UNIQ_KEY) == key
-            if matches and (topic is None or topic in (msg.topic, real_topic)):
+            if matches and topic in (None, msg.topic, topic_of and topic_of(msg)):
                 found.append(msg)
                 if len(found) >= max_results:
                     break
         return found
 
-    def query_by_id(self, message_id: str, topic: str | None = None) -> StoredMessage:
-        """Look a message up by its client id (UNIQ_KEY) or by its offset message id."""
-        hits = self.query_by_key(message_id, topic=topic, max_results=1)
+    def query_by_id(
+        self, message_id: str, topic: str | None = None, *, topic_of: TopicOf | None = None
+    ) -> StoredMessage:
+        """Look a message up by its client id (UNIQ_KEY) or by its offset message id
+        (``topic`` and ``topic_of`` as for :meth:`query_by_key`)."""
+        hits = self.query_by_key(message_id, topic=topic, max_results=1, topic_of=topic_of)
         if hits:
             return hits[0]
         try:  # an offset id names the store host and offset: both must be the unit's

@@ -27,10 +27,10 @@ def test_a_slave_refuses_writes_and_pop_but_serves_pulls(tmp_path: Path) -> None
     broker.start()
     try:
         refusals = [
-            lambda: broker.send([Message("t-new", b"x")]),
-            lambda: broker.send_columns(ColumnBatch.__new__(ColumnBatch)),
-            lambda: broker.receive("GID", "t-new", max_count=1, invisible_ms=1000),
-            lambda: broker.ack("GID", "t-new", "handle"),
+            lambda: broker.sending.send([Message("t-new", b"x")]),
+            lambda: broker.sending.send_columns(ColumnBatch.__new__(ColumnBatch)),
+            lambda: broker.consuming.receive("GID", "t-new", max_count=1, invisible_ms=1000),
+            lambda: broker.consuming.ack("GID", "t-new", "handle"),
         ]
         for refused in refusals:
             with pytest.raises(NotMasterError, match=r"broker s is a slave \(broker id 2\)"):
@@ -92,8 +92,8 @@ def test_metadata_snapshot_carries_every_table_a_new_master_needs(
     master, slave = master_and_slave
     master.update_topic(TopicConfig("t-meta", read_queue_nums=3, write_queue_nums=3))
     master.groups.create_or_update(GroupConfig("GID-meta", consume_from_where="first_offset"))
-    master.commit_offset("GID-meta", "t-meta", 2, 41)
-    master.commit_offset("GID-meta", "t-meta", 1, 5)
+    master.consumer_groups.commit_offset("GID-meta", "t-meta", 2, 41)
+    master.consumer_groups.commit_offset("GID-meta", "t-meta", 1, 5)
     slave.offsets.commit("GID-meta", "t-meta", 1, 9)  # the master's value wins
     slave.offsets.commit("GID-slave", "t-meta", 0, 3)  # a queue only the slave knows
     delay = master.store.config.config_dir / metadata.DELAY

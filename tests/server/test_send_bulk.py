@@ -43,7 +43,7 @@ WAYS = ("bulk", "official", "store_api")
 
 def send_bulk(broker: Broker, frame: bytes) -> list[int]:
     batch = to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
-    return broker.send_columns(batch).tolist()
+    return broker.sending.send_columns(batch).tolist()
 
 
 @pytest.fixture
