@@ -11,7 +11,7 @@ import numpy as np
 
 from broker_core.client.errors import error_for
 from broker_core.client.model import RawPullBatch
-from broker_core.errors import InvalidOffsetError, RocketMQError
+from broker_core.errors import RocketMQError
 from broker_core.protocol.status import Code
 
 RAW_PULL_METHOD: Final = "/rmq.bulk.v1.Bulk/PullRaw"
@@ -22,7 +22,7 @@ def decode_raw_pull(response: bytes, offset: int) -> RawPullBatch:
     """The batch in one PullRaw response; the mapped error for a refused pull.
 
     MESSAGE_NOT_FOUND (nothing new) is an empty batch. An illegal offset raises
-    InvalidOffsetError whose ``next_offset`` attribute is where the broker says to go.
+    InvalidOffsetError whose ``next_offset`` field is where the broker says to go.
     """
     try:
         (length,) = _HEADER_LENGTH.unpack_from(response, 0)
@@ -38,10 +38,7 @@ def decode_raw_pull(response: bytes, offset: int) -> RawPullBatch:
         )
     next_offset = int(header.get("next_offset", offset))
     if code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
-        error = error_for(code, message)
-        if isinstance(error, InvalidOffsetError):
-            error.next_offset = next_offset  # type: ignore[attr-defined]
-        raise error
+        raise error_for(code, message, next_offset=next_offset)
     sizes = np.frombuffer(response, ">i4", count, 4 + length).astype(np.int32)
     return RawPullBatch(
         response[body_at:],

@@ -149,7 +149,7 @@ def test_unknown_method_is_unimplemented(channel, client) -> None:
         channel.unary_unary("/rmq.admin.v1.Admin/Explode")(b"{}", timeout=5)
     assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
     with pytest.raises(errors.UnsupportedError):
-        client._admin("Explode", {})
+        client.broker.transport.admin("Explode", {})
 
 
 # ---- topics ---------------------------------------------------------------------------------
