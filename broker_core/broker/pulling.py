@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker_core.broker.groups import GroupManager
-from broker_core.broker.long_polling import LongPollingService, monotonic_ms
+from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.pull import PullRequest, PullResult, PullService
 from broker_core.broker.topics import TopicManager
 from broker_core.broker.trace.recorder import TraceRecorder
+from broker_core.clock import monotonic_ms
 from broker_core.errors import InvalidArgumentError
 
 
