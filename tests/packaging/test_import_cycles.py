@@ -17,24 +17,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("broker_core", "connector", "pyspark_rocketmq", "spark_jobs")
 
-# Circles another branch (helper ``client``, issue 26 item 2) removes; the lead deletes this
-# allowance when that branch is merged. An allowed circle must not grow: a circle passes
-# only when all of its files are in one allowed circle (a circle that shrank passes).
-KNOWN_UNTIL_CLIENT_MERGE: tuple[frozenset[str], ...] = (
-    frozenset(
-        {
-            "broker_core/client/client.py",
-            "broker_core/client/cluster.py",
-            "broker_core/client/offsets.py",
-            "broker_core/client/producing.py",
-            "broker_core/client/pulling.py",
-            "broker_core/client/standard.py",
-            "broker_core/client/transport.py",
-        }
-    ),
-    frozenset({"connector/brokers.py", "connector/routes.py"}),
-)
-
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
     """Dotted module name -> file, for every module of the product's packages."""
@@ -139,7 +121,7 @@ def unallowed(found: list[frozenset[str]], allowed: Iterable[frozenset[str]]) ->
 
 
 def test_no_import_circles() -> None:
-    bad = unallowed(circles(import_graph()), KNOWN_UNTIL_CLIENT_MERGE)
+    bad = unallowed(circles(import_graph()), ())
     assert not bad, "import circles between files:\n" + "\n".join(bad)
 
 
