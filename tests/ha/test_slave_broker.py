@@ -71,7 +71,7 @@ def test_the_ha_threads_are_service_threads_health_sees(tmp_path: Path) -> None:
             "ha-slave": "ok",
             "ha-metadata": "ok",
         }
-        master.send([Message("t-ha", b"copied")])
+        master.sending.send([Message("t-ha", b"copied")])
         end = master.store.commitlog.max_offset
         wait_until(lambda: slave.store.commitlog.max_offset == end, what="the copy")
         threads = [*master.replication.threads(), *slave.replication.threads()]
