@@ -9,7 +9,7 @@ Three figures, A/B in one run:
   Printed: the median msg/s of each side and of the paired on/off ratios (noise on a
   loaded machine), and the load-proof figure: the broker process's CPU per message
   (``/proc``) on each side and what dedup adds, of the broker's CPU and of broker + client;
-* **in process**, ``Broker.send_columns`` of 256-message column batches on two brokers
+* **in process**, ``Sending.send_columns`` of 256-message column batches on two brokers
   over temporary stores (no gRPC), alternating: the sending thread's CPU per message with
   and without the window (best of the rounds: the least disturbed), and the window's own
   work alone (keys, claim, settle of the same batches: :func:`hook_us`);
@@ -98,7 +98,7 @@ def report(runs: dict[str, list[proc_cpu.Round]]) -> str:
 
 
 def in_process(batches: int, rounds: int) -> tuple[float, float]:
-    """(best µs per message without the window, with it) of ``Broker.send_columns``."""
+    """(best µs per message without the window, with it) of ``Sending.send_columns``."""
     root = Path(tempfile.mkdtemp(prefix="bench-dedup-inproc-"))
     brokers = {}
     for name, extra in (("off", OFF), ("on", ON)):
@@ -124,7 +124,7 @@ def in_process(batches: int, rounds: int) -> tuple[float, float]:
                     )
                 start = time.thread_time()  # this thread's CPU: not the flush thread's
                 for batch in made:
-                    broker.send_columns(batch)
+                    broker.sending.send_columns(batch)
                 spent = (time.thread_time() - start) / (batches * BATCH) * 1e6
                 best[name] = min(best[name], spent)
     finally:

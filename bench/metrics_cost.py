@@ -84,10 +84,9 @@ def hook_cost_us(batch: int, calls: int = 200_000) -> float:
     recorder = Recorder()
     bare = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
     details = SimpleNamespace(method="/apache.rocketmq.v2.MessagingService/SendMessage")
-    plain, metered = Gate(), Gate()
+    plain, metered = Gate(), Gate([timing_wrapper(recorder)])
     plain.open()
     metered.open()
-    metered.wrappers.append(timing_wrapper(recorder))
     bodies = [BODY] * batch
 
     def run(gate: Gate, count: bool) -> float:

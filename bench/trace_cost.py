@@ -173,13 +173,13 @@ def in_process(setting: str, batches: int = 150) -> tuple[float, float, float, f
     broker = Broker(config, StoreConfig(store_dir=str(root), segment_size_bytes=256 << 20))
     broker.start()
     try:
-        broker.send_columns(made(1)[0])
+        broker.sending.send_columns(made(1)[0])
         broker.store.wait_dispatched()
         flushed(broker)
         work = made(batches)
         start = time.process_time()
         for batch in work:
-            broker.send_columns(batch)
+            broker.sending.send_columns(batch)
         broker.store.wait_dispatched()
         send = time.process_time() - start
         trace_send = flushed(broker)
@@ -190,7 +190,7 @@ def in_process(setting: str, batches: int = 150) -> tuple[float, float, float, f
                 request = PullRequest(
                     "bench", queue_id, offset, 10_000, max_bytes=64 << 20, raw=True
                 )
-                got = broker.pull("bench-reader", request)
+                got = broker.pulling.pull("bench-reader", request)
                 if got.raw is None or not got.raw.count:
                     break
                 read, offset = read + got.raw.count, got.next_offset

@@ -115,7 +115,7 @@ def broker_start(
     no_extensions: bool,
 ) -> None:
     """Start a broker in the foreground; prints READY HOST:PORT, stops on SIGTERM/Ctrl-C."""
-    from broker_core.server.app import run  # grpc server machinery only when needed
+    from broker_core.server.main import run  # grpc server machinery only when needed
 
     argv = [
         "--listen",

@@ -27,6 +27,14 @@ class FlushMode(StrEnum):
     SYNC = "sync"
 
 
+class Role(StrEnum):
+    """A broker's place in its group (``broker_core.ha``): the config's ``broker_id`` is the
+    input (0 = master), this is what the code tests. A slave's store refuses client writes."""
+
+    MASTER = "master"
+    SLAVE = "slave"
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     """Settings of the message store (``broker_core.store``)."""
@@ -206,7 +214,7 @@ class BrokerConfig:
     trace_groups: str = ""  # comma-separated consumer groups traced ("" = every group)
     trace_flush_interval_ms: int = 200  # how often buffered broker records are written
     # Broker groups and replication (``broker_core.ha``; docs/ARCHITECTURE.md).
-    broker_id: int = 0  # 0 = the group's master, > 0 = a slave
+    broker_id: int = 0  # 0 = the group's master, > 0 = a slave (``role``)
     ha_listen: str = ""  # master: HOST:PORT its slaves connect to ("" = no replication)
     ha_master: str = ""  # slave: the master's HA HOST:PORT
     replication: str = "async"  # master: "sync" acks a send once the in-sync slaves have it
@@ -249,6 +257,11 @@ class BrokerConfig:
             "max_raw_pull_batch",
             "max_long_polling_ms",
         )
+
+    @property
+    def role(self) -> Role:
+        """The role ``broker_id`` gives (a controller may assign another at start)."""
+        return Role.MASTER if self.broker_id == 0 else Role.SLAVE
 
 
 def _check_ha(c: BrokerConfig) -> None:

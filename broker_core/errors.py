@@ -138,7 +138,15 @@ class FilterSyntaxError(InvalidArgumentError):
 
 
 class InvalidOffsetError(InvalidArgumentError):
-    """An offset is negative or otherwise meaningless."""
+    """An offset is negative or otherwise meaningless.
+
+    ``next_offset``: where the broker said to read instead (the queue's minimum after
+    retention, or its end), when a pull refused the offset and the answer named one.
+    """
+
+    def __init__(self, message: str = "", *, next_offset: int | None = None) -> None:
+        super().__init__(message)
+        self.next_offset = next_offset
 
 
 class InvalidReceiptHandleError(InvalidArgumentError):

@@ -124,6 +124,12 @@ class ServiceThread:
             return False
         return True
 
+    def request_stop(self) -> None:
+        """Ask the thread to end without waiting for it (``stop`` joins it later)."""
+        with self._lock:
+            self._stopping.set()
+        self._wake.set()
+
     def wake(self) -> None:
         """End the current wait early: the next round runs now."""
         self._wake.set()

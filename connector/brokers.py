@@ -3,7 +3,7 @@
 * :class:`BrokerSet`: broker names, topics, each queue's ``[min, max)`` (one
   ``TopicStatus`` call per broker and topic), offsets by timestamp, offset commits. Its
   clients connect lazily, so it pickles and costs nothing until used.
-* :func:`open_brokers` picks it (``endpoints``) or ``routes.RoutedBrokerSet`` (``namesrv``).
+* ``routes.open_brokers`` picks it (``endpoints``) or ``routes.RoutedBrokerSet`` (``namesrv``).
 """
 
 from __future__ import annotations
@@ -123,14 +123,3 @@ class BrokerSet:
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
-
-
-def open_brokers(options: ReadOptions) -> BrokerSet:
-    """The brokers of a read: the ``endpoints`` given, or the ``namesrv`` routes."""
-    if options.namesrv is None:
-        brokers = BrokerSet(options.endpoints, options.access)
-        brokers.topic_hint = tuple(options.topics or ())
-        return brokers
-    from connector.routes import RoutedBrokerSet  # imports this module
-
-    return RoutedBrokerSet(options.namesrv, options.access)

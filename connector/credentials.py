@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from broker_core.errors import ConfigError
+from connector.option_parse import boolean
 
 OPTIONS: Final = ("accessKey", "secretKey", "tls", "caFile")
 
@@ -48,10 +49,8 @@ def parse_access(given: Mapping[str, str]) -> Access:
         raise ConfigError("option 'accessKey' needs option 'secretKey' too")
     if secret_key and not access_key:
         raise ConfigError("option 'secretKey' needs option 'accessKey' too")
-    tls = given.get("tls", "false").strip().lower()
-    if tls not in ("true", "false"):
-        raise ConfigError(f"option 'tls' must be true or false, got {given['tls']!r}")
+    tls = boolean("tls", given.get("tls", "false"))
     ca_file = given.get("caFile", "").strip() or None
     if ca_file is not None and not os.path.isfile(ca_file):
         raise ConfigError(f"option 'caFile': no such file {ca_file!r} (a PEM CA certificate)")
-    return Access(access_key, secret_key, tls == "true" or ca_file is not None, ca_file)
+    return Access(access_key, secret_key, tls or ca_file is not None, ca_file)

@@ -25,9 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from broker_core.errors import ConfigError, InvalidArgumentError
+from broker_core.errors import InvalidArgumentError
 from broker_core.message import validate_topic_name
 from connector.offsets import EARLIEST, LATEST, Offsets, QueueRef, from_json, parse_label
+from connector.option_parse import option_error
 
 SpecKind = Literal["earliest", "latest", "offsets", "timestamp", "timestamps", "group"]
 PastEnd = Literal["error", "latest"]
@@ -55,14 +56,12 @@ class OffsetSpec:
     group: str | None = None  # kind group: the consumer group (consumerGroup)
 
 
-def _error(option: str, problem: str) -> ConfigError:
-    return ConfigError(f"option {option!r}: {problem}")
-
-
 def _epoch_ms(option: str, text: str) -> int:
     value = text.strip()
     if not (value.isascii() and value.isdigit()):
-        raise _error(option, f"must be epoch milliseconds (a non-negative integer), got {text!r}")
+        raise option_error(
+            option, f"must be epoch milliseconds (a non-negative integer), got {text!r}"
+        )
     return int(value)
 
 
@@ -71,18 +70,20 @@ def _choice(given: Mapping[str, str], option: str, allowed: tuple[str, ...]) -> 
         return None
     value = given[option].strip().lower()
     if value not in allowed:
-        raise _error(option, f"must be {' or '.join(allowed)}, got {given[option]!r}")
+        raise option_error(option, f"must be {' or '.join(allowed)}, got {given[option]!r}")
     return value
 
 
 def _check_companions(given: Mapping[str, str], start_kind: SpecKind) -> None:
     """The strategy and fallback options only go with what they modify."""
     if STRATEGY in given and start_kind not in ("timestamp", "timestamps"):
-        raise _error(STRATEGY, "only applies with startingOffsetsByTimestamp or startingTimestamp")
+        raise option_error(
+            STRATEGY, "only applies with startingOffsetsByTimestamp or startingTimestamp"
+        )
     if "groupFallback" in given and start_kind != "group":
-        raise _error("groupFallback", "only applies with startingOffsets=group")
+        raise option_error("groupFallback", "only applies with startingOffsets=group")
     if start_kind == "group" and "consumerGroup" not in given:
-        raise _error(
+        raise option_error(
             "startingOffsets", "'group' needs consumerGroup: the group whose offsets to start at"
         )
 
@@ -94,7 +95,9 @@ def parse_offset_spec(given: Mapping[str, str], *, start: bool, streaming: bool)
     default: Literal["earliest", "latest"] = "earliest" if start and not streaming else "latest"
     chosen = [name for name in names if name in given]
     if len(chosen) > 1:
-        raise _error(chosen[0], f"give only one of {', '.join(names)}; got {', '.join(chosen)}")
+        raise option_error(
+            chosen[0], f"give only one of {', '.join(names)}; got {', '.join(chosen)}"
+        )
     option = chosen[0] if chosen else names[0]
     past_end = _choice(given, STRATEGY, ("error", "latest"))
     if option == names[1]:
@@ -137,13 +140,13 @@ def _offsets(text: str, option: str, *, start: bool, streaming: bool) -> OffsetS
     words = ("earliest", "latest", "group") if start else ("earliest", "latest")
     if text.lower() in words:
         if text.lower() == forbidden:
-            raise _error(
+            raise option_error(
                 option,
                 f"{text!r} is not allowed in a {'batch' if not streaming else 'stream'} query",
             )
         return OffsetSpec(text.lower(), default=default, option=option)  # type: ignore[arg-type]
     if not text.startswith("{"):
-        raise _error(
+        raise option_error(
             option,
             f"must be {', '.join(words)} or a JSON object "
             f"{{topic: {{'broker:queueId': offset}}}}, got {text!r}",
@@ -152,7 +155,7 @@ def _offsets(text: str, option: str, *, start: bool, streaming: bool) -> OffsetS
     bad = LATEST if forbidden == "latest" else (EARLIEST if forbidden == "earliest" else None)
     for ref, value in offsets.items():
         if value == bad:
-            raise _error(option, f"{value} ({forbidden}) is not allowed for {ref} here")
+            raise option_error(option, f"{value} ({forbidden}) is not allowed for {ref} here")
     return OffsetSpec("offsets", offsets=offsets, default=default, option=option)
 
 
@@ -161,20 +164,22 @@ def parse_assign(text: str) -> frozenset[QueueRef]:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise _error("assign", f"not valid JSON ({exc})") from None
+        raise option_error("assign", f"not valid JSON ({exc})") from None
     shape = 'an object {topic: [\'broker:queueId\', …]}, e.g. {"orders": ["broker-a:0"]}'
     if not isinstance(value, dict) or not value:
-        raise _error("assign", f"must be {shape}, got {text!r}")
+        raise option_error("assign", f"must be {shape}, got {text!r}")
     queues: set[QueueRef] = set()
     for topic, labels in value.items():
         try:
             validate_topic_name(topic)
         except InvalidArgumentError as exc:
-            raise _error("assign", str(exc)) from None
+            raise option_error("assign", str(exc)) from None
         if not isinstance(labels, list) or not labels:
-            raise _error("assign", f"topic {topic!r} must map to a non-empty list; {shape}")
+            raise option_error("assign", f"topic {topic!r} must map to a non-empty list; {shape}")
         for label in labels:
             if not isinstance(label, str):
-                raise _error("assign", f"queue {label!r} of {topic!r} must be 'broker:queueId'")
+                raise option_error(
+                    "assign", f"queue {label!r} of {topic!r} must be 'broker:queueId'"
+                )
             queues.add(parse_label(topic, label, what="option 'assign'"))
     return frozenset(queues)

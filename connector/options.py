@@ -70,16 +70,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from broker_core.client import parse_endpoint
 from broker_core.errors import ConfigError, InvalidArgumentError
-from broker_core.message import validate_group_name, validate_topic_name
-from broker_core.protocol.durations import parse_duration_ms
+from broker_core.message import validate_topic_name
 from broker_core.protocol.filters import TagFilter, compile_sql
 from connector import credentials
 from connector.credentials import NO_ACCESS, Access
 from connector.offset_options import OffsetSpec, parse_assign, parse_offset_spec
 from connector.offsets import QueueRef
 from connector.option_names import KNOWN_OPTIONS, canonical_names
+from connector.option_parse import (
+    boolean,
+    byte_count,
+    duration_ms,
+    group_name,
+    option_error,
+    parse_endpoints,
+    parse_namesrv,
+    positive_int,
+)
 
 __all__ = ["KNOWN_OPTIONS", "OffsetSpec", "ReadOptions", "parse_read_options"]
 
@@ -94,17 +102,6 @@ STREAM_ONLY: Final = (
     "commitOffsets",
 )
 BATCH_ONLY: Final = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
-_BYTE_UNITS: Final = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kb": 1 << 10,
-    "m": 1 << 20,
-    "mb": 1 << 20,
-    "g": 1 << 30,
-    "gb": 1 << 30,
-}
-_BYTES_RE: Final = re.compile(r"(\d+)\s*([a-z]*)")
 
 
 @dataclass(frozen=True)
@@ -149,73 +146,13 @@ class ReadOptions:
         return self.matches_topic(ref.topic)
 
 
-def _error(option: str, problem: str) -> ConfigError:
-    return ConfigError(f"option {option!r}: {problem}")
-
-
-def _positive_int(option: str, text: str) -> int:
-    value = text.strip()
-    if not (value.isascii() and value.isdigit()) or int(value) < 1:
-        raise _error(option, f"must be a positive integer, got {text!r}")
-    return int(value)
-
-
-def _boolean(option: str, text: str) -> bool:
-    value = text.strip().lower()
-    if value not in ("true", "false"):
-        raise _error(option, f"must be true or false, got {text!r}")
-    return value == "true"
-
-
-def _byte_count(option: str, text: str) -> int:
-    match = _BYTES_RE.fullmatch(text.strip().lower())
-    if match is None or match.group(2) not in _BYTE_UNITS or int(match.group(1)) < 1:
-        raise _error(
-            option, f"must be a positive byte count such as 1048576, 512k, 64m or 1g, got {text!r}"
-        )
-    return int(match.group(1)) * _BYTE_UNITS[match.group(2)]
-
-
-def _duration_ms(option: str, text: str) -> int:
-    try:
-        value = parse_duration_ms(text)
-    except InvalidArgumentError as exc:
-        raise _error(option, str(exc)) from None
-    if value < 1:
-        raise _error(option, f"must be longer than 0, got {text!r}")
-    return value
-
-
-def parse_endpoints(text: str) -> tuple[str, ...]:
-    """The ``endpoints`` option: ``host:port[,host:port]``, duplicates dropped, in order."""
-    parts = [p.strip() for p in text.split(",")]
-    if not text.strip() or any(not p for p in parts):
-        raise _error("endpoints", f"must be host:port[,host:port], got {text!r}")
-    try:
-        return tuple(dict.fromkeys(parse_endpoint(p) for p in parts))
-    except InvalidArgumentError as exc:
-        raise _error("endpoints", str(exc)) from None
-
-
-def parse_namesrv(text: str) -> str:
-    """The ``namesrv`` option: ``host:port[;host:port]`` (``,`` also separates), checked and
-    normalised to ``;``-separated."""
-    parts = [p.strip() for p in text.replace(",", ";").split(";")]
-    if not text.strip() or any(not p for p in parts):
-        raise _error("namesrv", f"must be host:port[;host:port], got {text!r}")
-    try:
-        return ";".join(dict.fromkeys(parse_endpoint(p) for p in parts))
-    except InvalidArgumentError as exc:
-        raise _error("namesrv", str(exc)) from None
-
-
 def _topic_names(option: str, text: str) -> tuple[str, ...]:
     names = [t.strip() for t in text.split(",")] if option == "topics" else [text.strip()]
     for name in names:
         try:
             validate_topic_name(name)
         except InvalidArgumentError as exc:
-            raise _error(option, f"{exc} (in {text!r})") from None
+            raise option_error(option, f"{exc} (in {text!r})") from None
     return tuple(dict.fromkeys(names))
 
 
@@ -240,7 +177,7 @@ def _subscription(
     try:
         re.compile(given[name])
     except re.error as exc:
-        raise _error(name, f"not a valid regular expression: {exc}") from None
+        raise option_error(name, f"not a valid regular expression: {exc}") from None
     return None, given[name], None
 
 
@@ -248,19 +185,19 @@ def _filter(
     given: Mapping[str, str],
 ) -> tuple[str | None, Literal["TAG", "SQL"], frozenset[str] | None]:
     if "tagExpression" in given and "sqlFilter" in given:
-        raise _error("sqlFilter", "give either tagExpression or sqlFilter, not both")
+        raise option_error("sqlFilter", "give either tagExpression or sqlFilter, not both")
     if "sqlFilter" in given:
         try:
             compile_sql(given["sqlFilter"])
         except InvalidArgumentError as exc:
-            raise _error("sqlFilter", str(exc)) from None
+            raise option_error("sqlFilter", str(exc)) from None
         return given["sqlFilter"], "SQL", None
     if "tagExpression" not in given:
         return None, "TAG", None
     try:
         parsed = TagFilter.parse(given["tagExpression"])
     except InvalidArgumentError as exc:
-        raise _error("tagExpression", str(exc)) from None
+        raise option_error("tagExpression", str(exc)) from None
     if parsed.match_all:
         return None, "TAG", None
     return parsed.expression, "TAG", parsed.tags
@@ -269,7 +206,9 @@ def _filter(
 def _check_mode(given: Mapping[str, str], streaming: bool) -> None:
     for name in BATCH_ONLY if streaming else STREAM_ONLY:
         if name in given:
-            raise _error(name, f"applies to {'batch' if streaming else 'streaming'} reads only")
+            raise option_error(
+                name, f"applies to {'batch' if streaming else 'streaming'} reads only"
+            )
     if ("endpoints" in given) == ("namesrv" in given):
         raise ConfigError(
             "option 'endpoints' / 'namesrv': exactly one is required "
@@ -277,19 +216,17 @@ def _check_mode(given: Mapping[str, str], streaming: bool) -> None:
             "host:port[;host:port] of the NameServers)"
         )
     if "maxTriggerDelay" in given and "minMessagesPerTrigger" not in given:
-        raise _error("maxTriggerDelay", "only applies together with minMessagesPerTrigger")
-    if _boolean("commitOffsets", given.get("commitOffsets", "false")) and (
+        raise option_error("maxTriggerDelay", "only applies together with minMessagesPerTrigger")
+    if boolean("commitOffsets", given.get("commitOffsets", "false")) and (
         "consumerGroup" not in given
     ):
-        raise _error("commitOffsets", "needs consumerGroup: the group whose offsets to commit")
+        raise option_error(
+            "commitOffsets", "needs consumerGroup: the group whose offsets to commit"
+        )
 
 
 def _group(given: Mapping[str, str]) -> str:
-    name = given.get("consumerGroup", DEFAULT_GROUP).strip()
-    try:
-        return validate_group_name(name)
-    except InvalidArgumentError as exc:
-        raise _error("consumerGroup", str(exc)) from None
+    return group_name("consumerGroup", given.get("consumerGroup", DEFAULT_GROUP).strip())
 
 
 def _optional(given: Mapping[str, str], name: str, parse: Callable[[str, str], int]) -> int | None:
@@ -320,21 +257,21 @@ def _parse(given: Mapping[str, str], streaming: bool) -> ReadOptions:
         topic_pattern=pattern,
         starting=parse_offset_spec(given, start=True, streaming=streaming),
         ending=None if streaming else parse_offset_spec(given, start=False, streaming=False),
-        max_messages_per_trigger=_optional(given, "maxMessagesPerTrigger", _positive_int),
-        min_messages_per_trigger=_optional(given, "minMessagesPerTrigger", _positive_int),
-        max_trigger_delay_ms=_optional(given, "maxTriggerDelay", _duration_ms)
+        max_messages_per_trigger=_optional(given, "maxMessagesPerTrigger", positive_int),
+        min_messages_per_trigger=_optional(given, "minMessagesPerTrigger", positive_int),
+        max_trigger_delay_ms=_optional(given, "maxTriggerDelay", duration_ms)
         or DEFAULT_MAX_TRIGGER_DELAY_MS,
-        max_bytes_per_trigger=_optional(given, "maxBytesPerTrigger", _byte_count),
+        max_bytes_per_trigger=_optional(given, "maxBytesPerTrigger", byte_count),
         filter_expression=expression,
         filter_type=filter_type,
         tags=tags,
-        fail_on_data_loss=_boolean("failOnDataLoss", given.get("failOnDataLoss", "true")),
+        fail_on_data_loss=boolean("failOnDataLoss", given.get("failOnDataLoss", "true")),
         consumer_group=_group(given),
-        commit_offsets=_boolean("commitOffsets", given.get("commitOffsets", "false")),
-        include_properties=_boolean("includeProperties", given.get("includeProperties", "true")),
-        trace=_boolean("trace", given.get("trace", "false")),
+        commit_offsets=boolean("commitOffsets", given.get("commitOffsets", "false")),
+        include_properties=boolean("includeProperties", given.get("includeProperties", "true")),
+        trace=boolean("trace", given.get("trace", "false")),
         access=credentials.parse_access(given),
         assigned=assigned,
-        min_partitions=_optional(given, "minPartitions", _positive_int),
-        max_messages_per_partition=_optional(given, "maxMessagesPerPartition", _positive_int),
+        min_partitions=_optional(given, "minPartitions", positive_int),
+        max_messages_per_partition=_optional(given, "maxMessagesPerPartition", positive_int),
     )

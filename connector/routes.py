@@ -4,10 +4,12 @@
 from each subscribed topic's route (``NameServerClient.get_route``) instead of a list of
 endpoints:
 
+* the routes come from :class:`~broker_core.client.routing.ClusterRouting`, the client's
+  one routing by NameServer;
 * a queue is (topic, broker group, queue id), exactly the key the checkpoint already
   uses (``{"orders": {"broker-a:0": 12}}``), and is read from the master of the group
-  (``BrokerData.grpc_addrs[0]``); only groups whose route entry is readable (perm 4)
-  with a live master count;
+  (``BrokerData.grpc_addrs[0]``); only groups whose route entry is readable
+  (``Perm.READ``) with a live master count;
 * a group's queues are its route entry's ``read_queue_nums`` first queues, bounded by
   asking that broker (``TopicStatus``);
 * every call re-reads the routes (one NameServer request per topic per trigger), so a
@@ -15,24 +17,36 @@ endpoints:
   from the bounds (the stream reader reports its queues, see ``failOnDataLoss``).
 
 The NameServer connection is opened on first use and never pickled.
+:func:`open_brokers` picks a :class:`~connector.brokers.BrokerSet` or this.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from broker_core.client import RocketMQClient
-from broker_core.cluster.routes import BrokerQueues, brokers_of
+from broker_core.client.routing import ClusterRouting
+from broker_core.client.settings import ClientSettings
 from broker_core.errors import ConfigError, TopicNotFoundError
-from broker_core.namesrv.client import NameServerClient
 from connector.brokers import REQUEST_TIMEOUT_S, Bounds, BrokerSet
 from connector.credentials import NO_ACCESS, Access
 from connector.offsets import QueueRef
 from connector.options import ReadOptions
 
-PERM_READ: Final = 4  # RocketMQ's PermName.PERM_READ
+if TYPE_CHECKING:
+    from broker_core.cluster.routes import BrokerQueues
+
 NAMESRV_TIMEOUT_S: Final = 5.0
+
+
+def open_brokers(options: ReadOptions) -> BrokerSet:
+    """The brokers of a read: the ``endpoints`` given, or the ``namesrv`` routes."""
+    if options.namesrv is None:
+        brokers = BrokerSet(options.endpoints, options.access)
+        brokers.topic_hint = tuple(options.topics or ())
+        return brokers
+    return RoutedBrokerSet(options.namesrv, options.access)
 
 
 class RoutedBrokerSet(BrokerSet):
@@ -41,27 +55,17 @@ class RoutedBrokerSet(BrokerSet):
     def __init__(self, namesrv: str, access: Access = NO_ACCESS) -> None:
         super().__init__((), access)
         self.namesrv = namesrv
-        self._ns: NameServerClient | None = None
+        settings = ClientSettings(timeout_s=REQUEST_TIMEOUT_S, **access.client_kwargs())
+        self.routing = ClusterRouting(
+            namesrv, settings, namesrv_timeout_s=NAMESRV_TIMEOUT_S, namesrv_tls=False
+        )
         self._routed: dict[str, list[BrokerQueues]] = {}  # topic -> its readable groups
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_ns"] = None
-        return state
-
-    @property
-    def ns(self) -> NameServerClient:
-        if self._ns is None:
-            self._ns = NameServerClient(self.namesrv, timeout_s=NAMESRV_TIMEOUT_S)
-        return self._ns
-
     def route(self, topic: str) -> list[BrokerQueues]:
-        """The readable broker groups of ``topic`` (empty when no group has it)."""
-        try:
-            groups = brokers_of(self.ns.get_route(topic))
-        except TopicNotFoundError:
-            groups = []
-        self._routed[topic] = [g for g in groups if g.perm & PERM_READ]
+        """The readable broker groups of ``topic`` (empty when no group has it), asked of
+        the NameServers now."""
+        self.routing.invalidate(topic)
+        self._routed[topic] = self.routing.readable(topic)
         self._names = None
         return self._routed[topic]
 
@@ -92,16 +96,14 @@ class RoutedBrokerSet(BrokerSet):
 
     def _client_at(self, addr: str) -> RocketMQClient:
         if addr not in self._clients:
-            self._clients[addr] = RocketMQClient(
-                addr, timeout_s=REQUEST_TIMEOUT_S, **self.access.client_kwargs()
-            )
+            self._clients[addr] = RocketMQClient.of(self.routing.broker_at(addr))
         return self._clients[addr]
 
     def topics(self, options: ReadOptions) -> list[str]:
         """The names given, or every topic the NameServers list that the pattern matches."""
         if options.topics is not None:
             return list(options.topics)
-        return sorted(t for t in self.ns.get_all_topics() if options.matches_topic(t))
+        return sorted(t for t in self.routing.all_topics() if options.matches_topic(t))
 
     def bounds(self, topics: Sequence[str], *, explicit: bool) -> Bounds:
         """``[min, max)`` of every read queue of ``topics`` in every group of its route.
@@ -128,7 +130,7 @@ class RoutedBrokerSet(BrokerSet):
         return found
 
     def close(self) -> None:
-        super().close()
-        if self._ns is not None:
-            self._ns.close()
-            self._ns = None
+        try:
+            super().close()
+        finally:
+            self.routing.close()

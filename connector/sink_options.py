@@ -69,12 +69,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from broker_core.errors import ConfigError, InvalidArgumentError, RocketMQError
-from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.errors import ConfigError, InvalidArgumentError
 from connector import credentials
 from connector.credentials import NO_ACCESS, Access
 from connector.option_names import suggestion
-from connector.options import parse_endpoints, parse_namesrv
+from connector.option_parse import (
+    boolean,
+    group_name,
+    int_in,
+    parse_endpoints,
+    parse_namesrv,
+    topic_name,
+)
 
 DEFAULT_BATCH_SIZE: Final = (
     4096  # a request costs a round trip and ~0.5 ms of broker CPU: amortise it
@@ -123,35 +129,6 @@ class SinkOptions:
     trace: bool = False  # Pub trace records (connector/trace.py)
 
 
-def _bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(f"option '{name}' must be true or false, got {raw!r}")
-    return value == "true"
-
-
-def _int(name: str, raw: str, low: int, high: int) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"option '{name}' must be an integer, got {raw!r}") from None
-    if not low <= value <= high:
-        raise ConfigError(f"option '{name}' must be in [{low}, {high}], got {value}")
-    return value
-
-
-def _named(name: str, raw: str) -> str:
-    """Run the broker's name check for option ``name``; its error becomes a ConfigError."""
-    try:
-        if name == "topic":
-            validate_topic_name(raw)
-        else:
-            validate_group_name(raw)
-    except RocketMQError as exc:
-        raise ConfigError(f"option '{name}': {exc}") from None
-    return raw
-
-
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the writer's options; ConfigError naming the first bad or unknown option."""
     canonical = {name.lower(): name for name in SINK_OPTIONS}
@@ -176,29 +153,33 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     parsed = SinkOptions(
         endpoints=parse_endpoints(given["endpoints"]) if "endpoints" in given else (),
         namesrv=parse_namesrv(given["namesrv"]) if "namesrv" in given else None,
-        topic=_named("topic", given["topic"]) if "topic" in given else None,
-        batch_size=_int(
+        topic=topic_name("topic", given["topic"]) if "topic" in given else None,
+        batch_size=int_in(
             "batchSize", given.get("batchSize", str(DEFAULT_BATCH_SIZE)), 1, MAX_BATCH_SIZE
         ),
-        ignore_extra_columns=_bool("ignoreExtraColumns", given.get("ignoreExtraColumns", "false")),
-        exactly_once=_bool("exactlyOnce", given.get("exactlyOnce", "false")),
+        ignore_extra_columns=boolean(
+            "ignoreExtraColumns", given.get("ignoreExtraColumns", "false")
+        ),
+        exactly_once=boolean("exactlyOnce", given.get("exactlyOnce", "false")),
         producer_group=(
-            _named("producerGroup", given["producerGroup"]) if "producerGroup" in given else None
+            group_name("producerGroup", given["producerGroup"])
+            if "producerGroup" in given
+            else None
         ),
         transaction_timeout_ms=(
-            _int("transactionTimeoutMs", timeout_ms, 1_000, 7 * 86_400_000)
+            int_in("transactionTimeoutMs", timeout_ms, 1_000, 7 * 86_400_000)
             if timeout_ms is not None
             else DEFAULT_TRANSACTION_TIMEOUT_MS
         ),
-        request_timeout_ms=_int(
+        request_timeout_ms=int_in(
             "requestTimeoutMs",
             given.get("requestTimeoutMs", str(DEFAULT_REQUEST_TIMEOUT_MS)),
             1,
             3_600_000,
         ),
         access=credentials.parse_access(given),
-        idempotent=_bool("idempotent", given["idempotent"]) if "idempotent" in given else None,
-        trace=_bool("trace", given.get("trace", "false")),
+        idempotent=boolean("idempotent", given["idempotent"]) if "idempotent" in given else None,
+        trace=boolean("trace", given.get("trace", "false")),
     )
     if parsed.exactly_once and len(parsed.endpoints) != 1:
         raise ConfigError(

@@ -7,7 +7,9 @@
   broker and each broker spreads them over its queues.
 * :class:`SinkTargets` holds a task's clients: one per endpoint given (``endpoints``),
   or, with ``namesrv``, one per master of the broker groups in each topic's route that
-  take writes (read again every ``ROUTE_TTL_S``). Opened lazily, closed together.
+  take writes (:meth:`ClusterRouting.writable
+  <broker_core.client.routing.ClusterRouting.writable>`, the client's one routing by
+  NameServer; read again every ``ROUTE_TTL_S``). Opened lazily, closed together.
 
 >>> spread(3, 7, None, start=1)
 [[2, 5], [0, 3, 6], [1, 4]]
@@ -15,18 +17,16 @@
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections.abc import Sequence
 from typing import Final
 
 from broker_core.client import RocketMQClient
-from broker_core.cluster.routes import brokers_of
+from broker_core.client.routing import ClusterRouting
+from broker_core.client.settings import ClientSettings
 from broker_core.errors import ConfigError, TopicNotFoundError
-from broker_core.namesrv.client import NameServerClient
 from connector.credentials import NO_ACCESS, Access
 
-PERM_WRITE: Final = 2  # RocketMQ's PermName.PERM_WRITE
 ROUTE_TTL_S: Final = 3.0
 NAMESRV_TIMEOUT_S: Final = 5.0
 
@@ -73,30 +73,32 @@ class SinkTargets:
         self.namesrv = namesrv
         self.timeout_s = timeout_s
         self.access = access
-        self._by_addr = {e: self._new_client(e) for e in sorted(endpoints)}
+        settings = ClientSettings(timeout_s=timeout_s, **access.client_kwargs())
+        self._by_addr = {
+            e: RocketMQClient(e, timeout_s=timeout_s, **access.client_kwargs())
+            for e in sorted(endpoints)
+        }
         self._fixed = list(self._by_addr.values())
-        self._routes: dict[str, tuple[float, list[RocketMQClient]]] = {}
-        self._ns = (
-            None if namesrv is None else NameServerClient(namesrv, timeout_s=NAMESRV_TIMEOUT_S)
+        self._routing = (
+            None
+            if namesrv is None
+            else ClusterRouting(
+                namesrv,
+                settings,
+                route_ttl_ms=int(ROUTE_TTL_S * 1000),
+                namesrv_timeout_s=NAMESRV_TIMEOUT_S,
+                namesrv_tls=False,
+            )
         )
 
     def clients(self, topic: str) -> list[RocketMQClient]:
         """The clients of the brokers ``topic``'s rows are spread over."""
-        if self._ns is None:
+        if self._routing is None:
             return self._fixed  # every endpoint serves every topic (it auto-creates or refuses)
-        cached = self._routes.get(topic)
-        if cached is None or cached[0] <= time.monotonic():
-            cached = (time.monotonic() + ROUTE_TTL_S, self._route_clients(topic))
-            self._routes[topic] = cached
-        return cached[1]
-
-    def _route_clients(self, topic: str) -> list[RocketMQClient]:
-        assert self._ns is not None
         try:
-            groups = brokers_of(self._ns.get_route(topic))
+            writable = self._routing.writable(topic)
         except TopicNotFoundError:
-            groups = []
-        writable = [g for g in groups if g.perm & PERM_WRITE and g.write_queue_nums > 0]
+            writable = []
         if not writable:
             raise TopicNotFoundError(
                 f"rocketmq sink: topic {topic!r} has no writable broker group in the route of "
@@ -106,12 +108,11 @@ class SinkTargets:
         return [self._client_at(g.grpc_addr) for g in writable]  # sorted by group name
 
     def _client_at(self, addr: str) -> RocketMQClient:
-        if addr not in self._by_addr:
-            self._by_addr[addr] = self._new_client(addr)
-        return self._by_addr[addr]
-
-    def _new_client(self, addr: str) -> RocketMQClient:
-        return RocketMQClient(addr, timeout_s=self.timeout_s, **self.access.client_kwargs())
+        client = self._by_addr.get(addr)
+        if client is None:
+            assert self._routing is not None
+            client = self._by_addr[addr] = RocketMQClient.of(self._routing.broker_at(addr))
+        return client
 
     def flush(self) -> None:
         """Wait until every request in flight is answered; raises the first send error."""
@@ -119,7 +120,9 @@ class SinkTargets:
             client.flush()
 
     def close(self) -> None:
-        for client in self._by_addr.values():
-            client.close()
-        if self._ns is not None:
-            self._ns.close()
+        try:
+            for client in self._by_addr.values():
+                client.close()
+        finally:
+            if self._routing is not None:
+                self._routing.close()

@@ -46,11 +46,12 @@ from broker_core.errors import (
 )
 from connector import positions, trace
 from connector.arrow import arrow_schema_of, units_to_record_batch
-from connector.brokers import REQUEST_TIMEOUT_S, Bounds, BrokerSet, open_brokers
+from connector.brokers import REQUEST_TIMEOUT_S, Bounds, BrokerSet
 from connector.credentials import NO_ACCESS, Access
 from connector.offsets import EARLIEST, LATEST, Offsets, QueueRef
 from connector.options import OffsetSpec, ReadOptions
 from connector.partitioning import split_ranges
+from connector.routes import open_brokers
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ def _after_illegal_offset(
     part: QueueRange, offset: int, exc: InvalidOffsetError, settings: ReadSettings
 ) -> int:
     """Where to continue after the broker refused ``offset`` (``end`` = give up)."""
-    moved_to = getattr(exc, "next_offset", None)
+    moved_to = exc.next_offset
     if moved_to is not None and moved_to > offset:  # below the queue's minimum now
         data_loss(part.ref, offset, min(moved_to, part.end), settings, "were removed by retention")
         return min(moved_to, part.end)

@@ -44,10 +44,11 @@ from pyspark.sql.types import StructType
 from broker_core.errors import InvalidOffsetError, OffsetOutOfRangeError
 from connector import positions
 from connector.arrow import arrow_schema_of, message_size_bytes
-from connector.brokers import Bounds, BrokerSet, open_brokers
+from connector.brokers import Bounds, BrokerSet
 from connector.offsets import Offsets, QueueRef, from_json, split_budget, to_json
 from connector.options import ReadOptions
 from connector.partitioning import split_ranges
+from connector.routes import open_brokers
 from connector.source import (
     QueueRange,
     data_loss,

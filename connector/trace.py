@@ -18,11 +18,11 @@ so a trace is never silently missing while the option is on.
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker_core.client import RocketMQClient, SendReceipt
+from broker_core.clock import now_ms
 from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, encode
 
 GROUP = "spark"
@@ -55,10 +55,6 @@ def spark_context() -> SparkContext:
         int(batch) if batch and batch.lstrip("-").isdigit() else -1,
         task.partitionId(),
     )
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def pub_records(

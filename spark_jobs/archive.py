@@ -31,7 +31,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs.common import add_common, finish, positive_int, session
+from spark_jobs.args import add_streaming, job_parser
+from spark_jobs.common import finish, session
 
 COLUMNS = (
     "topic",
@@ -92,31 +93,11 @@ def run(
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="archive",
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_common(p)
+    p = job_parser("archive", __doc__)
     p.add_argument("--topic", required=True, help="topic to archive")
     p.add_argument("--output", required=True, help="Parquet output directory")
-    p.add_argument("--checkpoint", required=True, help="checkpoint directory of the query")
-    p.add_argument(
-        "--starting-offsets",
-        default="earliest",
-        help="earliest, latest or JSON offsets (first run only; default earliest)",
-    )
-    p.add_argument(
-        "--trigger-seconds",
-        type=positive_int,
-        default=None,
-        help="run continuously with a micro-batch every N s (default: availableNow)",
-    )
-    p.add_argument(
-        "--max-messages-per-trigger",
-        type=positive_int,
-        default=None,
-        help="at most N messages per micro-batch (and so per set of files)",
+    add_streaming(
+        p, max_messages_help="at most N messages per micro-batch (and so per set of files)"
     )
     return p
 

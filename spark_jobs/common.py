@@ -1,4 +1,5 @@
-"""What every job shares: the SparkSession and argument checks.
+"""What every job shares: the SparkSession and waiting for a query (``args.py``: the
+command line).
 
 ``session(app_name, master)`` respects a master chosen by ``spark-submit`` (it never
 overrides one), defaults to ``local[2]`` when run with ``python -m``, and points Spark's
@@ -13,7 +14,6 @@ lines back).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Final
@@ -89,25 +89,6 @@ def _local_shuffle_partitions(spark: SparkSession) -> None:
     local = (context.master or "").startswith("local")
     if local and not context.getConf().contains(SHUFFLE_PARTITIONS):
         spark.conf.set(SHUFFLE_PARTITIONS, LOCAL_SHUFFLE_PARTITIONS)
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer ≥ 1 (argparse names the option in its error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def add_common(parser: argparse.ArgumentParser) -> None:
-    """``--endpoints`` (required) and ``--master``."""
-    parser.add_argument("--endpoints", required=True, help="broker host:port[,host:port]")
-    parser.add_argument(
-        "--master", default=None, help="Spark master (default: spark-submit's, else local[2])"
-    )
 
 
 def finish(query: StreamingQuery) -> StreamingQuery:

@@ -49,7 +49,8 @@ from broker_core.client import RocketMQClient
 from broker_core.errors import TopicNotFoundError
 from broker_core.protocol.group_topics import dlq_topic
 from broker_core.protocol.properties import SYSTEM_PROPERTY_KEYS
-from spark_jobs.common import add_common, positive_int, session
+from spark_jobs.args import job_parser, positive_int
+from spark_jobs.common import session
 
 ORIGIN_KEYS = ("RETRY_TOPIC", "DLQ_ORIGIN_TOPIC", "REAL_TOPIC")
 PULL_GROUP = "dlq-replay"
@@ -204,12 +205,7 @@ def run(
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="dlq_replay",
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_common(p)
+    p = job_parser("dlq_replay", __doc__)
     p.add_argument("--group", required=True, help="consumer group whose %%DLQ%% topic to replay")
     p.add_argument(
         "--drop-tag",

@@ -61,7 +61,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.common import add_common, finish, positive_int, session
+from spark_jobs.args import add_streaming, job_parser
+from spark_jobs.common import finish, session
 
 ORDER_SCHEMA = StructType(
     [
@@ -215,38 +216,16 @@ def run(spark: SparkSession, **kwargs: object) -> StreamingQuery:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="order_events",
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_common(p)
+    p = job_parser("order_events", __doc__)
     p.add_argument("--input-topic", required=True, help="topic of order-event JSON messages")
     p.add_argument("--output-topic", required=True, help="topic the results are sent to")
-    p.add_argument("--checkpoint", required=True, help="checkpoint directory of the query")
-    p.add_argument(
-        "--starting-offsets",
-        default="earliest",
-        help="earliest, latest or JSON offsets (first run only; default earliest)",
-    )
+    add_streaming(p, max_messages_help="rate limit: at most N input messages per micro-batch")
     p.add_argument(
         "--output-mode",
         choices=("update", "append", "complete"),
         default="update",
         help="update: changed windows per batch (default); append: final windows "
         "only; complete: every window every batch",
-    )
-    p.add_argument(
-        "--trigger-seconds",
-        type=positive_int,
-        default=None,
-        help="run continuously with a micro-batch every N s (default: availableNow)",
-    )
-    p.add_argument(
-        "--max-messages-per-trigger",
-        type=positive_int,
-        default=None,
-        help="rate limit: at most N input messages per micro-batch",
     )
     return p
 

@@ -1,14 +1,23 @@
-"""The broker: every policy service over one message store, behind one object.
+"""The broker: every policy service over one message store, composed in one object.
 
-This is what the gRPC server calls; it knows nothing of sockets. It owns the store, the
-metadata managers (topics, groups, consumer offsets, live clients) and the services
-(pull and long polling, POP, delay levels, timers, transactions, queue locks), starts
-them in dependency order and stops them in reverse.
+It knows nothing of sockets. It owns the store, the metadata managers (topics, groups,
+consumer offsets, live clients) and the services (pull and long polling, POP, delay
+levels, timers, transactions, queue locks, trace), starts them in dependency order and
+stops them in reverse. What the front ends call lives in four objects it builds, each
+over only the parts it needs:
 
-Sends are routed here: a transactional message becomes a half message, a delay level
-goes to the schedule topic, a future delivery time to the timer, everything else is
-appended in one batch. Reads check topic permissions; groups and topics are created on
-first use when the config allows it.
+=========================  ===============================================================
+``broker.sending``         :class:`~.send_calls.Sending`: sends (routed by ``sending.py``,
+                           deduplicated by ``dedup.py``), transaction ends, recalls
+``broker.pulling``         :class:`~.pulling.Pulling`: offset pulls and their long polling
+``broker.consuming``       :class:`~.consuming.Consuming`: POP receive, ack, invisibility,
+                           dead-lettering, resend
+``broker.consumer_groups`` :class:`~.consumer_groups.ConsumerGroups`: committed offsets,
+                           resets, progress, heartbeats, assignment, queue locks
+=========================  ===============================================================
+
+The broker itself keeps the lifecycle, its role (:meth:`Broker.require_master`), topic
+and group administration, and queries.
 
 Threads: every public method may be called from any thread.
 """
@@ -17,13 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from broker_core.broker.clients import ClientRegistry
-from broker_core.broker.consuming import ConsumerCalls
+from broker_core.broker.consumer_groups import ConsumerGroups
+from broker_core.broker.consuming import Consuming
 from broker_core.broker.dedup import with_dedup
 from broker_core.broker.group_positions import GroupPositions
 from broker_core.broker.groups import BROADCAST_MARK, GroupConfig, GroupManager, base_group
@@ -31,14 +39,17 @@ from broker_core.broker.lite import (
     LiteSubscriptions,
 )
 from broker_core.broker.locks import QueueLockManager
-from broker_core.broker.long_polling import LongPollingService, monotonic_ms
+from broker_core.broker.long_polling import LongPollingService
 from broker_core.broker.offsets import ConsumerOffsetManager
 from broker_core.broker.pop.model import PopConfig
 from broker_core.broker.pop.pop import PopService
-from broker_core.broker.pull import PullRequest, PullResult, PullService
+from broker_core.broker.pull import PullService
+from broker_core.broker.pulling import Pulling, PullLimits
 from broker_core.broker.put_rate import PutRate, stored_total
 from broker_core.broker.rebalance import MessageQueue
-from broker_core.broker.sending import Sender, SendResult
+from broker_core.broker.send_calls import Sending
+from broker_core.broker.sending import Sender
+from broker_core.broker.system_topics import destination_topic
 from broker_core.broker.timer.schedule import ScheduleService
 from broker_core.broker.timer.timer import TimerService
 from broker_core.broker.topic_admin import TopicChange, plan_change
@@ -48,25 +59,18 @@ from broker_core.broker.trace.recorder import TraceRecorder
 from broker_core.broker.transaction.halves import read_named
 from broker_core.broker.transaction.transaction import (
     CheckRequest,
-    EndResult,
-    Resolution,
     TransactionService,
 )
-from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.errors import (
-    InvalidArgumentError,
-    MessageNotFoundError,
-    NotMasterError,
-    TopicNotFoundError,
-)
+from broker_core.clock import now_ms
+from broker_core.config import BrokerConfig, Role, StoreConfig
+from broker_core.errors import MessageNotFoundError, TopicNotFoundError
 from broker_core.ha.group import Replication
+from broker_core.ha.metadata import ConfigTables
 from broker_core.message import (
-    Message,
     StoredMessage,
 )
 from broker_core.service_thread import ServiceThread
-from broker_core.store.columns import ColumnBatch
-from broker_core.store.message_store import MessageStore, now_ms
+from broker_core.store.message_store import MessageStore
 from broker_core.store.queue_read import QueueRead
 from broker_core.store.recovery import RecoveryReport
 
@@ -75,7 +79,7 @@ log = logging.getLogger(__name__)
 Checker = Callable[[CheckRequest], None]
 
 
-class Broker(ConsumerCalls):
+class Broker:
     """One broker: store, metadata and services (see the module docstring)."""
 
     def __init__(
@@ -148,7 +152,8 @@ class Broker(ConsumerCalls):
             initial_offset=self.positions.pop_initial_offset,
             group_of=base_group,
         )
-        self.replication = Replication(self)
+        tables = ConfigTables(cfg_dir, self.topics, self.groups, self.offsets)  # what HA copies
+        self.replication = Replication(config, self.store, tables)
         self.trace = TraceRecorder(self.store, self.topics, config, clock_ms)
         self.timer.fired = self.schedule.fired = self.trace.fired
         # Persists offsets and purges expired locks; a failed round is logged and retried.
@@ -163,12 +168,64 @@ class Broker(ConsumerCalls):
             self.schedule,
             self.timer,
             clock_ms=clock_ms,
-            after_put=lambda: self.replication.wait_replicated(self.store.commitlog.max_offset),
+            after_put=self._wait_replicated,
         )
         # Repeats of recent message ids are answered, not stored again (``dedup``).
         self.sender = with_dedup(sender, config, self.store.commitlog.read_message, clock_ms)
+        self._build_calls(config, clock_ms)
         self._rebalance_listeners: list[Callable[[str], None]] = []
         self.clients.add_listener(self._on_membership_change)
+
+    def _build_calls(self, config: BrokerConfig, clock_ms: Callable[[], int]) -> None:
+        """The objects the front ends call, each over the parts it needs."""
+        self.sending = Sending(
+            self.sender,
+            self.transactions,
+            self.timer,
+            self.trace,
+            require_master=self.require_master,
+            wait_replicated=self._wait_replicated,
+        )
+        self.pulling = Pulling(
+            self.groups,
+            self.topics,
+            self.pulls,
+            self.long_polling,
+            self.trace,
+            PullLimits(config.max_pull_batch, config.max_raw_pull_batch, self._max_wait_ms),
+        )
+        self.consuming = Consuming(
+            self.pop,
+            self.groups,
+            self.topics,
+            self.positions,
+            self.lite,
+            self.waiter,
+            self.trace,
+            clock_ms=clock_ms,
+            max_wait_ms=self._max_wait_ms,
+            require_master=self.require_master,
+            find=self.query_by_id,
+            send=self.sending.send,
+        )
+        self.consumer_groups = ConsumerGroups(
+            self.groups,
+            self.topics,
+            self.offsets,
+            self.positions,
+            self.clients,
+            self.locks,
+            self.pop,
+            self.store,
+            broker_name=config.broker_name,
+        )
+
+    def _max_wait_ms(self) -> int:
+        """The long-polling cap now (``max_long_polling_ms`` changes live)."""
+        return self.config.max_long_polling_ms
+
+    def _wait_replicated(self) -> None:
+        self.replication.wait_replicated(self.store.commitlog.max_offset)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -179,7 +236,7 @@ class Broker(ConsumerCalls):
         self.topics.ensure_system_topics()
         self.store.add_dispatch_listener(self.waiter.notify)
         self.replication.start()
-        if self.replication.is_slave:  # its log holds only the master's bytes: no appenders
+        if self.replication.role is Role.SLAVE:  # its log holds only the master's bytes
             services: tuple[Any, ...] = (self.long_polling, self.clients)
         else:
             self.sender.window.rebuild(self.store.commitlog)
@@ -244,6 +301,7 @@ class Broker(ConsumerCalls):
             self.clients.thread,
             *self.trace.threads(),
             self._housekeeper,
+            *self.replication.threads(),
         ]
 
     def service_health(self) -> dict[str, str]:
@@ -339,102 +397,11 @@ class Broker(ConsumerCalls):
     def read_queues(self, topic: str) -> list[MessageQueue]:
         return self.topics.for_read(topic).read_queues(self.config.broker_name)
 
-    # ---- sending ------------------------------------------------------------------------
-
-    def send(
-        self, messages: Sequence[Message], *, producer_group: str | None = None
-    ) -> list[SendResult]:
-        """Store messages (routing delayed and transactional ones); results in order
-        (:meth:`Sender.send`). NotMasterError on a slave."""
-        self.require_master()
-        return self.sender.send(messages, producer_group=producer_group)
-
-    def send_columns(self, batch: ColumnBatch, *, queue_id: int | None = None) -> np.ndarray:
-        """Store an encoded batch of plain messages of one topic; returns their queue
-        offsets (:meth:`Sender.send_columns`). NotMasterError on a slave."""
-        self.require_master()
-        return self.sender.send_columns(batch, queue_id=queue_id)
+    # ---- roles and messages by commitlog offset -----------------------------------------
 
     def require_master(self) -> None:
         """NotMasterError on a slave (before anything is created or written)."""
-        if self.store.slave_of:
-            raise NotMasterError(self.store.slave_of)
-
-    def recall(self, recall_handle: str, *, topic: str | None = None) -> bool:
-        """Cancel a timed message that has not been delivered yet; with ``topic`` only a
-        message of that topic (False for another's, as for an unknown handle)."""
-        return self.timer.recall(recall_handle, topic=topic)
-
-    def end_transaction(
-        self,
-        message_id: str,
-        transaction_id: str,
-        commit: bool,
-        *,
-        from_check: bool = False,
-        topic: str | None = None,
-    ) -> EndResult:
-        """Commit or roll back the unresolved half ``message_id``; with ``topic`` (the one
-        the caller was authorised on) only if that is the half's real topic, else
-        MessageNotFoundError, as for an unknown id."""
-        resolution = Resolution.COMMIT if commit else Resolution.ROLLBACK
-        result = self.transactions.end(
-            message_id, transaction_id, resolution, from_check=from_check, topic=topic
-        )
-        self.trace.ended(result, topic)
-        self.replication.wait_replicated(self.store.commitlog.max_offset)
-        return result
-
-    def half_topic(self, physical_offset: int, message_id: str) -> str:
-        """The real topic of the unresolved half ``message_id`` named by the half record at
-        commitlog ``physical_offset`` (a 4.x END_TRANSACTION's ``commitLogOffset``): what
-        ending it needs Pub on. MessageNotFoundError for an unknown id or an offset that
-        holds no half record of it (``TransactionService.half_topic``)."""
-        return self.transactions.half_topic(physical_offset, message_id)
-
-    # ---- pull consumers -------------------------------------------------------------------
-
-    def pull(self, group: str, request: PullRequest, *, timeout_ms: int = 0) -> PullResult:
-        """Offset-based pull for ``group``; with ``timeout_ms`` it long-polls for new messages.
-
-        ``request.raw`` pulls hand out the stored units (``PullResult.raw``), at most
-        ``max_raw_pull_batch``; decoded ones ``max_pull_batch``. Raises for an unknown
-        group or topic, an unreadable topic, or a queue the topic does not have."""
-        request = self._checked_pull(group, request)
-        wait_ms = min(timeout_ms, self.config.max_long_polling_ms)
-        if timeout_ms <= 0:
-            result = self.pulls.execute(request)
-        else:
-            result = self.long_polling.pull_blocking(request, timeout_ms=wait_ms)
-        self.trace.pulled(group, request, result)
-        return result
-
-    def pull_async(
-        self,
-        group: str,
-        request: PullRequest,
-        callback: Callable[[PullResult], None],
-        *,
-        timeout_ms: int = 0,
-    ) -> None:
-        """:meth:`pull` for event-driven servers: ``callback(result)`` runs once, at once on
-        this thread when there is something (or ``timeout_ms`` is 0), else on the long-polling
-        thread when messages arrive or the wait ends. Bad arguments raise here."""
-        request = self._checked_pull(group, request)
-        wait_ms = min(max(timeout_ms, 0), self.config.max_long_polling_ms)
-        callback = self.trace.watch_pull(group, request, callback)
-        self.long_polling.pull_or_park(request, monotonic_ms() + wait_ms, callback)
-
-    def _checked_pull(self, group: str, request: PullRequest) -> PullRequest:
-        """``request`` capped at the broker's batch limit, once group, topic and queue pass."""
-        self.group(group)
-        config = self.topics.for_read(request.topic)
-        if not 0 <= request.queue_id < config.read_queue_nums:
-            raise InvalidArgumentError(
-                f"queue {request.queue_id} of topic {request.topic} does not exist"
-            )
-        cap = self.config.max_raw_pull_batch if request.raw else self.config.max_pull_batch
-        return request.capped(cap)
+        self.replication.require_master()
 
     def topic_at(self, physical_offset: int) -> str:
         """The topic of the message a client names by commitlog offset (a 4.x
@@ -445,6 +412,13 @@ class Broker(ConsumerCalls):
             raise MessageNotFoundError(f"no message at commitlog offset {physical_offset}")
         return stored.topic
 
+    def half_topic(self, physical_offset: int, message_id: str) -> str:
+        """The real topic of the unresolved half ``message_id`` named by the half record at
+        commitlog ``physical_offset`` (a 4.x END_TRANSACTION's ``commitLogOffset``): what
+        ending it needs Pub on. MessageNotFoundError for an unknown id or an offset that
+        holds no half record of it (``TransactionService.half_topic``)."""
+        return self.transactions.half_topic(physical_offset, message_id)
+
     def message_at(self, physical_offset: int) -> StoredMessage:
         """The stored message at a commitlog offset (4.x clients name messages so)."""
         return self.store.commitlog.read_message(physical_offset)
@@ -452,13 +426,18 @@ class Broker(ConsumerCalls):
     # ---- queries ------------------------------------------------------------------------------
 
     def query_by_id(self, message_id: str, topic: str | None = None) -> StoredMessage:
-        return self.store.query_by_id(message_id, topic)
+        return self.store.query_by_id(message_id, topic, topic_of=destination_topic)
 
     def query_by_key(
         self, topic: str, key: str, *, max_results: int = 64, begin_ms: int = 0, end_ms: int = 2**62
     ) -> list[StoredMessage]:
         return self.store.query_by_key(
-            key, topic=topic, max_results=max_results, begin_ms=begin_ms, end_ms=end_ms
+            key,
+            topic=topic,
+            max_results=max_results,
+            begin_ms=begin_ms,
+            end_ms=end_ms,
+            topic_of=destination_topic,
         )
 
     def query_by_time(

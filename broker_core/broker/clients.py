@@ -32,12 +32,12 @@ Example::
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from broker_core.broker.rebalance import MessageQueue, strategy_by_name
+from broker_core.clock import monotonic_ms
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.service_thread import ServiceThread
@@ -47,11 +47,6 @@ KINDS: Final = ("producer", "consumer")
 DEFAULT_EXPIRY_MS: Final = 120_000
 DEFAULT_CHECK_INTERVAL_MS: Final = 10_000
 Listener = Callable[[str], None]
-
-
-def monotonic_ms() -> int:
-    """Milliseconds on a clock that never goes backwards (the default registry clock)."""
-    return time.monotonic_ns() // 1_000_000
 
 
 def assign_queues(

@@ -29,19 +29,15 @@ from __future__ import annotations
 
 import enum
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from broker_core.broker.rebalance import MessageQueue
+from broker_core.clock import monotonic_ms
 from broker_core.errors import ConfigError, InvalidArgumentError
 from broker_core.message import validate_group_name
 
 DEFAULT_LOCK_EXPIRY_MS = 60_000
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,11 +50,11 @@ import heapq
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker_core.broker.pull import PullRequest, PullResult, PullService, PullStatus
+from broker_core.clock import monotonic_ms
 from broker_core.errors import RocketMQError
 from broker_core.service_thread import ServiceThread
 from broker_core.store.message_store import MessageStore
@@ -66,10 +66,6 @@ QueueKey = tuple[str, int]  # (topic, queue id)
 
 DEFAULT_MAX_PARKED = 100_000
 _MAX_WAIT_S = 1.0  # the hold thread re-reads the clock at least this often
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(eq=False, slots=True)

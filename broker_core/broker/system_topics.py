@@ -16,6 +16,7 @@ there (RocketMQ allows it too), and nothing of the broker reads it back but the 
 from __future__ import annotations
 
 from broker_core.errors import InvalidTopicError
+from broker_core.message import PROPERTY_REAL_TOPIC, StoredMessage
 from broker_core.protocol.trace import TRACE_TOPIC
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delay levels: queue id = level - 1
@@ -44,3 +45,11 @@ def check_client_send(topic: str) -> None:
         raise InvalidTopicError(
             f"topic {topic!r} is a system topic of the broker: clients may not send to it"
         )
+
+
+def destination_topic(msg: StoredMessage) -> str:
+    """The topic a stored message is for: a message the broker holds in one of its own
+    topics (a delay level, a timer, a transaction's half) names it in ``REAL_TOPIC``; any
+    other is for the topic it is stored in. What a query by topic matches (the store is
+    handed this rule; it knows nothing of holding)."""
+    return msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)

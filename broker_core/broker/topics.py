@@ -62,32 +62,8 @@ from broker_core.errors import (
     TopicNotFoundError,
 )
 from broker_core.message import validate_group_name, validate_topic_name
+from broker_core.protocol.perm import Perm
 from broker_core.store.atomic_file import read_json_table, write_json_atomic
-
-
-class Perm:
-    """RocketMQ's permission bits; a topic's ``perm`` is WRITE, READ or READ_WRITE."""
-
-    WRITE: Final = 2
-    READ: Final = 4
-    READ_WRITE: Final = 6
-    VALID: Final = frozenset({2, 4, 6})
-
-    @staticmethod
-    def readable(perm: int) -> bool:
-        """True if ``perm`` lets consumers read."""
-        return bool(perm & Perm.READ)
-
-    @staticmethod
-    def writeable(perm: int) -> bool:
-        """True if ``perm`` lets producers write."""
-        return bool(perm & Perm.WRITE)
-
-    @staticmethod
-    def describe(perm: int) -> str:
-        """RocketMQ's ``RW-`` style rendering (``"R--"``, ``"-W-"``, ``"RW-"``)."""
-        return ("R" if Perm.readable(perm) else "-") + ("W" if Perm.writeable(perm) else "-") + "-"
-
 
 MESSAGE_TYPES: Final = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE", "MIXED")
 MIXED: Final = "MIXED"

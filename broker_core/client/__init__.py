@@ -7,7 +7,9 @@
 >>> client.close()
 """
 
+from broker_core.client.broker_client import BrokerClient
 from broker_core.client.client import RocketMQClient, parse_endpoint
+from broker_core.client.cluster import ClusterClient
 from broker_core.client.errors import BrokerUnavailableError
 from broker_core.client.model import (
     OutgoingMessage,
@@ -19,7 +21,9 @@ from broker_core.client.model import (
 from broker_core.client.orderly import OrderlyPuller
 
 __all__ = [
+    "BrokerClient",
     "BrokerUnavailableError",
+    "ClusterClient",
     "OrderlyPuller",
     "OutgoingMessage",
     "PullBatch",

@@ -1,4 +1,5 @@
-"""The admin calls of :class:`~broker_core.client.RocketMQClient` (``rmq.admin.v1.Admin``).
+"""The admin calls of a broker client (``rmq.admin.v1.Admin``), held by
+:class:`~broker_core.client.broker_client.BrokerClient` as its ``admin``.
 
 Each method sends one JSON request and returns the response's ``result`` (plain dicts
 and lists, as documented in ``broker_core/server/admin.py``); a non-OK status raises the
@@ -10,8 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from broker_core.client.errors import error_for
@@ -90,12 +90,15 @@ def _drop_none(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if v is not None}
 
 
-class AdminCalls(ABC):
-    """Admin methods over an ``_admin(method, payload)`` transport the client provides."""
+AdminCall = Callable[[str, Mapping[str, Any]], Any]
 
-    @abstractmethod
-    def _admin(self, method: str, payload: Mapping[str, Any]) -> Any:
-        """Send one admin request (with retries) and return its ``result``."""
+
+class AdminCalls:
+    """Admin methods over ``call(method, payload)``: one admin request (with retries)
+    answering its ``result`` (``Transport.admin`` of the broker client holding this)."""
+
+    def __init__(self, call: AdminCall) -> None:
+        self._admin = call
 
     def health(self) -> dict[str, Any]:
         """Broker name, endpoint and commitlog offsets; raises if the broker is unreachable."""

@@ -29,9 +29,13 @@ Contract:
   that owns it: queue calls take ``broker=NAME``, sends rotate over the topic's broker
   groups (see ``client/cluster.py``); ``endpoints`` alone is one broker, as always.
 
-The client is one class built from one module per call family: ``transport``
-(channel, metadata, retries), ``producing`` (sends), ``offsets`` (routes and offsets),
-``pulling`` (pulls), ``admin``/``admin_auth`` (the admin service).
+The client is a facade over composed parts (``client/broker_client.py``): one endpoint
+is a :class:`BrokerClient` (a transport, and the producer, puller, offsets and admin
+objects it holds); a cluster is a :class:`ClusterClient` routing over broker clients by
+the NameServers (``client/cluster.py``, ``client/routing.py``). Each public method here is
+the bound method of the part that serves it (no wrapper in between): sends, pulls and
+offsets from the cluster client or the endpoint's parts, admin calls from the endpoint
+given (a cluster without one: its first live broker).
 
 Example (needs a running broker)::
 
@@ -44,33 +48,47 @@ Example (needs a running broker)::
 
 from __future__ import annotations
 
-import functools
 import threading
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from broker_core.address import parse_host_port
-from broker_core.client import standard
-from broker_core.client.admin import AdminCalls
 from broker_core.client.admin_auth import AuthAdminCalls
-from broker_core.client.cluster import ClusterRouting
-from broker_core.client.coalesce import Coalescer
-from broker_core.client.in_flight import DEFAULT_MAX_IN_FLIGHT, SendWindow
-from broker_core.client.producing import AsyncSends
-from broker_core.client.pulling import PullCalls
+from broker_core.client.broker_client import BrokerClient
+from broker_core.client.cluster import ClusterClient
+from broker_core.client.in_flight import DEFAULT_MAX_IN_FLIGHT
+from broker_core.client.offsets import Offsets
+from broker_core.client.producing import Producer
+from broker_core.client.pulling import Puller
+from broker_core.client.routing import ClusterRouting
+from broker_core.client.settings import ClientSettings, parse_endpoint
+from broker_core.client.transport import Transport
 from broker_core.errors import InvalidArgumentError
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def parse_endpoint(endpoints: str) -> str:
-    """``host:port`` from ``"host:port"`` (a ``;``/``,`` list uses its first entry)."""
-    first = endpoints.replace(",", ";").split(";")[0].strip()
-    for prefix in ("http://", "https://", "dns:///", "ipv4:"):
-        first = first.removeprefix(prefix)
-    parse_host_port(first, what=f"endpoint {endpoints!r}")  # port 1..65535, else raises
-    return first
+__all__ = ["RocketMQClient", "parse_endpoint"]
 
 
-class RocketMQClient(PullCalls, AsyncSends, AuthAdminCalls):
+class _Via(Generic[P, R]):
+    """A facade method: the same-named bound method of the part ``part`` (an attribute or
+    property of the facade) names. Its signature and docstring are ``method``'s."""
+
+    def __init__(self, part: str, method: Callable[Concatenate[Any, P], R]) -> None:
+        self.part = part
+        self.name = method.__name__
+        self.__doc__ = method.__doc__
+
+    def __get__(self, client: object, owner: type | None = None) -> Callable[P, R]:
+        bound: Callable[P, R] = getattr(getattr(client, self.part), self.name)
+        return bound
+
+
+def _via(part: str, method: Callable[Concatenate[Any, P], R]) -> _Via[P, R]:
+    return _Via(part, method)
+
+
+class RocketMQClient:
     """One broker endpoint, or a cluster; see the module docstring for the contract."""
 
     def __init__(
@@ -93,61 +111,52 @@ class RocketMQClient(PullCalls, AsyncSends, AuthAdminCalls):
         bulk: bool = True,
         coalesce: bool = False,
     ) -> None:
-        if timeout_s <= 0 or max_attempts < 1 or retry_backoff_s < 0 or max_in_flight < 1:
-            raise InvalidArgumentError(
-                "timeout_s > 0, max_attempts >= 1, retry_backoff_s >= 0, max_in_flight >= 1"
-            )
+        settings = ClientSettings(
+            timeout_s=timeout_s,
+            client_id=client_id,
+            max_attempts=max_attempts,
+            retry_backoff_s=retry_backoff_s,
+            namespace=namespace,
+            access_key=access_key,
+            secret_key=secret_key,
+            tls=tls,
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            max_in_flight=max_in_flight,
+            bulk=bulk,
+            coalesce=coalesce,
+        )
         if endpoints is None and namesrv is None:
             raise InvalidArgumentError("give endpoints (one broker) or namesrv (a cluster)")
-        if bool(access_key) != bool(secret_key):
-            raise InvalidArgumentError("give both access_key and secret_key, or neither")
-        self.access_key = access_key or None
-        self._secret_key = secret_key or None  # signs requests; never shown (see __repr__)
-        self.tls = tls or ca_file is not None or cert_file is not None
-        self.ca_file = ca_file
-        self.cert_file, self.key_file = cert_file, key_file  # a client certificate (mTLS)
-        self.endpoint = parse_endpoint(endpoints) if endpoints is not None else ""
-        self.cluster = (
-            None
-            if namesrv is None
-            else ClusterRouting(
-                namesrv,
-                functools.partial(
-                    RocketMQClient,
-                    timeout_s=timeout_s,
-                    client_id=client_id,
-                    max_attempts=max_attempts,
-                    retry_backoff_s=retry_backoff_s,
-                    namespace=namespace,
-                    access_key=access_key,
-                    secret_key=secret_key,
-                    tls=tls,
-                    ca_file=ca_file,
-                    cert_file=cert_file,
-                    key_file=key_file,
-                    max_in_flight=max_in_flight,
-                    bulk=bulk,
-                    coalesce=coalesce,
-                ),
-                tls_files=(ca_file, cert_file, key_file) if self.tls else None,
-            )
-        )
-        self.timeout_s = timeout_s
-        self.max_attempts = max_attempts
-        self.retry_backoff_s = retry_backoff_s
-        self.namespace = namespace
-        self._given_client_id = client_id
-        self._generated_id: tuple[int, str] | None = None  # (pid, id) made in that process
+        broker = BrokerClient(parse_endpoint(endpoints), settings) if endpoints else None
+        cluster = None if namesrv is None else ClusterClient(ClusterRouting(namesrv, settings))
+        self._init(settings, broker, cluster)
+
+    def _init(
+        self, settings: ClientSettings, broker: BrokerClient | None, cluster: ClusterClient | None
+    ) -> None:
+        self.settings = settings
+        self.broker = broker  # the endpoint given (admin calls go there)
+        self.cluster = cluster
         self._lock = threading.Lock()
-        self._channel, self._stub = None, None
-        self._raw_methods = {}  # per channel, like _stub
-        self._owner_pid = -1
-        self.max_in_flight = max_in_flight
-        self.bulk = bulk  # plain batches go by SendBulk when the broker offers it
-        self._bulk_offered: bool | None = None  # None: not asked yet
-        self._window = SendWindow(max_in_flight, lambda: self.endpoint)
-        # single sends of several threads share requests (client/coalesce.py)
-        self.coalescer = Coalescer() if coalesce else None
+        queues: Any = cluster if cluster is not None else broker
+        self._sender: ClusterClient | Producer = queues if cluster else queues.producer
+        self._puller: ClusterClient | Puller = queues if cluster else queues.puller
+        self._offsets: ClusterClient | Offsets = queues if cluster else queues.offsets
+
+    @classmethod
+    def of(cls, broker: BrokerClient) -> RocketMQClient:
+        """The facade of an existing broker client (it shares its parts and channel)."""
+        client = cls.__new__(cls)
+        client._init(broker.settings, broker, None)
+        return client
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings, "broker": self.broker, "cluster": self.cluster}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._init(state["settings"], state["broker"], state["cluster"])
 
     def __enter__(self) -> RocketMQClient:
         return self
@@ -160,22 +169,101 @@ class RocketMQClient(PullCalls, AsyncSends, AuthAdminCalls):
             return f"RocketMQClient(namesrv={self.cluster.namesrv!r})"
         return f"RocketMQClient({self.endpoint!r})"
 
-    def topic_status(self, name: str) -> list[dict[str, Any]]:
-        """Per read queue: ``queue_id``, ``min_offset``, ``max_offset`` (by the admin
-        service, or by QueryRoute and QueryOffset on a standard endpoint)."""
-        return self._extended(
-            lambda: AdminCalls.topic_status(self, name),
-            lambda: list(standard.topic_status(self, name)),
-        )
+    # ---- the endpoint: the one given, or a cluster's first live broker -----------------
 
-    def broker_name(self, topics: Iterable[str] = ()) -> str:
-        """The name of the broker at this endpoint (admin Health; on a standard endpoint
-        the route of the first of ``topics`` that exists there)."""
-        names = list(topics)
-        return self._extended(
-            lambda: str(self.health()["broker_name"]),
-            lambda: standard.broker_name(self, names),
-        )
+    @property
+    def endpoint_client(self) -> BrokerClient:
+        """The broker client of admin calls (made on first use for a cluster alone)."""
+        broker = self.broker
+        if broker is None:
+            assert self.cluster is not None
+            with self._lock:
+                if self.broker is None:
+                    routing = self.cluster.routing
+                    self.broker = routing.broker_at(routing.first_broker_addr())
+                broker = self.broker
+        return broker
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` of the endpoint given ("" for a cluster alone, until an admin
+        call picked a broker)."""
+        return self.broker.endpoint if self.broker is not None else ""
+
+    @property
+    def _transport(self) -> Transport:
+        return self.endpoint_client.transport
+
+    @property
+    def _admin_calls(self) -> AuthAdminCalls:
+        return self.endpoint_client.admin
+
+    @property
+    def client_id(self) -> str:
+        """The given id, else one made per process (``host@pid@random``)."""
+        return self._transport.client_id
+
+    @property
+    def stub(self) -> Any:
+        """The ``MessagingService`` stub of the endpoint's channel."""
+        return self._transport.stub
+
+    @property
+    def coalescer(self) -> Any:
+        """The endpoint's coalescer of single sends (None unless ``coalesce=True``)."""
+        return self.broker.producer.coalescer if self.broker is not None else None
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.namespace
+
+    @property
+    def timeout_s(self) -> float:
+        return self.settings.timeout_s
+
+    call = _via("_transport", Transport.call)
+
+    # ---- sends, pulls, offsets: the cluster's routing or the endpoint's parts ------------
+
+    send = _via("_sender", Producer.send)
+    send_batch = _via("_sender", Producer.send_batch)
+    send_columns = _via("_sender", Producer.send_columns)
+    send_batch_async = _via("_sender", Producer.send_batch_async)
+    send_columns_async = _via("_sender", Producer.send_columns_async)
+    flush = _via("_sender", Producer.flush)
+    pull = _via("_puller", Puller.pull)
+    pull_raw = _via("_puller", Puller.pull_raw)
+    pull_columns = _via("_puller", Puller.pull_columns)
+    query_route = _via("_offsets", Offsets.query_route)
+    get_offset = _via("_offsets", Offsets.get_offset)
+    update_offset = _via("_offsets", Offsets.update_offset)
+    query_offset = _via("_offsets", Offsets.query_offset)
+
+    # ---- admin: the endpoint's admin service ---------------------------------------------
+
+    topic_status = _via("endpoint_client", BrokerClient.topic_status)
+    broker_name = _via("endpoint_client", BrokerClient.broker_name)
+    health = _via("_admin_calls", AuthAdminCalls.health)
+    create_topic = _via("_admin_calls", AuthAdminCalls.create_topic)
+    list_topics = _via("_admin_calls", AuthAdminCalls.list_topics)
+    delete_topic = _via("_admin_calls", AuthAdminCalls.delete_topic)
+    create_group = _via("_admin_calls", AuthAdminCalls.create_group)
+    list_groups = _via("_admin_calls", AuthAdminCalls.list_groups)
+    broker_config = _via("_admin_calls", AuthAdminCalls.broker_config)
+    update_broker_config = _via("_admin_calls", AuthAdminCalls.update_broker_config)
+    delete_group = _via("_admin_calls", AuthAdminCalls.delete_group)
+    group_progress = _via("_admin_calls", AuthAdminCalls.group_progress)
+    resend_message = _via("_admin_calls", AuthAdminCalls.resend_message)
+    query_message = _via("_admin_calls", AuthAdminCalls.query_message)
+    lock_queues = _via("_admin_calls", AuthAdminCalls.lock_queues)
+    unlock_queues = _via("_admin_calls", AuthAdminCalls.unlock_queues)
+    reset_offset = _via("_admin_calls", AuthAdminCalls.reset_offset)
+    create_user = _via("_admin_calls", AuthAdminCalls.create_user)
+    delete_user = _via("_admin_calls", AuthAdminCalls.delete_user)
+    list_users = _via("_admin_calls", AuthAdminCalls.list_users)
+    create_acl = _via("_admin_calls", AuthAdminCalls.create_acl)
+    delete_acl = _via("_admin_calls", AuthAdminCalls.delete_acl)
+    list_acls = _via("_admin_calls", AuthAdminCalls.list_acls)
 
     def broker_clients(self, topic: str) -> dict[str, RocketMQClient]:
         """Broker group name -> a single-broker client of it, for every group holding
@@ -184,6 +272,18 @@ class RocketMQClient(PullCalls, AsyncSends, AuthAdminCalls):
         if self.cluster is None:
             queues = self.query_route(topic)
             return {queues[0].broker_name: self} if queues else {}
+        routing = self.cluster.routing
         return {
-            g.broker_name: self.cluster.client_at(g.grpc_addr) for g in self.cluster.brokers(topic)
+            g.broker_name: RocketMQClient.of(routing.broker_at(g.grpc_addr))
+            for g in routing.brokers(topic)
         }
+
+    def close(self) -> None:
+        """Finish the send requests in flight (raising the first error among them), then
+        close this process's channels (idempotent); later calls open new ones."""
+        try:
+            if self.broker is not None:
+                self.broker.close()
+        finally:
+            if self.cluster is not None:
+                self.cluster.close()

@@ -62,19 +62,24 @@ def _table() -> dict[int, type[e.RocketMQError]]:
 CODE_ERRORS: Final = _table()
 
 
-def error_for(code: int, message: str) -> e.RocketMQError:
-    """The exception for a non-OK status; unknown codes become a plain RocketMQError."""
+def error_for(code: int, message: str, *, next_offset: int | None = None) -> e.RocketMQError:
+    """The exception for a non-OK status; unknown codes become a plain RocketMQError.
+    ``next_offset`` (a pull's answer) goes to an InvalidOffsetError's field."""
     cls = CODE_ERRORS.get(int(code), e.RocketMQError)
     name = Code.Name(code) if code in Code.values() else str(code)
-    error = cls(f"{message} [{name}]")
+    text = f"{message} [{name}]"
+    error = (
+        cls(text, next_offset=next_offset) if issubclass(cls, e.InvalidOffsetError) else cls(text)
+    )
     error.code = int(code)  # type: ignore[attr-defined]
     return error
 
 
-def check(status: pb.Status) -> None:
-    """Raise the mapped error unless ``status`` is OK (MULTIPLE_RESULTS counts as OK)."""
+def check(status: pb.Status, *, next_offset: int | None = None) -> None:
+    """Raise the mapped error unless ``status`` is OK (MULTIPLE_RESULTS counts as OK);
+    ``next_offset`` as :func:`error_for` takes it."""
     if status.code not in (Code.OK, Code.MULTIPLE_RESULTS):
-        raise error_for(status.code, status.message or "(no message)")
+        raise error_for(status.code, status.message or "(no message)", next_offset=next_offset)
 
 
 # CANCELLED: a stopping server cancels the calls it no longer takes (a broker restarting,

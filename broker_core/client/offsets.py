@@ -1,6 +1,7 @@
-"""Routes and group offsets of :class:`~broker_core.client.RocketMQClient` (a mixin):
-QueryRoute, GetOffset, UpdateOffset and QueryOffset; per-queue calls take ``broker=NAME``
-on a cluster client (see ``client/cluster.py``). All are idempotent, so retried."""
+"""Routes and group offsets of one broker endpoint: QueryRoute, GetOffset, UpdateOffset
+and QueryOffset over its :class:`~broker_core.client.transport.Transport`. All are
+idempotent, so retried. Per-queue calls take ``broker=NAME`` as a cluster client's do
+(``client/cluster.py``); here the endpoint is the broker, so it is not used."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.client import convert
-from broker_core.client.cluster import routed
 from broker_core.client.model import QueueInfo
-from broker_core.client.transport import ClientCore
+from broker_core.client.transport import Transport
 from broker_core.errors import InvalidArgumentError
 
 QUERY_POLICIES: Final = {
@@ -22,49 +22,49 @@ QUERY_POLICIES: Final = {
 }
 
 
-class RouteCalls(ClientCore):
-    """Queue routes and the offsets of groups and queues."""
+class Offsets:
+    """Queue routes and the offsets of groups and queues, at one endpoint."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    @property
+    def endpoint(self) -> str:
+        return self.transport.endpoint
 
     def query_route(self, topic: str) -> list[QueueInfo]:
-        """The topic's message queues (TopicNotFoundError when it does not exist); a
-        cluster client lists every broker group's, sorted by (broker, queue id)."""
-        if self.cluster is not None:
-            # any broker of a cluster answers for every broker group of the topic
-            first = self.cluster.client_at(self.cluster.brokers(topic)[0].grpc_addr)
-            return sorted(first.query_route(topic), key=lambda q: (q.broker_name, q.queue_id))
-        request = service_pb2.QueryRouteRequest(topic=self._resource(topic))
-        host, _, port = self.endpoint.rpartition(":")
+        """The topic's message queues (TopicNotFoundError when it does not exist)."""
+        request = service_pb2.QueryRouteRequest(topic=self.transport.resource(topic))
+        host, _, port = self.transport.endpoint.rpartition(":")
         request.endpoints.scheme = pb.AddressScheme.IPv4
         request.endpoints.addresses.add(host=host, port=int(port))
-        response = self.call("QueryRoute", request)
+        response = self.transport.call("QueryRoute", request)
         return sorted(
             (convert.queue_from_protobuf(q) for q in response.message_queues),
             key=lambda q: q.queue_id,
         )
 
-    @routed(1)
     def get_offset(
         self, group: str, topic: str, queue_id: int, *, broker: str | None = None
     ) -> int:
         """The offset ``group`` committed in the queue."""
         request = service_pb2.GetOffsetRequest(
-            group=self._resource(group), message_queue=convert.message_queue(topic, queue_id)
+            group=self.transport.resource(group),
+            message_queue=convert.message_queue(topic, queue_id),
         )
-        return int(self.call("GetOffset", request).offset)
+        return int(self.transport.call("GetOffset", request).offset)
 
-    @routed(1)
     def update_offset(
         self, group: str, topic: str, queue_id: int, offset: int, *, broker: str | None = None
     ) -> None:
         """Commit ``offset`` (the next message to consume) for ``group`` in the queue."""
         request = service_pb2.UpdateOffsetRequest(
-            group=self._resource(group),
+            group=self.transport.resource(group),
             message_queue=convert.message_queue(topic, queue_id),
             offset=offset,
         )
-        self.call("UpdateOffset", request)
+        self.transport.call("UpdateOffset", request)
 
-    @routed(0)
     def query_offset(
         self,
         topic: str,
@@ -86,4 +86,4 @@ class RouteCalls(ClientCore):
         )
         if timestamp_ms is not None:
             request.timestamp.FromMilliseconds(timestamp_ms)
-        return int(self.call("QueryOffset", request).offset)
+        return int(self.transport.call("QueryOffset", request).offset)

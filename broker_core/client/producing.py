@@ -1,6 +1,6 @@
-"""The sends of :class:`~broker_core.client.RocketMQClient` (a mixin), asynchronous and not.
+"""The sends of one broker endpoint (:class:`Producer`), asynchronous and not.
 
-``send_batch_async``/``send_columns_async`` put a request in the client's window of
+``send_batch_async``/``send_columns_async`` put a request in the producer's window of
 requests in flight (:mod:`broker_core.client.in_flight`); plain messages go by SendBulk
 when the broker offers it (:mod:`broker_core.client.bulk`), others by SendMessage (so do
 all messages to an endpoint without our services, :mod:`broker_core.client.standard`).
@@ -10,15 +10,15 @@ The synchronous ``send_batch``/``send_columns`` are these plus ``result()``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.client import bulk, standard, wire
 from broker_core.client.coalesce import Coalescer
-from broker_core.client.in_flight import PendingSend, receipts_of
+from broker_core.client.in_flight import PendingSend, SendWindow, receipts_of
 from broker_core.client.model import OutgoingMessage, SendReceipt
-from broker_core.client.transport import ClientCore
+from broker_core.client.transport import Transport
 from broker_core.errors import (
     InvalidArgumentError,
     RocketMQError,
@@ -26,19 +26,7 @@ from broker_core.errors import (
     UnsupportedError,
 )
 
-if TYPE_CHECKING:
-    from broker_core.client.client import RocketMQClient
-
 T = TypeVar("T")
-
-
-def _picker(indexes: list[int]) -> Callable[[Sequence[T] | None], list[T] | None]:
-    """``pick(column)``: the column's items at ``indexes`` (None stays None)."""
-
-    def pick(column: Sequence[T] | None) -> list[T] | None:
-        return None if column is None else [column[i] for i in indexes]
-
-    return pick
 
 
 def _all_bytes(items: list[Any]) -> bool:
@@ -47,19 +35,35 @@ def _all_bytes(items: list[Any]) -> bool:
     return bool(items) and type(items[0]) is bytes and len(set(map(type, items))) == 1
 
 
-class AsyncSends(ClientCore):
-    """Sends over the client's window of requests in flight; the synchronous ones wait."""
+class Producer:
+    """Sends over the endpoint's window of requests in flight; the synchronous ones wait."""
 
-    bulk: bool
-    _bulk_offered: bool | None
-    coalescer: Coalescer | None
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        settings = transport.settings
+        self.bulk = settings.bulk  # plain batches go by SendBulk when the broker offers it
+        self.bulk_offered: bool | None = None  # None: not asked yet
+        self.window = SendWindow(settings.max_in_flight, lambda: transport.endpoint)
+        # single sends of several threads share requests (client/coalesce.py)
+        self.coalescer = Coalescer() if settings.coalesce else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("window")  # requests in flight belong to this process
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        transport = self.transport
+        self.window = SendWindow(transport.settings.max_in_flight, lambda: transport.endpoint)
 
     def _again(self, first: RocketMQError, what: str, attempt: Callable[[], T]) -> T:
         """A request's retries after its first attempt failed with ``first`` (retriable):
         ``max_attempts - 1`` more attempts, or ``first`` raised when there are none."""
-        if self.max_attempts < 2:
+        attempts = self.transport.max_attempts
+        if attempts < 2:
             raise first
-        return self._retrying(what, attempt, attempts=self.max_attempts - 1)
+        return self.transport.retrying(what, attempt, attempts=attempts - 1)
 
     def send_batch(self, topic: str, messages: Iterable[Any]) -> list[SendReceipt]:
         """Send many messages to ``topic`` in ONE SendMessage request; receipts in order.
@@ -70,16 +74,6 @@ class AsyncSends(ClientCore):
         request with its error, e.g. MessageTooLargeError). A cluster client sends the
         batch to one broker group of the topic, the next group on the next call.
         """
-        if self.cluster is not None:
-            items = list(messages)
-            groups = [
-                None if type(m) is bytes else OutgoingMessage.of(m).message_group for m in items
-            ]
-            if any(groups):  # FIFO messages: each message group pinned to one broker group
-                return self.cluster.send_split(
-                    topic, groups, lambda c, idx: c.send_batch(topic, [items[i] for i in idx])
-                )
-            return self.cluster.send(topic, lambda c: c.send_batch(topic, items))
         return self.send_batch_async(topic, messages).result()
 
     def send_columns(
@@ -95,34 +89,6 @@ class AsyncSends(ClientCore):
     ) -> list[SendReceipt]:
         """:meth:`send_batch` for messages given column by column, with no object per
         message: columns as :func:`wire.encode_send_request` takes them (None: absent)."""
-        if self.cluster is not None:
-            if message_groups is not None and any(message_groups):
-
-                def part(c: RocketMQClient, idx: list[int]) -> list[SendReceipt]:
-                    pick = _picker(idx)
-                    return c.send_columns(
-                        topic,
-                        pick(bodies) or [],
-                        tags=pick(tags),
-                        keys=pick(keys),
-                        properties=pick(properties),
-                        message_groups=pick(message_groups),
-                        delivery_ms=pick(delivery_ms),
-                    )
-
-                return self.cluster.send_split(topic, message_groups, part)
-            return self.cluster.send(
-                topic,
-                lambda c: c.send_columns(
-                    topic,
-                    bodies,
-                    tags=tags,
-                    keys=keys,
-                    properties=properties,
-                    message_groups=message_groups,
-                    delivery_ms=delivery_ms,
-                ),
-            )
         return self.send_columns_async(
             topic,
             bodies,
@@ -147,13 +113,7 @@ class AsyncSends(ClientCore):
         """
         data = body.encode("utf-8") if isinstance(body, str) else body
         message = OutgoingMessage(data, **fields)
-        if self.cluster is not None:
-            if message.message_group:
-                return self.cluster.send_split(
-                    topic, [message.message_group], lambda c, _: [c.send(topic, data, **fields)]
-                )[0]
-            return self.cluster.send(topic, lambda c: c.send(topic, data, **fields))
-        if self._window.open:
+        if self.window.open:
             return self.send_batch_async(topic, [message]).result()[0]
         if self.coalescer is not None:
             return self.coalescer.send(topic, message, self._send_blocking)
@@ -161,12 +121,15 @@ class AsyncSends(ClientCore):
 
     def _send_blocking(self, topic: str, messages: list[OutgoingMessage]) -> list[SendReceipt]:
         """``messages`` in one blocking SendMessage call (retried); their receipts."""
-        request, count = wire.encode_messages(topic, messages, namespace=self.namespace)
-        call = self._raw_method("SendMessage")
-        return self._retrying(
+        transport, timeout_s = self.transport, self.transport.timeout_s
+        request, count = wire.encode_messages(topic, messages, namespace=transport.namespace)
+        call = transport.raw_method("SendMessage")
+        return transport.retrying(
             "SendMessage",
             lambda: receipts_of(
-                call(request, timeout=self.timeout_s, metadata=self._metadata()), count, request
+                call(request, timeout=timeout_s, metadata=transport.metadata()),
+                count,
+                request,
             ),
         )
 
@@ -176,12 +139,10 @@ class AsyncSends(ClientCore):
         :mod:`broker_core.client.in_flight`). ``result()`` gives the receipts or raises;
         :meth:`flush` waits for every request in flight."""
         items = list(messages)
-        if self.cluster is None and _all_bytes(items):  # bodies alone: no group to read
+        if _all_bytes(items):  # bodies alone: no group to read
             return self.send_columns_async(topic, items)
         groups = [None if type(m) is bytes else OutgoingMessage.of(m).message_group for m in items]
-        if self.cluster is not None:
-            return self._window.finished(self.send_batch(topic, items))
-        request, count = wire.encode_messages(topic, items, namespace=self.namespace)
+        request, count = wire.encode_messages(topic, items, namespace=self.transport.namespace)
         return self._submit(request, count, groups)
 
     def send_columns_async(
@@ -192,13 +153,14 @@ class AsyncSends(ClientCore):
         ``receipts=False`` (a sender that only needs to know the batch was stored, as the
         Spark sink): a SendBulk request's answer is still checked (status, one offset per
         message) but ``result()`` gives ``[]``, and no message id string is made."""
-        if self.cluster is not None:
-            return self._window.finished(self.send_columns(topic, bodies, **columns))
         plain = not any(columns.get("message_groups") or ()) and not any(
             columns.get("delivery_ms") or ()
         )
-        offered = self._bulk_offered is not False and not standard.is_standard(self.endpoint)
-        if plain and self.bulk and not self.namespace and offered:
+        namespace = self.transport.namespace
+        offered = self.bulk_offered is not False and not standard.is_standard(
+            self.transport.endpoint
+        )
+        if plain and self.bulk and not namespace and offered:
             pending = self._submit_bulk(
                 topic,
                 bodies,
@@ -207,28 +169,29 @@ class AsyncSends(ClientCore):
             )
             if pending is not None:
                 return pending
-        request = wire.encode_send_request(topic, bodies, namespace=self.namespace, **columns)
+        request = wire.encode_send_request(topic, bodies, namespace=namespace, **columns)
         return self._submit(request, len(bodies), columns.get("message_groups"))
 
     def flush(self) -> None:
         """Wait for every send request in flight; raise the first error among them."""
-        self._window.flush()
+        self.window.flush()
 
     def _submit(
         self, request: bytes, count: int, groups: Iterable[str | None] | None
     ) -> PendingSend:
         if not count:
             raise InvalidArgumentError("send_batch needs at least one message")
-        send = self._raw_method("SendMessage")
+        transport, timeout_s = self.transport, self.transport.timeout_s
+        send = transport.raw_method("SendMessage")
 
         def decode(response: service_pb2.SendMessageResponse) -> list[SendReceipt]:
             return receipts_of(response, count, request)
 
         def once() -> list[SendReceipt]:
-            return decode(send(request, timeout=self.timeout_s, metadata=self._metadata()))
+            return decode(send(request, timeout=timeout_s, metadata=transport.metadata()))
 
-        return self._window.submit(
-            lambda: send.future(request, timeout=self.timeout_s, metadata=self._metadata()),
+        return self.window.submit(
+            lambda: send.future(request, timeout=timeout_s, metadata=transport.metadata()),
             decode,
             lambda first: self._again(first, "SendMessage", once),
             count,
@@ -240,31 +203,32 @@ class AsyncSends(ClientCore):
     ) -> PendingSend | None:
         """Send plain messages with SendBulk; None when the broker does not offer it (it
         is asked once per client: the first bulk send waits for its answer)."""
+        transport, timeout_s = self.transport, self.transport.timeout_s
         request, ids = bulk.encode_bulk(topic, bodies, **columns)
-        call = self._raw_methods.get(bulk.SEND_PATH)
+        call = transport.raw_methods.get(bulk.SEND_PATH)
         if call is None:
-            call = self._channel_for_process().unary_unary(bulk.SEND_PATH)
-            self._raw_methods[bulk.SEND_PATH] = call
+            call = transport.channel_for_process().unary_unary(bulk.SEND_PATH)
+            transport.raw_methods[bulk.SEND_PATH] = call
 
         def once() -> list[SendReceipt]:
             return bulk.bulk_receipts(
-                call(request, timeout=self.timeout_s, metadata=self._metadata()),
+                call(request, timeout=timeout_s, metadata=transport.metadata()),
                 ids,
                 receipts=want_receipts,
             )
 
-        if self._bulk_offered is None:
+        if self.bulk_offered is None:
             try:
-                receipts = self._retrying("SendBulk", once)
+                receipts = transport.retrying("SendBulk", once)
             except UnsupportedError as exc:
                 if isinstance(exc, ServiceNotOfferedError):  # no bulk service at all
-                    standard.mark_standard(self.endpoint)
-                self._bulk_offered = False
+                    standard.mark_standard(transport.endpoint)
+                self.bulk_offered = False
                 return None
-            self._bulk_offered = True
-            return self._window.finished(receipts)
-        return self._window.submit(
-            lambda: call.future(request, timeout=self.timeout_s, metadata=self._metadata()),
+            self.bulk_offered = True
+            return self.window.finished(receipts)
+        return self.window.submit(
+            lambda: call.future(request, timeout=timeout_s, metadata=transport.metadata()),
             lambda response: bulk.bulk_receipts(response, ids, receipts=want_receipts),
             lambda first: self._again(first, "SendBulk", once),
             len(bodies),

@@ -1,7 +1,7 @@
-"""Offset pulls of :class:`~broker_core.client.RocketMQClient` (a mixin): PullMessage
-(:meth:`PullCalls.pull`), our bulk PullRaw (:meth:`PullCalls.pull_raw`) and columns by
-either (:meth:`PullCalls.pull_columns`). Reads are idempotent, so retried; a cluster client
-routes each by its ``broker=`` keyword (see ``client/cluster.py``)."""
+"""Offset pulls of one broker endpoint (:class:`Puller`): PullMessage (:meth:`Puller.pull`),
+our bulk PullRaw (:meth:`Puller.pull_raw`) and columns by either
+(:meth:`Puller.pull_columns`). Reads are idempotent, so retried. A cluster client routes
+each by its ``broker=`` keyword (``client/cluster.py``); here it is not used."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.client import convert, standard
 from broker_core.client.admin import encode_request
-from broker_core.client.cluster import routed
 from broker_core.client.columnar import ColumnBatch, check_placement, decode_units
 from broker_core.client.errors import check
 from broker_core.client.model import PullBatch, RawPullBatch, ReceivedMessage
-from broker_core.client.offsets import RouteCalls
+from broker_core.client.offsets import Offsets
 from broker_core.client.raw import RAW_PULL_METHOD, decode_raw_pull
-from broker_core.errors import InvalidArgumentError, InvalidOffsetError, RocketMQError
+from broker_core.client.transport import Transport
+from broker_core.errors import InvalidArgumentError, RocketMQError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -27,7 +27,7 @@ FILTER_TYPES: Final = {"TAG": pb.FilterType.TAG, "SQL": pb.FilterType.SQL}
 
 
 class PullOptions(TypedDict, total=False):
-    """The keyword options of :meth:`PullCalls.pull_raw` and :meth:`PullCalls.pull_columns`.
+    """The keyword options of Puller.pull_raw` and Puller.pull_columns`.
 
     ``max_bytes`` (None: the broker's 8 MiB), ``filter_expression`` (None: every message)
     of ``filter_type`` TAG (default) or SQL, ``long_polling_timeout_ms`` (default 0: answer
@@ -49,10 +49,13 @@ def check_pull(filter_type: str, offset: int, max_count: int) -> None:
         raise InvalidArgumentError("pull needs max_count >= 1 and offset >= 0")
 
 
-class PullCalls(RouteCalls):
+class Puller:
     """Pulls of one queue from an offset (they read the queue's bounds by QueryOffset)."""
 
-    @routed(1)
+    def __init__(self, transport: Transport, offsets: Offsets) -> None:
+        self.transport = transport
+        self.offsets = offsets
+
     def pull(
         self,
         group: str,
@@ -71,7 +74,7 @@ class PullCalls(RouteCalls):
 
         To read exactly ``[start, end)``, pull from ``start`` with ``max_count = end -
         offset`` until ``next_offset >= end`` (a pull never returns more than asked). An
-        offset outside the queue raises InvalidOffsetError (its ``next_offset`` attribute,
+        offset outside the queue raises InvalidOffsetError (its ``next_offset`` field,
         when the broker gave one, is the nearest valid offset); an empty batch with
         ``next_offset == offset`` means the queue holds nothing newer. With
         ``long_polling_timeout_ms`` the broker waits that long for new messages.
@@ -79,7 +82,7 @@ class PullCalls(RouteCalls):
         """
         check_pull(filter_type, offset, max_count)
         request = service_pb2.PullMessageRequest(
-            group=self._resource(group),
+            group=self.transport.resource(group),
             message_queue=convert.message_queue(topic, queue_id),
             offset=offset,
             batch_size=max_count,
@@ -88,22 +91,21 @@ class PullCalls(RouteCalls):
             request.filter_expression.type = FILTER_TYPES[filter_type]
             request.filter_expression.expression = filter_expression
         request.long_polling_timeout.FromMilliseconds(max(0, long_polling_timeout_ms))
-        deadline_s = self.timeout_s + max(0, long_polling_timeout_ms) / 1000
-        messages, next_offset = self._retrying(
+        deadline_s = self.transport.timeout_s + max(0, long_polling_timeout_ms) / 1000
+        messages, next_offset = self.transport.retrying(
             "PullMessage", lambda: self._pull_once(request, deadline_s)
         )
         # The PullMessage stream does not carry the queue's bounds: two cheap calls do.
         low, high = (
             (
-                self.query_offset(topic, queue_id, "BEGINNING"),
-                self.query_offset(topic, queue_id, "END"),
+                self.offsets.query_offset(topic, queue_id, "BEGINNING"),
+                self.offsets.query_offset(topic, queue_id, "END"),
             )
             if with_bounds
             else (-1, -1)
         )
         return PullBatch(messages, next_offset, low, high)
 
-    @routed(1)
     def pull_raw(
         self,
         group: str,
@@ -122,16 +124,16 @@ class PullCalls(RouteCalls):
         """
         check_pull(options.get("filter_type", "TAG"), offset, max_count)
         request = encode_request(_raw_payload(group, topic, queue_id, offset, max_count, options))
-        call = self._channel_for_process().unary_unary(RAW_PULL_METHOD)
-        timeout_s = self.timeout_s + max(0, options.get("long_polling_timeout_ms", 0)) / 1000
-        return self._retrying(
+        transport = self.transport
+        call = transport.channel_for_process().unary_unary(RAW_PULL_METHOD)
+        timeout_s = transport.timeout_s + max(0, options.get("long_polling_timeout_ms", 0)) / 1000
+        return transport.retrying(
             "PullRaw",
             lambda: decode_raw_pull(
-                call(request, timeout=timeout_s, metadata=self._metadata()), offset
+                call(request, timeout=timeout_s, metadata=transport.metadata()), offset
             ),
         )
 
-    @routed(1)
     def pull_columns(
         self,
         group: str,
@@ -153,7 +155,7 @@ class PullCalls(RouteCalls):
 
         def plain() -> ColumnBatch:
             return standard.pull_columns(
-                self,
+                self.pull,
                 group,
                 topic,
                 queue_id,
@@ -164,7 +166,7 @@ class PullCalls(RouteCalls):
                 long_polling_timeout_ms=options.get("long_polling_timeout_ms", 0),
             )
 
-        batch = self._extended(bulk, plain)
+        batch = self.transport.extended(bulk, plain)
         check_placement(batch.columns, topic, queue_id, offset)
         return batch
 
@@ -173,7 +175,10 @@ class PullCalls(RouteCalls):
     ) -> tuple[list[ReceivedMessage], int]:
         """One PullMessage stream: status, messages, next_offset (read to its end)."""
         messages, next_offset, status = [], None, None
-        stream = self.stub.PullMessage(request, timeout=deadline_s, metadata=self._metadata())
+        transport = self.transport
+        stream = transport.stub.PullMessage(
+            request, timeout=deadline_s, metadata=transport.metadata()
+        )
         for response in stream:
             kind = response.WhichOneof("content")
             if kind == "status":
@@ -185,11 +190,7 @@ class PullCalls(RouteCalls):
         if status is None:
             raise RocketMQError("PullMessage answered without a status")
         if status.code != pb.Code.MESSAGE_NOT_FOUND:  # MESSAGE_NOT_FOUND: nothing new
-            try:
-                check(status)
-            except InvalidOffsetError as exc:
-                exc.next_offset = next_offset  # type: ignore[attr-defined]
-                raise
+            check(status, next_offset=next_offset)
         if next_offset is None:
             next_offset = messages[-1].queue_offset + 1 if messages else request.offset
         return messages, next_offset

@@ -7,7 +7,6 @@ from typing import Final
 
 from broker_core.client.errors import error_for
 from broker_core.client.model import RawPullBatch
-from broker_core.errors import InvalidOffsetError
 from broker_core.protocol.pull_raw import PULL_PATH, decode_response
 from broker_core.protocol.status import Code
 
@@ -18,14 +17,11 @@ def decode_raw_pull(response: bytes, offset: int) -> RawPullBatch:
     """The batch in one PullRaw response; the mapped error for a refused pull.
 
     MESSAGE_NOT_FOUND (nothing new) is an empty batch. An illegal offset raises
-    InvalidOffsetError whose ``next_offset`` attribute is where the broker says to go.
+    InvalidOffsetError whose ``next_offset`` field is where the broker says to go.
     """
     frame = decode_response(response, offset=offset)
     if frame.code not in (Code.OK, Code.MESSAGE_NOT_FOUND):
-        error = error_for(frame.code, frame.message)
-        if isinstance(error, InvalidOffsetError):
-            error.next_offset = frame.next_offset  # type: ignore[attr-defined]
-        raise error
+        raise error_for(frame.code, frame.message, next_offset=frame.next_offset)
     return RawPullBatch(
         frame.units, frame.sizes, frame.next_offset, frame.min_offset, frame.max_offset
     )

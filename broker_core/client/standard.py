@@ -31,15 +31,15 @@ carry no commitlog position (``physical_offset`` 0, ``store_host`` zeros: their 
 id always comes from the message itself), user properties come in the order the
 broker's protobuf map gives them, and ``max_bytes`` is not applied (a pull
 returns at most ``STANDARD_PULL_MAX`` messages, fewer if the broker caps its batches).
-Functions take the client they use; any thread.
+Functions take the calls they use (an endpoint's offsets, its pull); any thread.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -56,9 +56,17 @@ from broker_core.message import (
 )
 from broker_core.protocol.unit import NAME_VALUE_SEP, PROPERTY_SEP
 
-if TYPE_CHECKING:
-    from broker_core.client.client import RocketMQClient
-    from broker_core.client.pulling import PullCalls
+
+class RouteReader(Protocol):
+    """What the fallback needs of an endpoint's offsets calls (``client/offsets.py``)."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    def query_route(self, topic: str) -> list[QueueInfo]: ...
+
+    def query_offset(self, topic: str, queue_id: int, policy: str = "END") -> int: ...
+
 
 STANDARD_PULL_MAX: Final = 1_024  # messages per PullMessage (our broker's max_pull_batch)
 READABLE: Final = frozenset({"READ", "READ_WRITE"})
@@ -105,7 +113,7 @@ def no_standard_rpc(method: str, endpoint: str) -> ServiceNotOfferedError:
     )
 
 
-def _own_queues(client: RocketMQClient, queues: list[QueueInfo]) -> list[QueueInfo]:
+def _own_queues(client: RouteReader, queues: list[QueueInfo]) -> list[QueueInfo]:
     """The queues of the broker behind ``client`` among a route's (which may list a
     whole cluster's): all of them for one broker, else those at the client's endpoint."""
     names = {q.broker_name for q in queues}
@@ -121,7 +129,7 @@ def _own_queues(client: RocketMQClient, queues: list[QueueInfo]) -> list[QueueIn
     return mine
 
 
-def topic_status(client: RocketMQClient, topic: str) -> list[dict[str, int]]:
+def topic_status(client: RouteReader, topic: str) -> list[dict[str, int]]:
     """Admin TopicStatus over v2: per readable queue ``queue_id``, ``min_offset``,
     ``max_offset`` (TopicNotFoundError as the admin call raises it)."""
     queues = _own_queues(client, client.query_route(topic))
@@ -145,7 +153,7 @@ def topic_status(client: RocketMQClient, topic: str) -> list[dict[str, int]]:
         ) from None
 
 
-def broker_name(client: RocketMQClient, topics: Iterable[str]) -> str:
+def broker_name(client: RouteReader, topics: Iterable[str]) -> str:
     """The name of the broker behind ``client``, from the route of the first of ``topics``
     it has; UnsupportedError when none is given or none exists there."""
     tried = []
@@ -201,7 +209,7 @@ def columns_of(messages: Sequence[ReceivedMessage]) -> UnitColumns:
 
 
 def pull_columns(
-    client: PullCalls,
+    pull: Callable[..., Any],
     group: str,
     topic: str,
     queue_id: int,
@@ -213,8 +221,8 @@ def pull_columns(
     long_polling_timeout_ms: int,
 ) -> ColumnBatch:
     """One PullMessage of up to ``max_count`` (at most STANDARD_PULL_MAX) messages, as
-    columns; errors as ``RocketMQClient.pull`` raises them."""
-    batch = client.pull(
+    columns, by ``pull`` (``Puller.pull``); errors as it raises them."""
+    batch = pull(
         group,
         topic,
         queue_id,

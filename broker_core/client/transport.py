@@ -1,14 +1,15 @@
-"""The transport under :class:`~broker_core.client.RocketMQClient`: its channel, headers,
-retries and error mapping (:class:`ClientCore`, the base of the client's call families).
+"""The transport of one broker endpoint: its channel, headers, retries and error mapping.
+
+:class:`Transport` is held by every part of a
+:class:`~broker_core.client.broker_client.BrokerClient` (producer, puller, offsets, admin),
+which call the broker through it.
 
 * **Lazy, per-process channel.** Nothing connects until the first call; a process that did
   not create the channel (fork, unpickled copy) makes its own; ``close()`` drops it.
-* **Retries.** :meth:`ClientCore._retrying` retries retriable errors up to ``max_attempts``
+* **Retries.** :meth:`Transport.retrying` retries retriable errors up to ``max_attempts``
   times with exponential backoff from ``retry_backoff_s`` (capped at ``MAX_BACKOFF_S``).
-* **Our services or the standard ones.** :meth:`ClientCore._extended` runs the fast path
+* **Our services or the standard ones.** :meth:`Transport.extended` runs the fast path
   (our admin and bulk services) unless the endpoint is known to lack them.
-
-The attributes are set by ``RocketMQClient.__init__``; this class only declares them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import grpc
 from google.protobuf.message import Message as ProtoMessage
@@ -31,11 +32,8 @@ from broker_core.auth.tls import channel_credentials
 from broker_core.client import standard
 from broker_core.client.admin import ADMIN_SERVICE, decode_response, encode_request
 from broker_core.client.errors import check, transport_error
-from broker_core.client.in_flight import SendWindow
+from broker_core.client.settings import ClientSettings
 from broker_core.errors import RocketMQError, ServiceNotOfferedError
-
-if TYPE_CHECKING:
-    from broker_core.client.cluster import ClusterRouting
 
 T = TypeVar("T")
 
@@ -45,46 +43,40 @@ MAX_BACKOFF_S: Final = 2.0
 _SERVICE: Final = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 
 
-class ClientCore:
-    """Channel, metadata, retries and the raw/admin calls every call family builds on."""
+class Transport:
+    """Channel, metadata, retries and the raw/admin calls of one endpoint."""
 
-    endpoint: str
-    cluster: ClusterRouting | None
-    timeout_s: float
-    max_attempts: int
-    retry_backoff_s: float
-    namespace: str
-    access_key: str | None
-    _secret_key: str | None
-    tls: bool
-    ca_file: str | None
-    cert_file: str | None
-    key_file: str | None
-    max_in_flight: int
-    _given_client_id: str | None
-    _generated_id: tuple[int, str] | None
-    _lock: threading.Lock
-    _channel: grpc.Channel | None
-    _stub: service_pb2_grpc.MessagingServiceStub | None
-    _raw_methods: dict[str, grpc.UnaryUnaryMultiCallable]
-    _owner_pid: int
-    _window: SendWindow
+    def __init__(self, endpoint: str, settings: ClientSettings) -> None:
+        self.endpoint = endpoint
+        self.settings = settings
+        self.timeout_s = settings.timeout_s
+        self.max_attempts = settings.max_attempts
+        self.retry_backoff_s = settings.retry_backoff_s
+        self.namespace = settings.namespace
+        self._generated_id: tuple[int, str] | None = None  # (pid, id) made in that process
+        self._init_process_state()
+
+    def _init_process_state(self) -> None:
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub: service_pb2_grpc.MessagingServiceStub | None = None
+        self.raw_methods: dict[str, grpc.UnaryUnaryMultiCallable] = {}  # per channel
+        self._owner_pid = -1
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     @property
     def client_id(self) -> str:
         """The given id, else one made per process (``host@pid@random``)."""
-        if self._given_client_id:
-            return self._given_client_id
+        if self.settings.client_id:
+            return self.settings.client_id
         pid = os.getpid()
         if self._generated_id is None or self._generated_id[0] != pid:
             self._generated_id = (pid, f"{socket.gethostname()}@{pid}@{uuid.uuid4().hex[:8]}")
         return self._generated_id[1]
 
-    def _channel_for_process(self) -> grpc.Channel:
-        if not self.endpoint and self.cluster is not None:  # admin calls: any live broker
-            self.endpoint = self.cluster.first_broker_addr()
+    def channel_for_process(self) -> grpc.Channel:
+        """This process's channel to the endpoint (made on first use)."""
         with self._lock:
             if self._channel is None or self._owner_pid != os.getpid():
                 # A channel made by another process (fork) is never used nor closed here.
@@ -98,61 +90,50 @@ class ClientCore:
                     ("grpc.min_reconnect_backoff_ms", 100),
                     ("grpc.max_reconnect_backoff_ms", 1_000),
                 ]
+                tls = self.settings.tls_files
                 self._channel = (
-                    grpc.secure_channel(
-                        self.endpoint,
-                        channel_credentials(self.ca_file, self.cert_file, self.key_file),
-                        options,
-                    )
-                    if self.tls
+                    grpc.secure_channel(self.endpoint, channel_credentials(*tls), options)
+                    if tls is not None
                     else grpc.insecure_channel(self.endpoint, options)
                 )
                 self._stub = service_pb2_grpc.MessagingServiceStub(self._channel)
-                self._raw_methods = {}
+                self.raw_methods = {}
                 self._owner_pid = os.getpid()
             return self._channel
 
     @property
     def stub(self) -> service_pb2_grpc.MessagingServiceStub:
         """The ``MessagingService`` stub of this process's channel."""
-        self._channel_for_process()
+        self.channel_for_process()
+        assert self._stub is not None
         return self._stub
 
-    def close(self) -> None:
-        """Finish the send requests in flight (raising the first error among them), then
-        close this process's channel (idempotent); later calls open a new one."""
-        try:
-            if self._owner_pid == os.getpid():
-                self._window.flush()
-        finally:
-            self._close_channel()
+    @property
+    def owned_here(self) -> bool:
+        """Whether this process made the open channel (False: none, or a parent's)."""
+        return self._owner_pid == os.getpid()
 
-    def _close_channel(self) -> None:
+    def close(self) -> None:
+        """Close this process's channel (idempotent); later calls open a new one."""
         with self._lock:
             if self._channel is not None and self._owner_pid == os.getpid():
                 self._channel.close()
             self._channel, self._stub, self._owner_pid = None, None, -1
-            self._raw_methods = {}
-        if self.cluster is not None:
-            self.cluster.close()
+            self.raw_methods = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_lock", "_channel", "_stub", "_raw_methods", "_window"):
+        for name in ("_lock", "_channel", "_stub", "raw_methods", "_owner_pid"):
             state.pop(name, None)
-        state["_owner_pid"] = -1
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._channel, self._stub = None, None
-        self._raw_methods = {}
-        self._window = SendWindow(self.max_in_flight, lambda: self.endpoint)
+        self._init_process_state()
 
     # ---- plumbing --------------------------------------------------------------------------
 
-    def _metadata(self) -> list[tuple[str, str]]:
+    def metadata(self) -> list[tuple[str, str]]:
         """Every request's headers; signed (``MQv2-HMAC-SHA1``, UTC stamp) given keys."""
         headers = [
             ("x-mq-client-id", self.client_id),
@@ -162,11 +143,12 @@ class ClientCore:
             ("x-mq-request-id", uuid.uuid4().hex),
             ("x-mq-namespace", self.namespace),
         ]
-        if self.access_key and self._secret_key:
-            headers += signed_metadata(self.access_key, self._secret_key)
+        access_key, secret_key = self.settings.access_key, self.settings.secret_key
+        if access_key and secret_key:
+            headers += signed_metadata(access_key, secret_key)
         return headers
 
-    def _retrying(self, what: str, attempt: Callable[[], T], *, attempts: int | None = None) -> T:
+    def retrying(self, what: str, attempt: Callable[[], T], *, attempts: int | None = None) -> T:
         """Run ``attempt`` until it succeeds, fails for good, or ``attempts`` (default
         ``max_attempts``, at least 1) run out."""
         attempts = self.max_attempts if attempts is None else attempts
@@ -195,20 +177,20 @@ class ClientCore:
 
         def attempt() -> ProtoMessage:
             send = (
-                self._raw_method(method)
+                self.raw_method(method)
                 if isinstance(request, bytes)
                 else getattr(self.stub, method)
             )
-            response = send(request, timeout=timeout_s or self.timeout_s, metadata=self._metadata())
+            response = send(request, timeout=timeout_s or self.timeout_s, metadata=self.metadata())
             check(response.status)
             return response
 
-        return self._retrying(method, attempt)
+        return self.retrying(method, attempt)
 
-    def _raw_method(self, method: str) -> grpc.UnaryUnaryMultiCallable:
+    def raw_method(self, method: str) -> grpc.UnaryUnaryMultiCallable:
         """``MessagingService/method`` of this process's channel, taking serialized requests."""
-        channel = self._channel_for_process()
-        raw = self._raw_methods.get(method)
+        channel = self.channel_for_process()
+        raw = self.raw_methods.get(method)
         if raw is None:
             output = _SERVICE.methods_by_name[method].output_type.name
             raw = channel.unary_unary(
@@ -216,43 +198,43 @@ class ClientCore:
                 request_serializer=None,
                 response_deserializer=getattr(service_pb2, output).FromString,
             )
-            self._raw_methods[method] = raw
+            self.raw_methods[method] = raw
         return raw
 
-    def _admin(self, method: str, payload: Mapping[str, Any]) -> Any:
+    def admin(self, method: str, payload: Mapping[str, Any]) -> Any:
         # Raw bytes in and out: an error raised inside a (de)serializer would reach us as
         # a bare gRPC INTERNAL instead of the broker's status.
         # Always asked, even of an endpoint marked standard: admin calls are rare, and an
         # answer shows the address now serves our services (it changed hands).
-        call = self._channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/{method}")
+        call = self.channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/{method}")
         request = encode_request(payload)
         try:
-            result = self._retrying(
+            result = self.retrying(
                 method,
                 lambda: decode_response(
-                    call(request, timeout=self.timeout_s, metadata=self._metadata())
+                    call(request, timeout=self.timeout_s, metadata=self.metadata())
                 ),
             )
         except ServiceNotOfferedError:
-            if method != "Health" and self._admin_offered():
+            if method != "Health" and self.admin_offered():
                 raise  # the admin service is there, only this method is not
             standard.mark_standard(self.endpoint)
             raise standard.no_standard_rpc(method, self.endpoint) from None
         standard.forget(self.endpoint)  # answered: whatever was marked here is gone
         return result
 
-    def _admin_offered(self) -> bool:
+    def admin_offered(self) -> bool:
         """Whether the admin service answers at all (False: UNIMPLEMENTED for Health)."""
-        call = self._channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/Health")
+        call = self.channel_for_process().unary_unary(f"/{ADMIN_SERVICE}/Health")
         try:
-            call(b"{}", timeout=self.timeout_s, metadata=self._metadata())
+            call(b"{}", timeout=self.timeout_s, metadata=self.metadata())
         except grpc.RpcError as exc:
             return not isinstance(
                 transport_error(exc, self.endpoint, "Health"), ServiceNotOfferedError
             )
         return True
 
-    def _extended(self, fast: Callable[[], T], fallback: Callable[[], T]) -> T:
+    def extended(self, fast: Callable[[], T], fallback: Callable[[], T]) -> T:
         """``fast`` (it uses our services) unless this endpoint is known to lack them;
         ``fallback`` (standard v2 RPCs only) then, and when ``fast`` finds them missing."""
         if not standard.is_standard(self.endpoint):
@@ -262,5 +244,5 @@ class ClientCore:
                 standard.mark_standard(self.endpoint)
         return fallback()
 
-    def _resource(self, name: str) -> pb.Resource:
+    def resource(self, name: str) -> pb.Resource:
         return pb.Resource(name=name, resource_namespace=self.namespace)

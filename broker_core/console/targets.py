@@ -31,9 +31,9 @@ class Targets:
             return {self._single_name: self.client}
         from broker_core.cluster.routes import master_grpc_addr
 
-        brokers = cluster.routes.cluster_info().brokers
+        brokers = cluster.routing.routes.cluster_info().brokers
         found = {
-            name: cluster.client_at(addr)
+            name: RocketMQClient.of(cluster.routing.broker_at(addr))
             for name in sorted(brokers)
             if (addr := master_grpc_addr(brokers[name]))
         }

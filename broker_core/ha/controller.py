@@ -19,7 +19,9 @@ A broker with ``--controller`` runs one ``ControllerAgent``:
     stops its HA link and CASes itself in as master with epoch + 1, starting at its
     log end.
   Any change of role or master ends in ``restart``: the process stops cleanly and runs
-  again (``server.app``), so the next ``join`` applies it with the store closed.
+  again (``server.main``), so the next ``join`` applies it with the store closed.
+  The loop is a ``ServiceThread`` (``controller``), listed with the broker's HA threads
+  (``Replication.attach_controller``), so health shows it.
 * Fencing (``fence``): a master acknowledges a write only while its last successful
   renewal, sent at t, gives ``t + TTL - FENCE_MARGIN_S`` > now; etcd cannot expire the
   lease before ``t + TTL``, so no other master can be elected while this one still acks.
@@ -35,14 +37,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker_core.errors import ControllerError, RocketMQError
 from broker_core.ha import epoch_log
 from broker_core.ha.etcd_state import EtcdGroup, GroupState
-
-if TYPE_CHECKING:
-    from broker_core.broker.broker import Broker
+from broker_core.ha.group import Replication
+from broker_core.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
 LEASE_TTL_S = 2
@@ -57,6 +58,14 @@ class Role:
     broker_id: int
     ha_master: str
     epoch: int
+
+
+def _nothing() -> None:
+    """Nothing to do after a promotion."""
+
+
+def _cannot_promote() -> None:
+    raise ControllerError("the controller is not attached to a running broker")
 
 
 def node_name(store_dir: str) -> str:
@@ -77,11 +86,11 @@ class ControllerAgent:
         self.restart_reason = ""
         self._lease = 0
         self._valid_until = 0.0
-        self._broker: Broker | None = None
+        self._replication: Replication | None = None
+        self._promote: Callable[[], None] = _cannot_promote
+        self._on_promoted: Callable[[], None] = _nothing  # e.g. re-register as broker id 0
         self._record: dict[str, Any] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.on_promoted: Callable[[], None] | None = None  # e.g. re-register as broker id 0
+        self.thread = ServiceThread("controller", self._tick, interval_ms=LOOP_S * 1000)
         self.master_endpoint = ""  # the master's gRPC endpoint as last seen in etcd
 
     # ---- the lease ------------------------------------------------------------------------
@@ -210,18 +219,26 @@ class ControllerAgent:
 
     # ---- running ----------------------------------------------------------------------------
 
-    def attach(self, broker: Broker, endpoint: str) -> None:
-        """The broker runs: publish its addresses and start the loop."""
-        self._broker = broker
-        self._record.update(endpoint=endpoint, ha=broker.replication.ha_endpoint)
-        broker.replication.fence = self.fence
-        self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
-        self._thread.start()
+    def attach(
+        self,
+        replication: Replication,
+        endpoint: str,
+        *,
+        promote: Callable[[], None],
+        on_promoted: Callable[[], None] = _nothing,
+    ) -> None:
+        """The broker runs: publish its addresses and start the loop. ``promote`` makes
+        the running broker its group's master in place (``Broker.promote``);
+        ``on_promoted`` runs after it (the server re-registers as broker id 0)."""
+        self._replication = replication
+        self._promote = promote
+        self._on_promoted = on_promoted
+        self._record.update(endpoint=endpoint, ha=replication.ha_endpoint)
+        replication.attach_controller(self.fence, self.thread)
+        self.thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self.thread.stop(timeout_ms=5_000)
 
     def _leave(self, reason: str) -> None:
         if not self.restart.is_set():
@@ -229,24 +246,25 @@ class ControllerAgent:
             self.restart_reason = reason
             self.restart.set()
 
-    def _loop(self) -> None:
-        while not self._stop.wait(LOOP_S) and not self.restart.is_set():
-            try:
-                self._round()
-            except ControllerError as exc:
-                log.warning("controller: %s", exc)
-                if "expired" in str(exc):
-                    self._leave(str(exc))
-            except RocketMQError as exc:
-                log.warning("controller round failed: %s", exc)
+    def _tick(self) -> None:
+        """One round of the loop; nothing more once the broker is leaving its role."""
+        if self.restart.is_set():
+            return
+        try:
+            self._round()
+        except ControllerError as exc:
+            log.warning("controller: %s", exc)
+            if "expired" in str(exc):
+                self._leave(str(exc))
+        except RocketMQError as exc:
+            log.warning("controller round failed: %s", exc)
 
     def _round(self) -> None:
-        assert self._broker is not None and self.role is not None
+        assert self._replication is not None and self.role is not None
         self._renew()
-        replication = self._broker.replication
-        slave = replication.slave
+        slave = self._replication.slave
         self._record.update(
-            offset=self._broker.store.commitlog.max_offset,
+            offset=self._replication.log_end(),
             ha_link=slave.local_address if slave is not None else "",
         )
         self.etcd.put_member(self.node, self._record, self._lease)
@@ -264,11 +282,11 @@ class ControllerAgent:
     def _master_round(
         self, state: GroupState, raw: str, members: dict[str, dict[str, Any]]
     ) -> None:
-        assert self._broker is not None and self.role is not None
+        assert self._replication is not None and self.role is not None
         if state.master != self.node or state.epoch != self.role.epoch:
             self._leave(f"master is now {state.master} (epoch {state.epoch})")
             return
-        in_sync = self._broker.replication.in_sync
+        in_sync = self._replication.in_sync
         by_link = {m.get("ha_link"): n for n, m in members.items() if m.get("ha_link")}
         local = {by_link[name] for name in in_sync.members() if name in by_link}
         wanted = sorted({self.node, *local})
@@ -286,7 +304,7 @@ class ControllerAgent:
                 in_sync.required = {links.get(n, n) for n in wanted if n != self.node}
 
     def _slave_round(self, state: GroupState, raw: str, members: dict[str, dict[str, Any]]) -> None:
-        assert self._broker is not None and self.role is not None
+        assert self._replication is not None and self.role is not None
         if state.epoch != self.role.epoch or state.master == self.node:
             self._leave(f"group {self.etcd.group} moved to epoch {state.epoch}")
             return
@@ -298,24 +316,23 @@ class ControllerAgent:
         )
         if not ranked or ranked[0] != self.node:
             return
-        replication = self._broker.replication
+        replication = self._replication
         if replication.slave is not None:
             replication.slave.halt()  # no byte of the old term after the start is fixed
-        start = self._broker.store.commitlog.max_offset
+        start = replication.log_end()
         role = self._become_master(raw, self._next_term(state, start))
         if role is None:
             self._leave("lost the election race")
             return
         try:
-            self._broker.promote()
+            self._promote()
         except Exception as exc:  # the restart path is the fallback: it always works
             log.exception("controller: promotion in place failed")
             self._leave(f"elected master at epoch {role.epoch}; promotion in place failed: {exc}")
             return
         self.role = role
         self._record.update(epoch=role.epoch, ha=replication.ha_endpoint, ha_link="")
-        if self.on_promoted is not None:
-            self.on_promoted()
+        self._on_promoted()
 
     def status(self) -> dict[str, Any]:
         state = self.etcd.state()[0]

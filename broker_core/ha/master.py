@@ -18,8 +18,10 @@ reconnects from its own end when it can); a report of
 ``METADATA_REQUEST`` gets the config tables (``metadata``) instead of a stream.
 
 Threads: ``after_append`` runs on appending threads (it wakes the senders) and
-``wait_replicated`` on the broker's sending threads (sync replication); each connection
-has its own two threads; ``stop`` closes all.
+``wait_replicated`` on the broker's sending threads (sync replication). The accept loop is
+a ``ServiceThread`` (``accepter``, in the broker's health); each connection has its own
+two plain worker threads, which live as long as the link (``in_sync`` shows the links);
+``stop`` closes all.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Callable
 from broker_core.errors import OffsetOutOfRangeError, ReplicationProtocolError
 from broker_core.ha import wire
 from broker_core.ha.in_sync import InSyncSet
+from broker_core.service_thread import ServiceThread
 from broker_core.store.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
@@ -70,8 +73,15 @@ class HAMaster:
         except OSError as exc:
             raise OSError(f"cannot listen for slaves on {listen}: {exc}") from exc
         self.endpoint = f"{host}:{self._server.getsockname()[1]}"
-        self._accepter = threading.Thread(target=self._accept, name="ha-accept", daemon=True)
-        self._accepter.start()
+        self.accepter = ServiceThread(
+            "ha-accept",
+            self._accept,
+            interval_ms=0,
+            wait_first=False,
+            error_backoff_ms=100,
+            quiet_exit=lambda _exc: not self._running,  # the port closed by stop()
+        )
+        self.accepter.start()
 
     def after_append(self, end_offset: int) -> None:
         """The store's hook after every append: wake the senders."""
@@ -88,7 +98,10 @@ class HAMaster:
 
     def stop(self) -> None:
         self._running = False
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept
         self._server.close()
+        self.accepter.stop(timeout_ms=2_000)
         for sock in list(self._links.values()):
             _close(sock)
         with self._appended:
@@ -97,19 +110,16 @@ class HAMaster:
     # ---- connections --------------------------------------------------------------------
 
     def _accept(self) -> None:
-        while self._running:
-            try:
-                sock, peer = self._server.accept()
-            except OSError:
-                return  # closed by stop()
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            link_id = next(self._ids)
-            threading.Thread(
-                target=self._serve,
-                args=(link_id, sock, f"{peer[0]}:{peer[1]}"),
-                name=f"ha-link-{link_id}",
-                daemon=True,
-            ).start()
+        """One round of the accept loop: take one slave and start its link."""
+        sock, peer = self._server.accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link_id = next(self._ids)
+        threading.Thread(
+            target=self._serve,
+            args=(link_id, sock, f"{peer[0]}:{peer[1]}"),
+            name=f"ha-link-{link_id}",
+            daemon=True,
+        ).start()
 
     def _serve(self, link_id: int, sock: socket.socket, name: str) -> None:
         """One slave's life: first report, then reader and sender until either fails."""

@@ -10,7 +10,7 @@ file content}`` read from its durable files (offsets are persisted first). The s
 writes the topic, group and delay files atomically and reloads them; offsets are adopted
 queue by queue (queues only the slave knows keep theirs) and persisted by the slave's own
 offset manager. The user table is written mode 0600 and re-read through the reloader
-registered for it (``Replication.reloaders``), so a promoted slave authenticates and
+registered for it (``Replication.on_table_copied``), so a promoted slave authenticates and
 authorizes exactly as its master did. It holds secret keys in clear (HMAC needs them),
 so, like the messages themselves, it crosses the HA link unencrypted: the HA port
 belongs on a private network.
@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker_core.auth.store import AUTH_FILE as AUTH
 from broker_core.auth.store import write_private_json
 from broker_core.errors import ReplicationProtocolError
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
-
-if TYPE_CHECKING:
-    from broker_core.broker.broker import Broker
 
 TOPICS, GROUPS, OFFSETS, DELAY = (
     "topics.json",
@@ -43,39 +41,69 @@ TOPICS, GROUPS, OFFSETS, DELAY = (
 )
 
 
-def snapshot(broker: Broker) -> bytes:
-    """The master's tables as one JSON document (``{file name: content or null}``)."""
-    broker.offsets.persist()
-    root = broker.store.config.config_dir
-    doc = {
-        name: read_json_atomic(root / name).data for name in (TOPICS, GROUPS, OFFSETS, DELAY, AUTH)
-    }
-    return json.dumps(doc, separators=(",", ":")).encode()
+class Reloadable(Protocol):
+    """A table kept in a file that re-reads it (the broker's topic and group managers)."""
+
+    def reload(self) -> None: ...
 
 
-def apply(
-    broker: Broker, body: bytes, reloaders: Mapping[str, Callable[[], None]] | None = None
-) -> None:
-    """Adopt a master's tables on a slave; ReplicationProtocolError if it is no snapshot.
-    ``reloaders``: file name -> what re-reads it, for tables the Broker does not own."""
-    try:
-        doc: dict[str, Any] = json.loads(body)
-        if not isinstance(doc, dict):
-            raise ValueError("not an object")
-    except ValueError as exc:
-        raise ReplicationProtocolError(f"metadata from the master does not parse: {exc}") from exc
-    root = broker.store.config.config_dir
-    if _write_if_changed(root / TOPICS, doc.get(TOPICS)):
-        broker.topics.reload()
-    if _write_if_changed(root / GROUPS, doc.get(GROUPS)):
-        broker.groups.reload()
-    _write_if_changed(root / DELAY, doc.get(DELAY))
-    if _write_if_changed(root / AUTH, doc.get(AUTH), private=True):
-        (reloaders or {}).get(AUTH, _nothing)()
-    offsets = doc.get(OFFSETS)
-    if isinstance(offsets, dict):
-        broker.offsets.adopt(offsets)
-        broker.offsets.persist()
+class TopicTable(Reloadable, Protocol):
+    """The topic table: reloadable, and a promoted slave derives missing topics."""
+
+    def cover_queues(self, held: Mapping[str, int]) -> list[str]: ...
+
+
+class OffsetTable(Protocol):
+    """The consumer offsets: written to their file, and adopted from a master's copy."""
+
+    def persist(self) -> None: ...
+
+    def adopt(self, doc: dict[str, dict[str, dict[str, int]]]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigTables:
+    """What replication needs of the broker's config tables: snapshot (master) and apply
+    (slave). ``reloaders``: file name -> what re-reads it, for tables the broker does not
+    own (the user/ACL table: the composition root registers it, ``server/assembly.py``)."""
+
+    config_dir: Path
+    topics: TopicTable
+    groups: Reloadable
+    offsets: OffsetTable
+    reloaders: dict[str, Callable[[], None]] = field(default_factory=dict)
+
+    def snapshot(self) -> bytes:
+        """The master's tables as one JSON document (``{file name: content or null}``)."""
+        self.offsets.persist()
+        root = self.config_dir
+        names = (TOPICS, GROUPS, OFFSETS, DELAY, AUTH)
+        doc = {name: read_json_atomic(root / name).data for name in names}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def apply(self, body: bytes) -> None:
+        """Adopt a master's tables on a slave; ReplicationProtocolError if it is no
+        snapshot."""
+        try:
+            doc: dict[str, Any] = json.loads(body)
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            raise ReplicationProtocolError(
+                f"metadata from the master does not parse: {exc}"
+            ) from exc
+        root = self.config_dir
+        if _write_if_changed(root / TOPICS, doc.get(TOPICS)):
+            self.topics.reload()
+        if _write_if_changed(root / GROUPS, doc.get(GROUPS)):
+            self.groups.reload()
+        _write_if_changed(root / DELAY, doc.get(DELAY))
+        if _write_if_changed(root / AUTH, doc.get(AUTH), private=True):
+            self.reloaders.get(AUTH, _nothing)()
+        offsets = doc.get(OFFSETS)
+        if isinstance(offsets, dict):
+            self.offsets.adopt(offsets)
+            self.offsets.persist()
 
 
 def _write_if_changed(path: Path, content: Any, *, private: bool = False) -> bool:

@@ -11,7 +11,10 @@ and it reconnects from its log's end after a short pause.
 A second thread copies the master's config tables every ``metadata_interval_ms``
 (``metadata``).
 
-Threads: ``start`` and ``stop`` from the owner; the rest runs on the two threads.
+Threads: ``start`` and ``stop`` from the owner; the rest runs on the two
+``ServiceThread``s (``ha-slave``, ``ha-metadata``, listed by ``threads()`` for health). A
+dropped link or a failed copy is expected now and then: it is logged, kept in
+``last_error`` and retried, and the thread stays "ok"; a thread that dies shows "failed".
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from collections.abc import Callable
 
 from broker_core.errors import ReplicationProtocolError, RocketMQError
 from broker_core.ha import wire
-from broker_core.store.message_store import MessageStore
+from broker_core.ha.ports import ReplicaLog
+from broker_core.service_thread import ServiceThread
 
 log = logging.getLogger(__name__)
 _RECONNECT_S = 0.5
@@ -37,7 +41,7 @@ class HASlave:
 
     def __init__(
         self,
-        store: MessageStore,
+        store: ReplicaLog,
         master: str,
         *,
         heartbeat_ms: int,
@@ -47,55 +51,58 @@ class HASlave:
         self._store = store
         self.master = master
         self._heartbeat_s = heartbeat_ms / 1000
-        self._metadata_s = metadata_interval_ms / 1000
         self._apply_metadata = apply_metadata
-        self._stop = threading.Event()
         self._sock: socket.socket | None = None
         self.connected = threading.Event()
         self.last_error = ""
         self.local_address = ""  # this end of the HA link, as the master names it
-        self._threads = [
-            threading.Thread(target=self._replicate_forever, name="ha-slave", daemon=True),
-            threading.Thread(target=self._metadata_forever, name="ha-metadata", daemon=True),
-        ]
+        self._link = ServiceThread(
+            "ha-slave", self._link_round, interval_ms=_RECONNECT_S * 1000, wait_first=False
+        )
+        self._copier = ServiceThread(
+            "ha-metadata", self._copy_round, interval_ms=metadata_interval_ms, wait_first=False
+        )
+
+    def threads(self) -> list[ServiceThread]:
+        return [self._link, self._copier]
 
     def start(self) -> None:
-        for thread in self._threads:
+        for thread in self.threads():
             thread.start()
 
     def halt(self, timeout_s: float = 2.0) -> None:
         """Stop storing the stream (the metadata thread is left to end on its own)."""
-        self._stop.set()
-        sock = self._sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self._threads[0].join(timeout_s)
+        self._copier.request_stop()
+        self._stop_link(timeout_s)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._copier.request_stop()
+        self._stop_link(10)
+        self._copier.stop()
+
+    def _stop_link(self, timeout_s: float) -> None:
+        self._link.request_stop()  # before the socket closes: the loop then ends quietly
         sock = self._sock
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-        for thread in self._threads:
-            thread.join(10)
+        self._link.stop(timeout_ms=timeout_s * 1000)
 
     # ---- the commitlog stream ------------------------------------------------------------
 
-    def _replicate_forever(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._replicate_once()
-            except (OSError, ConnectionError, RocketMQError) as exc:
-                if not self._stop.is_set():
-                    self.last_error = str(exc)
-                    log.warning("HA link to master %s dropped: %s", self.master, exc)
-            except Exception as exc:  # a bug must not end replication for good
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("HA link to master %s failed", self.master)
+    def _link_round(self) -> None:
+        """One connection's life; a dropped link is logged and the thread reconnects."""
+        try:
+            self._replicate_once()
+        except (OSError, ConnectionError, RocketMQError) as exc:
+            if not self._link.stopping:
+                self.last_error = str(exc)
+                log.warning("HA link to master %s dropped: %s", self.master, exc)
+        except Exception as exc:  # a bug must not end replication for good
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("HA link to master %s failed", self.master)
+        finally:
             self.connected.clear()
-            self._stop.wait(_RECONNECT_S)
 
     def _replicate_once(self) -> None:
         host, port = wire.parse_endpoint(self.master)
@@ -111,7 +118,7 @@ class HASlave:
             stream = _Pending(self._store)
             last_report = last_heard = time.monotonic()
             silent_s = _DEAD_AFTER_HEARTBEATS * self._heartbeat_s + 1
-            while not self._stop.is_set():
+            while not self._link.stopping:
                 frame = reader.next_frame()
                 now = time.monotonic()
                 if frame is not None:
@@ -131,14 +138,12 @@ class HASlave:
 
     # ---- config tables -------------------------------------------------------------------
 
-    def _metadata_forever(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._apply_metadata(self.fetch_metadata())
-            except (OSError, ConnectionError, RocketMQError, ValueError) as exc:
-                if not self._stop.is_set():
-                    log.warning("copying config tables from master %s failed: %s", self.master, exc)
-            self._stop.wait(self._metadata_s)
+    def _copy_round(self) -> None:
+        try:
+            self._apply_metadata(self.fetch_metadata())
+        except (OSError, ConnectionError, RocketMQError, ValueError) as exc:
+            if not self._copier.stopping:
+                log.warning("copying config tables from master %s failed: %s", self.master, exc)
 
     def fetch_metadata(self) -> bytes:
         """The master's config tables (one METADATA_REQUEST round trip)."""
@@ -154,7 +159,7 @@ class HASlave:
 class _Pending:
     """The stream's bytes not yet stored: a unit cut by a frame boundary waits here."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: ReplicaLog) -> None:
         self._store = store
         self._bytes = bytearray()
         self._at = -1  # global offset of the first pending byte

@@ -161,7 +161,9 @@ class BrokerCollector(Collector):
         lowest offset not yet acked); ready is what was never delivered (for offset-based
         pulls, which the broker does not follow, the lag)."""
         popped = self.broker.pop.progress_of(group)
-        for topic, qid, high, _offset, queue_lag in self.broker.group_progress(group):
+        for topic, qid, high, _offset, queue_lag in self.broker.consumer_groups.group_progress(
+            group
+        ):
             state = popped.pop((topic, qid), None)
             if state is None:
                 yield topic, queue_lag, queue_lag, 0

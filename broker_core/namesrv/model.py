@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from broker_core.protocol.perm import Perm
+
 MASTER_ID = 0
-PERM_READ_WRITE = 6  # PermName: 4 = read, 2 = write, 1 = inherit
+PERM_READ_WRITE = Perm.READ_WRITE
 DEFAULT_CLUSTER = "DefaultCluster"
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 120_000
 

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker_core.clock import now_ms
 from broker_core.errors import StaleRegistrationError, TopicNotFoundError
 from broker_core.namesrv.model import (
     DEFAULT_HEARTBEAT_TIMEOUT_MS,
@@ -45,10 +46,6 @@ from broker_core.namesrv.model import (
     TopicQueueConfig,
     TopicRoute,
 )
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -117,7 +114,7 @@ class RouteTable:
                 previous is None or previous.reg.data_version != reg.data_version
             ):
                 self._replace_queue_data(reg.broker_name, reg.topics)
-            self._live[key] = _Live(reg, _wall_ms(), self._clock_s(), channel_id)
+            self._live[key] = _Live(reg, now_ms(), self._clock_s(), channel_id)
             return self._register_result(group, reg)
 
     def heartbeat(self, cluster: str, broker_addr: str) -> bool:
@@ -126,7 +123,7 @@ class RouteTable:
             live = self._live.get((cluster, broker_addr))
             if live is None:
                 return False
-            live.last_update_ms, live.last_update_s = _wall_ms(), self._clock_s()
+            live.last_update_ms, live.last_update_s = now_ms(), self._clock_s()
             return True
 
     def unregister(self, cluster: str, broker_name: str, broker_id: int, broker_addr: str) -> bool:

@@ -239,13 +239,14 @@ def broker_rows(
     """:func:`broker_record` of many messages of one queue that share every field but
     their id, queue offset and cost (-1 without ``costs``): one append's Stored rows, one
     pull's Delivered rows. The shared fields are formatted once."""
-    head = f"{typ}\x01{time_ms}\x01{region}\x01{group}\x01{topic}\x01"
-    mid = f"\x01{host}\x01\x010\x01{queue_id}\x01"
+    c, f = CONTENT_SPLITOR, FIELD_SPLITOR
+    head = c.join((typ, str(time_ms), region, group, topic, ""))
+    mid = c.join(("", host, "", "0", str(queue_id), ""))
     if costs is None:
-        tail = f"\x01-1\x01{status}\x02"
+        tail = c.join(("", "-1", status)) + f
         return [f"{head}{i}{mid}{o}{tail}" for i, o in zip(ids, offsets, strict=True)]
-    tail = f"\x01{status}\x02"
-    return [f"{head}{i}{mid}{o}\x01{c}{tail}" for i, o, c in zip(ids, offsets, costs, strict=True)]
+    tail = c + status + f
+    return [f"{head}{i}{mid}{o}{c}{n}{tail}" for i, o, n in zip(ids, offsets, costs, strict=True)]
 
 
 def encode(records: Iterable[TraceRecord]) -> str:

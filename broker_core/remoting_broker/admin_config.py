@@ -12,7 +12,7 @@ UPDATE_AND_CREATE_SUBSCRIPTIONGROUP      body: a SubscriptionGroupConfig JSON ob
                                          ``consumeMessageOrderly``, ``retryMaxTimes``) ->
                                          ``Broker.configure_group`` (``updateSubGroup``)
 INVOKE_BROKER_TO_RESET_OFFSET (222)      ``topic``, ``group``, ``timestamp`` (ms) ->
-                                         ``Broker.reset_offsets`` (mqadmin
+                                         ``ConsumerGroups.reset_offsets`` (mqadmin
                                          resetOffsetByTime); body ``{"offsetTable":
                                          {MessageQueue: offset}}``
 QUERY_TOPIC_CONSUME_BY_WHO (300)         ``topic`` -> body ``{"groupList": [group, ...]}``:
@@ -94,7 +94,7 @@ def handle_reset_offset(
 ) -> RemotingCommand:
     fields = req.ext_fields
     topic, group = field_str(fields, "topic"), field_str(fields, "group")
-    offsets = ctx.broker.reset_offsets(group, topic, field_int(fields, "timestamp"))
+    offsets = ctx.broker.consumer_groups.reset_offsets(group, topic, field_int(fields, "timestamp"))
     rows = {(topic, qid): offset for qid, offset in offsets.items()}
     body = '{"offsetTable":' + fastjson_mq_map(ctx.broker_name, rows) + "}"
     return req.response(body=body.encode())

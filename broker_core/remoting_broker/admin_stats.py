@@ -63,7 +63,7 @@ def handle_consume_stats(
     only = req.ext_fields.get("topic") or None
     rows: dict[tuple[str, int], dict[str, object]] = {
         (topic, qid): {"brokerOffset": high, "consumerOffset": offset, "lastTimestamp": 0}
-        for topic, qid, high, offset, _lag in ctx.broker.group_progress(group)
+        for topic, qid, high, offset, _lag in ctx.broker.consumer_groups.group_progress(group)
         if only is None or topic == only
     }
     body = '{"consumeTps":0.0,"offsetTable":' + fastjson_mq_map(ctx.broker_name, rows) + "}"

@@ -66,7 +66,7 @@ def handle_heartbeat(
         group = str(producer.get("groupName") or "")
         if group and group != "CLIENT_INNER_PRODUCER":
             session.producer_groups.add(group)
-            broker.heartbeat(group, client_id, topics=(), kind="producer")
+            broker.consumer_groups.heartbeat(group, client_id, topics=(), kind="producer")
     for consumer in _list(data, "consumerDataSet"):
         group = str(consumer.get("groupName") or "")
         if not group:
@@ -85,7 +85,7 @@ def handle_heartbeat(
         if consumer.get("messageModel", "CLUSTERING") == "CLUSTERING":
             broker.topics.ensure_retry_topic(group)
         session.consumer_groups.add(group)
-        broker.heartbeat(group, client_id, topics=topics, kind="consumer")
+        broker.consumer_groups.heartbeat(group, client_id, topics=topics, kind="consumer")
     return req.response(ResponseCode.SUCCESS)
 
 
@@ -125,9 +125,9 @@ def handle_query_offset(
 ) -> RemotingCommand:
     group = field_str(req.ext_fields, "consumerGroup")
     topic, queue_id = _queue(req.ext_fields)
-    offset = ctx.broker.committed_offset(group, topic, queue_id)
+    offset = ctx.broker.consumer_groups.committed_offset(group, topic, queue_id)
     if offset is None:
-        if not ctx.broker.starts_in_memory(topic, queue_id):
+        if not ctx.broker.consumer_groups.starts_in_memory(topic, queue_id):
             return req.response(
                 ResponseCode.QUERY_NOT_FOUND,
                 remark=f"group {group} has no offset in {topic}:{queue_id}",
@@ -141,7 +141,7 @@ def handle_update_offset(
 ) -> RemotingCommand:
     fields = req.ext_fields
     topic, queue_id = _queue(fields)
-    ctx.broker.commit_offset(
+    ctx.broker.consumer_groups.commit_offset(
         field_str(fields, "consumerGroup"), topic, queue_id, field_int(fields, "commitOffset")
     )
     return req.response(ResponseCode.SUCCESS)
@@ -151,21 +151,27 @@ def handle_max_offset(
     ctx: RemotingContext, channel: Channel, req: RemotingCommand
 ) -> RemotingCommand:
     topic, queue_id = _queue(req.ext_fields)
-    return req.response(ext_fields={"offset": str(ctx.broker.queue_bounds(topic, queue_id)[1])})
+    return req.response(
+        ext_fields={"offset": str(ctx.broker.consumer_groups.queue_bounds(topic, queue_id)[1])}
+    )
 
 
 def handle_min_offset(
     ctx: RemotingContext, channel: Channel, req: RemotingCommand
 ) -> RemotingCommand:
     topic, queue_id = _queue(req.ext_fields)
-    return req.response(ext_fields={"offset": str(ctx.broker.queue_bounds(topic, queue_id)[0])})
+    return req.response(
+        ext_fields={"offset": str(ctx.broker.consumer_groups.queue_bounds(topic, queue_id)[0])}
+    )
 
 
 def handle_search_offset(
     ctx: RemotingContext, channel: Channel, req: RemotingCommand
 ) -> RemotingCommand:
     topic, queue_id = _queue(req.ext_fields)
-    offset = ctx.broker.offset_at(topic, queue_id, field_int(req.ext_fields, "timestamp"))
+    offset = ctx.broker.consumer_groups.offset_at(
+        topic, queue_id, field_int(req.ext_fields, "timestamp")
+    )
     return req.response(ext_fields={"offset": str(offset)})
 
 
@@ -189,13 +195,13 @@ def _mq_json(mq: MessageQueue) -> dict[str, Any]:
 
 def handle_lock(ctx: RemotingContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     group, client_id, queues = _lock_body(req)
-    locked = ctx.broker.lock_queues(group, client_id, queues)
+    locked = ctx.broker.consumer_groups.lock_queues(group, client_id, queues)
     return req.response(body=_json({"lockOKMQSet": [_mq_json(mq) for mq in sorted(locked)]}))
 
 
 def handle_unlock(ctx: RemotingContext, channel: Channel, req: RemotingCommand) -> RemotingCommand:
     group, client_id, queues = _lock_body(req)
-    ctx.broker.unlock_queues(group, client_id, queues)
+    ctx.broker.consumer_groups.unlock_queues(group, client_id, queues)
     return req.response(ResponseCode.SUCCESS)
 
 

@@ -93,7 +93,7 @@ def handle_pull(
         return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=str(exc))
     commit = field_int(fields, "commitOffset", -1)
     if sys_flag & FLAG_COMMIT_OFFSET and commit >= 0:
-        ctx.broker.commit_offset(group, topic, queue_id, commit)
+        ctx.broker.consumer_groups.commit_offset(group, topic, queue_id, commit)
     timeout_ms = field_int(fields, "suspendTimeoutMillis", 0) if sys_flag & FLAG_SUSPEND else 0
     max_count = max(1, field_int(fields, "maxMsgNums", 32))
     state = _Reply()
@@ -108,7 +108,7 @@ def handle_pull(
             log.info("pull answer to %r not sent: %s", channel, exc)
 
     request = PullRequest(topic, queue_id, offset, max_count, message_filter)
-    ctx.broker.pull_async(group, request, deliver, timeout_ms=timeout_ms)
+    ctx.broker.pulling.pull_async(group, request, deliver, timeout_ms=timeout_ms)
     return state.detach()
 
 

@@ -6,7 +6,7 @@ sysFlag (f), bornTimestamp (g), flag (h), properties (i, ``k\\x01v\\x02``), reco
 (j), unitMode (k), maxReconsumeTimes (l), batch (m). The body is the message body, or for
 a batch the ``MessageDecoder.encodeMessages`` records (:mod:`.msgcodec`).
 
-Everything goes through ``Broker.send``: the ``DELAY`` property (levels 1-18) is held by the
+Everything goes through ``Sending.send``: the ``DELAY`` property (levels 1-18) is held by the
 schedule service, a prepared transaction (sysFlag bit 2 or ``TRAN_MSG=true``) becomes a half
 message. A zlib-compressed body (sysFlag bit 0) is stored inflated, so gRPC consumers read
 it plain. Answer: SUCCESS with ``msgId`` (the UNIQ_KEY; comma-joined for a batch),
@@ -20,6 +20,7 @@ checks (``access.py``); the UNIQ_KEY is the client's own (and ``transactionId``)
 from __future__ import annotations
 
 from broker_core.broker.sending import SendResult
+from broker_core.clock import now_ms
 from broker_core.errors import InvalidArgumentError
 from broker_core.message import (
     PROPERTY_PRODUCER_GROUP,
@@ -39,7 +40,6 @@ from broker_core.remoting_broker.msgcodec import (
     uncompress_body,
 )
 from broker_core.remoting_broker.send_columns import plain_columns
-from broker_core.store.message_store import now_ms
 
 V2_KEYS = {
     "a": "producerGroup",
@@ -138,7 +138,7 @@ def handle_send(ctx: RemotingContext, channel: Channel, req: RemotingCommand) ->
         if len(msgs) > 1 and msgs[0].queue_id < 0:  # one batch, one queue, as RocketMQ does
             for m in msgs:
                 m.queue_id = 0
-        results = ctx.broker.send(msgs, producer_group=fields.get("producerGroup") or None)
+        results = ctx.broker.sending.send(msgs, producer_group=fields.get("producerGroup") or None)
     except InvalidArgumentError as exc:
         return req.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
     return _answer(ctx, req, results)
@@ -168,7 +168,7 @@ def _send_plain_batch(
     if batch is None:
         return None
     queue_id = max(field_int(fields, "queueId", 0), 0)
-    offsets = ctx.broker.send_columns(batch, queue_id=queue_id)
+    offsets = ctx.broker.sending.send_columns(batch, queue_id=queue_id)
     ext = {
         "msgId": ",".join(p[PROPERTY_UNIQ_KEY] for _, _, p in records),
         "queueId": str(int(batch.queue_ids[0])),  # a repeat's: its original queue
@@ -187,7 +187,7 @@ def handle_end_transaction(
         return req.response(ResponseCode.SUCCESS)  # still unknown: the broker checks back later
     msg_id = field_str(fields, "msgId", "")
     tx_id = fields.get("transactionId") or msg_id
-    ctx.broker.end_transaction(
+    ctx.broker.sending.end_transaction(
         msg_id,
         tx_id,
         kind == TRANSACTION_COMMIT,

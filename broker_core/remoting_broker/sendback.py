@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 
 from broker_core.broker.retry import DELAY_LEVELS_MS, DelayLevelBackoff, dlq_topic, retry_topic
+from broker_core.clock import now_ms
 from broker_core.message import (
     PROPERTY_DELAY_LEVEL,
     PROPERTY_DELIVER_TIME_MS,
@@ -32,7 +33,6 @@ from broker_core.remoting.channel import Channel
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting_broker.context import RemotingContext, field_int, field_str
-from broker_core.store.message_store import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def handle_send_back(
         born_host=old.born_host,
         reconsume_times=retries,
     )
-    broker.send([msg])
+    broker.sending.send([msg])
     log.debug(
         "sent back %s of %s (reconsumed %d times) to %s",
         msg.properties.get("UNIQ_KEY"),

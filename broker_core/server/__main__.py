@@ -7,7 +7,7 @@ taken, stopping failed) print one line ``error: ...`` and exit with status 1.
 import sys
 
 from broker_core.errors import RocketMQError
-from broker_core.server.app import run
+from broker_core.server.main import run
 
 try:
     sys.exit(run())

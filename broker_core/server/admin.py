@@ -57,8 +57,9 @@ The verbs live in ``handlers/`` by family (``admin_topics``, ``admin_groups``,
 ``admin_inspect``, ``admin_locks``, ``admin_config``); their arguments are parsed by
 ``json_args.Args``. This module is the wiring: the method table, the error wrapper and
 the gRPC registration. User and ACL methods (CreateUser, DeleteUser, ListUsers,
-CreateAcl, DeleteAcl, ListAcls, ``handlers/admin_auth.py``) are added by
-:func:`register_auth_methods`. Changes (``CHANGES``) leave an audit line.
+CreateAcl, DeleteAcl, ListAcls, ``handlers/admin_auth.py``) manage the server's user
+table (``ServerContext.auth``). The table is built once, here, and never changed.
+Changes (``CHANGES``) leave an audit line.
 
 Threads: handlers run on the gRPC thread pool; everything they call on ``Broker`` is
 thread-safe.
@@ -69,6 +70,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 import grpc
@@ -91,29 +93,19 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME: Final = "rmq.admin.v1.Admin"
 
-METHODS: Final[dict[str, Verb]] = {
-    **admin_inspect.VERBS,
-    **admin_topics.VERBS,
-    **admin_groups.VERBS,
-    **admin_locks.VERBS,
-    **admin_config.VERBS,
-}
+METHODS: Final[Mapping[str, Verb]] = MappingProxyType(
+    {
+        **admin_inspect.VERBS,
+        **admin_topics.VERBS,
+        **admin_groups.VERBS,
+        **admin_locks.VERBS,
+        **admin_config.VERBS,
+        **admin_auth.VERBS,
+    }
+)
 
 # Methods that change the broker's state: each call leaves an audit line.
-CHANGES: Final = {name for name, verb in METHODS.items() if verb.change}
-
-
-def register(name: str, verb: Verb) -> None:
-    """Add a method (before ``admin_handler`` is called); a ``verb.change`` is audited."""
-    METHODS[name] = verb
-    if verb.change:
-        CHANGES.add(name)
-
-
-def register_auth_methods() -> None:
-    """Add the user and ACL verbs (``handlers/admin_auth.py``); idempotent."""
-    for name, verb in admin_auth.VERBS.items():
-        register(name, verb)
+CHANGES: Final = frozenset(name for name, verb in METHODS.items() if verb.change)
 
 
 def call(ctx: ServerContext, method: str, raw: bytes, peer: str = "") -> Json:
@@ -156,7 +148,7 @@ def _unary(ctx: ServerContext, method: str) -> grpc.RpcMethodHandler:
 
 
 def admin_handler(ctx: ServerContext) -> grpc.GenericRpcHandler:
-    """The admin service for ``BrokerServer.add_generic_handlers``."""
+    """The admin service for ``app.Plugins.services`` (``assembly.py``)."""
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME, {name: _unary(ctx, name) for name in METHODS}
     )

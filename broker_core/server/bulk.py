@@ -1,7 +1,7 @@
 """``rmq.bulk.v1.Bulk``: our own bulk service next to ``MessagingService``, for our client.
 
 Two unary methods with byte requests and byte responses (no protobuf), registered
-through ``BrokerServer.add_generic_handlers``:
+through ``app.Plugins.services`` (``assembly.py``):
 
 * ``PullRaw``: offset pulls that ship the stored units (``handlers/pull.py``, beside
   PullMessage);
@@ -31,7 +31,7 @@ def _identity(raw: bytes) -> bytes:
 
 
 def bulk_handler(ctx: ServerContext) -> grpc.GenericRpcHandler:
-    """The bulk service (PullRaw and SendBulk) for ``BrokerServer.add_generic_handlers``."""
+    """The bulk service (PullRaw and SendBulk) for ``app.Plugins.services`` (``assembly.py``)."""
     methods = {PULL_METHOD: pull_raw, SEND_METHOD: send_bulk}
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,

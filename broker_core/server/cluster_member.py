@@ -1,6 +1,6 @@
 """A broker's membership in a cluster: registration, cached routes, forwarding.
 
-Built by ``app.build`` when the broker is started with ``--namesrv``; absent otherwise
+Built by ``assembly.build`` when the broker is started with ``--namesrv``; absent otherwise
 (a broker without NameServers behaves exactly as a lone broker always has). Life cycle:
 ``check()`` before the gRPC server starts (a name clash stops the start), ``start()``
 once it serves (first registration, then the heartbeat thread), ``stop()`` before the

@@ -12,7 +12,7 @@ handler to use (the same one to leave the call alone).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import grpc
@@ -49,11 +49,11 @@ def refusing_handler(
 
 
 class Gate(grpc.ServerInterceptor):
-    """Start-up gate plus wrappers; wrappers are added before ``open``."""
+    """Start-up gate plus the wrappers it is built with (applied in order)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wrappers: Sequence[Wrapper] = ()) -> None:
         self.ready = False
-        self.wrappers: list[Wrapper] = []
+        self.wrappers: tuple[Wrapper, ...] = tuple(wrappers)
 
     def open(self) -> None:
         self.ready = True

@@ -29,6 +29,7 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core.cluster.forward import FORWARDED_BY, was_forwarded
+from broker_core.config import Role
 from broker_core.errors import BrokerNotReachableError, NotMasterError
 from broker_core.server.context import ServerContext
 
@@ -50,7 +51,7 @@ def _stub(addr: str) -> service_pb2_grpc.MessagingServiceStub:
 
 def should_forward(ctx: ServerContext) -> bool:
     """True when this broker is a controller-mode slave (sends go to the master)."""
-    return ctx.master_endpoint is not None and ctx.broker.replication.is_slave
+    return ctx.master_endpoint is not None and ctx.broker.replication.role is Role.SLAVE
 
 
 def forward_send(

@@ -237,12 +237,12 @@ def close_all(ctx: ServerContext) -> None:
 def heartbeat(ctx: ServerContext, client_id: str, profile: Profile) -> None:
     """Tell the broker's client registry the client is alive, under every group it has."""
     if profile.kind == "consumer":
-        ctx.broker.heartbeat(
+        ctx.broker.consumer_groups.heartbeat(
             profile.group, client_id, topics=sorted(profile.topics), kind="consumer"
         )
         return
     for topic in sorted(profile.topics):
-        ctx.broker.heartbeat(topic, client_id, topics=[topic], kind="producer")
+        ctx.broker.consumer_groups.heartbeat(topic, client_id, topics=[topic], kind="producer")
 
 
 def producers_of(ctx: ServerContext, topic: str) -> list[Session]:

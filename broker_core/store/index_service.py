@@ -30,12 +30,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from broker_core.clock import now_ms
 from broker_core.errors import (
     CorruptionError,
     InvalidOffsetError,
@@ -63,10 +63,6 @@ from broker_core.store.mapped_file import fsync_dir
 _BATCH_MIN_KEYS = 16  # keys of fewer messages than this are put one by one
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class IndexService:
     """All index files of one store: put, query, roll, truncate, retain and repair."""
 
@@ -76,7 +72,7 @@ class IndexService:
         slot_count: int,
         max_entries: int,
         *,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         check_dimensions(slot_count, max_entries)
         self._dir = Path(directory)

@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from broker_core.config import FlushMode, StoreConfig
+from broker_core.clock import now_ms
+from broker_core.config import FlushMode, Role, StoreConfig
 from broker_core.errors import (
     BusyError,
     CorruptionError,
@@ -69,11 +70,8 @@ from broker_core.store.recovery import RecoveryReport, recover
 from broker_core.store.replica import adopt_queues, append_replica
 
 log = logging.getLogger(__name__)
+TopicOf = Callable[[StoredMessage], str]  # the topic a query by topic also matches a message by
 _PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class MessageStore:
@@ -120,12 +118,20 @@ class MessageStore:
         self.disk_ratio: Callable[[], float] = lambda: disk_used_ratio(str(root))
         self._disk_checked_at = -1.0
         self._disk_full = False
-        # Broker groups (``ha``): a slave refuses writes with this text; a master's hook gets
-        # each append's end offset (wakes HA senders; sync replication waits in the broker)
-        self.slave_of = ""
+        # Broker groups (``ha``): a slave's store refuses client writes (``set_role``); a
+        # master's hook gets each append's end offset (wakes HA senders; sync replication
+        # waits in the broker)
+        self.role = Role.MASTER
+        self._not_master = ""
         self.after_append: Callable[[int], None] | None = None
 
     # ---- lifecycle --------------------------------------------------------------------
+
+    def set_role(self, role: Role, refusal: str = "") -> None:
+        """A slave's store refuses client writes with NotMasterError(``refusal``); a
+        master's takes them (``append_replica`` stores a slave's copy either way)."""
+        self._not_master = refusal or "this store is a slave's copy: send to its master"
+        self.role = role
 
     def acquire_lock(self) -> None:
         """Take the store directory's lock (``store.lock``; StoreLockedError when another
@@ -200,8 +206,8 @@ class MessageStore:
     def _check_writable(self) -> None:
         if not self._open:
             raise StoreClosedError("message store is not open")
-        if self.slave_of:
-            raise NotMasterError(self.slave_of)
+        if self.role is Role.SLAVE:
+            raise NotMasterError(self._not_master)
         failure = self.dispatcher.failure or self.flusher.failure
         if failure is not None:
             raise StoreError(f"store is failing, refusing writes: {failure}")
@@ -425,8 +431,13 @@ class MessageStore:
         max_results: int = 64,
         begin_ms: int = 0,
         end_ms: int = 2**62,
+        topic_of: TopicOf | None = None,
     ) -> list[StoredMessage]:
-        """Messages whose keys (or message id) include ``key``, newest first."""
+        """Messages whose keys (or message id) include ``key``, newest first.
+
+        With ``topic``, only messages stored in that topic or, given ``topic_of``, those
+        ``topic_of(message)`` names (the broker passes the topic a message it holds back is
+        for: the store knows nothing of holding)."""
         found: list[StoredMessage] = []
         for phys in self.index.query(key, begin_ms, end_ms, max_results * 4):
             if phys < self.commitlog.min_offset:
@@ -435,17 +446,19 @@ class MessageStore:
                 msg = self.commitlog.read_message(phys)
             except (CorruptionError, OffsetOutOfRangeError):
                 continue  # a stale index entry: never serve what does not verify
-            real_topic = msg.properties.get("REAL_TOPIC", msg.topic)
             matches = key in msg.keys or msg.properties.get(PROPERTY_UNIQ_KEY) == key
-            if matches and (topic is None or topic in (msg.topic, real_topic)):
+            if matches and topic in (None, msg.topic, topic_of and topic_of(msg)):
                 found.append(msg)
                 if len(found) >= max_results:
                     break
         return found
 
-    def query_by_id(self, message_id: str, topic: str | None = None) -> StoredMessage:
-        """Look a message up by its client id (UNIQ_KEY) or by its offset message id."""
-        hits = self.query_by_key(message_id, topic=topic, max_results=1)
+    def query_by_id(
+        self, message_id: str, topic: str | None = None, *, topic_of: TopicOf | None = None
+    ) -> StoredMessage:
+        """Look a message up by its client id (UNIQ_KEY) or by its offset message id
+        (``topic`` and ``topic_of`` as for :meth:`query_by_key`)."""
+        hits = self.query_by_key(message_id, topic=topic, max_results=1, topic_of=topic_of)
         if hits:
             return hits[0]
         try:  # an offset id names the store host and offset: both must be the unit's

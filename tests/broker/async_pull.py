@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from broker_core.broker.long_polling import LongPollingService, ParkedPull, monotonic_ms
+from broker_core.broker.long_polling import LongPollingService, ParkedPull
 from broker_core.broker.pull import PullRequest, PullResult
+from broker_core.clock import monotonic_ms
 
 
 async def pull_async(

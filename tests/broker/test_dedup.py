@@ -79,16 +79,16 @@ def columns(b: Broker, topic: str, uids: list[str]) -> tuple[list[int], list[int
         max_body_bytes=1024,
         max_properties_bytes=1024,
     )
-    offsets = b.send_columns(batch)
+    offsets = b.sending.send_columns(batch)
     return offsets.tolist(), batch.queue_ids.tolist()
 
 
 def test_a_repeated_send_is_answered_with_the_original_and_stored_once(make: Make) -> None:
     b = make()
-    first = b.send([msg("t", "ID-1")])[0]
+    first = b.sending.send([msg("t", "ID-1")])[0]
     for _ in range(3):
-        b.send([msg("t", "ID-2")])  # others in between move the round robin on
-    again = b.send([msg("t", "ID-1", b"retried")])[0]
+        b.sending.send([msg("t", "ID-2")])  # others in between move the round robin on
+    again = b.sending.send([msg("t", "ID-1", b"retried")])[0]
     assert (again.message_id, again.queue_id, again.queue_offset) == (
         first.message_id,
         first.queue_id,
@@ -100,22 +100,22 @@ def test_a_repeated_send_is_answered_with_the_original_and_stored_once(make: Mak
 
 def test_off_stores_every_repeat(make: Make) -> None:
     b = make(dedup_window_ms=0)
-    b.send([msg("t", "ID-1")])
-    b.send([msg("t", "ID-1")])
+    b.sending.send([msg("t", "ID-1")])
+    b.sending.send([msg("t", "ID-1")])
     assert stored(b, "t") == ["ID-1", "ID-1"]
 
 
 def test_the_same_id_in_another_topic_is_another_message(make: Make) -> None:
     b = make()
-    b.send([msg("t", "ID-1")])
-    b.send([msg("u", "ID-1")])
+    b.sending.send([msg("t", "ID-1")])
+    b.sending.send([msg("u", "ID-1")])
     assert stored(b, "t") == stored(b, "u") == ["ID-1"]
 
 
 def test_batches_are_checked_per_message(make: Make) -> None:
     b = make()
-    first = b.send([msg("t", "A"), msg("t", "B")])
-    again = b.send([msg("t", "B"), msg("t", "C"), msg("t", "C")])
+    first = b.sending.send([msg("t", "A"), msg("t", "B")])
+    again = b.sending.send([msg("t", "B"), msg("t", "C"), msg("t", "C")])
     assert (again[0].queue_id, again[0].queue_offset) == (first[1].queue_id, first[1].queue_offset)
     assert (again[2].queue_id, again[2].queue_offset) == (again[1].queue_id, again[1].queue_offset)
     assert stored(b, "t") == ["A", "B", "C"]
@@ -137,32 +137,32 @@ def test_column_batches_answer_repeats_with_their_original_queue_and_offset(make
 def test_a_repeated_transactional_send_gets_its_first_half(make: Make) -> None:
     b = make()
     props = {"TRAN_MSG": "true", "__transactionId__": "TX-1"}
-    first = b.send([msg("t", "H-1", **props)], producer_group="pg")[0]
-    again = b.send([msg("t", "H-1", **props)], producer_group="pg")[0]
+    first = b.sending.send([msg("t", "H-1", **props)], producer_group="pg")[0]
+    again = b.sending.send([msg("t", "H-1", **props)], producer_group="pg")[0]
     assert again == first and first.transaction_id == "TX-1" and first.half_offset >= 0
-    b.end_transaction("H-1", "TX-1", commit=True)
+    b.sending.end_transaction("H-1", "TX-1", commit=True)
     assert stored(b, "t") == ["H-1"]  # one half, committed once
-    assert b.send([msg("t", "H-1", **props)], producer_group="pg")[0] == first
+    assert b.sending.send([msg("t", "H-1", **props)], producer_group="pg")[0] == first
 
 
 def test_a_repeated_delayed_send_is_held_once_and_delivered_once(make: Make, clock: Clock) -> None:
     b = make()
-    first = b.send([msg("t", "D-1", DELAY="1")])[0]
-    assert b.send([msg("t", "D-1", DELAY="1")])[0] == first
+    first = b.sending.send([msg("t", "D-1", DELAY="1")])[0]
+    assert b.sending.send([msg("t", "D-1", DELAY="1")])[0] == first
     clock.now += 1_000
     assert b.schedule.run_once(clock.now) == 1  # the broker's own re-put is not a repeat
     assert stored(b, "t") == ["D-1"]
-    assert b.send([msg("t", "D-1", DELAY="1")])[0] == first  # answered from the hold
+    assert b.sending.send([msg("t", "D-1", DELAY="1")])[0] == first  # answered from the hold
     assert stored(b, "t") == ["D-1"]
 
 
 def test_a_repeated_timed_send_keeps_its_recall_handle(make: Make, clock: Clock) -> None:
     b = make()
     due = str(clock.now + 60_000)
-    first = b.send([msg("t", "T-1", __STARTDELIVERTIME=due)])[0]
-    again = b.send([msg("t", "T-1", __STARTDELIVERTIME=due)])[0]
+    first = b.sending.send([msg("t", "T-1", __STARTDELIVERTIME=due)])[0]
+    again = b.sending.send([msg("t", "T-1", __STARTDELIVERTIME=due)])[0]
     assert again == first and first.recall_handle
-    assert b.recall(first.recall_handle)
+    assert b.sending.recall(first.recall_handle)
 
 
 def test_retry_topics_are_not_deduplicated(make: Make) -> None:
@@ -170,29 +170,29 @@ def test_retry_topics_are_not_deduplicated(make: Make) -> None:
     b = make()
     b.topics.ensure_retry_topic("g")
     for _ in range(2):
-        b.send([Message("%RETRY%g", b"r", queue_id=0, properties={"UNIQ_KEY": "R-1"})])
+        b.sending.send([Message("%RETRY%g", b"r", queue_id=0, properties={"UNIQ_KEY": "R-1"})])
     assert stored(b, "%RETRY%g") == ["R-1", "R-1"]
 
 
 def test_the_window_survives_a_restart(make: Make) -> None:
     b = make()
-    first = b.send([msg("t", "P-1")])[0]
+    first = b.sending.send([msg("t", "P-1")])[0]
     offsets, queues = columns(b, "t", ["P-2", "P-3"])
-    half = b.send([msg("t", "P-4", TRAN_MSG="true")], producer_group="pg")[0]
+    half = b.sending.send([msg("t", "P-4", TRAN_MSG="true")], producer_group="pg")[0]
     b = make()  # stops the first, rebuilds from its commitlog
     assert b.sender.window.size() == 4
-    assert b.send([msg("t", "P-1")])[0] == first
+    assert b.sending.send([msg("t", "P-1")])[0] == first
     assert columns(b, "t", ["P-3", "P-2"]) == (offsets[::-1], queues[::-1])
-    assert b.send([msg("t", "P-4", TRAN_MSG="true")], producer_group="pg")[0] == half
+    assert b.sending.send([msg("t", "P-4", TRAN_MSG="true")], producer_group="pg")[0] == half
     assert stored(b, "t") == ["P-1", "P-2", "P-3"]
 
 
 def test_the_window_forgets_by_age(make: Make, clock: Clock) -> None:
     b = make(dedup_window_ms=10_000)
-    b.send([msg("t", "OLD")])
+    b.sending.send([msg("t", "OLD")])
     clock.now += 20_000
-    b.send([msg("t", "NEW")])  # settles: the old generation expires
-    b.send([msg("t", "OLD")])
+    b.sending.send([msg("t", "NEW")])  # settles: the old generation expires
+    b.sending.send([msg("t", "OLD")])
     assert stored(b, "t") == ["NEW", "OLD", "OLD"]
     b = make(dedup_window_ms=10_000)  # the rebuild keeps only the window
     assert b.sender.window.size() == 2
@@ -215,7 +215,7 @@ def test_concurrent_sends_of_one_id_store_it_once(make: Make) -> None:
     def send() -> None:
         barrier.wait()
         for i in range(50):
-            results.append(b.send([msg("t", f"C-{i}")])[0])
+            results.append(b.sending.send([msg("t", f"C-{i}")])[0])
 
     threads = [threading.Thread(target=send) for _ in range(4)]
     for t in threads:
@@ -230,8 +230,8 @@ def test_concurrent_sends_of_one_id_store_it_once(make: Make) -> None:
 def test_a_failed_send_releases_its_ids(make: Make) -> None:
     b = make()
     with pytest.raises(Exception):  # noqa: B017 - any refusal will do
-        b.send([msg("t", "F-1", DELAY="99")])
-    b.send([msg("t", "F-1")])
+        b.sending.send([msg("t", "F-1", DELAY="99")])
+    b.sending.send([msg("t", "F-1")])
     assert stored(b, "t") == ["F-1"]
 
 
@@ -244,7 +244,7 @@ def test_a_repeat_waits_for_a_pending_first_send(make: Make) -> None:
     got: list[object] = []
 
     def repeat() -> None:
-        got.append(b.send([msg("t", "W-1")])[0])
+        got.append(b.sending.send([msg("t", "W-1")])[0])
         done.set()
 
     thread = threading.Thread(target=repeat)
@@ -271,4 +271,4 @@ def test_a_pending_claim_that_never_settles_is_busy(
     window = b.sender.window
     window.claim(window.keys(["t"], ["B-1"]))
     with pytest.raises(BusyError):
-        b.send([msg("t", "B-1")])
+        b.sending.send([msg("t", "B-1")])

@@ -29,13 +29,13 @@ def test_a_promoted_slave_answers_the_old_masters_sends(
     master_and_slave: tuple[Broker, Broker],  # noqa: F811
 ) -> None:
     master, slave = master_and_slave
-    first = master.send([msg("FO-1"), msg("FO-2")])
-    half = master.send([msg("FO-3", TRAN_MSG="true")], producer_group="pg")[0]
+    first = master.sending.send([msg("FO-1"), msg("FO-2")])
+    half = master.sending.send([msg("FO-3", TRAN_MSG="true")], producer_group="pg")[0]
     end = master.store.commitlog.max_offset
     data = commitlog_bytes(Path(master.store.config.store_dir))[:end]
     assert slave.store.append_replica(0, data) == end  # what replication copies
     slave.update_topic(master.topics.require("fo"))  # and what the metadata copy brings
     slave.promote()  # the master is gone; its client retries at the new master
-    assert slave.send([msg("FO-2"), msg("FO-1")]) == first[::-1]
-    assert slave.send([msg("FO-3", TRAN_MSG="true")], producer_group="pg")[0] == half
+    assert slave.sending.send([msg("FO-2"), msg("FO-1")]) == first[::-1]
+    assert slave.sending.send([msg("FO-3", TRAN_MSG="true")], producer_group="pg")[0] == half
     assert ids_in(slave, "fo") == ["FO-1", "FO-2"]

@@ -37,27 +37,30 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 def send(broker: Broker, topic: str, *bodies: bytes) -> None:
-    broker.send([Message(topic, body, queue_id=0) for body in bodies])
+    broker.sending.send([Message(topic, body, queue_id=0) for body in bodies])
     broker.store.wait_dispatched()
 
 
 def receive(broker: Broker, group: str, topic: str) -> list[bytes]:
-    return [p.message.body for p in broker.receive(group, topic, max_count=32, invisible_ms=60_000)]
+    return [
+        p.message.body
+        for p in broker.consuming.receive(group, topic, max_count=32, invisible_ms=60_000)
+    ]
 
 
 def test_a_group_made_before_its_consumer_gets_what_was_sent_in_between(broker: Broker) -> None:
     broker.groups.create_or_update(GroupConfig("billing"))  # consume-from last_offset
     send(broker, "orders", b"o1", b"o2")
-    assert broker.starts_in_memory("orders", 0)
-    assert broker.consumer_offset("billing", "orders", 0) == 0
+    assert broker.consumer_groups.starts_in_memory("orders", 0)
+    assert broker.consumer_groups.consumer_offset("billing", "orders", 0) == 0
     assert receive(broker, "billing", "orders") == [b"o1", b"o2"]
 
 
 def test_a_poison_message_sent_before_the_first_consumer_reaches_the_dlq(broker: Broker) -> None:
     broker.groups.create_or_update(GroupConfig("payments", retry_policy=RetryPolicy.default(0)))
     send(broker, "charges", b"poison")
-    [popped] = broker.receive("payments", "charges", max_count=1, invisible_ms=60_000)
-    broker.forward_to_dead_letter("payments", "charges", popped.receipt_handle)
+    [popped] = broker.consuming.receive("payments", "charges", max_count=1, invisible_ms=60_000)
+    broker.consuming.forward_to_dead_letter("payments", "charges", popped.receipt_handle)
     broker.store.wait_dispatched()
     assert receive(broker, "dlq-reader", "%DLQ%payments") == [b"poison"]
 
@@ -67,8 +70,10 @@ def test_past_the_memory_window_last_offset_starts_at_the_end(tmp_path: Path) ->
     try:
         broker.groups.create_or_update(GroupConfig("late"))
         send(broker, "history", b"h1", b"h2", b"h3")
-        assert not broker.starts_in_memory("history", 0)
-        assert broker.consumer_offset("late", "history", 0) == 3  # a pull starts at the end
+        assert not broker.consumer_groups.starts_in_memory("history", 0)
+        assert (
+            broker.consumer_groups.consumer_offset("late", "history", 0) == 3
+        )  # a pull starts at the end
         assert receive(broker, "late", "history") == [b"h3"]  # POP pops the last one
         send(broker, "history", b"h4")
         assert receive(broker, "late", "history") == [b"h4"]

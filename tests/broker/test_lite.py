@@ -114,17 +114,21 @@ def _lite(body: bytes, lite: str) -> Message:
 
 
 def test_lite_messages_live_in_their_own_topic_and_ack_with_or_without_the_name(broker) -> None:
-    [sent] = broker.send([_lite(b"x", "la")])
+    [sent] = broker.sending.send([_lite(b"x", "la")])
     assert (sent.topic, sent.queue_id, sent.queue_offset) == ("%LMQ%lp|la", 0, 0)
-    broker.send([_lite(b"y", "la"), _lite(b"z", "lb")])
-    broker.sync_lite_subscription("g", "c1", "lp", PARTIAL_ADD, ["la", "lb"])
-    got = broker.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c1")
+    broker.sending.send([_lite(b"y", "la"), _lite(b"z", "lb")])
+    broker.consuming.sync_lite_subscription("g", "c1", "lp", PARTIAL_ADD, ["la", "lb"])
+    got = broker.consuming.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c1")
     assert [p.message.body for p in got] == [b"x", b"z"]  # y waits behind x (in order)
-    broker.ack("g", "lp", got[0].receipt_handle, client_id="c1", lite_topic="la")
-    broker.ack("g", "lp", got[1].receipt_handle, client_id="c1")  # no lite_topic: from handle
-    again = broker.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c1")
+    broker.consuming.ack("g", "lp", got[0].receipt_handle, client_id="c1", lite_topic="la")
+    broker.consuming.ack(
+        "g", "lp", got[1].receipt_handle, client_id="c1"
+    )  # no lite_topic: from handle
+    again = broker.consuming.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c1")
     assert [p.message.body for p in again] == [b"y"]
-    assert broker.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c2") == []
+    assert (
+        broker.consuming.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c2") == []
+    )
 
 
 def test_priority_messages_go_to_their_queue_and_come_out_highest_first(broker) -> None:
@@ -132,11 +136,13 @@ def test_priority_messages_go_to_their_queue_and_come_out_highest_first(broker) 
         Message("pp", b"p%d" % p, queue_id=-1, properties={PROPERTY_PRIORITY: str(p)})
         for p in (0, 5, 1, 2)
     ]
-    assert [r.queue_id for r in broker.send(msgs)] == [0, 3, 1, 2]
-    got = broker.receive("g", "pp", max_count=8, invisible_ms=60_000)
+    assert [r.queue_id for r in broker.sending.send(msgs)] == [0, 3, 1, 2]
+    got = broker.consuming.receive("g", "pp", max_count=8, invisible_ms=60_000)
     assert [p.message.body for p in got] == [b"p5", b"p2", b"p1", b"p0"]
     with pytest.raises(InvalidArgumentError, match="priority"):
-        broker.send([Message("pp", b"bad", queue_id=-1, properties={PROPERTY_PRIORITY: "-1"})])
+        broker.sending.send(
+            [Message("pp", b"bad", queue_id=-1, properties={PROPERTY_PRIORITY: "-1"})]
+        )
 
 
 def test_lite_topics_stay_out_of_the_topic_table_and_survive_a_restart(tmp_path) -> None:
@@ -144,17 +150,17 @@ def test_lite_topics_stay_out_of_the_topic_table_and_survive_a_restart(tmp_path)
     first = Broker(BrokerConfig(), config)
     first.start()
     first.topics.create_or_update(TopicConfig("lp", 2, 2, message_type="LITE"))
-    first.send([_lite(b"a", "la"), _lite(b"b", "la")])
-    first.sync_lite_subscription("g", "c", "lp", PARTIAL_ADD, ["la"])
-    [got] = first.receive("g", "lp", max_count=1, invisible_ms=60_000, client_id="c")
-    first.ack("g", "lp", got.receipt_handle, client_id="c", lite_topic="la")
+    first.sending.send([_lite(b"a", "la"), _lite(b"b", "la")])
+    first.consuming.sync_lite_subscription("g", "c", "lp", PARTIAL_ADD, ["la"])
+    [got] = first.consuming.receive("g", "lp", max_count=1, invisible_ms=60_000, client_id="c")
+    first.consuming.ack("g", "lp", got.receipt_handle, client_id="c", lite_topic="la")
     assert first.topics.get("%LMQ%lp|la") is None
     first.stop()
     second = Broker(BrokerConfig(), config)
     second.start()
     try:
-        second.sync_lite_subscription("g", "c", "lp", COMPLETE_ADD, ["la"])
-        again = second.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c")
+        second.consuming.sync_lite_subscription("g", "c", "lp", COMPLETE_ADD, ["la"])
+        again = second.consuming.receive("g", "lp", max_count=8, invisible_ms=60_000, client_id="c")
         assert [p.message.body for p in again] == [b"b"]  # a was acked before the restart
     finally:
         second.stop()

@@ -134,8 +134,8 @@ def test_the_broker_works_while_a_service_is_dead(
     thread = thread_of(broker, "timer-wheel")
     inject(thread, monkeypatch, Fatal("injected"))
     wait_until(lambda: not thread.is_alive(), "the timer thread to die")
-    broker.send([Message("t", b"still served")], producer_group="pg")
+    broker.sending.send([Message("t", b"still served")], producer_group="pg")
     broker.store.wait_dispatched()
-    assert [m.body for m in broker.pull("g", PullRequest("t", 0, 0, 10)).messages] == [
+    assert [m.body for m in broker.pulling.pull("g", PullRequest("t", 0, 0, 10)).messages] == [
         b"still served"
     ]

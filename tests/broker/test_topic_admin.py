@@ -34,7 +34,7 @@ def test_an_existing_dead_letter_topic_may_be_opened_for_reading(broker: Broker)
 
 def test_hidden_messages_are_counted_per_hidden_queue(broker: Broker) -> None:
     broker.administer_topic(TopicConfig("t", 3, 3))
-    broker.send([Message("t", b"x", queue_id=q) for q in (0, 1, 2, 2)])
+    broker.sending.send([Message("t", b"x", queue_id=q) for q in (0, 1, 2, 2)])
     broker.store.wait_dispatched()
     with pytest.raises(ConflictError, match=r"hides queues 1\.\.2 holding 3 message"):
         broker.administer_topic(TopicConfig("t", 1, 3), update=True)

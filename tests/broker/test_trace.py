@@ -54,17 +54,21 @@ def records_of(broker: Broker, msg_id: str) -> list[TraceRecord]:
 
 
 def test_pop_life_is_traced_in_order(traced: Broker, clock: Clock) -> None:
-    [sent] = traced.send([Message("jobs", b"j1", queue_id=-1)])
+    [sent] = traced.sending.send([Message("jobs", b"j1", queue_id=-1)])
     traced.store.wait_dispatched()
-    [first] = traced.receive("workers", "jobs", max_count=1, invisible_ms=10_000, client_id="c1")
+    [first] = traced.consuming.receive(
+        "workers", "jobs", max_count=1, invisible_ms=10_000, client_id="c1"
+    )
     clock.now += 5
-    traced.change_invisible_duration("workers", "jobs", first.receipt_handle, 1_000)
+    traced.consuming.change_invisible_duration("workers", "jobs", first.receipt_handle, 1_000)
     clock.now += 2_000
     traced.pop.run_revive(clock.now)
     traced.store.wait_dispatched()
-    [again] = traced.receive("workers", "jobs", max_count=1, invisible_ms=10_000, client_id="c1")
+    [again] = traced.consuming.receive(
+        "workers", "jobs", max_count=1, invisible_ms=10_000, client_id="c1"
+    )
     clock.now += 7
-    traced.ack("workers", "jobs", again.receipt_handle, client_id="c1")
+    traced.consuming.ack("workers", "jobs", again.receipt_handle, client_id="c1")
     events = timeline(sent.message_id, [(records_of(traced, sent.message_id), "", 0)])
     assert [e["type"] for e in events] == [
         "Stored",
@@ -83,24 +87,24 @@ def test_pop_life_is_traced_in_order(traced: Broker, clock: Clock) -> None:
 
 
 def test_dead_letter_is_traced(traced: Broker, clock: Clock) -> None:
-    [sent] = traced.send([Message("jobs", b"j1", queue_id=-1)])
+    [sent] = traced.sending.send([Message("jobs", b"j1", queue_id=-1)])
     traced.store.wait_dispatched()
-    [got] = traced.receive("workers", "jobs", max_count=1, invisible_ms=10_000)
-    traced.forward_to_dead_letter("workers", "jobs", got.receipt_handle)
+    [got] = traced.consuming.receive("workers", "jobs", max_count=1, invisible_ms=10_000)
+    traced.consuming.forward_to_dead_letter("workers", "jobs", got.receipt_handle)
     types = [r.type for r in records_of(traced, sent.message_id)]
     assert types == ["Stored", "Delivered", "DLQ"]
 
 
 def test_transactions_are_traced(traced: Broker) -> None:
     props = {"TRAN_MSG": "true"}
-    a = traced.send(
+    a = traced.sending.send(
         [Message("pay", b"a", queue_id=-1, properties=dict(props))], producer_group="pg"
     )[0]
-    b = traced.send(
+    b = traced.sending.send(
         [Message("pay", b"b", queue_id=-1, properties=dict(props))], producer_group="pg"
     )[0]
-    traced.end_transaction(a.message_id, a.transaction_id, commit=True)
-    traced.end_transaction(b.message_id, b.transaction_id, commit=False, from_check=True)
+    traced.sending.end_transaction(a.message_id, a.transaction_id, commit=True)
+    traced.sending.end_transaction(b.message_id, b.transaction_id, commit=False, from_check=True)
     assert [(r.type, r.status) for r in records_of(traced, a.message_id)] == [
         ("Stored", "held: half for pay"),
         ("Stored", ""),
@@ -113,12 +117,12 @@ def test_transactions_are_traced(traced: Broker) -> None:
 def test_selection_by_topic_and_group(tmp_path: Path, clock: Clock) -> None:
     b = _broker(tmp_path, clock, trace_broker="all", trace_topics="jobs", trace_groups="audit")
     try:
-        [job, other] = b.send(
+        [job, other] = b.sending.send(
             [Message("jobs", b"1", queue_id=0), Message("misc", b"2", queue_id=0)]
         )
         b.store.wait_dispatched()
-        b.receive("workers", "jobs", max_count=1, invisible_ms=10_000)
-        b.receive("audit", "jobs", max_count=1, invisible_ms=10_000)
+        b.consuming.receive("workers", "jobs", max_count=1, invisible_ms=10_000)
+        b.consuming.receive("audit", "jobs", max_count=1, invisible_ms=10_000)
         assert [(r.type, r.group) for r in records_of(b, job.message_id)] == [
             ("Stored", ""),
             ("Delivered", "audit"),
@@ -133,7 +137,7 @@ def test_off_writes_nothing_and_installs_nothing(tmp_path: Path, clock: Clock) -
     try:
         assert not b.trace.on
         assert b.store.dispatcher._observers == []
-        b.send([Message("jobs", b"1", queue_id=0)])
+        b.sending.send([Message("jobs", b"1", queue_id=0)])
         assert b.topics.get(TRACE_TOPIC) is None
         assert b.trace.flush() == 0
     finally:
@@ -153,9 +157,9 @@ def test_trace_topic_enable_creates_the_topic(tmp_path: Path, clock: Clock) -> N
 def test_sampling_keeps_whole_timelines(tmp_path: Path, clock: Clock) -> None:
     b = _broker(tmp_path, clock, trace_broker="0.5")
     try:
-        sent = b.send([Message("jobs", b"%d" % i, queue_id=0) for i in range(200)])
+        sent = b.sending.send([Message("jobs", b"%d" % i, queue_id=0) for i in range(200)])
         b.store.wait_dispatched()
-        b.receive("g", "jobs", max_count=32, invisible_ms=10_000)
+        b.consuming.receive("g", "jobs", max_count=32, invisible_ms=10_000)
         traced = [s for s in sent if records_of(b, s.message_id)]
         assert 50 < len(traced) < 150  # about half, chosen by id
         assert all(b.trace.selection.sampled(s.message_id) for s in traced)
@@ -164,15 +168,17 @@ def test_sampling_keeps_whole_timelines(tmp_path: Path, clock: Clock) -> None:
 
 
 def test_offset_pulls_are_traced_decoded_raw_and_parked(traced: Broker) -> None:
-    sent = traced.send([Message("feed", b"a", queue_id=0), Message("feed", b"b", queue_id=0)])
+    sent = traced.sending.send(
+        [Message("feed", b"a", queue_id=0), Message("feed", b"b", queue_id=0)]
+    )
     traced.store.wait_dispatched()
-    traced.pull("readers", PullRequest("feed", 0, 0, 10))
-    traced.pull("bulk", PullRequest("feed", 0, 1, 10, raw=True))
+    traced.pulling.pull("readers", PullRequest("feed", 0, 0, 10))
+    traced.pulling.pull("bulk", PullRequest("feed", 0, 1, 10, raw=True))
     answered = threading.Event()
-    traced.pull_async(
+    traced.pulling.pull_async(
         "later", PullRequest("feed", 0, 2, 10), lambda _r: answered.set(), timeout_ms=10_000
     )
-    [late] = traced.send([Message("feed", b"c", queue_id=0)])
+    [late] = traced.sending.send([Message("feed", b"c", queue_id=0)])
     assert answered.wait(10)
     pulls = [
         (r.group, r.offset, r.status)
@@ -185,9 +191,11 @@ def test_offset_pulls_are_traced_decoded_raw_and_parked(traced: Broker) -> None:
 
 
 def test_delay_level_and_timer_messages_show_held_and_timer(traced: Broker, clock: Clock) -> None:
-    [delayed] = traced.send([Message("orders", b"later", queue_id=0, properties={"DELAY": "2"})])
+    [delayed] = traced.sending.send(
+        [Message("orders", b"later", queue_id=0, properties={"DELAY": "2"})]
+    )
     due = {"__STARTDELIVERTIME": str(clock.now + 3_000)}
-    [timed] = traced.send([Message("orders", b"timed", queue_id=0, properties=due)])
+    [timed] = traced.sending.send([Message("orders", b"timed", queue_id=0, properties=due)])
     traced.store.wait_dispatched()
     traced.timer.run_once(clock.now)
     clock.now += 5_000
@@ -207,7 +215,7 @@ def test_an_append_and_a_raw_pull_are_one_record_each(
 ) -> None:
     tags = ["A", "A", "B", "A", "A", "A"]
     born = [1_000 + 7 * i for i in range(len(tags))]  # each its own store cost
-    sent = traced.send(
+    sent = traced.sending.send(
         [
             Message("run", b"x", queue_id=0, properties={"TAGS": t}, born_timestamp_ms=b)
             for t, b in zip(tags, born, strict=True)
@@ -223,9 +231,9 @@ def test_an_append_and_a_raw_pull_are_one_record_each(
     assert [(r.type, r.msg_id.split(","), r.offset) for r in runs] == [
         ("Stored", [m.message_id for m in sent], 0)
     ]
-    traced.pull("bulk", PullRequest("run", 0, 1, 3, raw=True))  # offsets 1..3: one run
+    traced.pulling.pull("bulk", PullRequest("run", 0, 1, 3, raw=True))  # offsets 1..3: one run
     only_a = MessageFilter("TAG", "A")  # offsets 3..5 and 0, 1 but not 2: no run
-    traced.pull("tagged", PullRequest("run", 0, 0, 10, filter=only_a, raw=True))
+    traced.pulling.pull("tagged", PullRequest("run", 0, 0, 10, filter=only_a, raw=True))
     for m, tag in zip(sent, tags, strict=True):
         pulls = sorted(
             (r.group, r.offset, r.status)

@@ -51,10 +51,10 @@ def _prefill(store_dir: Path) -> list[str]:
         messages.append(
             Message(TOPIC, b"\xff\xfe\x00binary", queue_id=3, properties={PROPERTY_KEYS: "blob"})
         )
-        ids = [r.message_id for r in broker.send(messages)]
+        ids = [r.message_id for r in broker.sending.send(messages)]
         broker.store.wait_dispatched()
         for qid in range(QUEUES):
-            broker.commit_offset("GID_progress", TOPIC, qid, 2)
+            broker.consumer_groups.commit_offset("GID_progress", TOPIC, qid, 2)
     finally:
         broker.stop()
     return ids
@@ -149,7 +149,7 @@ def test_unknown_method_is_unimplemented(channel, client) -> None:
         channel.unary_unary("/rmq.admin.v1.Admin/Explode")(b"{}", timeout=5)
     assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
     with pytest.raises(errors.UnsupportedError):
-        client._admin("Explode", {})
+        client.broker.transport.admin("Explode", {})
 
 
 # ---- topics ---------------------------------------------------------------------------------

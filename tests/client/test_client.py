@@ -148,7 +148,7 @@ def test_busy_is_retried_with_bounded_attempts() -> None:
             raise error_for(Code.TOO_MANY_REQUESTS, "busy")
         return "done"
 
-    assert client._retrying("Test", busy_twice) == "done" and len(calls) == 3
+    assert client.broker.transport.retrying("Test", busy_twice) == "done" and len(calls) == 3
 
     def always(code: int) -> str:
         calls.append(1)
@@ -156,11 +156,11 @@ def test_busy_is_retried_with_bounded_attempts() -> None:
 
     calls.clear()
     with pytest.raises(errors.BusyError):
-        client._retrying("Test", lambda: always(Code.TOO_MANY_REQUESTS))
+        client.broker.transport.retrying("Test", lambda: always(Code.TOO_MANY_REQUESTS))
     assert len(calls) == 3  # max_attempts, then the error
     calls.clear()
     with pytest.raises(errors.TopicNotFoundError):
-        client._retrying("Test", lambda: always(Code.TOPIC_NOT_FOUND))
+        client.broker.transport.retrying("Test", lambda: always(Code.TOPIC_NOT_FOUND))
     assert len(calls) == 1  # not retriable: no second attempt
 
 
@@ -315,7 +315,7 @@ def _pull_in_child(blob: bytes, out: multiprocessing.Queue) -> None:  # runs in 
 def test_a_pickled_client_works_in_another_process(client, one_queue) -> None:
     client.health()  # the parent's channel is open
     blob = pickle.dumps(client)
-    assert pickle.loads(blob)._channel is None
+    assert pickle.loads(blob).broker.transport._channel is None
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     child = ctx.Process(target=_pull_in_child, args=(blob, out))

@@ -51,8 +51,10 @@ def _waiting(client: RocketMQClient, topic: str) -> int:
 
 
 def _hold_first(client: RocketMQClient, topic: str, others: int) -> _HeldFirst:
-    held = _HeldFirst(client._raw_method("SendMessage"), lambda: _waiting(client, topic) >= others)
-    client._raw_methods["SendMessage"] = held
+    held = _HeldFirst(
+        client.broker.transport.raw_method("SendMessage"), lambda: _waiting(client, topic) >= others
+    )
+    client.broker.transport.raw_methods["SendMessage"] = held
     return held
 
 

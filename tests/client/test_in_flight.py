@@ -17,7 +17,7 @@ def test_async_sends_are_all_stored_with_a_bounded_window(broker: BrokerProcess)
             pending.append(
                 client.send_batch_async("inflight", [b"%d-%d" % (n, i) for i in range(40)])
             )
-            assert len(client._window.open) <= 3
+            assert len(client.broker.producer.window.open) <= 3
         client.flush()
         offsets = sorted(r.offset for p in pending for r in p.result())
         assert offsets == list(range(12 * 40))

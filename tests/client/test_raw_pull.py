@@ -76,7 +76,7 @@ def test_end_of_queue_is_empty_and_beyond_is_an_illegal_offset(client) -> None:
     assert (end.count, end.next_offset) == (0, 500)
     with pytest.raises(errors.InvalidOffsetError) as info:
         client.pull_raw("GID_raw", "bulk", 0, 900, 10)
-    assert info.value.next_offset == 500  # type: ignore[attr-defined]
+    assert info.value.next_offset == 500
 
 
 def test_tag_and_sql_filters_run_on_the_broker(client) -> None:

@@ -37,8 +37,8 @@ class _Recording:
 
 
 def _recorded(client: RocketMQClient) -> _Recording:
-    recording = _Recording(client._raw_method("SendMessage"))
-    client._raw_methods["SendMessage"] = recording
+    recording = _Recording(client.broker.transport.raw_method("SendMessage"))
+    client.broker.transport.raw_methods["SendMessage"] = recording
     return recording
 
 
@@ -67,7 +67,7 @@ def test_send_waits_behind_requests_in_flight_keeping_group_order(
             for n in range(4)
         ]
         last = client.send("single-fifo", b"last", message_group="g")
-        assert all(p.done for p in pending) and not client._window.open
+        assert all(p.done for p in pending) and not client.broker.producer.window.open
         assert last.offset == 80
         calls = _recorded(client)
         client.send("single-fifo", b"after", message_group="g")  # window empty: blocking

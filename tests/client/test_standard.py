@@ -165,7 +165,7 @@ def test_missing_admin_method_does_not_mark_the_endpoint(brokers: Brokers) -> No
     try:
         with RocketMQClient(restarted.endpoint) as client:
             with pytest.raises(ServiceNotOfferedError):
-                client._admin("NoSuchVerb", {})
+                client.broker.transport.admin("NoSuchVerb", {})
             assert not standard.is_standard(restarted.endpoint)
             assert client.health()["broker_name"] == "broker-a"
     finally:

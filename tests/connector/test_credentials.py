@@ -33,7 +33,7 @@ def test_read_and_sink_options_carry_the_keys_without_showing_the_secret() -> No
         assert "s3cr3t-value" not in shown
     client = _client(sink)
     assert "s3cr3t-value" not in repr(client)
-    signed = dict(client._metadata())
+    signed = dict(client.broker.transport.metadata())
     assert signed["authorization"].startswith("MQv2-HMAC-SHA1 Credential=alice,")
     brokers = pickle.loads(pickle.dumps(BrokerSet(["127.0.0.1:1"], read.access)))
     assert brokers.access == read.access
@@ -43,7 +43,9 @@ def test_without_keys_nothing_is_signed() -> None:
     read = parse_read_options({"endpoints": "127.0.0.1:1", "topic": "t"}, streaming=False)
     assert read.access == NO_ACCESS
     assert "authorization" not in dict(
-        _client(parse_sink_options({"endpoints": "127.0.0.1:1", "topic": "t"}))._metadata()
+        _client(
+            parse_sink_options({"endpoints": "127.0.0.1:1", "topic": "t"})
+        ).broker.transport.metadata()
     )
 
 

@@ -15,6 +15,7 @@ from broker_core.broker.broker import Broker
 from broker_core.client import RocketMQClient
 from broker_core.config import BrokerConfig, StoreConfig
 from broker_core.errors import RocketMQError
+from broker_core.ha import metadata
 from tests.server.conftest import BrokerProcess, start_broker
 
 FAST_HA = {"ha_heartbeat_interval_ms": 200, "ha_metadata_interval_ms": 300}
@@ -73,7 +74,7 @@ def small_store(store_dir: Path) -> StoreConfig:
 def master_and_slave(tmp_path: Path) -> Iterator[tuple[Broker, Broker]]:
     """Group ``m`` in process, started: a master (store ``tmp_path/m``) and a slave
     (``tmp_path/s``) whose master address leads nowhere, so nothing replicates by itself:
-    a test moves the config tables with ``metadata.apply``."""
+    a test moves the config tables with ``tables_of(...).apply``."""
     master = Broker(BrokerConfig(broker_name="m"), small_store(tmp_path / "m"))
     slave_config = BrokerConfig(broker_name="m", broker_id=1, ha_master="127.0.0.1:1")
     slave = Broker(slave_config, small_store(tmp_path / "s"))
@@ -144,3 +145,10 @@ def pull_all(client: RocketMQClient, topic: str, queues: int) -> list[bytes]:
                 break
             offset = batch.next_offset
     return bodies
+
+
+def tables_of(broker: Broker) -> metadata.ConfigTables:
+    """The tables replication copies, as the broker hands them to it."""
+    return metadata.ConfigTables(
+        broker.store.config.config_dir, broker.topics, broker.groups, broker.offsets
+    )

@@ -13,8 +13,7 @@ from broker_core.auth.store import AUTH_FILE, AuthStore
 from broker_core.broker.broker import Broker
 from broker_core.client import RocketMQClient
 from broker_core.errors import PermissionDeniedError, UnauthorizedError
-from broker_core.ha import metadata
-from tests.ha.conftest import FAST_HA, wait_until
+from tests.ha.conftest import FAST_HA, tables_of, wait_until
 from tests.security.conftest import ADMIN_KEY, ADMIN_SECRET, AUTH_TOML, start_with
 from tests.server.conftest import BrokerProcess
 
@@ -30,14 +29,16 @@ def test_the_snapshot_carries_the_user_table_and_the_slave_reloads_it(
     on_master.create_acl("carol", Rule.build("Topic:orders", ["Pub"], "Allow", []))
     on_slave = AuthStore(slave.store.config.config_dir / AUTH_FILE)
     on_slave.bootstrap([User("root", "root-secret", superuser=True)])  # its config file
-    metadata.apply(slave, metadata.snapshot(master), {AUTH_FILE: on_slave.reload})
+    copied = tables_of(slave)
+    copied.reloaders[AUTH_FILE] = on_slave.reload
+    copied.apply(tables_of(master).snapshot())
     assert on_slave.secret_of("carol") == "carol-secret"
     assert [r.resource for r in on_slave.rules_of("carol")] == ["Topic:orders"]
     assert on_slave.user("root") == User("root", "root-secret", superuser=True)
     mode = stat.S_IMODE(on_slave.path.stat().st_mode)
     assert mode == 0o600, oct(mode)  # it holds secret keys
     on_master.delete_user("carol")
-    metadata.apply(slave, metadata.snapshot(master), {AUTH_FILE: on_slave.reload})
+    copied.apply(tables_of(master).snapshot())
     assert on_slave.user("carol") is None and on_slave.rules_of("carol") == []
 
 

@@ -20,6 +20,7 @@ from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.client import RocketMQClient
 from broker_core.cluster.ports import free_port
+from broker_core.config import Role
 from broker_core.errors import BrokerNotReachableError, NotMasterError
 from broker_core.server import master_forward
 from broker_core.server.launcher import BrokerProcess
@@ -43,7 +44,7 @@ class Slave:
     knows, which answers ``masters`` in turn (the last one from then on)."""
 
     masters: list[str]
-    is_slave: bool = True
+    role: Role = Role.SLAVE
     asked: int = 0
     endpoint: str = "127.0.0.1:1"
     broker_name: str = "g"
@@ -97,7 +98,7 @@ def test_a_slave_elected_meanwhile_stores_the_send_itself() -> None:
     slave = Slave([f"127.0.0.1:{free_port()}", ""])
 
     def elected() -> str:
-        slave.is_slave = slave.asked < 3
+        slave.role = Role.SLAVE if slave.asked < 3 else Role.MASTER
         return Slave.master_endpoint(slave)
 
     slave.master_endpoint = elected  # type: ignore[method-assign]

@@ -346,8 +346,8 @@ def test_batch_fast_lane_stores_what_the_general_path_stores(front, clients, mon
     slow = call(c, RC.SEND_BATCH_MESSAGE, {**fields, "b": "slow"}, encode_batch(items))
     assert fast.code == slow.code == 0 and fast.ext_fields["msgId"] == slow.ext_fields["msgId"]
     broker = front.ctx.broker
-    a = broker.pull("g", PullRequest("fast", 0, 0, 10)).messages
-    b = broker.pull("g", PullRequest("slow", 0, 0, 10)).messages
+    a = broker.pulling.pull("g", PullRequest("fast", 0, 0, 10)).messages
+    b = broker.pulling.pull("g", PullRequest("slow", 0, 0, 10)).messages
     keep = (
         "body",
         "properties",
@@ -361,7 +361,7 @@ def test_batch_fast_lane_stores_what_the_general_path_stores(front, clients, mon
     )
     assert [[getattr(m, k) for k in keep] for m in a] == [[getattr(m, k) for k in keep] for m in b]
     assert broker.query_by_key("fast", "x3")[0].body == b"body-3"  # KEYS are indexed
-    tagged = broker.pull(
+    tagged = broker.pulling.pull(
         "g", PullRequest("fast", 0, 0, 10, filter=MessageFilter("TAG", "t"))
     ).messages
     assert [m.body for m in tagged] == [b"body-1", b"body-3", b"body-5"]  # tag codes kept

@@ -14,7 +14,7 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from broker_core import cli
 from broker_core.protocol.status import Code
-from broker_core.server import app
+from broker_core.server import main, options
 from broker_core.server.launcher import BrokerProcess, launch_broker
 from tests.server.conftest import DEFAULT_CONFIG
 
@@ -52,13 +52,13 @@ def test_v2_and_health_are_served(channel: grpc.Channel) -> None:
 
 
 def test_flag_is_off_by_default() -> None:
-    assert app.parse_args(["--no-extensions"]).no_extensions
-    assert not app.parse_args([]).no_extensions
+    assert options.parse_args(["--no-extensions"]).no_extensions
+    assert not options.parse_args([]).no_extensions
 
 
 def test_rmq_broker_start_passes_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
-    monkeypatch.setattr(app, "run", lambda argv: seen.append(list(argv)) or 0)
+    monkeypatch.setattr(main, "run", lambda argv: seen.append(list(argv)) or 0)
     result = CliRunner().invoke(cli.cli, ["broker", "start", "--no-extensions"])
     assert result.exit_code == 0, result.output
     assert "--no-extensions" in seen[0]

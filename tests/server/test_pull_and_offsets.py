@@ -56,7 +56,7 @@ def prefill(
             broker.update_topic(topic)
         for group in groups:
             broker.groups.create_or_update(group)
-        results = broker.send(list(messages)) if messages else []
+        results = broker.sending.send(list(messages)) if messages else []
         assert broker.store.wait_dispatched()
     finally:
         broker.stop()

@@ -43,7 +43,7 @@ WAYS = ("bulk", "official", "store_api")
 
 def send_bulk(broker: Broker, frame: bytes) -> list[int]:
     batch = to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
-    return broker.send_columns(batch).tolist()
+    return broker.sending.send_columns(batch).tolist()
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_our_client_sends_bulk_and_reads_back(broker_process: BrokerProcess) -> 
             keys=[[f"k{i}"] for i in range(50)],
             properties=[{"region": "eu"}] * 50,
         )
-        assert client._bulk_offered is True
+        assert client.broker.producer.bulk_offered is True
         got = []
         for queue_id in (0, 1):
             got += client.pull("g-bulk", "bulk-e2e", queue_id, 0, 100).messages
@@ -137,7 +137,7 @@ def test_our_client_falls_back_to_send_message() -> None:
         port = int(proc.stdout.readline())
         with RocketMQClient(f"127.0.0.1:{port}") as client:
             assert len(client.send_batch("t", [b"a", b"b"])) == 2
-            assert client._bulk_offered is False
+            assert client.broker.producer.bulk_offered is False
             assert len(client.send_columns("t", [b"c"])) == 1
     finally:
         proc.kill()

@@ -189,7 +189,7 @@ def test_a_held_message_that_cannot_be_routed_is_refused(
 ) -> None:
     end = log_end(broker)
     with pytest.raises(InvalidArgumentError, match=words):
-        broker.send([Message("orders", b"x", properties=dict(props))])
+        broker.sending.send([Message("orders", b"x", properties=dict(props))])
     assert log_end(broker) == end
 
 
@@ -199,11 +199,13 @@ def test_one_bad_message_stores_none_of_its_request(broker: Broker) -> None:
     good_timer = Message("orders", b"b", properties={"__STARTDELIVERTIME": str(2**40)})
     end = log_end(broker)
     with pytest.raises(InvalidArgumentError, match="delay level"):
-        broker.send([good_delay, good_timer, Message("orders", b"c", properties={"DELAY": "99"})])
+        broker.sending.send(
+            [good_delay, good_timer, Message("orders", b"c", properties={"DELAY": "99"})]
+        )
     with pytest.raises(InvalidTopicError, match="system topic"):
-        broker.send([good_delay, Message(SCHEDULE_TOPIC, b"d", properties={"DELAY": "1"})])
+        broker.sending.send([good_delay, Message(SCHEDULE_TOPIC, b"d", properties={"DELAY": "1"})])
     with pytest.raises(InvalidArgumentError, match="producer group"):
-        broker.send([good_timer, Message("orders", b"e", properties={"TRAN_MSG": "true"})])
+        broker.sending.send([good_timer, Message("orders", b"e", properties={"TRAN_MSG": "true"})])
     assert log_end(broker) == end
 
 
@@ -211,7 +213,7 @@ def test_send_back_to_the_retry_topic_is_still_taken(broker: Broker) -> None:
     """The refusal is for the broker's own topics only: a retry topic is delivered to its
     group, so a 4.x consumer's send-back (or its direct fallback send) is stored."""
     broker.topics.ensure_retry_topic("g")
-    [result] = broker.send([Message("%RETRY%g", b"again")])
+    [result] = broker.sending.send([Message("%RETRY%g", b"again")])
     assert result.topic == "%RETRY%g"
     broker.store.wait_dispatched()
     assert broker.store.max_offset("%RETRY%g", result.queue_id) == result.queue_offset + 1

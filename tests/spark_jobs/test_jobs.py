@@ -7,12 +7,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from broker_core.client import OutgoingMessage, RocketMQClient
-from spark_jobs import archive, order_events
+from spark_jobs import archive, dlq_replay, order_events
 from tests.connector.conftest import BrokerProcess, new_topic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,6 +149,25 @@ def test_help(module: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "--endpoints" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("job", "own"),
+    [
+        (archive, ["--topic", "t", "--output", "/o", "--checkpoint", "/c"]),
+        (order_events, ["--input-topic", "a", "--output-topic", "b", "--checkpoint", "/c"]),
+        (dlq_replay, ["--group", "g"]),
+    ],
+)
+def test_every_job_takes_the_shared_options(job: Any, own: list[str]) -> None:
+    args = job.parser().parse_args(["--endpoints", "h:8081", *own])
+    assert (args.endpoints, args.master, args.starting_offsets) == ("h:8081", None, "earliest")
+    if job is not dlq_replay:
+        assert (args.trigger_seconds, args.max_messages_per_trigger) == (None, None)
+        more = job.parser().parse_args(["--endpoints", "h", *own, "--trigger-seconds", "5"])
+        assert more.trigger_seconds == 5
+    with pytest.raises(SystemExit):
+        job.parser().parse_args(own)  # --endpoints is required
 
 
 def test_help_as_a_file() -> None:

@@ -89,6 +89,19 @@ def test_query_by_key_and_by_id(open_store: Open) -> None:
         store.query_by_id("NOPE")
 
 
+def test_a_query_by_topic_matches_what_topic_of_names(open_store: Open) -> None:
+    store = open_store()
+    held = Message("held", b"x", properties={"UNIQ_KEY": "H-1", "KEYS": "k", "FOR": "orders"})
+    store.put_message(held)
+    assert store.wait_dispatched()
+    assert store.query_by_key("k", topic="orders") == []  # the store knows no holding
+    for_topic = lambda m: m.properties.get("FOR", m.topic)  # noqa: E731
+    assert [m.body for m in store.query_by_key("k", topic="orders", topic_of=for_topic)] == [b"x"]
+    assert store.query_by_id("H-1", "orders", topic_of=for_topic).body == b"x"
+    assert store.query_by_id("H-1", "held").body == b"x"  # its own topic always matches
+    assert store.query_by_key("k", topic="payments", topic_of=for_topic) == []
+
+
 def test_timestamp_lookup(tmp_path: Path) -> None:
     clock = [1_000_000]
     store = MessageStore(small_config(tmp_path), clock_ms=lambda: clock[0])

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from broker_core.config import Role
 from broker_core.errors import NotMasterError, ReplicationProtocolError
 from broker_core.store.message_store import MessageStore
 from broker_core.store.queue_read import QueueRead
@@ -124,6 +125,6 @@ def test_an_empty_store_starts_at_the_masters_first_segment(
 
 def test_a_slave_store_refuses_client_writes(open_store: OpenStore) -> None:
     store = open_store()
-    store.slave_of = "broker b is a slave"
+    store.set_role(Role.SLAVE, "broker b is a slave")
     with pytest.raises(NotMasterError, match="broker b is a slave"):
         store.put_messages([make_message(1)])

@@ -69,6 +69,7 @@ from broker_core.broker.pop.scan import QueuePlan, QueueScanner
 from broker_core.broker.pop.state import InFlight, PopState, QueueState
 from broker_core.broker.retry import DeadLetter, RetryPolicy, next_delivery, retry_topic
 from broker_core.broker.system_topics import REVIVE_TOPIC
+from broker_core.clock import now_ms
 from broker_core.errors import (
     StaleReceiptHandleError,
     StoreClosedError,
@@ -76,7 +77,7 @@ from broker_core.errors import (
 from broker_core.message import validate_group_name, validate_topic_name
 from broker_core.protocol.filters import MessageFilter
 from broker_core.service_thread import ServiceThread, ThreadedService
-from broker_core.store.message_store import MessageStore, now_ms
+from broker_core.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 

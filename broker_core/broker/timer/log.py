@@ -34,25 +34,21 @@ Threads: not thread-safe; ``TimerService`` serialises every call under its lock.
 from __future__ import annotations
 
 import os
-import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker_core.broker.timer.crc_record import CrcRecord
 from broker_core.errors import CorruptionError
 
-RECORD = struct.Struct(
-    ">"
+RECORD = CrcRecord(
     "q"  # deliver_ms
     "q"  # phys_offset
     "i"  # size
     "i"  # flags
     "q"  # prev_pos
-    "I"  # crc32 of the 32 bytes before it
-)
+)  # then the crc32 of the 32 bytes before it (``crc_record``)
 RECORD_BYTES = RECORD.size
-_BODY_BYTES = RECORD_BYTES - 4
 FLAG_SCHEDULE = 0
 FLAG_CANCEL = 1
 NO_PREV = -1
@@ -77,17 +73,17 @@ def encode_record(rec: TimerRecord) -> bytes:
     """The 36 bytes of ``rec``; ValueError for a flag other than schedule/cancel."""
     if rec.flags not in (FLAG_SCHEDULE, FLAG_CANCEL):
         raise ValueError(f"timer record flag must be 0 or 1, got {rec.flags}")
-    head = RECORD.pack(rec.deliver_ms, rec.phys_offset, rec.size, rec.flags, rec.prev_pos, 0)
-    return head[:_BODY_BYTES] + struct.pack(">I", zlib.crc32(head[:_BODY_BYTES]))
+    return RECORD.pack(rec.deliver_ms, rec.phys_offset, rec.size, rec.flags, rec.prev_pos)
 
 
 def decode_record(raw: bytes, *, path: str = "", position: int = -1) -> TimerRecord:
     """Decode and verify 36 bytes; CorruptionError when the CRC or flag is wrong."""
-    if len(raw) != RECORD_BYTES:
-        raise CorruptionError(f"timer record is {len(raw)} bytes", path=path, position=position)
-    deliver_ms, phys, size, flags, prev, crc = RECORD.unpack(raw)
-    if crc != zlib.crc32(raw[:_BODY_BYTES]) or flags not in (FLAG_SCHEDULE, FLAG_CANCEL):
-        raise CorruptionError("timer record fails its checksum", path=path, position=position)
+    what = "timer record"
+    deliver_ms, phys, size, flags, prev = RECORD.unpack(
+        raw, what=what, path=path, position=position
+    )
+    if flags not in (FLAG_SCHEDULE, FLAG_CANCEL):  # a flag no writer sets: damaged as well
+        raise CorruptionError(f"{what} fails its checksum", path=path, position=position)
     return TimerRecord(deliver_ms, phys, size, flags, prev)
 
 

@@ -54,6 +54,7 @@ from pathlib import Path
 from broker_core.broker.retry import MAX_DELAY_LEVEL, delay_level_ms, schedule_queue_id
 from broker_core.broker.system_topics import SCHEDULE_TOPIC
 from broker_core.broker.timer.delivery import delivery_thread
+from broker_core.clock import now_ms
 from broker_core.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -68,7 +69,7 @@ from broker_core.message import (
 )
 from broker_core.service_thread import ThreadedService
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
-from broker_core.store.message_store import MessageStore, PutResult, now_ms
+from broker_core.store.message_store import MessageStore, PutResult
 from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)

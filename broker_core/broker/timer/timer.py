@@ -65,6 +65,7 @@ from broker_core.broker.timer.policy import (
 )
 from broker_core.broker.timer.schedule import Fired, restore_real_message
 from broker_core.broker.timer.wheel import TimingWheel
+from broker_core.clock import now_ms
 from broker_core.errors import (
     ConfigError,
     CorruptionError,
@@ -80,7 +81,7 @@ from broker_core.message import (
 )
 from broker_core.service_thread import ThreadedService
 from broker_core.store.atomic_file import read_json_atomic, write_json_atomic
-from broker_core.store.message_store import MessageStore, PutResult, now_ms
+from broker_core.store.message_store import MessageStore, PutResult
 from broker_core.store.queue_read import QueueRead
 
 log = logging.getLogger(__name__)

@@ -33,26 +33,22 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from broker_core.broker.timer.crc_record import CrcRecord
 from broker_core.broker.timer.log import NO_PREV, RECORD_BYTES, TimerLog, TimerRecord
 from broker_core.errors import ConfigError, CorruptionError
 from broker_core.store.mapped_file import fdatasync_path
 
-SLOT = struct.Struct(
-    ">"
+SLOT = CrcRecord(
     "q"  # slot_time_ms
     "q"  # first_pos
     "q"  # last_pos
     "i"  # count
-    "I"  # crc32 of the 28 bytes before it
-)
+)  # then the crc32 of the 28 bytes before it (``crc_record``)
 SLOT_BYTES = SLOT.size
-_BODY_BYTES = SLOT_BYTES - 4
 _EMPTY = bytes(SLOT_BYTES)
 
 
@@ -101,20 +97,17 @@ class TimingWheel:
         raw = self._map[pos : pos + SLOT_BYTES]
         if raw == _EMPTY:
             return None
-        slot_time, first, last, count, crc = SLOT.unpack(raw)
-        if crc != zlib.crc32(raw[:_BODY_BYTES]):
-            raise CorruptionError(
-                "timer wheel slot fails its checksum", path=str(self.path), position=pos
-            )
+        slot_time, first, last, count = SLOT.unpack(
+            raw, what="timer wheel slot", path=str(self.path), position=pos
+        )
         if slot_time != slot_time_ms:
             return None
         return Slot(slot_time, first, last, count)
 
     def _put(self, slot: Slot) -> None:
         pos = self._index(slot.slot_time_ms) * SLOT_BYTES
-        body = SLOT.pack(slot.slot_time_ms, slot.first_pos, slot.last_pos, slot.count, 0)
-        body = body[:_BODY_BYTES]
-        self._map[pos : pos + SLOT_BYTES] = body + struct.pack(">I", zlib.crc32(body))
+        raw = SLOT.pack(slot.slot_time_ms, slot.first_pos, slot.last_pos, slot.count)
+        self._map[pos : pos + SLOT_BYTES] = raw
 
     def link(self, log: TimerLog, entries: Sequence[tuple[int, TimerRecord]]) -> list[int]:
         """Append each ``(slot_time_ms, record)`` to the log and chain it into that slot.

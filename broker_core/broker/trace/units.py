@@ -26,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from broker_core.protocol import unit as layout
+from broker_core.protocol.property_codec import ID_HEAD, PROPERTY_SEP_BYTES
 
-_MARK = b"UNIQ_KEY\x01"
+_MARK = ID_HEAD
 _MARK_ROW = np.frombuffer(_MARK, np.uint8)
 _QUEUE_OFFSET = 24  # header bytes of the queue offset (``protocol.unit``)
 _BODY_LENGTH = 96  # and of the body length
@@ -78,7 +79,7 @@ def _uniform_ids(buf: np.ndarray, props: np.ndarray, ends: np.ndarray) -> list[s
     if not (_gather(buf, props, mark) == _MARK_ROW).all():
         return None
     first = int(props[0]) + mark
-    stop = buf[first : int(ends[0])].tobytes().find(b"\x02")
+    stop = buf[first : int(ends[0])].tobytes().find(PROPERTY_SEP_BYTES)
     width = stop if stop >= 0 else int(ends[0]) - first
     after = props + mark + width
     if width <= 0 or bool((after > ends).any()):
@@ -104,6 +105,6 @@ def _found_ids(data: bytes, props: np.ndarray, ends: np.ndarray) -> list[str]:
             ids.append("")
             continue
         at += len(_MARK)
-        stop = data.find(b"\x02", at, end)
+        stop = data.find(PROPERTY_SEP_BYTES, at, end)
         ids.append(data[at : stop if stop >= 0 else end].decode())
     return ids

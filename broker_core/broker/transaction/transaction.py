@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,6 +85,7 @@ from broker_core.broker.transaction.records import (
     real_message,
     recheck_message,
 )
+from broker_core.clock import now_ms
 from broker_core.errors import (
     CorruptionError,
     InvalidArgumentError,
@@ -106,10 +106,6 @@ from broker_core.store.queue_read import QueueRead
 log = logging.getLogger(__name__)
 
 _RECENT_LIMIT = 10_000  # ended ids remembered for a clearer error on a second end
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Resolution(StrEnum):
@@ -162,7 +158,7 @@ class TransactionService:
         check_timeout_ms: int = 6_000,
         max_check_times: int = 15,
         check_interval_ms: int = 1_000,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self._store = store
         self._offsets = offsets

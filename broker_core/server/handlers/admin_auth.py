@@ -1,5 +1,5 @@
 """Admin verbs for users and ACLs (super users only when auth is on; see
-``auth/resources.py``); ``server/admin.register_auth_methods`` adds them (``auth/install.py``).
+``auth/resources.py``); ``server/admin.py`` serves them.
 
 ==========  =================================================================================
 CreateUser  user, secret_key, superuser?, update? → {"user", "superuser", "created"}

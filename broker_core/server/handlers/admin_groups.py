@@ -74,7 +74,7 @@ def group_progress(ctx: ServerContext, args: Args) -> Json:
         ctx.broker.topics.require(topic)
     rows = [
         {"topic": t, "queue_id": q, "broker_offset": high, "consumer_offset": offset, "lag": lag}
-        for t, q, high, offset, lag in ctx.broker.group_progress(name)
+        for t, q, high, offset, lag in ctx.broker.consumer_groups.group_progress(name)
         if topic is None or t == topic
     ]
     inflight = sum(unacked for _, _, unacked in ctx.broker.pop.progress_of(name).values())
@@ -96,7 +96,7 @@ def reset_offset(ctx: ServerContext, args: Args) -> list[Json]:
         raise InvalidArgumentError(
             f"ResetOffset: 'to' must be 'earliest', 'latest' or a timestamp in ms, got {to!r}"
         )
-    offsets = ctx.broker.reset_offsets(group, topic, to)
+    offsets = ctx.broker.consumer_groups.reset_offsets(group, topic, to)
     return [{"queue_id": q, "offset": o} for q, o in sorted(offsets.items())]
 
 
@@ -124,8 +124,8 @@ def delete_group(ctx: ServerContext, args: Args) -> Json:
 
 
 def resend_message(ctx: ServerContext, args: Args) -> Json:
-    """A copy of one stored message for one group (``Broker.resend``)."""
-    result = ctx.broker.resend(
+    """A copy of one stored message for one group (``Consuming.resend``)."""
+    result = ctx.broker.consuming.resend(
         args.text("message_id", required=True),
         args.text("topic", required=True),
         args.text("group", required=True),

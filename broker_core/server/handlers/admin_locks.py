@@ -51,14 +51,14 @@ def _queues(ctx: ServerContext, args: Args) -> tuple[str, str, list[MessageQueue
 def lock_queues(ctx: ServerContext, args: Args) -> dict[str, list[int]]:
     """Lock the asked queues for the client; answers those it holds now."""
     group, client_id, queues = _queues(ctx, args)
-    held = ctx.broker.lock_queues(group, client_id, queues)
+    held = ctx.broker.consumer_groups.lock_queues(group, client_id, queues)
     return {"locked": sorted(mq.queue_id for mq in held)}
 
 
 def unlock_queues(ctx: ServerContext, args: Args) -> dict[str, list[int]]:
     """Release those of the asked queues the client holds; answers them."""
     group, client_id, queues = _queues(ctx, args)
-    released = ctx.broker.unlock_queues(group, client_id, queues)
+    released = ctx.broker.consumer_groups.unlock_queues(group, client_id, queues)
     return {"unlocked": sorted(mq.queue_id for mq in released)}
 
 

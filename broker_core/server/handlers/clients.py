@@ -18,7 +18,7 @@ when the client closes it (or a few seconds later). Idempotent: an unknown clien
 answered OK as well.
 
 **SyncLiteSubscription**: a lite consumer says which lite topics of its bound topic it
-wants. Request → ``Broker.sync_lite_subscription(group, client id, topic, action,
+wants. Request → ``Consuming.sync_lite_subscription(group, client id, topic, action,
 lite_topic_set)`` (policy in ``broker_core.broker.lite``); BAD_REQUEST without the client
 id header. Answers OK; BAD_REQUEST when the topic is not a LITE topic, TOPIC_NOT_FOUND
 when it does not exist, ILLEGAL_LITE_TOPIC for a bad lite topic name,
@@ -91,7 +91,7 @@ def sync_lite_subscription(
     """Apply the subscription change; see the module docstring for the statuses."""
     group = validate_group_name(request.group.name)
     topic = validate_topic_name(request.topic.name)
-    ctx.broker.sync_lite_subscription(
+    ctx.broker.consuming.sync_lite_subscription(
         group, sessions.client_id_of(context), topic, request.action, list(request.lite_topic_set)
     )
     return service_pb2.SyncLiteSubscriptionResponse(status=ok())

@@ -86,7 +86,7 @@ def _ack_one(
     ctx: ServerContext, group: str, topic: str, entry: service_pb2.AckMessageEntry, client_id: str
 ) -> service_pb2.AckMessageResultEntry:
     try:
-        ctx.broker.ack(
+        ctx.broker.consuming.ack(
             group, topic, entry.receipt_handle, client_id=client_id, lite_topic=entry.lite_topic
         )
         status = ok()
@@ -188,7 +188,7 @@ def change_invisible_duration(
         return service_pb2.ChangeInvisibleDurationResponse(
             status=bad_request("invisible_duration is required")
         )
-    new_handle = ctx.broker.change_invisible_duration(
+    new_handle = ctx.broker.consuming.change_invisible_duration(
         group,
         topic,
         request.receipt_handle,
@@ -206,7 +206,7 @@ def forward_to_dlq(
 ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
     """Dead-letter the delivery; OK, or the mapped error (stale handle, unknown group…)."""
     group, topic = require_group_and_topic(ctx, request)
-    ctx.broker.forward_to_dead_letter(
+    ctx.broker.consuming.forward_to_dead_letter(
         group,
         topic,
         request.receipt_handle,

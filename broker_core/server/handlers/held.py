@@ -60,7 +60,7 @@ def end_transaction(
             f"resolution must be COMMIT or ROLLBACK, got {request.resolution}"
         )
     from_check = request.source == pb.TransactionSource.SOURCE_SERVER_CHECK
-    ctx.broker.end_transaction(
+    ctx.broker.sending.end_transaction(
         request.message_id,
         request.transaction_id,
         _RESOLUTIONS[request.resolution],
@@ -80,7 +80,7 @@ def recall_message(
         raise InvalidArgumentError("RecallMessage needs the recall handle")
     if not _HANDLE_RE.match(recall_handle):
         raise InvalidArgumentError(f"malformed recall handle {recall_handle[:40]!r}")
-    if not ctx.broker.recall(recall_handle, topic=topic):
+    if not ctx.broker.sending.recall(recall_handle, topic=topic):
         raise NotFoundError(
             f"no pending timed message of topic {topic} for recall handle {recall_handle}: "
             "it was delivered or recalled already, or never sent"

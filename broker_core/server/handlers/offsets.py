@@ -52,7 +52,7 @@ def update_offset(
     """Commit the group's offset in one queue."""
     group = validate_group_name(request.group.name)
     topic, queue_id = read_queue(ctx, request.message_queue)
-    ctx.broker.commit_offset(group, topic, queue_id, request.offset)
+    ctx.broker.consumer_groups.commit_offset(group, topic, queue_id, request.offset)
     return service_pb2.UpdateOffsetResponse(status=ok())
 
 
@@ -62,7 +62,7 @@ def get_offset(
     """The group's committed offset in one queue (or where the group starts)."""
     group = validate_group_name(request.group.name)
     topic, queue_id = read_queue(ctx, request.message_queue)
-    offset = ctx.broker.consumer_offset(group, topic, queue_id)
+    offset = ctx.broker.consumer_groups.consumer_offset(group, topic, queue_id)
     return service_pb2.GetOffsetResponse(status=ok(), offset=offset)
 
 
@@ -73,15 +73,17 @@ def query_offset(
     topic, queue_id = read_queue(ctx, request.message_queue)
     policy = request.query_offset_policy
     if policy == pb.QueryOffsetPolicy.BEGINNING:
-        offset = ctx.broker.queue_bounds(topic, queue_id)[0]
+        offset = ctx.broker.consumer_groups.queue_bounds(topic, queue_id)[0]
     elif policy == pb.QueryOffsetPolicy.END:
-        offset = ctx.broker.queue_bounds(topic, queue_id)[1]
+        offset = ctx.broker.consumer_groups.queue_bounds(topic, queue_id)[1]
     elif policy == pb.QueryOffsetPolicy.TIMESTAMP:
         if not request.HasField("timestamp"):
             return service_pb2.QueryOffsetResponse(
                 status=bad_request("query_offset_policy TIMESTAMP needs a timestamp")
             )
-        offset = ctx.broker.offset_at(topic, queue_id, ms_of_timestamp(request.timestamp))
+        offset = ctx.broker.consumer_groups.offset_at(
+            topic, queue_id, ms_of_timestamp(request.timestamp)
+        )
     else:
         return service_pb2.QueryOffsetResponse(
             status=bad_request(f"unknown query_offset_policy {policy}")

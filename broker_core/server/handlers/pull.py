@@ -1,6 +1,6 @@
 """The pull family: offset-based reads of one queue, ``PullMessage`` and ``PullRaw``.
 
-Both run ``Broker.pull(group, PullRequest(...), timeout_ms=…)`` with the same broker
+Both run ``Pulling.pull(group, PullRequest(...), timeout_ms=…)`` with the same broker
 checks, filters (``common.message_filter`` / ``common.text_filter``: an unknown filter
 type is ILLEGAL_FILTER_EXPRESSION on both) and long polling (``common.polling_budget_ms``:
 a pull at the end of the queue waits for new messages, and answers before the gRPC
@@ -88,7 +88,9 @@ def pull_message(
     wanted = PullRequest(
         topic, request.message_queue.id, request.offset, request.batch_size, filter=flt
     )
-    result = ctx.broker.pull(group, wanted, timeout_ms=polling_budget_ms(context, requested))
+    result = ctx.broker.pulling.pull(
+        group, wanted, timeout_ms=polling_budget_ms(context, requested)
+    )
     if result.status is PullStatus.FOUND:
         if ctx.metrics is not None:
             ctx.metrics.messages_out(
@@ -126,7 +128,9 @@ def _raw_pull(ctx: ServerContext, args: Args, context: grpc.ServicerContext) -> 
         max_bytes=max_bytes,
         raw=True,
     )
-    return ctx.broker.pull(group, request, timeout_ms=polling_budget_ms(context, requested_ms))
+    return ctx.broker.pulling.pull(
+        group, request, timeout_ms=polling_budget_ms(context, requested_ms)
+    )
 
 
 def raw_answer(result: PullResult) -> bytes:

@@ -1,7 +1,7 @@
 """The receive family: ``ReceiveMessage`` (server streaming), the POP receive of
 SimpleConsumer and PushConsumer.
 
-Request → ``Broker.receive(group, topic, max_count=batch_size, invisible_ms=…,
+Request → ``Consuming.receive(group, topic, max_count=batch_size, invisible_ms=…,
 filter=…, timeout_ms=…)`` over every read queue of the topic (and the group's retry
 topic). Like RocketMQ's proxy, the queue id in ``message_queue`` is not a restriction:
 POP consumers share all queues of a broker, and a receive that named one queue would
@@ -126,12 +126,12 @@ def _long_poll(
     flt: MessageFilter | None,
     budget_ms: int,
 ) -> list[PoppedMessage]:
-    """``Broker.receive`` in slices of :data:`POLL_SLICE_MS`, so a client that gives up
+    """``Consuming.receive`` in slices of :data:`POLL_SLICE_MS`, so a client that gives up
     stops the poll within a slice instead of having messages popped for nobody."""
     deadline_ms = time.monotonic_ns() // 1_000_000 + budget_ms
     while True:
         remaining_ms = max(0, deadline_ms - time.monotonic_ns() // 1_000_000)
-        popped = ctx.broker.receive(
+        popped = ctx.broker.consuming.receive(
             consumer[0],
             topic,
             max_count=batch_size,
@@ -168,7 +168,7 @@ def _nack(ctx: ServerContext, consumer: Consumer, popped: Sequence[PoppedMessage
     """Make deliveries the client did not get visible again soon (best effort)."""
     for item in popped:
         try:
-            ctx.broker.change_invisible_duration(
+            ctx.broker.consuming.change_invisible_duration(
                 consumer[0],
                 item.topic,
                 item.receipt_handle,

@@ -13,7 +13,7 @@ RocketMQ 5.
 **QueryAssignment**: the queues of a topic this push consumer should receive from. The
 official push consumers ask every few seconds and run one receive loop per assigned
 queue, each asking for that queue's id. We share the topic's readable queues among the
-group's live consumers with the group's rebalance strategy (``Broker.assignment``), so in
+group's live consumers with the group's rebalance strategy (``ConsumerGroups.assignment``), so in
 clustering mode every queue has exactly one consumer in the group; a broadcasting group
 gives every consumer every queue. A consumer the broker does not know yet (its Telemetry
 settings are still on their way) is registered by this call, so it is never starved of
@@ -79,7 +79,7 @@ def _ensure_member(ctx: ServerContext, group: str, topic: str, client_id: str) -
     topics = {topic}
     if profile is not None and profile.kind == "consumer" and profile.group == group:
         topics |= profile.topics
-    ctx.broker.heartbeat(group, client_id, topics=sorted(topics), kind="consumer")
+    ctx.broker.consumer_groups.heartbeat(group, client_id, topics=sorted(topics), kind="consumer")
 
 
 def query_assignment(
@@ -106,6 +106,6 @@ def query_assignment(
     broker = broker_proto(ctx, access_point)
     assignments = [
         pb.Assignment(message_queue=message_queue_proto(config, mq.queue_id, broker, namespace))
-        for mq in ctx.broker.assignment(group, topic, client_id)
+        for mq in ctx.broker.consumer_groups.assignment(group, topic, client_id)
     ]
     return service_pb2.QueryAssignmentResponse(status=ok(), assignments=assignments)

@@ -6,7 +6,7 @@ Every message is converted and validated first (``convert_in``); any bad message
 the whole request with its code (ILLEGAL_TOPIC, MESSAGE_BODY_TOO_LARGE,
 ILLEGAL_MESSAGE_PROPERTY_KEY, MESSAGE_CORRUPTED for a wrong body digest, BAD_REQUEST for a
 message type that conflicts with its fields, …) and nothing is stored. The valid batch
-then goes to ``Broker.send`` in one call, which routes each message: FIFO ones to their
+then goes to ``Sending.send`` in one call, which routes each message: FIFO ones to their
 message group's queue, timed ones to the timer, transactional ones to the half topic.
 
 The answer has one OK entry per message, in request order: the client's message id,
@@ -20,7 +20,7 @@ producer of that topic. All transactional messages of one request must share a t
 
 **SendBulk** (``rmq.bulk.v1.Bulk/SendBulk``): a batch of plain messages sent as columns
 (see :mod:`broker_core.protocol.bulk_send` for the frames). Decoded and checked by
-``convert_bulk``, then stored by ``Broker.send_columns`` — the path SendMessage's plain
+``convert_bulk``, then stored by ``Sending.send_columns`` — the path SendMessage's plain
 batches take — so a bulk send and a SendMessage of the same messages store the same
 bytes. No exception escapes: errors become the response status.
 """
@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
+from broker_core.clock import now_ms
 from broker_core.errors import InvalidArgumentError, RocketMQError
 from broker_core.message import PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY, Message
 from broker_core.protocol.bulk_send import decode_request, encode_response
@@ -43,7 +44,6 @@ from broker_core.server.convert_bulk import to_column_batch
 from broker_core.server.convert_columns import to_columns
 from broker_core.server.convert_in import Limits, peer_address, to_messages
 from broker_core.server.json_args import status_json
-from broker_core.store.message_store import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +83,14 @@ def send_message(
     if len(request.messages) >= FAST_LANE_MIN_MESSAGES:
         batch = to_columns(request.messages, limits=limits, peer=peer, now_ms=now)
     if batch is not None:  # plain messages: the fast lane
-        offsets = ctx.broker.send_columns(batch)
+        offsets = ctx.broker.sending.send_columns(batch)
         if ctx.metrics is not None:
             ctx.metrics.messages_in(batch.topic, len(batch), batch.body_bytes())
         return _answer([keys[0] for keys in batch.index_keys], offsets.tolist())
     messages = to_messages(request.messages, limits=limits, peer=peer, now_ms=now)
     ids = [m.properties[PROPERTY_UNIQ_KEY] for m in messages]
     group = transaction_group(messages)
-    results = ctx.broker.send(messages, producer_group=group)
+    results = ctx.broker.sending.send(messages, producer_group=group)
     if ctx.metrics is not None:
         for m in messages:
             ctx.metrics.messages_in(m.topic, 1, len(m.body))
@@ -140,7 +140,7 @@ def send_bulk(ctx: ServerContext, request: bytes, context: grpc.ServicerContext)
             peer=peer_address(context.peer()),
             now_ms=now_ms(),
         )
-        return encode_response(status_json(ok()), ctx.broker.send_columns(batch))
+        return encode_response(status_json(ok()), ctx.broker.sending.send_columns(batch))
     except Exception as exc:
         if isinstance(exc, RocketMQError):
             log.info("SendBulk refused: %s", exc)

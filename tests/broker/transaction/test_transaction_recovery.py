@@ -55,12 +55,16 @@ class Node:
         self.broker = self._start()
 
     def prepare(self, body: bytes) -> tuple[str, str]:
-        sent = self.broker.send([Message("pay", body, properties=dict(TX))], producer_group="pg")
+        sent = self.broker.sending.send(
+            [Message("pay", body, properties=dict(TX))], producer_group="pg"
+        )
         return sent[0].message_id, sent[0].transaction_id
 
     def delivered(self) -> list[bytes]:
         self.broker.store.wait_dispatched()
-        return [m.body for m in self.broker.pull("g", PullRequest("pay", 0, 0, 100)).messages]
+        return [
+            m.body for m in self.broker.pulling.pull("g", PullRequest("pay", 0, 0, 100)).messages
+        ]
 
 
 @pytest.fixture
@@ -73,11 +77,11 @@ def node(tmp_path: Path) -> Iterator[Node]:
 def test_commits_go_on_after_a_restart(node: Node) -> None:
     for i in range(3):
         mid, tid = node.prepare(f"before-{i}".encode())
-        node.broker.end_transaction(mid, tid, commit=i != 1)
+        node.broker.sending.end_transaction(mid, tid, commit=i != 1)
     node.restart()
     assert node.broker.transactions.stats().half_progress == 3
     mid, tid = node.prepare(b"after")
-    node.broker.end_transaction(mid, tid, commit=True)
+    node.broker.sending.end_transaction(mid, tid, commit=True)
     assert node.delivered() == [b"before-0", b"before-2", b"after"]
     assert node.broker.transactions.stats().half_progress == 4
     assert node.broker.service_health()["transaction-check"] == "ok"
@@ -90,9 +94,9 @@ def test_an_unresolved_half_survives_a_restart_and_is_delivered_once(node: Node)
     node.now += 2_000
     node.broker.transactions.run_checks(node.now)
     assert [r.message_id for r in node.asked] == [mid]
-    node.broker.end_transaction(mid, tid, commit=True, from_check=True)
+    node.broker.sending.end_transaction(mid, tid, commit=True, from_check=True)
     with pytest.raises(Exception, match="already committed"):
-        node.broker.end_transaction(mid, tid, commit=True)
+        node.broker.sending.end_transaction(mid, tid, commit=True)
     node.restart()
     assert node.delivered() == [b"pending"]
     assert node.broker.transactions.stats().unresolved == 0
@@ -113,13 +117,13 @@ def test_a_half_the_ledger_missed_is_read_back_not_asserted(node: Node) -> None:
     store = node.broker.store
     orphan = store.put_message(half_message(Message("pay", b"orphan"), "pg", "tx-o", node.now))
     mid, tid = node.prepare(b"next")  # registered at the offset after the orphan
-    node.broker.end_transaction(mid, tid, commit=True)  # used to fail the assertion
+    node.broker.sending.end_transaction(mid, tid, commit=True)  # used to fail the assertion
     stats = node.broker.transactions.stats()
     assert stats.unresolved == 1 and stats.half_progress == orphan.queue_offset
     orphan_id = store.get_messages(QueueRead(TRANS_HALF_TOPIC, 0, orphan.queue_offset, 1)).messages[
         0
     ]
-    node.broker.end_transaction(orphan_id.message_id, "tx-o", commit=True)
+    node.broker.sending.end_transaction(orphan_id.message_id, "tx-o", commit=True)
     assert node.delivered() == [b"next", b"orphan"]
     assert node.broker.transactions.stats().half_progress == orphan.queue_offset + 2
 

@@ -174,7 +174,9 @@ def test_pop_consumers_get_past_a_corrupt_unit(stopped: Golden, tmp_path: Path) 
     victim, proc = start_with_a_flipped_body_byte(stopped, tmp_path)
     try:
         with RocketMQClient(proc.endpoint) as client:
-            stub = service_pb2_grpc.MessagingServiceStub(client._channel_for_process())
+            stub = service_pb2_grpc.MessagingServiceStub(
+                client.broker.transport.channel_for_process()
+            )
             bodies: set[bytes] = set()
             for _ in range(len(stopped.units) // 16 + 8):
                 request = service_pb2.ReceiveMessageRequest(
