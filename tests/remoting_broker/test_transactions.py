@@ -117,3 +117,43 @@ def test_commit_rollback_and_check_back(front: RemotingFrontEnd, clients) -> Non
         from_check=True,
     )
     assert visible(producer) == [b"committed", b"checked"]
+
+
+def test_check_back_reaches_a_producer_that_has_not_heartbeat_yet(
+    front: RemotingFrontEnd, clients
+) -> None:
+    """A 4.x producer heartbeats when its timer fires (1 s after start, then every 30 s):
+    one whose first send came after that tick is unknown for up to 30 s. Its UNKNOW half
+    is still checked back, on the connection it came on (before, every check in that
+    window asked nobody and counted, and the half was rolled back after the maximum)."""
+    pushes = PushRecorder()
+    producer = connect(front, clients, pushes)
+    call(
+        producer,
+        RC.UPDATE_AND_CREATE_TOPIC,
+        {"topic": "tt", "readQueueNums": "1", "writeQueueNums": "1"},
+    )
+    unresolved = send_prepared(producer, b"no-heartbeat")  # no HEART_BEAT at all
+    assert pushes.event.wait(10)
+    check = pushes.pushed[0]
+    assert check.code == RC.CHECK_TRANSACTION_STATE
+    assert check.ext_fields["transactionId"] == unresolved.ext_fields["transactionId"]
+    end(producer, {k: check.ext_fields[k] for k in ("msgId", "transactionId")}, 8, True)
+    assert visible(producer) == [b"no-heartbeat"]
+
+
+def test_a_closed_half_sender_is_not_asked(front: RemotingFrontEnd, clients) -> None:
+    """The connection a half came on is forgotten when it closes; a producer of the group
+    that connects later (heartbeat) is asked instead."""
+    gone = connect(front, clients)
+    call(gone, RC.UPDATE_AND_CREATE_TOPIC, {"topic": "tt", "readQueueNums": "1"})
+    unresolved = send_prepared(gone, b"orphan")
+    gone.close()
+    pushes = PushRecorder()
+    later = connect(front, clients, pushes)
+    body = json.dumps(
+        {"clientID": "tx-later", "producerDataSet": [{"groupName": "txg"}], "consumerDataSet": []}
+    ).encode()
+    assert call(later, RC.HEART_BEAT, body=body).code == 0
+    assert pushes.event.wait(10)
+    assert pushes.pushed[0].ext_fields["transactionId"] == unresolved.ext_fields["transactionId"]
