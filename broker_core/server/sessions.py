@@ -28,6 +28,7 @@ import queue
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
@@ -261,8 +262,21 @@ def producers_of(ctx: ServerContext, topic: str) -> list[Session]:
 # ---- transaction check-back -----------------------------------------------------------------
 
 
+# Brokers whose checker (or a chain in front of it) already asks producers' streams.
+_CHECKED_BY_STREAMS: weakref.WeakSet[object] = weakref.WeakSet()
+
+
 def install_transaction_checker(ctx: ServerContext) -> None:
-    """Route the broker's transaction check-backs to producers' streams (idempotent)."""
+    """Route the broker's transaction check-backs to producers' streams, once per broker.
+
+    Once only: the 4.x remoting front end puts its own checker in front of this one
+    (``remoting_broker/transactions.py``), and installing this one again — every new
+    Telemetry stream calls this — cut the 4.x producers off their check-backs for the
+    broker's life: their UNKNOW halves were asked of nobody and rolled back.
+    """
+    if ctx.broker in _CHECKED_BY_STREAMS:
+        return
+    _CHECKED_BY_STREAMS.add(ctx.broker)
 
     def checker(request: CheckRequest) -> None:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +158,36 @@ def test_a_closed_half_sender_is_not_asked(front: RemotingFrontEnd, clients) -> 
     assert call(later, RC.HEART_BEAT, body=body).code == 0
     assert pushes.event.wait(10)
     assert pushes.pushed[0].ext_fields["transactionId"] == unresolved.ext_fields["transactionId"]
+
+
+def test_grpc_streams_attaching_keep_the_remoting_check_back(tmp_path: Path) -> None:
+    """The gRPC front end installs its checker when it starts and (before) again on every
+    Telemetry stream; the second install replaced the remoting front end's chain, so once
+    any 5.x client had connected, a 4.x producer's UNKNOW half was never checked back."""
+    from broker_core.server import sessions
+    from broker_core.server.context import ServerContext
+
+    config = BrokerConfig(
+        default_queue_nums=1, transaction_check_timeout_ms=300, transaction_check_interval_ms=100
+    )
+    broker = Broker(config, small_config(tmp_path / "store"))
+    broker.start()
+    ctx = ServerContext(broker, "127.0.0.1:1", "broker-a")
+    sessions.install_transaction_checker(ctx)  # the gRPC app, at its start
+    front = RemotingFrontEnd(broker, "127.0.0.1:0")  # chains itself in front
+    front.start()
+    made: list[Any] = []
+    try:
+        sessions.install_transaction_checker(ctx)  # what a Telemetry stream's attach does
+        pushes = PushRecorder()
+        producer = connect(front, made, pushes)
+        call(producer, RC.UPDATE_AND_CREATE_TOPIC, {"topic": "tt", "readQueueNums": "1"})
+        unresolved = send_prepared(producer, b"after-grpc")
+        assert pushes.event.wait(10)
+        check = pushes.pushed[0]
+        assert check.ext_fields["transactionId"] == unresolved.ext_fields["transactionId"]
+    finally:
+        for client in made:
+            client.close()
+        front.stop()
+        broker.stop()
