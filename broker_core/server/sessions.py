@@ -262,21 +262,24 @@ def producers_of(ctx: ServerContext, topic: str) -> list[Session]:
 # ---- transaction check-back -----------------------------------------------------------------
 
 
-# Brokers whose checker (or a chain in front of it) already asks producers' streams.
-_CHECKED_BY_STREAMS: weakref.WeakSet[object] = weakref.WeakSet()
+# Broker -> the server context whose checker (or a chain in front of it) it asks now.
+_CHECKED_BY: weakref.WeakKeyDictionary[object, weakref.ref[ServerContext]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def install_transaction_checker(ctx: ServerContext) -> None:
-    """Route the broker's transaction check-backs to producers' streams, once per broker.
+    """Route the broker's transaction check-backs to producers' streams, once per server.
 
     Once only: the 4.x remoting front end puts its own checker in front of this one
     (``remoting_broker/transactions.py``), and installing this one again — every new
     Telemetry stream calls this — cut the 4.x producers off their check-backs for the
     broker's life: their UNKNOW halves were asked of nobody and rolled back.
     """
-    if ctx.broker in _CHECKED_BY_STREAMS:
+    installed = _CHECKED_BY.get(ctx.broker)
+    if installed is not None and installed() is ctx:
         return
-    _CHECKED_BY_STREAMS.add(ctx.broker)
+    _CHECKED_BY[ctx.broker] = weakref.ref(ctx)
 
     def checker(request: CheckRequest) -> None:
         try:
