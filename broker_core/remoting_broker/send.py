@@ -139,6 +139,10 @@ def handle_send(ctx: RemotingContext, channel: Channel, req: RemotingCommand) ->
             for m in msgs:
                 m.queue_id = 0
         results = ctx.broker.sending.send(msgs, producer_group=fields.get("producerGroup") or None)
+        if any(r.half_offset >= 0 for r in results):  # this channel can answer check-backs
+            group = msgs[0].properties.get(PROPERTY_PRODUCER_GROUP, "")
+            if group:
+                ctx.sessions.half_sent(group, channel)
     except InvalidArgumentError as exc:
         return req.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
     return _answer(ctx, req, results)

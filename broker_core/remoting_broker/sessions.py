@@ -7,6 +7,14 @@ CHECK_TRANSACTION_STATE to it) and per (group, topic) the subscription its PULL_
 falls back to when the pull carries none. Liveness itself is the broker's
 ``ClientRegistry`` (shared with gRPC clients): this table only maps it onto channels.
 
+It also remembers, per producer group, the open channels that sent a half message of
+the group (:meth:`RemotingSessions.half_sent`). A 4.x producer heartbeats only to the
+brokers it knows when its timer fires (1 s after its start, then every 30 s); one whose
+first send came later is unknown to this broker for up to 30 s, and a check-back due
+before that found no producer to ask, spent one of the half's checks, and after the
+maximum rolled a transaction back whose producer was connected all along. The channel
+the half came on is that producer's: a check-back may ask it (:meth:`check_channels`).
+
 Threads: every method may be called from any connection thread (one lock).
 """
 
@@ -37,6 +45,7 @@ class RemotingSessions:
         self._lock = threading.Lock()
         self._clients: dict[str, ClientSession] = {}
         self._subscriptions: dict[tuple[str, str], tuple[str, str]] = {}
+        self._half_senders: dict[str, list[Channel]] = {}  # producer group -> channels
 
     def touch(self, client_id: str, channel: Channel) -> ClientSession:
         """The session of ``client_id``, now bound to ``channel`` (created if new)."""
@@ -72,7 +81,35 @@ class RemotingSessions:
             gone = [s for s in self._clients.values() if s.channel is channel]
             for session in gone:
                 del self._clients[session.client_id]
+            for group in [g for g, chans in self._half_senders.items() if channel in chans]:
+                self._half_senders[group].remove(channel)
+                if not self._half_senders[group]:
+                    del self._half_senders[group]
         return gone
+
+    def half_sent(self, group: str, channel: Channel) -> None:
+        """``channel`` sent a half message of producer group ``group`` (see the module doc)."""
+        with self._lock:
+            channels = self._half_senders.setdefault(group, [])
+            if channel not in channels and not channel.closed:
+                channels.append(channel)
+
+    def check_channels(self, group: str) -> list[tuple[str, Channel]]:
+        """(who, channel) to ask about a half of ``group``: the channels of clients that
+        heartbeat for it, then those that sent halves of it and are still open."""
+        with self._lock:
+            found = [
+                (s.client_id, s.channel)
+                for s in self._clients.values()
+                if group in s.producer_groups
+            ]
+            known = {c.id for _, c in found}
+            found += [
+                (c.peer, c)
+                for c in self._half_senders.get(group, [])
+                if c.id not in known and not c.closed
+            ]
+        return found
 
     def producers_of(self, group: str) -> list[ClientSession]:
         with self._lock:

@@ -2,7 +2,8 @@
 
 The broker's transaction service asks a checker about every unresolved half message. The
 remoting front end puts itself in front of the checker already set (the gRPC front end's):
-when a remoting client heartbeats for the half's producer group, one of them (the first
+when a remoting client heartbeats for the half's producer group, or a connection that sent
+a half of that group is still open (``sessions.check_channels``), one of them (the first
 whose connection takes the push) gets CHECK_TRANSACTION_STATE, oneway, as RocketMQ's
 broker sends it: header ``msgId`` (the UNIQ_KEY), ``transactionId``, ``commitLogOffset``,
 ``tranStateTableOffset``, ``offsetMsgId``; body the half message as one ``MessageDecoder``
@@ -56,12 +57,12 @@ def chained_checker(ctx: RemotingContext, fallback: Checker | None) -> Checker:
     """A checker that asks remoting producers of the group first, then ``fallback``."""
 
     def check(request: CheckRequest) -> None:
-        for session in ctx.sessions.producers_of(request.producer_group):
+        for who, channel in ctx.sessions.check_channels(request.producer_group):
             try:
-                session.channel.send(check_request(ctx, request))
+                channel.send(check_request(ctx, request))
                 return
             except RemotingError as exc:
-                log.info("check-back to %s failed: %s", session.client_id, exc)
+                log.info("check-back to %s failed: %s", who, exc)
         if fallback is None:
             raise NotFoundError(f"no producer of group {request.producer_group} is connected")
         fallback(request)

@@ -28,6 +28,7 @@ import queue
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
@@ -261,8 +262,24 @@ def producers_of(ctx: ServerContext, topic: str) -> list[Session]:
 # ---- transaction check-back -----------------------------------------------------------------
 
 
+# Broker -> the server context whose checker (or a chain in front of it) it asks now.
+_CHECKED_BY: weakref.WeakKeyDictionary[object, weakref.ref[ServerContext]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def install_transaction_checker(ctx: ServerContext) -> None:
-    """Route the broker's transaction check-backs to producers' streams (idempotent)."""
+    """Route the broker's transaction check-backs to producers' streams, once per server.
+
+    Once only: the 4.x remoting front end puts its own checker in front of this one
+    (``remoting_broker/transactions.py``), and installing this one again — every new
+    Telemetry stream calls this — cut the 4.x producers off their check-backs for the
+    broker's life: their UNKNOW halves were asked of nobody and rolled back.
+    """
+    installed = _CHECKED_BY.get(ctx.broker)
+    if installed is not None and installed() is ctx:
+        return
+    _CHECKED_BY[ctx.broker] = weakref.ref(ctx)
 
     def checker(request: CheckRequest) -> None:
         try:

@@ -16,7 +16,7 @@ Observation = dict[str, Any]
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    client: str  # java5 | java4 | mqadmin
+    client: str  # java5 | java4 | mqadmin | python | node | cpp
     description: str
     run: Callable[[Any], Observation]
 
@@ -38,6 +38,11 @@ def bodies(run: Run, event: str = "received") -> list[str]:
 
 
 def all_scenarios() -> list[Scenario]:
-    from tests.conformance import scenarios_admin, scenarios_java  # noqa: F401 -- registers
+    from tests.conformance import (  # noqa: F401 -- registers
+        scenarios_admin,
+        scenarios_java,
+        scenarios_other,
+        scenarios_py,
+    )
 
     return list(SCENARIOS)

@@ -187,3 +187,26 @@ def adm_consumer_connection(t: Target) -> Observation:
     model = re.search(r"MessageModel:\s*(\w+)", out)
     rows = [r for r in _rows(out) if r and r[0].isdigit()]
     return {"rows": len(rows), "model": model.group(1) if model else None, "failed": _failed(out)}
+
+
+@scenario("mqadmin", "topicRoute of a topic nobody created fails")
+def adm_topic_route_missing(t: Target) -> Observation:
+    out = t.admin("topicRoute", "-t", "AdmNoSuchTopic")
+    return {"failed": _failed(out), "has_route": '"queueDatas"' in out}
+
+
+@scenario("mqadmin", "queryMsgByKey of a key no message has finds nothing")
+def adm_query_key_missing(t: Target) -> Observation:
+    t.topic("AdmKeyNone", 2)
+    t.c4("send", "AdmKeyNone", "1", "sync")
+    out = t.admin("queryMsgByKey", "-t", "AdmKeyNone", "-k", "no-such-key")
+    rows = [r for r in _rows(out) if r and len(r[0]) == 32]
+    return {"found": len(rows)}
+
+
+@scenario("mqadmin", "updateTopic -p 4 (read only): topicRoute shows perm 4")
+def adm_topic_read_only(t: Target) -> Observation:
+    out = t.admin("updateTopic", "-c", t.cluster, "-t", "AdmPerm", "-r", "2", "-w", "2", "-p", "4")
+    route = t.admin("topicRoute", "-t", "AdmPerm")
+    perm = re.search(r'"perm"\s*:\s*(\d+)', route)
+    return {"created": _ok(out), "perm": int(perm.group(1)) if perm else None}

@@ -6,7 +6,9 @@
   inside the gRPC proxy.
 
 A :class:`Target` runs the Java drivers and mqadmin against itself (``c5``, ``c4``,
-``admin``), each JVM's files under the target's own directory.
+``admin``), and the official Python and Node.js clients and the C++ client (``py``,
+``node``, ``cpp``, ``cpp_consumer``; :mod:`tests.conformance.clients`), each client's
+files under the target's own directory.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from broker_core.cluster.local import LocalCluster
 from peers import drivers
 from peers.rocketmq import CLUSTER, start_rocketmq
+from tests.conformance import clients
 
 OURS_CONFIG: dict[str, dict[str, Any]] = {
     "broker": {
@@ -48,6 +51,18 @@ class Target:
 
     def admin(self, *args: str) -> str:
         return drivers.mqadmin(self.namesrv, list(args), self.home / "clients")
+
+    def py(self, *args: str, timeout_s: float = 120) -> drivers.Run:
+        return clients.python_client(self.grpc, list(args), self.home / "clients", timeout_s)
+
+    def node(self, *args: str) -> dict[str, Any]:
+        return clients.node_client(self.grpc, list(args), self.home / "clients")
+
+    def cpp(self, script: str, *args: str) -> list[dict[str, Any]]:
+        return clients.cpp_client(script, [self.namesrv, *args], self.home / "clients")
+
+    def cpp_consumer(self, *args: str) -> clients.CppConsumer:
+        return clients.CppConsumer([self.namesrv, *args], self.home / "clients")
 
     def topic(self, topic: str, queues: int = 4, *extra: str) -> None:
         out = self.admin(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,76 @@ def test_commit_rollback_and_check_back(front: RemotingFrontEnd, clients) -> Non
         from_check=True,
     )
     assert visible(producer) == [b"committed", b"checked"]
+
+
+def test_check_back_reaches_a_producer_that_has_not_heartbeat_yet(
+    front: RemotingFrontEnd, clients
+) -> None:
+    """A 4.x producer heartbeats when its timer fires (1 s after start, then every 30 s):
+    one whose first send came after that tick is unknown for up to 30 s. Its UNKNOW half
+    is still checked back, on the connection it came on (before, every check in that
+    window asked nobody and counted, and the half was rolled back after the maximum)."""
+    pushes = PushRecorder()
+    producer = connect(front, clients, pushes)
+    call(
+        producer,
+        RC.UPDATE_AND_CREATE_TOPIC,
+        {"topic": "tt", "readQueueNums": "1", "writeQueueNums": "1"},
+    )
+    unresolved = send_prepared(producer, b"no-heartbeat")  # no HEART_BEAT at all
+    assert pushes.event.wait(10)
+    check = pushes.pushed[0]
+    assert check.code == RC.CHECK_TRANSACTION_STATE
+    assert check.ext_fields["transactionId"] == unresolved.ext_fields["transactionId"]
+    end(producer, {k: check.ext_fields[k] for k in ("msgId", "transactionId")}, 8, True)
+    assert visible(producer) == [b"no-heartbeat"]
+
+
+def test_a_closed_half_sender_is_not_asked(front: RemotingFrontEnd, clients) -> None:
+    """The connection a half came on is forgotten when it closes; a producer of the group
+    that connects later (heartbeat) is asked instead."""
+    gone = connect(front, clients)
+    call(gone, RC.UPDATE_AND_CREATE_TOPIC, {"topic": "tt", "readQueueNums": "1"})
+    unresolved = send_prepared(gone, b"orphan")
+    gone.close()
+    pushes = PushRecorder()
+    later = connect(front, clients, pushes)
+    body = json.dumps(
+        {"clientID": "tx-later", "producerDataSet": [{"groupName": "txg"}], "consumerDataSet": []}
+    ).encode()
+    assert call(later, RC.HEART_BEAT, body=body).code == 0
+    assert pushes.event.wait(10)
+    assert pushes.pushed[0].ext_fields["transactionId"] == unresolved.ext_fields["transactionId"]
+
+
+def test_grpc_streams_attaching_keep_the_remoting_check_back(tmp_path: Path) -> None:
+    """The gRPC front end installs its checker when it starts and (before) again on every
+    Telemetry stream; the second install replaced the remoting front end's chain, so once
+    any 5.x client had connected, a 4.x producer's UNKNOW half was never checked back."""
+    from broker_core.server import sessions
+    from broker_core.server.context import ServerContext
+
+    config = BrokerConfig(
+        default_queue_nums=1, transaction_check_timeout_ms=300, transaction_check_interval_ms=100
+    )
+    broker = Broker(config, small_config(tmp_path / "store"))
+    broker.start()
+    ctx = ServerContext(broker, "127.0.0.1:1", "broker-a")
+    sessions.install_transaction_checker(ctx)  # the gRPC app, at its start
+    front = RemotingFrontEnd(broker, "127.0.0.1:0")  # chains itself in front
+    front.start()
+    made: list[Any] = []
+    try:
+        sessions.install_transaction_checker(ctx)  # what a Telemetry stream's attach does
+        pushes = PushRecorder()
+        producer = connect(front, made, pushes)
+        call(producer, RC.UPDATE_AND_CREATE_TOPIC, {"topic": "tt", "readQueueNums": "1"})
+        unresolved = send_prepared(producer, b"after-grpc")
+        assert pushes.event.wait(10)
+        check = pushes.pushed[0]
+        assert check.ext_fields["transactionId"] == unresolved.ext_fields["transactionId"]
+    finally:
+        for client in made:
+            client.close()
+        front.stop()
+        broker.stop()

@@ -300,6 +300,7 @@ def test_forward_to_dead_letter_queue(stub) -> None:
         ({"flt": sql_filter("a >")}, Code.ILLEGAL_FILTER_EXPRESSION),
         ({"invisible_ms": None}, Code.BAD_REQUEST),
         ({"invisible_ms": 0}, Code.BAD_REQUEST),
+        ({"invisible_ms": 2 * 24 * 3_600_000}, Code.ILLEGAL_INVISIBLE_TIME),  # over 12 h
         ({"batch": 0}, Code.BAD_REQUEST),
     ],
 )

@@ -45,6 +45,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core.broker.pop.model import PoppedMessage
@@ -77,6 +78,13 @@ def _invisible_ms(request: service_pb2.ReceiveMessageRequest) -> int | None:
     return AUTO_RENEW_INVISIBLE_MS if request.auto_renew else None
 
 
+def _too_long(invisible_ms: int, limit_ms: int) -> pb.Status:
+    return pb.Status(
+        code=pb.Code.ILLEGAL_INVISIBLE_TIME,
+        message=f"invisible_duration {invisible_ms} ms is over the limit of {limit_ms} ms",
+    )
+
+
 def receive_message(
     ctx: ServerContext, request: service_pb2.ReceiveMessageRequest, context: grpc.ServicerContext
 ) -> Iterator[service_pb2.ReceiveMessageResponse]:
@@ -86,6 +94,9 @@ def receive_message(
     invisible_ms = _invisible_ms(request)
     if invisible_ms is None:
         yield Response(status=bad_request("invisible_duration is required unless auto_renew"))
+        return
+    if invisible_ms > ctx.broker.pop.config.max_invisible_ms:  # as RocketMQ's proxy answers
+        yield Response(status=_too_long(invisible_ms, ctx.broker.pop.config.max_invisible_ms))
         return
     if request.batch_size < 1:
         yield Response(status=bad_request(f"batch_size must be ≥ 1, got {request.batch_size}"))

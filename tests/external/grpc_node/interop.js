@@ -2,6 +2,7 @@
 // our broker. Usage: node interop.js ENDPOINT SCENARIO TOPIC [GROUP] [COUNT]
 //   produce  send COUNT messages (tags a/b alternating, a key each) -> {"sent": [ids]}
 //            (with env PRIORITY=p each message also gets that priority)
+//   (env AWAIT_MS: the consumers' long-polling time, default 2000)
 //   consume  SimpleConsumer: receive + ack until COUNT arrived -> {"got": [{id, body, tag, keys}]}
 //   fifo     send COUNT messages in 3 message groups, then receive them in a FIFO group
 //            one at a time, acking each -> {"sent": [...], "got": [{body, group}]}
@@ -52,7 +53,8 @@ async function produce(messages) {
 async function receive(want, batch, view) {
   const consumer = new SimpleConsumer({
     endpoints: endpoint, namespace: '', consumerGroup: group,
-    subscriptions: new Map().set(topic, '*'), awaitDuration: 2000,
+    subscriptions: new Map().set(topic, '*'),
+    awaitDuration: Number(process.env.AWAIT_MS || 2000),  // RocketMQ's proxy wants >= 5000
   });
   await consumer.startup();
   const got = [];
