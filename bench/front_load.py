@@ -8,6 +8,8 @@ issue 27 states per front end (the remoting server's ~173 µs/call). Front ends:
 * ``remoting``: the 4.x remoting front end (``RemotingFrontEnd``), SEND_MESSAGE_V2 over one
   connection that all threads share (as the Java 4.x client does); ``remoting-asyncio``
   the same on asyncio's own loop where uvloop is installed;
+* ``remoting-echo``: the remoting server alone, every request answered at once (the
+  transport's own cost per call);
 * ``grpc-sync``: grpcio's thread-pool server (what ``server/app.py`` serves);
 * ``grpc-aio-pool``: grpc.aio, handlers run in its migration thread pool;
 * ``grpc-aio-inline``: grpc.aio, SendMessage run inline on the event loop (a coroutine
@@ -39,10 +41,33 @@ from typing import Any
 
 BODY = b"x" * 128
 THREADS = 16
-MODES = ("remoting", "remoting-asyncio", "grpc-sync", "grpc-aio-pool", "grpc-aio-inline")
+MODES = (
+    "remoting",
+    "remoting-asyncio",
+    "remoting-echo",
+    "grpc-sync",
+    "grpc-aio-pool",
+    "grpc-aio-inline",
+)
+
+
+def _serve_echo(pkg: str) -> None:
+    """The remoting transport alone: every request answered at once, no broker."""
+    server_module = importlib.import_module(f"{pkg}.remoting.server")
+    handlers = {310: lambda _ch, req: req.response(ext_fields={"msgId": "x"})}
+    try:
+        server = server_module.RemotingServer("127.0.0.1:0", handlers, inline={310})
+    except TypeError:  # a revision before the event loop: no inline codes
+        server = server_module.RemotingServer("127.0.0.1:0", handlers)
+    print(f"READY {server.start()}", flush=True)
+    sys.stdin.read()
+    server.stop()
 
 
 def _serve(mode: str, pkg: str, store_dir: str) -> None:
+    if mode == "remoting-echo":
+        _serve_echo(pkg)
+        return
     config = importlib.import_module(f"{pkg}.config")
     broker = importlib.import_module(f"{pkg}.broker.broker").Broker(
         config.BrokerConfig(default_queue_nums=8), config.StoreConfig(store_dir=store_dir)
@@ -206,7 +231,7 @@ def measure(modes: list[str], rounds: int, seconds: float, against: str | None) 
             send_cost = importlib.import_module("bench.send_cost")
             base = send_cost.export_revision(against, root)
             env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-            variants += [(mode, base) for mode in modes if mode == "remoting"]
+            variants += [(mode, base) for mode in modes if mode in ("remoting", "remoting-echo")]
         samples: dict[str, list[dict[str, float]]] = {f"{m} {p}": [] for m, p in variants}
         for r in range(rounds):
             for mode, pkg in variants[:: 1 if r % 2 == 0 else -1]:
