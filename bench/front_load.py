@@ -64,13 +64,14 @@ def _serve_echo(pkg: str) -> None:
     server.stop()
 
 
-def _serve(mode: str, pkg: str, store_dir: str) -> None:
+def _serve(mode: str, pkg: str, store_dir: str, flush: str) -> None:
     if mode == "remoting-echo":
         _serve_echo(pkg)
         return
     config = importlib.import_module(f"{pkg}.config")
+    store = config.StoreConfig(store_dir=store_dir, flush_mode=flush)
     broker = importlib.import_module(f"{pkg}.broker.broker").Broker(
-        config.BrokerConfig(default_queue_nums=8), config.StoreConfig(store_dir=store_dir)
+        config.BrokerConfig(default_queue_nums=8), store
     )
     broker.start()
     try:
@@ -172,10 +173,10 @@ def _cpu_s(pid: int) -> float:
 
 
 def _round(
-    mode: str, pkg: str, root: Path, seconds: float, env: dict[str, str]
+    mode: str, pkg: str, root: Path, seconds: float, env: dict[str, str], flush: str
 ) -> dict[str, float]:
     store = tempfile.mkdtemp(dir=root)
-    args = ["serve", "--mode", mode, "--pkg", pkg, "--store-dir", store]
+    args = ["serve", "--mode", mode, "--pkg", pkg, "--store-dir", store, "--flush", flush]
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.front_load", *args],
         stdin=subprocess.PIPE,
@@ -222,7 +223,9 @@ def _load(send: Any, pid: int, seconds: float) -> dict[str, float]:
     return {"sends_s": round(calls / wall), "broker_us_per_call": round(cpu / calls * 1e6, 1)}
 
 
-def measure(modes: list[str], rounds: int, seconds: float, against: str | None) -> Any:
+def measure(
+    modes: list[str], rounds: int, seconds: float, against: str | None, flush: str = "async"
+) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         env = dict(os.environ)
@@ -235,7 +238,7 @@ def measure(modes: list[str], rounds: int, seconds: float, against: str | None) 
         samples: dict[str, list[dict[str, float]]] = {f"{m} {p}": [] for m, p in variants}
         for r in range(rounds):
             for mode, pkg in variants[:: 1 if r % 2 == 0 else -1]:
-                samples[f"{mode} {pkg}"].append(_round(mode, pkg, root, seconds, env))
+                samples[f"{mode} {pkg}"].append(_round(mode, pkg, root, seconds, env, flush))
         return samples
 
 
@@ -249,11 +252,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--against", help="a git revision whose remoting front end runs too")
+    parser.add_argument("--flush", choices=["async", "sync"], default="async")
     args = parser.parse_args()
     if args.command == "serve":
-        _serve(args.mode, args.pkg, args.store_dir)
+        _serve(args.mode, args.pkg, args.store_dir, args.flush)
         return
-    print(json.dumps(measure(args.modes, args.rounds, args.seconds, args.against), indent=1))
+    figures = measure(args.modes, args.rounds, args.seconds, args.against, args.flush)
+    print(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ soon as its frame is read and answered in the same turn: no thread hand-off per 
 (what made a single send cost ~170 µs of broker CPU on the thread-per-connection
 server). Every other request goes to a pool of worker threads (``max_workers``); a
 connection's requests are still handled in arrival order (a request behind one that is
-with a worker waits for it), so a slow handler delays only its own connection. A handler
-must not wait on ``channel.request`` to the same connection.
+with a worker waits for it), so a slow handler delays only its own connection — but for
+the codes in ``concurrent`` (sends that wait for an fdatasync), which run side by side
+on workers so that they can share it. A handler must not wait on ``channel.request`` to
+the same connection.
 
 Answers: an unknown code gets ``REQUEST_CODE_NOT_SUPPORTED`` (3); a handler that raises a
 :class:`RocketMQError` gets ``SYSTEM_ERROR`` with the error text; any other exception is
@@ -80,6 +82,7 @@ class RemotingServer:
         frame_timeout_s: float = FRAME_TIMEOUT_S,
         ssl_context: ssl.SSLContext | None = None,
         inline: Collection[int] = (),
+        concurrent: Collection[int] = (),
         max_workers: int = MAX_WORKERS,
     ) -> None:
         self._ssl_context = ssl_context
@@ -89,6 +92,7 @@ class RemotingServer:
         self._max_frame_bytes = max_frame_bytes
         self._frame_timeout_s = frame_timeout_s
         self._inline = frozenset(inline)
+        self._concurrent = frozenset(concurrent)
         self._max_workers = max_workers
         self._channels: dict[int, ServerChannel] = {}
         self._lock = threading.Lock()
@@ -112,6 +116,7 @@ class RemotingServer:
             loop,
             self._dispatch,
             self._inline,
+            self._concurrent,
             workers,
             self._max_frame_bytes,
             self._frame_timeout_s,

@@ -7,7 +7,11 @@ handled at once on the loop thread and its answer written straight to the transp
 no thread hand-off. Any other request goes to the server's worker pool. A connection's
 requests are handled in the order they arrived: once one is with a worker, every later
 request of that connection queues behind it (the worker takes them one after the other)
-until the queue is empty again.
+until the queue is empty again. A request whose code is *concurrent* (a send that waits
+for an fdatasync) goes to a worker of its own instead, unless the connection's queue is
+busy: the sends that many threads of one client have in flight on its one connection
+then wait together, and the store combines them into one put (``store/put_combiner.py``),
+as RocketMQ's send thread pool serves one connection's sends concurrently.
 
 The rest of the program sees the :class:`~broker_core.remoting.channel.Channel` API:
 ``send``, ``request`` and ``close`` from any thread (a write from another thread is handed
@@ -51,6 +55,7 @@ class Served:
         loop: asyncio.AbstractEventLoop,
         dispatch: RequestHandler,
         inline: Collection[int],
+        concurrent: Collection[int],
         workers: Executor,
         max_frame_bytes: int,
         frame_timeout_s: float,
@@ -59,6 +64,7 @@ class Served:
         self.loop = loop
         self.dispatch = dispatch
         self.inline = frozenset(inline)
+        self.concurrent = frozenset(concurrent)
         self.workers = workers
         self.max_frame_bytes = max_frame_bytes
         self.frame_timeout_s = frame_timeout_s
@@ -181,15 +187,21 @@ class ServerChannel(Channel, asyncio.Protocol):
             else:
                 future.set_result(cmd)
             return
+        served = self._served
         with self._queue_lock:
-            inline = not self._draining and cmd.code in self._served.inline
-            if not inline:
+            alone = not self._draining and (
+                cmd.code in served.inline or cmd.code in served.concurrent
+            )
+            if not alone:
                 self._queue.append(cmd)
                 start, self._draining = not self._draining, True
-        if inline:
+        if not alone:
+            if start:
+                served.workers.submit(self._drain)
+        elif cmd.code in served.inline:
             self._handle(cmd)
-        elif start:
-            self._served.workers.submit(self._drain)
+        else:
+            served.workers.submit(self._handle, cmd)
 
     def _drain(self) -> None:
         """On a worker: answer this connection's queued requests in order."""

@@ -115,8 +115,17 @@ def inline_codes(broker: Broker) -> frozenset[int]:
     waits (sync flush waits for an fdatasync, sync replication for the slaves): a waiting
     send on the loop would stall every connection, and on workers concurrent sends share
     one fdatasync (``store/put_combiner.py``)."""
-    waits = broker.store.flusher.sync or broker.config.replication == "sync"
-    return frozenset(CHEAP if waits else (*CHEAP, *SENDS))
+    return frozenset(CHEAP if _sends_wait(broker) else (*CHEAP, *SENDS))
+
+
+def concurrent_codes(broker: Broker) -> frozenset[int]:
+    """The sends, when they wait: on workers side by side, not one after the other per
+    connection, so that a client's sends in flight share one store put and fdatasync."""
+    return frozenset(SENDS if _sends_wait(broker) else ())
+
+
+def _sends_wait(broker: Broker) -> bool:
+    return broker.store.flusher.sync or broker.config.replication == "sync"
 
 
 def _bound(ctx: RemotingContext, handler: Handler) -> RequestHandler:
@@ -155,6 +164,7 @@ class RemotingFrontEnd:
             on_close=self._on_close,
             ssl_context=ssl_context,
             inline=inline_codes(broker),
+            concurrent=concurrent_codes(broker),
         )
         broker.add_rebalance_listener(self._notify_group)
         broker.set_transaction_checker(chained_checker(self.ctx, broker.transaction_checker))
