@@ -272,6 +272,9 @@ class MessageStore:
         ``flush_mode = sync`` this returns only once the batch is durable. Raises
         BusyError, StoreError, NotMasterError or StoreClosedError when the store cannot
         take writes, DiskFullError when a new segment cannot be made (nothing stored).
+        With sync flush concurrent calls combine (``put_combiner``); with async flush they
+        do not (a lone leader doing every caller's append measured slower than the
+        callers appending side by side: 16 threads, 1.3–6.7× fewer puts a second).
         """
         if self._batches is None or not len(batch):
             outcome = self._put_batches((batch,))[0]
