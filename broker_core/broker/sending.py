@@ -201,6 +201,9 @@ class Sender:
                 config = configs[topic] = self._config_for_send(topic)
             first = self._send_counter + 1
             self._send_counter += len(placed)
+            if len(placed) == 1:  # a single send: no arrays to build
+                placed[0].queue_id = first % config.write_queue_nums
+                continue
             queues, sizes = queue_blocks(len(placed), first, config.write_queue_nums)
             for msg, queue_id in zip(placed, np.repeat(queues, sizes).tolist(), strict=True):
                 msg.queue_id = queue_id

@@ -90,11 +90,11 @@ def _int_field(header: dict[str, Any], name: str, *, required: bool = False) -> 
     return value
 
 
+_NAME_BY_LANGUAGE = {int(member): member.name for member in LanguageCode}
+
+
 def _language_name(code: int) -> str:
-    try:
-        return LanguageCode(code).name
-    except ValueError:
-        return LanguageCode.OTHER.name
+    return _NAME_BY_LANGUAGE.get(code, LanguageCode.OTHER.name)  # no enum per call
 
 
 def _language_code(value: object) -> int:
@@ -110,6 +110,8 @@ def _ext_fields(raw: object) -> dict[str, str]:
         return {}
     if not isinstance(raw, dict):
         raise RemotingFrameError(f"extFields is not a JSON object: {type(raw).__name__}")
+    if all(type(value) is str for value in raw.values()):  # the usual case: as it is
+        return raw
     fields: dict[str, str] = {}
     for key, value in raw.items():
         if value is None:

@@ -1,18 +1,25 @@
 """``RemotingServer``: a TCP server that dispatches remoting requests by code.
 
-Threads: one accept thread, and one thread per connection running that connection's read
-loop (:meth:`Channel.run`); a handler runs on its connection's thread, so requests of one
-connection are handled in order and a slow handler delays only its own connection. A
-handler must not wait on ``channel.request`` to the same connection (its response would
-be read by the thread that is waiting).
+Threads: one event-loop thread (uvloop's loop where uvloop is installed, else asyncio's)
+accepts, reads and writes every connection (:mod:`.server_channel`). A request whose code
+is in ``inline`` — cheap handlers that never block — is handled on the loop thread as
+soon as its frame is read and answered in the same turn: no thread hand-off per call
+(what made a single send cost ~170 µs of broker CPU on the thread-per-connection
+server). Every other request goes to a pool of worker threads (``max_workers``); a
+connection's requests are still handled in arrival order (a request behind one that is
+with a worker waits for it), so a slow handler delays only its own connection — but for
+the codes in ``concurrent`` (sends that wait for an fdatasync), which run side by side
+on workers so that they can share it. A handler must not wait on ``channel.request`` to
+the same connection.
 
 Answers: an unknown code gets ``REQUEST_CODE_NOT_SUPPORTED`` (3); a handler that raises a
 :class:`RocketMQError` gets ``SYSTEM_ERROR`` with the error text; any other exception is
 logged with its traceback and answered ``SYSTEM_ERROR`` too: the connection and the server
 live on. A malformed frame closes that connection only. ``on_close(channel)`` runs once
 for every accepted connection when it ends (peer closed, killed, malformed frame, stop).
-With ``ssl_context`` (see ``remoting/tls.py``) every connection does a TLS handshake first,
-on its own thread: a plaintext or untrusted client is logged and dropped, the server lives on.
+With ``ssl_context`` (see ``remoting/tls.py``) every connection does a TLS handshake first
+(asyncio's TLS, within ``HANDSHAKE_TIMEOUT_S``): a plaintext or untrusted client is
+dropped, the server lives on.
 
 Example::
 
@@ -24,23 +31,34 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from broker_core.errors import ConfigError, RocketMQError
 from broker_core.remoting.channel import FRAME_TIMEOUT_S, Channel, RequestHandler
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.remoting.frame import MAX_FRAME_BYTES
+from broker_core.remoting.server_channel import Served, ServerChannel
 from broker_core.remoting.tls import HANDSHAKE_TIMEOUT_S
-from broker_core.remoting.tls_stream import TlsStream
 
 log = logging.getLogger(__name__)
 
-ACCEPT_POLL_S = 0.2  # how often the accept loop looks at the stop flag
+MAX_WORKERS = 256  # threads for the handlers that are not inline (made as needed)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where uvloop is installed (measured faster: bench/NOTES.md), else
+    asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -63,6 +81,9 @@ class RemotingServer:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         frame_timeout_s: float = FRAME_TIMEOUT_S,
         ssl_context: ssl.SSLContext | None = None,
+        inline: Collection[int] = (),
+        concurrent: Collection[int] = (),
+        max_workers: int = MAX_WORKERS,
     ) -> None:
         self._ssl_context = ssl_context
         self._listen = parse_addr(listen)
@@ -70,11 +91,15 @@ class RemotingServer:
         self._on_close = on_close
         self._max_frame_bytes = max_frame_bytes
         self._frame_timeout_s = frame_timeout_s
-        self._sock: socket.socket | None = None
-        self._channels: dict[int, Channel] = {}
+        self._inline = frozenset(inline)
+        self._concurrent = frozenset(concurrent)
+        self._max_workers = max_workers
+        self._channels: dict[int, ServerChannel] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._accept_thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._thread: threading.Thread | None = None
+        self._workers: ThreadPoolExecutor | None = None
         self.address = ""
 
     def register(self, code: int, handler: RequestHandler) -> None:
@@ -82,23 +107,32 @@ class RemotingServer:
         self._handlers[int(code)] = handler
 
     def start(self) -> str:
-        """Bind and start accepting; returns the bound ``host:port`` (port 0 picks one)."""
-        sock = socket.socket(socket.AF_INET6 if ":" in self._listen[0] else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(self._listen)
-        except OSError:
-            sock.close()
-            raise
-        sock.listen(128)
-        sock.settimeout(ACCEPT_POLL_S)
-        self._sock = sock
-        host, port = sock.getsockname()[:2]
-        self.address = f"{host}:{port}"
-        self._accept_thread = threading.Thread(
-            target=self._accept_loop, name="remoting-accept", daemon=True
+        """Bind and start serving; returns the bound ``host:port`` (port 0 picks one)."""
+        loop = self._loop = new_event_loop()
+        workers = self._workers = ThreadPoolExecutor(
+            self._max_workers, thread_name_prefix="remoting-worker"
         )
-        self._accept_thread.start()
+        served = Served(
+            loop,
+            self._dispatch,
+            self._inline,
+            self._concurrent,
+            workers,
+            self._max_frame_bytes,
+            self._frame_timeout_s,
+            self._ended,
+        )
+        bound: Future[str] = Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(served, bound), name="remoting-loop", daemon=True
+        )
+        self._thread.start()
+        try:
+            self.address = bound.result(30)
+        except BaseException:
+            self._thread.join(5)
+            workers.shutdown(wait=False)
+            raise
         return self.address
 
     def channels(self) -> list[Channel]:
@@ -108,59 +142,71 @@ class RemotingServer:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop accepting, close every connection (their ``on_close`` runs), join threads."""
-        self._stop.set()
-        if self._accept_thread is not None:
-            self._accept_thread.join(timeout_s)
-        if self._sock is not None:
-            self._sock.close()
-        for channel in self.channels():
-            channel.close("server stopping")
-
-    def _accept_loop(self) -> None:
-        assert self._sock is not None
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                if not self._stop.is_set():
-                    log.error("accept failed, no longer accepting: %s", exc)
-                return
-            self._serve_in_thread(conn)
-
-    def _serve_in_thread(self, conn: socket.socket) -> None:
-        name = f"remoting-conn-{conn.fileno()}"
-        threading.Thread(target=self._open, args=(conn,), name=name, daemon=True).start()
-
-    def _open(self, conn: socket.socket) -> None:
-        """Handshake (with TLS), make the channel and serve it; a failed handshake closes."""
-        try:
-            stream: socket.socket | TlsStream = conn
-            if self._ssl_context is not None:
-                stream = TlsStream.accept(conn, self._ssl_context, timeout_s=HANDSHAKE_TIMEOUT_S)
-            channel = Channel(
-                stream, max_frame_bytes=self._max_frame_bytes, frame_timeout_s=self._frame_timeout_s
-            )
-        except (OSError, ValueError) as exc:  # peer gone, or TLS refused (SSLError is OSError)
-            log.warning("connection refused before serving: %s", exc)
-            conn.close()
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
             return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shut(), loop).result(timeout_s)
+        except Exception as exc:  # a wedged loop: stop it anyway
+            log.warning("remoting server did not shut down cleanly: %s", exc)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout_s)
+        if self._workers is not None:
+            self._workers.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self, served: Served, bound: Future[str]) -> None:
+        loop = served.loop
+        served.thread_id = threading.get_ident()
+        asyncio.set_event_loop(loop)
+        try:
+            host, port = self._listen
+            self._server = loop.run_until_complete(
+                loop.create_server(
+                    lambda: self._accepted(served),
+                    host,
+                    port,
+                    ssl=self._ssl_context,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self._ssl_context else None,
+                    reuse_address=True,
+                    backlog=128,
+                )
+            )
+        except BaseException as exc:
+            bound.set_exception(exc)
+            loop.close()
+            return
+        sock_host, sock_port = self._server.sockets[0].getsockname()[:2]
+        bound.set_result(f"{sock_host}:{sock_port}")
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    def _accepted(self, served: Served) -> ServerChannel:
+        channel = ServerChannel(served)
         with self._lock:
             self._channels[channel.id] = channel
-        self._serve(channel)
+        return channel
 
-    def _serve(self, channel: Channel) -> None:
-        try:
-            channel.run(self._dispatch)
-        finally:
-            with self._lock:
-                self._channels.pop(channel.id, None)
-            if self._on_close is not None:
-                try:
-                    self._on_close(channel)
-                except Exception:
-                    log.exception("on_close callback failed for %r", channel)
+    async def _shut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for channel in self.channels():
+            channel.close("server stopping")
+        for _ in range(3):  # let the closed transports report (connection_lost)
+            await asyncio.sleep(0)
+        for channel in self.channels():
+            if isinstance(channel, ServerChannel):
+                channel.connection_lost(None)  # runs on_close for the rest
+
+    def _ended(self, channel: ServerChannel) -> None:
+        with self._lock:
+            self._channels.pop(channel.id, None)
+        if self._on_close is not None:
+            try:
+                self._on_close(channel)
+            except Exception:
+                log.exception("on_close callback failed for %r", channel)
 
     def _dispatch(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
         handler = self._handlers.get(request.code)

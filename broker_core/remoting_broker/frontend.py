@@ -2,8 +2,11 @@
 
 One :class:`RemotingFrontEnd` per broker process, beside the gRPC server and over the same
 ``Broker``: a message sent over one protocol is pulled over the other, and offsets are
-shared. It reuses the NameServer's ``RemotingServer`` (one thread per connection; see
-``broker_core/remoting/server.py``). The handler modules, one per request family:
+shared. It reuses the NameServer's ``RemotingServer`` (an event loop; see
+``broker_core/remoting/server.py``): the cheap requests (:func:`inline_codes`: pulls,
+heartbeats, offsets, and sends when nothing makes a send wait — async flush, no sync
+replication) are handled on the loop thread as they are read; the rest on worker
+threads. The handler modules, one per request family:
 
 * :mod:`.send` - SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH_MESSAGE 320, END_TRANSACTION 37
 * :mod:`.pull` - PULL_MESSAGE 11 and LITE_PULL_MESSAGE 361 (long polling without holding the
@@ -93,6 +96,38 @@ HANDLERS: dict[int, Handler] = {
 }
 
 
+# Handlers that never block: run on the server's loop thread, with no hand-off per call.
+CHEAP = (
+    RequestCode.PULL_MESSAGE,
+    RequestCode.LITE_PULL_MESSAGE,  # long polling parks the request, it does not wait
+    RequestCode.HEART_BEAT,
+    RequestCode.QUERY_CONSUMER_OFFSET,
+    RequestCode.UPDATE_CONSUMER_OFFSET,
+    RequestCode.GET_MAX_OFFSET,
+    RequestCode.GET_MIN_OFFSET,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+)
+SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+
+
+def inline_codes(broker: Broker) -> frozenset[int]:
+    """The codes handled on the loop thread: :data:`CHEAP`, and the sends unless a send
+    waits (sync flush waits for an fdatasync, sync replication for the slaves): a waiting
+    send on the loop would stall every connection, and on workers concurrent sends share
+    one fdatasync (``store/put_combiner.py``)."""
+    return frozenset(CHEAP if _sends_wait(broker) else (*CHEAP, *SENDS))
+
+
+def concurrent_codes(broker: Broker) -> frozenset[int]:
+    """The sends, when they wait: on workers side by side, not one after the other per
+    connection, so that a client's sends in flight share one store put and fdatasync."""
+    return frozenset(SENDS if _sends_wait(broker) else ())
+
+
+def _sends_wait(broker: Broker) -> bool:
+    return broker.store.flusher.sync or broker.config.replication == "sync"
+
+
 def _bound(ctx: RemotingContext, handler: Handler) -> RequestHandler:
     def run(channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
         try:
@@ -124,7 +159,12 @@ class RemotingFrontEnd:
             guard = RemotingGuard(authority, broker)
             handlers = {code: guard.wrap(h) for code, h in handlers.items()}
         self._server = RemotingServer(
-            listen, handlers, on_close=self._on_close, ssl_context=ssl_context
+            listen,
+            handlers,
+            on_close=self._on_close,
+            ssl_context=ssl_context,
+            inline=inline_codes(broker),
+            concurrent=concurrent_codes(broker),
         )
         broker.add_rebalance_listener(self._notify_group)
         broker.set_transaction_checker(chained_checker(self.ctx, broker.transaction_checker))

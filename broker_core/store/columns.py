@@ -178,6 +178,11 @@ def spread_in_blocks(batch: ColumnBatch, first: int, queues: int) -> None:
     >>> batch.queue_ids.tolist(), batch.queue_rows()
     ([3, 3, 0, 1, 2], {('t', 3): [0, 1], ('t', 0): [2], ('t', 1): [3], ('t', 2): [4]})
     """
+    if len(batch) == 1:  # a single send: no arrays to build (~5 µs of numpy calls)
+        queue = first % queues
+        batch.queue_ids = queue
+        batch.known_rows = {(batch.topic, queue): [0]}
+        return
     queue_of_block, sizes = queue_blocks(len(batch), first, queues)
     batch.queue_ids = np.repeat(queue_of_block, sizes)
     ends = np.cumsum(sizes).tolist()

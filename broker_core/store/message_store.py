@@ -56,7 +56,7 @@ from broker_core.store.flush import Checkpoint, CommitLogFlusher, DerivedFlusher
 from broker_core.store.index_service import IndexService
 from broker_core.store.lock import StoreLock
 from broker_core.store.put_combiner import PutCombiner
-from broker_core.store.put_result import PutResult
+from broker_core.store.put_result import PutResult, results_of
 from broker_core.store.queue_read import (
     GetResult,
     QueueRead,
@@ -72,6 +72,10 @@ from broker_core.store.replica import adopt_queues, append_replica
 log = logging.getLogger(__name__)
 TopicOf = Callable[[StoredMessage], str]  # the topic a query by topic also matches a message by
 _PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _units_bytes(batches: Sequence[ColumnBatch]) -> int:
+    return sum(len(b.units) for b in batches)
 
 
 class MessageStore:
@@ -99,8 +103,15 @@ class MessageStore:
             sync=config.flush_mode is FlushMode.SYNC,
             interval_ms=config.flush_interval_ms,
         )
-        self._combiner: PutCombiner[ColumnBatch, PutResult] = PutCombiner(
-            self._encode, self._store_encoded
+        # Sync flush: concurrent puts share the lead, the dispatch and the fdatasync
+        # (``put_combiner``): encoded batches here, and ``put_messages`` calls in front
+        self._batches: PutCombiner[ColumnBatch, Sequence[ColumnBatch], int | Exception] | None = (
+            PutCombiner(lambda batches: batches, self._put_batches, weigh=_units_bytes)
+            if self.flusher.sync
+            else None
+        )
+        self._combiner: PutCombiner[Message, ColumnBatch, PutResult] = PutCombiner(
+            self._encode, self._store_encoded, inner=self._batches
         )
         self._derived = DerivedFlusher(config.derived_flush_interval_ms, self.checkpoint)
         self.cleanup = CleanupService(
@@ -257,40 +268,7 @@ class MessageStore:
 
     def _store_encoded(self, messages: Sequence[Message], batch: ColumnBatch) -> list[PutResult]:
         """:meth:`put_batch` of ``messages`` encoded as ``batch``; one result per message."""
-        ts, host = self.put_batch(batch), self._store_host
-        if len(messages) == 1:  # the common single put: no column lists to build
-            msg = messages[0]
-            return [
-                PutResult(
-                    msg.topic,
-                    msg.queue_id,
-                    batch.queue_offsets.item(0),
-                    batch.physical_offsets.item(0),
-                    batch.sizes.item(0),
-                    ts,
-                    msg.properties.get(PROPERTY_UNIQ_KEY),
-                    host,
-                )
-            ]
-        return [
-            PutResult(
-                msg.topic,
-                msg.queue_id,
-                queue_offset,
-                physical_offset,
-                size,
-                ts,
-                msg.properties.get(PROPERTY_UNIQ_KEY),
-                host,
-            )
-            for msg, queue_offset, physical_offset, size in zip(
-                messages,
-                batch.queue_offsets.tolist(),
-                batch.physical_offsets.tolist(),
-                batch.sizes.tolist(),
-                strict=True,
-            )
-        ]
+        return results_of(messages, batch, self.put_batch(batch), self._store_host)
 
     def put_batch(self, batch: ColumnBatch) -> int:
         """Append an encoded batch (``columns``): the one put every send ends in.
@@ -300,18 +278,46 @@ class MessageStore:
         ``flush_mode = sync`` this returns only once the batch is durable. Raises
         BusyError, StoreError, NotMasterError or StoreClosedError when the store cannot
         take writes, DiskFullError when a new segment cannot be made (nothing stored).
+        With sync flush concurrent calls combine (``put_combiner``); with async flush they
+        do not (a lone leader doing every caller's append measured slower than the
+        callers appending side by side: 16 threads, 1.3–6.7× fewer puts a second).
         """
+        if self._batches is None or not len(batch):
+            outcome = self._put_batches((batch,))[0]
+        else:  # sync: combined with concurrent puts (``put_combiner``)
+            outcome = self._batches.put((batch,))[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def _put_batches(
+        self, batches: Sequence[ColumnBatch], _encoded: object = None
+    ) -> list[int | Exception]:
+        """Append ``batches`` back to back, dispatch once, wait once until they are durable
+        (sync); per batch its store timestamp, or the error that refused it alone (its
+        append stored nothing). An error of the shared steps is raised for all."""
         self._check_writable()
         now = self._clock_ms()
-        if not len(batch):
-            return now
-        end = self.commitlog.append(batch, now)
+        outcomes: list[int | Exception] = []
+        end = -1
+        for batch in batches:
+            if not len(batch):
+                outcomes.append(now)
+                continue
+            try:
+                end = self.commitlog.append(batch, now)
+            except Exception as exc:  # e.g. DiskFullError: nothing of this batch stored
+                outcomes.append(exc)
+            else:
+                outcomes.append(now)
+        if end < 0:
+            return outcomes
         self.dispatcher.dispatch_inline()
         if self.flusher.sync:
             self.flusher.wait_durable(end, self.config.sync_flush_timeout_ms)
         if self.after_append is not None:
             self.after_append(end)
-        return now
+        return outcomes
 
     def append_replica(self, offset: int, data: bytes) -> int:
         """A slave stores its master's commitlog bytes at the same offsets (``replica``).

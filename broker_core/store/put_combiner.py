@@ -1,4 +1,4 @@
-"""Sync-mode put combining: concurrent ``put_messages`` calls share one append and one sync.
+"""Sync-mode put combining: concurrent puts share one append (or one lead) and one sync.
 
 With ``flush_mode = sync`` a put returns only once an fdatasync covers it. Group commit
 (``flush.CommitLogFlusher``) lets concurrent appends share the fdatasync, but each call
@@ -18,6 +18,15 @@ order, and the call returns only once they are durable. An error of the shared s
 (busy, closed, flush failed or timed out) is raised in every call of that batch; the
 messages of a failed flush may be stored, exactly as for a call alone.
 
+The same combiner sits in front of ``MessageStore.put_batch`` (the put of every send
+that arrives encoded: SendMessage, SendBulk, the 4.x sends), its items being encoded
+batches: the leader appends the queued batches back to back under one lead, dispatches
+once and waits for one durability point, so concurrent single sends share the lead, the
+dispatch, the wake-ups and the fdatasync (``MessageStore._put_batches``). A
+``put_messages`` combiner feeds that one (``inner``): its leader queues there like any
+caller, while a put from the thread that leads the inner combiner (a dispatch listener
+that puts) is stored alone at once, so nobody waits for a batch its own thread stores.
+
 Threads: ``put`` from any thread; the leader's work runs on the leading caller's thread.
 """
 
@@ -26,12 +35,16 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from broker_core.message import Message
-
+Item = TypeVar("Item")
 Batch = TypeVar("Batch")
 Result = TypeVar("Result")
+
+
+def body_bytes(messages: Sequence[Any]) -> int:
+    """The default weight of a call: its messages' body bytes (``Message.body``)."""
+    return sum(len(m.body) for m in messages)
 
 
 class _Call(Generic[Result]):
@@ -39,9 +52,9 @@ class _Call(Generic[Result]):
 
     __slots__ = ("body_bytes", "error", "lead", "messages", "next", "results", "wake")
 
-    def __init__(self, messages: Sequence[Message]) -> None:
+    def __init__(self, messages: Sequence[Any], weight: int) -> None:
         self.messages = messages
-        self.body_bytes = sum(len(m.body) for m in messages)
+        self.body_bytes = weight
         self.wake = threading.Lock()
         self.wake.acquire()
         self.lead = False  # woken to lead the next batch, not with an outcome
@@ -55,25 +68,30 @@ class _Call(Generic[Result]):
         return self.results
 
 
-class PutCombiner(Generic[Batch, Result]):
+class PutCombiner(Generic[Item, Batch, Result]):
     """Leader/follower combining of concurrent puts (see the module docstring).
 
     ``encode(messages)`` validates and encodes (raising for bad input, storing nothing);
     ``store(messages, batch)`` appends the batch, returns once it is durable and gives one
     result per message, in order. A batch holds at most ``max_messages`` messages and
-    ``max_body_bytes`` of bodies, unless one call alone is larger.
+    ``max_body_bytes`` of bodies (``weigh``: the bytes a call counts for), unless one call
+    alone is larger. ``inner``: the combiner ``store`` puts through, if any.
     """
 
     def __init__(
         self,
-        encode: Callable[[Sequence[Message]], Batch],
-        store: Callable[[Sequence[Message], Batch], list[Result]],
+        encode: Callable[[Sequence[Item]], Batch],
+        store: Callable[[Sequence[Item], Batch], list[Result]],
         *,
         max_messages: int = 1024,
         max_body_bytes: int = 8 << 20,
+        weigh: Callable[[Sequence[Item]], int] = body_bytes,
+        inner: PutCombiner[Any, Any, Any] | None = None,
     ) -> None:
         self._encode = encode
         self._store = store
+        self._weigh = weigh
+        self._inner = inner
         self._max_messages = max_messages
         self._max_body_bytes = max_body_bytes
         self._mutex = threading.Lock()  # guards _queue and _leading
@@ -88,16 +106,22 @@ class PutCombiner(Generic[Batch, Result]):
         """Calls waiting for a leader to take them (a metric)."""
         return len(self._queue)
 
-    def put(self, messages: Sequence[Message]) -> list[Result]:
+    def leads(self, thread: int) -> bool:
+        """``thread`` is storing a batch of this combiner or of its inner one."""
+        return self._leader_thread == thread or (
+            self._inner is not None and self._inner.leads(thread)
+        )
+
+    def put(self, messages: Sequence[Item]) -> list[Result]:
         """Store ``messages`` (combined with concurrent calls); their results in order.
 
         A put made by the leader's own thread while it stores (a dispatch listener or an
         append hook that puts) is stored at once, alone: queued, it would wait for
         itself.
         """
-        if self._leader_thread == threading.get_ident():
+        if self.leads(threading.get_ident()):
             return self._store(messages, self._encode(messages))
-        call: _Call[Result] = _Call(messages)
+        call: _Call[Result] = _Call(messages, self._weigh(messages))
         with self._mutex:
             self._queue.append(call)
             follow, self._leading = self._leading, True
@@ -162,7 +186,7 @@ class PutCombiner(Generic[Batch, Result]):
         self.batches += 1
         self.calls += len(group)
         if len(group) == 1:
-            messages: Sequence[Message] = group[0].messages
+            messages: Sequence[Item] = group[0].messages
         else:
             messages = [m for call in group for m in call.messages]
         try:
