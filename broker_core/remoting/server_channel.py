@@ -32,10 +32,9 @@ import struct
 import threading
 from collections.abc import Callable, Collection
 from concurrent.futures import Executor, Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import cast
 
-from broker_core.errors import RemotingConnectError, RemotingFrameError, RemotingTimeoutError
+from broker_core.errors import RemotingConnectError, RemotingFrameError
 from broker_core.remoting.channel import Channel, RequestHandler, _format_addr, _ids
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RPC_TYPE_RESPONSE, RemotingCommand
@@ -104,24 +103,6 @@ class ServerChannel(Channel, asyncio.Protocol):
         else:
             self._loop.call_soon_threadsafe(self._write, frame)
 
-    def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
-        """Send a request and wait for its response (never from the loop thread)."""
-        future: Future[RemotingCommand] = Future()
-        with self._pending_lock:
-            if self.closed:
-                raise RemotingConnectError(f"connection to {self.peer} is closed")
-            self._pending[cmd.opaque] = future
-        try:
-            self.send(cmd)
-            return future.result(timeout_s)
-        except FutureTimeout:
-            raise RemotingTimeoutError(
-                f"no response from {self.peer} to request code {cmd.code} in {timeout_s} s"
-            ) from None
-        finally:
-            with self._pending_lock:
-                self._pending.pop(cmd.opaque, None)
-
     def run(self, on_request: RequestHandler) -> None:
         raise NotImplementedError("a server channel is read by its server's event loop")
 
@@ -180,12 +161,7 @@ class ServerChannel(Channel, asyncio.Protocol):
 
     def _received(self, cmd: RemotingCommand) -> None:
         if cmd.is_response:
-            with self._pending_lock:
-                future = self._pending.pop(cmd.opaque, None)
-            if future is None:
-                log.debug("%r: response to unknown or expired opaque %d", self, cmd.opaque)
-            else:
-                future.set_result(cmd)
+            self._complete(cmd)  # Channel's: the waiting request's future
             return
         served = self._served
         with self._queue_lock:
