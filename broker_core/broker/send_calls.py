@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from broker_core.broker.batch import Batch, Sent, to_store_batch
 from broker_core.broker.dedup import DedupSender
 from broker_core.broker.sending import SendResult
 from broker_core.broker.timer.timer import TimerService
@@ -60,9 +61,19 @@ class Sending:
         self._require_master()
         return self._sender.send(messages, producer_group=producer_group)
 
+    def send_batch(self, batch: Batch) -> Sent:
+        """Store a front end's batch of plain messages of one topic (:mod:`.batch`), as the
+        store's batch (:meth:`Sender.send_columns`); each message's queue offset and queue
+        id (a repeat's: its original's). NotMasterError on a slave."""
+        self._require_master()
+        columns = to_store_batch(batch)
+        offsets = self._sender.send_columns(columns, queue_id=batch.queue_id)
+        return Sent(offsets, columns.queue_ids.astype(np.int64))
+
     def send_columns(self, batch: ColumnBatch, *, queue_id: int | None = None) -> np.ndarray:
-        """Store an encoded batch of plain messages of one topic; returns their queue
-        offsets (:meth:`Sender.send_columns`). NotMasterError on a slave."""
+        """Store the store's batch of plain messages of one topic; returns their queue
+        offsets (:meth:`Sender.send_columns`). NotMasterError on a slave. For in-process
+        tools and tests that build a ``ColumnBatch``; front ends call :meth:`send_batch`."""
         self._require_master()
         return self._sender.send_columns(batch, queue_id=queue_id)
 

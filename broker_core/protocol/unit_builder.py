@@ -23,11 +23,26 @@ offset (a plain message has none).
 
 from __future__ import annotations
 
+import functools
+import socket
 from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 
 from broker_core.protocol import unit
+
+ZERO_IP: Final = b"\x00\x00\x00\x00"
+
+
+@functools.lru_cache(maxsize=1024)  # a broker sees few distinct hosts
+def ip4(host: str) -> bytes:
+    """The 4 bytes of an IPv4 address as a header's host fields hold them; other families
+    and names are stored as 0.0.0.0."""
+    try:
+        return socket.inet_aton(host)
+    except OSError:
+        return ZERO_IP
 
 
 def plain_tails(topic_head: bytes, properties: Sequence[bytes]) -> list[bytes]:

@@ -168,15 +168,15 @@ def _send_plain_batch(
         born_host=_peer_host(channel),
         max_body_bytes=limits.max_body_bytes,
         max_properties_bytes=limits.max_properties_bytes,
+        queue_id=max(field_int(fields, "queueId", 0), 0),
     )
     if batch is None:
         return None
-    queue_id = max(field_int(fields, "queueId", 0), 0)
-    offsets = ctx.broker.sending.send_columns(batch, queue_id=queue_id)
+    sent = ctx.broker.sending.send_batch(batch)
     ext = {
         "msgId": ",".join(p[PROPERTY_UNIQ_KEY] for _, _, p in records),
-        "queueId": str(int(batch.queue_ids[0])),  # a repeat's: its original queue
-        "queueOffset": str(int(offsets[0])),
+        "queueId": str(int(sent.queue_ids[0])),  # a repeat's: its original queue
+        "queueOffset": str(int(sent.queue_offsets[0])),
     }
     return req.response(ResponseCode.SUCCESS, ext_fields=ext)
 

@@ -1,8 +1,8 @@
-"""A SendBulk frame → the column batch SendMessage's plain messages become.
+"""A SendBulk frame → the broker's batch of finished units (``broker.batch.UnitsBatch``).
 
 The third converter of the send path, beside ``convert_in`` (protobuf → messages) and
 ``convert_columns`` (protobuf → columns); below it everything is shared
-(``Broker.send_columns``, one store put, one packer). The frame already holds the units
+(``Sending.send_batch``, one store put, one packer). The frame already holds the units
 as the commitlog will (``protocol.bulk_send``): the converter checks them as arrays
 (``bulk_checks``), fills the born host (and the born time where the client left it 0)
 and patches the unit CRCs for it, then hands the units on as the batch's joined units —
@@ -26,7 +26,7 @@ the frame CRC covers transport damage, and readers verify both end to end.
 ...                        born_timestamp_ms=7, born_host="10.0.0.1")
 >>> batch = to_column_batch(decode_request(frame), limits=Limits(1024, 1024),
 ...                         peer=("10.9.9.9", 5), now_ms=1)
->>> batch.topic, batch.index_keys, batch.born_ms.tolist()
+>>> batch.topic, batch.index_keys, batch.head["born_timestamp_ms"].tolist()
 ('t', [['ID1']], [7])
 """
 
@@ -36,15 +36,15 @@ import struct
 
 import numpy as np
 
+from broker_core.broker.batch import UnitsBatch
 from broker_core.errors import MessageCorruptedError
 from broker_core.message import tag_hash, validate_topic_name
 from broker_core.protocol import unit as layout
 from broker_core.protocol import unit_crc
 from broker_core.protocol.bulk_send import BulkRequest
 from broker_core.protocol.message_rules import Limits, born_host, check_encoded
+from broker_core.protocol.unit_builder import ip4
 from broker_core.server.bulk_checks import Units, check_units, message_ids
-from broker_core.store import codec
-from broker_core.store.columns import ColumnBatch
 
 __all__ = ["Limits", "to_column_batch"]
 
@@ -57,8 +57,8 @@ assert layout.field_pos("born_host_port") == _BORN_HOST_POS + 4
 
 def to_column_batch(
     req: BulkRequest, *, limits: Limits, peer: tuple[str, int], now_ms: int
-) -> ColumnBatch:
-    """The column batch of a decoded frame; raises the first problem found (see above)."""
+) -> UnitsBatch:
+    """The broker's batch of a decoded frame; raises the first problem found (see above)."""
     validate_topic_name(req.topic)
     data = np.frombuffer(req.units, np.uint8)
     units = check_units(
@@ -70,15 +70,8 @@ def to_column_batch(
     )
     index_keys = _index_keys(req, units)
     head = units.head
-    _fill_born(head, codec.ip4(born_host(req.born_host, peer[0])), peer[1], now_ms)
-    return ColumnBatch(
-        head,
-        head.view(np.uint8).data,
-        bytearray(req.units),
-        units.starts,
-        [req.topic] * len(head),
-        index_keys,
-    )
+    _fill_born(head, ip4(born_host(req.born_host, peer[0])), peer[1], now_ms)
+    return UnitsBatch(req.topic, head, bytearray(req.units), units.starts, index_keys)
 
 
 def _index_keys(req: BulkRequest, units: Units) -> list[list[str]]:

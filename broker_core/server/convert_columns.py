@@ -1,9 +1,9 @@
-"""SendMessage's fast lane: a request of plain messages straight to a column batch.
+"""SendMessage's fast lane: a request of plain messages straight to a batch of columns.
 
 Most requests are batches of ordinary messages: one topic, NORMAL type, an IDENTITY body
 with a CRC32 digest, a message id, maybe a tag, keys and user properties. For those,
-:func:`to_columns` builds a :class:`~broker_core.store.columns.ColumnBatch` in one pass,
-without a ``Message`` object per message, and the broker stores it with numpy.
+:func:`to_columns` builds the broker's :class:`~broker_core.broker.batch.PlainBatch` in
+one pass, without a ``Message`` object per message, and the broker stores it with numpy.
 
 It never decides that a message is bad. Every check here is a sufficient condition for
 what ``convert_in.to_messages`` accepts; when anything is unusual (another message type,
@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
+from broker_core.broker.batch import PlainBatch
 from broker_core.errors import RocketMQError
 from broker_core.message import tag_hash, validate_topic_name
 from broker_core.pb_enums import DigestType, Encoding, MessageType
@@ -35,7 +36,6 @@ from broker_core.protocol.message_rules import (
 )
 from broker_core.protocol.property_codec import encode_send
 from broker_core.server.convert_in import timestamp_ms
-from broker_core.store.columns import ColumnBatch, encode_columns
 
 if TYPE_CHECKING:  # annotations only (the generated classes carry no types)
     from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -46,8 +46,8 @@ _PLAIN_BODY: Final = (Encoding.IDENTITY, Encoding.ENCODING_UNSPECIFIED)
 
 def to_columns(
     protos: Sequence[pb.Message], *, limits: Limits, peer: tuple[str, int], now_ms: int
-) -> ColumnBatch | None:
-    """The request's messages as one column batch, or None to take the general path."""
+) -> PlainBatch | None:
+    """The request's messages as one batch, or None to take the general path."""
     if not protos:
         return None
     topic = protos[0].topic.name
@@ -123,17 +123,17 @@ def to_columns(
         return None
     try:
         validate_topic_name(topic)
-        return encode_columns(
-            topic,
-            bodies,
-            properties,
-            body_crcs=crcs,
-            tags_codes=tags_codes,
-            born_ms=born,
-            born_host=(born_host(claimed_host, peer[0]), peer[1]),
-            index_keys=index_keys,
-            max_body_bytes=max_body,
-            max_properties_bytes=limits.max_properties_bytes,
-        )
     except RocketMQError:
         return None  # the general path names the problem
+    return PlainBatch(
+        topic,
+        bodies,
+        properties,
+        body_crcs=crcs,
+        tags_codes=tags_codes,
+        born_ms=born,
+        born_host=(born_host(claimed_host, peer[0]), peer[1]),
+        index_keys=index_keys,
+        max_body_bytes=max_body,
+        max_properties_bytes=limits.max_properties_bytes,
+    )

@@ -19,7 +19,6 @@ lengths or text do not make sense (only a writer bug makes one) is corruption to
 
 from __future__ import annotations
 
-import functools
 import mmap
 import socket
 import zlib
@@ -49,21 +48,11 @@ from broker_core.protocol.unit import (
     PROPS_LEN,
     SIZE_MAGIC,
 )
+from broker_core.protocol.unit_builder import ZERO_IP as ZERO_IP
+from broker_core.protocol.unit_builder import ip4 as ip4
 from broker_core.protocol.verify import verify_units
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
-
-ZERO_IP: Final = b"\x00\x00\x00\x00"
-
-
-@functools.lru_cache(maxsize=1024)  # a broker sees few distinct hosts
-def ip4(host: str) -> bytes:
-    """The 4 bytes of an IPv4 address; other families and names are stored as 0.0.0.0."""
-    try:
-        return socket.inet_aton(host)
-    except OSError:
-        return ZERO_IP
-
 
 _I32 = range(-(2**31), 2**31)
 _I64 = range(-(2**63), 2**63)

@@ -2,7 +2,10 @@
 
 - ``broker_core/protocol/`` imports nothing of ours but the leaf modules errors and message;
 - ``broker_core/client/``, ``connector/`` and ``spark_jobs/`` never import store, broker or server;
-- ``store`` imports neither broker nor server; ``broker`` does not import server.
+- ``store`` imports neither broker nor server; ``broker`` does not import server;
+- the front ends (``server``, ``remoting_broker``) never import the store's batch or codec
+  (``store.columns``, ``store.codec``): they hand the broker its own batch
+  (``broker/batch.py``), which the broker turns into the store's.
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 _UPPER = ("broker_core.store", "broker_core.broker", "broker_core.server")
+_STORE_BATCH = ("broker_core.store.columns", "broker_core.store.codec")
 RULES: dict[str, tuple[str, ...]] = {
     "broker_core/client": _UPPER,
     "connector": _UPPER,
     "spark_jobs": _UPPER,
     "broker_core/store": ("broker_core.broker", "broker_core.server"),
     "broker_core/broker": ("broker_core.server",),
+    "broker_core/server": _STORE_BATCH,
+    "broker_core/remoting_broker": _STORE_BATCH,
 }
 PROTOCOL_MAY_IMPORT = ("broker_core.errors", "broker_core.message", "broker_core.protocol")
 

@@ -43,7 +43,7 @@ WAYS = ("bulk", "official", "store_api")
 
 def send_bulk(broker: Broker, frame: bytes) -> list[int]:
     batch = to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
-    return broker.sending.send_columns(batch).tolist()
+    return broker.sending.send_batch(batch).queue_offsets.tolist()
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def test_ids_alone_are_read_as_arrays_or_parsed_alike(ids: list[str]) -> None:
     props = [f"UNIQ_KEY\x01{i}\x02".encode() for i in ids]
     frame = encode_request("lanes", [b"a", b"b"], props, born_timestamp_ms=T0, born_host="10.0.0.7")
     batch = to_column_batch(decode_request(frame), limits=LIMITS, peer=PEER, now_ms=T0)
-    assert batch.index_keys == [[i] for i in ids] and batch.tags_codes.tolist() == [0, 0]
+    assert batch.index_keys == [[i] for i in ids] and batch.head["tags_code"].tolist() == [0, 0]
 
 
 @pytest.mark.parametrize("bad_id", ["   ", "", "I" * 129, "a\x01b"])

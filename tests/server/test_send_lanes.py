@@ -250,7 +250,7 @@ def test_the_general_converter_stores_what_the_column_converter_stores(
         protos = plain_batch(size)
         batch = to_columns(protos, limits=LIMITS, peer=PEER, now_ms=T0)
         assert batch is not None, "a plain batch must be taken by the column converter"
-        columns = brokers["bulk"].sending.send_columns(batch).tolist()
+        columns = brokers["bulk"].sending.send_batch(batch).queue_offsets.tolist()
         messages = to_messages(protos, limits=LIMITS, peer=PEER, now_ms=T0)
         assert columns == [r.queue_offset for r in brokers["official"].sending.send(messages)]
     for way in ("bulk", "official"):

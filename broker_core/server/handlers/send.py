@@ -20,7 +20,7 @@ producer of that topic. All transactional messages of one request must share a t
 
 **SendBulk** (``rmq.bulk.v1.Bulk/SendBulk``): a batch of plain messages sent as columns
 (see :mod:`broker_core.protocol.bulk_send` for the frames). Decoded and checked by
-``convert_bulk``, then stored by ``Sending.send_columns`` — the path SendMessage's plain
+``convert_bulk``, then stored by ``Sending.send_batch`` — the path SendMessage's plain
 batches take — so a bulk send and a SendMessage of the same messages store the same
 bytes. No exception escapes: errors become the response status.
 """
@@ -83,10 +83,10 @@ def send_message(
     if len(request.messages) >= FAST_LANE_MIN_MESSAGES:
         batch = to_columns(request.messages, limits=limits, peer=peer, now_ms=now)
     if batch is not None:  # plain messages: the fast lane
-        offsets = ctx.broker.sending.send_columns(batch)
+        sent = ctx.broker.sending.send_batch(batch)
         if ctx.metrics is not None:
             ctx.metrics.messages_in(batch.topic, len(batch), batch.body_bytes())
-        return _answer([keys[0] for keys in batch.index_keys], offsets.tolist())
+        return _answer([keys[0] for keys in batch.index_keys], sent.queue_offsets.tolist())
     messages = to_messages(request.messages, limits=limits, peer=peer, now_ms=now)
     ids = [m.properties[PROPERTY_UNIQ_KEY] for m in messages]
     group = transaction_group(messages)
@@ -140,7 +140,8 @@ def send_bulk(ctx: ServerContext, request: bytes, context: grpc.ServicerContext)
             peer=peer_address(context.peer()),
             now_ms=now_ms(),
         )
-        return encode_response(status_json(ok()), ctx.broker.sending.send_columns(batch))
+        sent = ctx.broker.sending.send_batch(batch)
+        return encode_response(status_json(ok()), sent.queue_offsets)
     except Exception as exc:
         if isinstance(exc, RocketMQError):
             log.info("SendBulk refused: %s", exc)
