@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,14 @@ Code = pb.Code
 
 class SwallowingProxy:
     """A loopback TCP proxy to the broker. Armed with ``marker``, it forwards the client's
-    request that carries it, then drops the broker's answer (its first frame of more than
-    a few control bytes) and cuts the connection: the send was stored, its answer lost."""
+    request that carries it, then drops the broker's first frame of more than a few
+    control bytes that comes once ``stored()`` says the send was stored, and cuts the
+    connection: the send was stored, its answer lost.
+
+    Waiting for ``stored()`` matters: a frame of another call on the same connection (the
+    telemetry stream) may come first, and cutting then resets the broker's socket while
+    the request may still sit unread in it — Linux drops unread data on a reset — so the
+    send would be lost rather than its answer (a run saw 1 message with dedup off)."""
 
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -46,6 +52,7 @@ class SwallowingProxy:
         self.marker = b""
         self.armed = False
         self.swallowed = threading.Event()
+        self.stored: Callable[[], bool] = lambda: True
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -67,6 +74,7 @@ class SwallowingProxy:
                     self.armed, self.marker = True, b""
                 # control frames (window updates, pings, settings) are < 30 bytes
                 if not to_broker and self.armed and len(data) >= 30:
+                    wait_until(self.stored, "the marked send stored before its answer is cut")
                     self.armed = False
                     self.swallowed.set()
                     for sock in (src, dst):
@@ -121,6 +129,16 @@ def broker(tmp_path_factory: pytest.TempPathFactory, proxy: SwallowingProxy) -> 
     proc = proxied(tmp_path_factory.mktemp("dedup"), proxy)
     yield proc
     assert proc.stop() == 0, "".join(proc.output[-50:])
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``check`` (a broker state the test awaits) until true; AssertionError naming
+    ``what`` after ``timeout_s`` (a hang guard, not a pass mark)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
 
 
 def proto(topic: str, message_id: str, body: bytes = b"body") -> Any:
@@ -178,6 +196,7 @@ def lose_an_answer(proc: BrokerProcess, proxy: SwallowingProxy, topic: str) -> s
     """Send one message with the official client through ``proxy``, which swallows the
     answer after the store: the client retries it (same id). Returns its id."""
     admin_call(proc.endpoint, "CreateTopic", name=topic)  # clients never create one
+    proxy.stored = lambda: topic_total(proc.endpoint, topic) >= 1
     config = ClientConfiguration(proxy.address, Credentials(), request_timeout=5)
     producer = Producer(config, (topic,))
     producer.startup()
@@ -208,6 +227,9 @@ def test_without_dedup_the_same_lost_answer_is_stored_twice(tmp_path: Path) -> N
     proc = proxied(tmp_path, proxy, dedup=False)
     try:
         lose_an_answer(proc, proxy, "dup-lost-off")
+        # the retry was answered, so it is stored; its dispatch may trail the answer by a
+        # dispatch round when another appender held the dispatch lock
+        wait_until(lambda: topic_total(proc.endpoint, "dup-lost-off") >= 2, "the retry visible")
         assert topic_total(proc.endpoint, "dup-lost-off") == 2
     finally:
         assert proc.stop() == 0, "".join(proc.output[-50:])
@@ -226,7 +248,9 @@ def test_a_broker_killed_after_the_write_answers_the_retry_from_its_log(
         proc = start(tmp_path, dedup=dedup)  # recovery rebuilds the window from the log
         again = send_message(proc.endpoint, proto("dup-kill", "KILL-1"))
         assert (again == first) is dedup
-        assert topic_total(proc.endpoint, "dup-kill") == (1 if dedup else 2)
+        want = 1 if dedup else 2
+        wait_until(lambda: topic_total(proc.endpoint, "dup-kill") >= want, "the sends visible")
+        assert topic_total(proc.endpoint, "dup-kill") == want
     finally:
         proc.stop()
 
