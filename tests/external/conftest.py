@@ -139,7 +139,11 @@ class ClientProcess:
             if text == "READY":
                 self.ready.set()
             elif text.startswith("{"):
-                self.lines.append(json.loads(text))
+                try:
+                    self.lines.append(json.loads(text))
+                except ValueError:  # kept for the failure's message; reading goes on
+                    self.other.append(text)
+                    continue
                 # A consumer delivering messages has started, whether or not its start()
                 # has returned: the C++ client's start() once returned only after 30 s
                 # while its threads had consumed all 60 messages and committed their

@@ -64,9 +64,13 @@ def main() -> None:
         consumer.set_instance_name(args.instance)
     ffi_check(dll.Subscribe(consumer._handle, args.topic.encode(), args.expression.encode()))
     consumer._register_callback(on_message)
-    print("STARTING", flush=True)  # shows a start that never returned apart from one never begun
+    with _lock:  # every line under the lock: print writes the text and the newline apart,
+        # and an unlocked READY once landed inside a delivered message's line (the C++
+        # client delivers before start() returns), which the reading test could not parse
+        print("STARTING", flush=True)  # a start that never returned, apart from one never begun
     consumer.start()
-    print("READY", flush=True)
+    with _lock:
+        print("READY", flush=True)
     for line in sys.stdin:
         if line.strip() == "stop":
             break
