@@ -7,7 +7,8 @@ shared machine hits every side alike:
 * produce: ``bench produce``'s bulk sends (batches of 256 messages of 128 bytes, 5 in
   flight), ``--batches`` per round;
 * consume: ``bench consume``'s drain by raw offset pull (8 queues, 10,000 per pull) of a
-  backlog of ``--backlog`` messages filled before the round (not timed).
+  backlog of ``--backlog`` messages filled once before the rounds (not timed), ``--passes``
+  drains per round (one drain's broker CPU is near ``/proc``'s 10 ms tick).
 
 Printed per workload: each side's median msg/s and its median per-round cost against off
 (1 − side/off, the two measured back to back) in per cent — noise on a loaded machine — and
@@ -59,17 +60,22 @@ def _produce_round(client: RocketMQClient, proc: BrokerProcess, batches: int) ->
     return r
 
 
-def _consume_round(
-    client: RocketMQClient, proc: BrokerProcess, topic: str, count: int
-) -> proc_cpu.Round:
+def _fill(client: RocketMQClient, topic: str, count: int) -> None:
     client.create_topic(topic, queues=consume.QUEUES)
     for start in range(0, count, consume.FILL_BATCH):
         client.send_batch(topic, [BODY] * min(consume.FILL_BATCH, count - start))
+
+
+def _consume_round(
+    client: RocketMQClient, proc: BrokerProcess, topic: str, count: int, passes: int
+) -> proc_cpu.Round:
+    """``passes`` drains of ``topic``'s ``count`` messages (filled once, before the
+    rounds): enough broker CPU per round that ``/proc``'s 10 ms tick is ≤ 2 % of it."""
     with proc_cpu.Round(proc.process.pid) as r:
-        read = consume.drain(client, topic, consume.QUEUES)
-        r.done(count)
-    if read != count:
-        raise RuntimeError(f"drained {read} of {count}")
+        read = sum(consume.drain(client, topic, consume.QUEUES) for _ in range(passes))
+        r.done(count * passes)
+    if read != count * passes:
+        raise RuntimeError(f"drained {read} of {count * passes}")
     return r
 
 
@@ -80,7 +86,7 @@ def _trace_messages(client: RocketMQClient) -> int:
         return 0
 
 
-def measure(rounds: int, batches: int, backlog: int) -> None:
+def measure(rounds: int, batches: int, backlog: int, passes: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     procs = {name: _start(root, name, setting) for name, setting in SIDES.items()}
     runs: dict[str, dict[str, list[proc_cpu.Round]]] = {"produce": {}, "consume": {}}
@@ -92,6 +98,7 @@ def measure(rounds: int, batches: int, backlog: int) -> None:
         for name, client in clients.items():
             client.create_topic("bench-trace-p", queues=8)
             _produce_round(client, procs[name], max(1, batches // 10))  # warm-up
+            _fill(client, "bench-trace-c", backlog)
         names = list(SIDES)
         for number in range(rounds):
             order = names[number % len(names) :] + names[: number % len(names)]
@@ -101,7 +108,7 @@ def measure(rounds: int, batches: int, backlog: int) -> None:
                 )
             for name in order:
                 runs["consume"].setdefault(name, []).append(
-                    _consume_round(clients[name], procs[name], f"bench-trace-c{number}", backlog)
+                    _consume_round(clients[name], procs[name], "bench-trace-c", backlog, passes)
                 )
         written = {name: _trace_messages(c) for name, c in clients.items()}
         for client in clients.values():
@@ -206,8 +213,9 @@ def in_process(setting: str, batches: int = 150) -> tuple[float, float, float, f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--batches", type=int, default=1000)
     parser.add_argument("--backlog", type=int, default=100_000)
+    parser.add_argument("--passes", type=int, default=5, help="drains of the backlog per round")
     parser.add_argument("--cpu-only", action="store_true", help="only the in-process CPU figures")
     args = parser.parse_args()
     for name, setting in SIDES.items():
@@ -219,7 +227,7 @@ def main() -> None:
             flush=True,
         )
     if not args.cpu_only:
-        measure(args.rounds, args.batches, args.backlog)
+        measure(args.rounds, args.batches, args.backlog, args.passes)
 
 
 if __name__ == "__main__":

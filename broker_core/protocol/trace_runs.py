@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 
 from broker_core.protocol.trace import KEY_SEPARATOR, TraceRecord, broker_record
 
@@ -43,6 +44,20 @@ def bucket_key(msg_id: str) -> str:
 def bucket_keys(ids: Iterable[str]) -> list[str]:
     """:func:`bucket_key` of each of ``ids``."""
     return [BUCKET_MARK + i[:-2] for i in ids]
+
+
+_BUCKET_OF = itemgetter(slice(None, -2))
+
+
+def joined_buckets(ids: Iterable[str]) -> str:
+    """The distinct :func:`bucket_key` s of ``ids``, space-separated, in first-seen order:
+    the KEYS of a trace message recording them (each id cut in C, the mark added to the
+    few distinct buckets only).
+
+    >>> joined_buckets(["AB0001", "AB0002", "AC0101", "AB0003"])
+    '~AB00 ~AC01'
+    """
+    return KEY_SEPARATOR.join(BUCKET_MARK + b for b in dict.fromkeys(map(_BUCKET_OF, ids)))
 
 
 PULL_STATUS = "pull"

@@ -30,7 +30,7 @@ from broker_core.broker.system_topics import (
     is_system_topic,
 )
 from broker_core.broker.trace.selection import TraceSelection
-from broker_core.broker.trace.units import raw_ids, raw_offsets
+from broker_core.broker.trace.units import raw_ids, raw_span
 from broker_core.message import PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_KEY, StoredMessage
 from broker_core.protocol.group_topics import (
     DLQ_PREFIX,
@@ -39,7 +39,6 @@ from broker_core.protocol.group_topics import (
     is_retry_topic,
 )
 from broker_core.protocol.trace import (
-    KEY_SEPARATOR,
     TraceRecord,
     broker_record,
     broker_rows,
@@ -49,6 +48,7 @@ from broker_core.protocol.trace_runs import (
     PULL_STATUS,
     bucket_key,
     bucket_keys,
+    joined_buckets,
     pull_keys,
     stored_run,
 )
@@ -93,10 +93,13 @@ class TraceContext:
         return kind
 
 
+_FIRST = itemgetter(0)
+
+
 def _row_ids(batch: Appended) -> list[str]:
     """Each row's message id (its first index key: UNIQ_KEY; "" for a row without keys)."""
     if len(batch.index_keys) == len(batch.size):
-        return [keys[0] for keys in batch.index_keys]
+        return list(map(_FIRST, batch.index_keys))
     by_phys = {phys: keys[0] for keys, phys in zip(batch.index_keys, batch.index_phys, strict=True)}
     return [by_phys.get(int(p), "") for p in batch.physical_offset.tolist()]
 
@@ -126,26 +129,31 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
     of offsets, an id holding a comma) a record per row (``broker_rows``). With sampling,
     the append's ids are sampled as one array (``TraceSelection.sampled_rows``)."""
     sel = ctx.selection
+    ids: list[str] | None = None
     columns: tuple[list[str], list[int], list[int]] | None = None
-    chosen: list[bool] | None = None  # each row sampled (with an id), when not every row is
+    chosen: set[int] | None = None  # the sampled rows (with an id), when not every row is
     keys = ""
     out: list[Chunk] = []
     for (topic, qid), rows in batch.queues.items():
         kind = ctx.kind(topic)
         if kind is None:
             continue
+        if ids is None:
+            ids = _row_ids(batch)
+            if sel.ratio < 1 or "" in ids:
+                chosen = set(sel.sampled_rows(ids))
+                if not chosen:
+                    return []  # the usual append under sampling: nothing more to do
+        if chosen is not None:
+            rows = [r for r in rows if r in chosen]
+            if not rows:
+                continue
         if columns is None:
-            columns = _columns(batch)
-            if sel.ratio < 1 or "" in columns[0]:
-                chosen = sel.sampled_rows(columns[0])
+            columns = _columns(batch, ids)
         if topic in _HELD:
             out += _held_rows(ctx, batch, columns, topic, qid, rows)
             continue
-        ids, offsets, costs = columns
-        if chosen is not None:
-            rows = [r for r in rows if chosen[r]]
-            if not rows:
-                continue
+        offsets, costs = columns[1], columns[2]
         if offsets[rows[-1]] - offsets[rows[0]] == len(rows) - 1:
             pick = itemgetter(*rows) if len(rows) > 1 else lambda c, r=rows[0]: (c[r],)
             run_ids = pick(ids)
@@ -155,9 +163,9 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
             )  # fmt: skip
             if run is not None:
                 if chosen is not None:  # a sample: its own ids' buckets
-                    out.append(([KEY_SEPARATOR.join(dict.fromkeys(bucket_keys(run_ids)))], [run]))
+                    out.append(([joined_buckets(run_ids)], [run]))
                     continue
-                keys = keys or KEY_SEPARATOR.join(dict.fromkeys(bucket_keys(ids)))
+                keys = keys or joined_buckets(ids)
                 out.append(([keys], [run]))
                 continue
         out += _row_records(ctx, batch, columns, kind, topic, qid, rows)
@@ -183,12 +191,13 @@ def _row_records(
     return [(bucket_keys(row_ids), texts)]
 
 
-def _columns(batch: Appended) -> tuple[list[str], list[int], list[int]]:
-    """Each row's (message id, queue offset, cost: store time − born time, else -1)."""
+def _columns(batch: Appended, ids: list[str]) -> tuple[list[str], list[int], list[int]]:
+    """Each row's (message id: ``ids``, queue offset, cost: store time − born time, else
+    -1)."""
     born = batch.born_timestamp_ms
     at = batch.store_timestamp_ms
     costs = (at - born).tolist() if born is not None else [-1] * len(batch.size)
-    return _row_ids(batch), batch.queue_offset.tolist(), costs
+    return ids, batch.queue_offset.tolist(), costs
 
 
 def _held_rows(
@@ -330,10 +339,11 @@ def _pulled_raw(
     """A raw pull's Delivered records: one for a run of consecutive offsets (the usual
     answer; ``protocol.trace_runs.pull_key``), else one per selected message."""
     sel = ctx.selection
-    offsets = raw_offsets(raw.data, raw.sizes)
-    count = len(offsets)
-    if count and int(offsets[-1]) - int(offsets[0]) == count - 1:
-        first = int(offsets[0])
+    count = raw.count
+    if not count:
+        return []
+    first, last = raw_span(raw.data, raw.sizes)
+    if last - first == count - 1:
         text = broker_record(
             "Delivered", at, ctx.broker_name, group, topic, "", ctx.host,
             queue_id=queue_id, offset=first, status=f"{PULL_STATUS} {count}",

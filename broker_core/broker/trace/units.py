@@ -23,6 +23,8 @@ one bounded ``find`` per unit. Units as stored, back to back (``RawUnits``)::
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from broker_core.protocol import unit as layout
@@ -51,6 +53,27 @@ def raw_offsets(data: bytes, sizes: np.ndarray) -> np.ndarray:
         return np.zeros(0, np.int64)
     buf = np.frombuffer(data, np.uint8)
     return _gather(buf, _starts(sizes) + _QUEUE_OFFSET, 8).copy().view(">i8").ravel()
+
+
+_OFFSET_AT = struct.Struct(">q")
+
+
+def raw_span(data: bytes, sizes: np.ndarray) -> tuple[int, int]:
+    """(the first unit's queue offset, the last's) of units back to back, in O(1).
+
+    The units of one queue's pull are in queue order, offsets strictly increasing: they are
+    consecutive exactly when ``last - first == count - 1``, which a traced pull checks
+    without reading every header.
+
+    >>> unit = lambda offset: bytes(24) + struct.pack(">q", offset) + bytes(8)  # 40 B each
+    >>> raw_span(unit(7) + unit(8) + unit(9), np.array([40, 40, 40], np.int32))
+    (7, 9)
+    """
+    if not len(sizes):
+        raise ValueError("no units")
+    first = _OFFSET_AT.unpack_from(data, _QUEUE_OFFSET)[0]
+    last = _OFFSET_AT.unpack_from(data, len(data) - int(sizes[-1]) + _QUEUE_OFFSET)[0]
+    return first, last
 
 
 def raw_ids(data: bytes, sizes: np.ndarray) -> tuple[list[str], list[int]]:
