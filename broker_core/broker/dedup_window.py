@@ -29,9 +29,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
-
-import numpy as np
 
 from broker_core.broker.sending import SendResult
 from broker_core.broker.system_topics import TIMER_TOPIC, TRANS_HALF_TOPIC, is_system_topic
@@ -168,13 +167,12 @@ class SendWindow:
 
     def column_keys(self, topic: str, index_keys: list[list[str]]) -> list[int | None] | None:
         """:meth:`keys` of a one-topic batch whose every row's first index key is its id
-        (a column batch's); None when the topic is not deduplicated. Hashed in C, the
-        topic mixed in as one array operation."""
+        (a column batch's); None when the topic is not deduplicated. The ids are hashed
+        in C (``map``), the topic mixed in by one comprehension."""
         if not deduplicated(topic):
             return None
-        hashes = np.fromiter(map(hash, map(itemgetter(0), index_keys)), np.int64, len(index_keys))
-        hashes ^= hash(topic)
-        return hashes.tolist()
+        salt = hash(topic)
+        return [h ^ salt for h in map(hash, map(itemgetter(0), index_keys))]
 
     # ---- the send path ------------------------------------------------------------------
 
@@ -293,8 +291,7 @@ class SendWindow:
         ):
             _newest, old = gens.popleft()
             self._held -= len(old)
-            for key in old:
-                ids.pop(key, None)
+            deque(map(ids.pop, old, repeat(None)), maxlen=0)  # pops in C, not a Python loop
 
     def rebuild(self, commitlog: CommitLog) -> int:
         """Refill the window from the units stored within it (at start and promotion);
