@@ -5,7 +5,8 @@ official ``SendMessage`` for a one-message request, the same with 256 messages, 
 remoting ``SEND_MESSAGE_V2`` of one message (frame decode, handler, answer encode: the
 Python a 4.x client's single send costs above the socket) and SEND_BATCH_MESSAGE of 256
 (handler only), the store API (``MessageStore.put_message`` / ``put_messages`` of 64) and
-``SendBulk`` of 256.
+``SendBulk`` of 256; and the official client's one-message consume: ``ReceiveMessage`` of
+one message and ``AckMessage`` of it.
 Each workload runs ``--rounds`` times; the best (least) CPU µs per message of this thread
 is printed as JSON: on a shared machine the least time is the one other work disturbed least.
 
@@ -73,13 +74,19 @@ def _remoting_send(pkg: str, broker: Any) -> Callable[[], None]:
 
 
 class _Peer:
-    """The little of ``grpc.ServicerContext`` the send handlers read."""
+    """The little of ``grpc.ServicerContext`` the send, receive and ack handlers read."""
 
     def peer(self) -> str:
         return "ipv4:127.0.0.1:40000"
 
     def invocation_metadata(self) -> list[Any]:
-        return []
+        return [("x-mq-client-id", "cost-client")]
+
+    def time_remaining(self) -> float:
+        return 30.0
+
+    def is_active(self) -> bool:
+        return True
 
 
 def _batch_body(count: int) -> bytes:
@@ -180,6 +187,7 @@ def workloads(pkg: str, broker: Any) -> dict[str, tuple[Callable[[], None], int,
         send_one(ctx, many, peer)
 
     return {
+        **_receive_ack(pkg, ctx, peer),
         "official_send_1": (official_one, 1000, 1),
         "official_send_256": (official_many, 10, 256),
         "remoting_send_1": (_remoting_send(pkg, broker), 1000, 1),
@@ -188,6 +196,52 @@ def workloads(pkg: str, broker: Any) -> dict[str, tuple[Callable[[], None], int,
         "store_put_64": (put_64, 40, 64),
         **_remoting(pkg, broker),
     }
+
+
+RECEIVE_BACKLOG = 20_000  # messages each side's receive+ack rounds take one by one
+
+
+def _receive_ack(pkg: str, ctx: Any, peer: _Peer) -> dict[str, tuple[Callable[[], None], int, int]]:
+    """The official client's one-message consume: ReceiveMessage of one (its whole
+    answer stream) and AckMessage of that message, from a backlog filled here."""
+    try:
+        receive = importlib.import_module(f"{pkg}.server.handlers.receive").receive_message
+        ack = importlib.import_module(f"{pkg}.server.handlers.delivery").ack_message
+    except ModuleNotFoundError:  # an older checkout (``--against``)
+        return {}
+    Message = importlib.import_module(f"{pkg}.message").Message
+    topics = importlib.import_module(f"{pkg}.broker.topics")
+    ctx.broker.topics.create_or_update(topics.TopicConfig("cost-r", 4, 4))
+    store = ctx.broker.store
+    for start in range(0, RECEIVE_BACKLOG, 256):
+        store.put_messages(
+            [Message("cost-r", BODY, queue_id=i % 4, properties={"UNIQ_KEY": f"R{i}"})
+             for i in range(start, start + 256)]
+        )  # fmt: skip
+    store.wait_dispatched()
+    request = service_pb2.ReceiveMessageRequest(
+        group=pb.Resource(name="cost-g"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="cost-r")),
+        batch_size=1,
+    )
+    request.invisible_duration.seconds = 60
+    request.long_polling_timeout.seconds = 0
+    acked = service_pb2.AckMessageRequest(
+        group=request.group,
+        topic=request.message_queue.topic,
+        entries=[service_pb2.AckMessageEntry()],
+    )
+
+    def receive_ack() -> None:
+        for answer in receive(ctx, request, peer):
+            if answer.HasField("message"):
+                entry = acked.entries[0]
+                entry.message_id = answer.message.system_properties.message_id
+                entry.receipt_handle = answer.message.system_properties.receipt_handle
+        if ack(ctx, acked, peer).status.code != pb.Code.OK:
+            raise RuntimeError("the ack failed")
+
+    return {"official_receive_ack_1": (receive_ack, 1000, 1)}
 
 
 def _start_broker(pkg: str, store_dir: Path) -> Any:
