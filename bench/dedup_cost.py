@@ -4,7 +4,8 @@ Three figures, A/B in one run:
 
 * **end to end**, ``bench produce``'s workload (our client's bulk sends of 256 messages
   of 128 B, ``IN_FLIGHT`` requests in flight) against two broker processes, one with the
-  dedup window (the default) and one with ``dedup_window_ms = 0``; rounds alternate
+  dedup window (the default) and one with ``dedup_window_ms = 0``, each first sent
+  ``--prefill`` messages (the window full: every settle also evicts); rounds alternate
   between them (and which goes first) so drift of the shared machine hits both alike.
   Printed: the median msg/s of each side and of the paired on/off ratios (noise on a
   loaded machine), and the load-proof figure: the broker process's CPU per message
@@ -50,8 +51,10 @@ def _round(client: RocketMQClient, pid: int, batches: int) -> proc_cpu.Round:
     return r
 
 
-def end_to_end(batches: int, rounds: int) -> dict[str, list[proc_cpu.Round]]:
-    """Each side's rounds of bulk sends (rate, broker and client CPU per message)."""
+def end_to_end(batches: int, rounds: int, prefill: int) -> dict[str, list[proc_cpu.Round]]:
+    """Each side's rounds of bulk sends (rate, broker and client CPU per message), after
+    ``prefill`` messages (not timed) that bring the window to its steady state: full, so
+    that every settle also evicts."""
     root = Path(tempfile.mkdtemp(prefix="bench-dedup-"))
     sides = {
         name: launch_broker(root / name, config={"broker": {"default_queue_nums": 8, **extra}})
@@ -63,6 +66,10 @@ def end_to_end(batches: int, rounds: int) -> dict[str, list[proc_cpu.Round]]:
         for name, client in clients.items():
             client.create_topic("bench-dedup", queues=8)
             _round(client, sides[name].process.pid, max(1, batches // 10))  # warm-up
+            for _ in range(0, prefill, BATCH * IN_FLIGHT * 8):
+                for _ in range(IN_FLIGHT * 8):
+                    client.send_batch_async("bench-dedup", [BODY] * BATCH)
+                client.flush()
         for number in range(rounds):
             order = ["off", "on"] if number % 2 else ["on", "off"]
             for name in order:
@@ -179,10 +186,13 @@ def memory_per_id(ids: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--batches", type=int, default=1000)
     parser.add_argument("--ids", type=int, default=1_000_000)
+    parser.add_argument(
+        "--prefill", type=int, default=1_100_000, help="messages sent before the rounds"
+    )
     args = parser.parse_args()
-    print(report(end_to_end(args.batches, args.rounds)), flush=True)
+    print(report(end_to_end(args.batches, args.rounds, args.prefill)), flush=True)
     cpu_off, cpu_on = in_process(max(1, args.batches // 4), args.rounds)
     print(
         f"send_columns in process: {cpu_off:.3f} us/msg off, {cpu_on:.3f} us/msg on "
