@@ -180,11 +180,20 @@ def batch_details(found: dict[str, dict[str, Any]], version: str) -> dict[str, A
     for case, what in BATCH_WHAT.items():
         for side in ("ours", "rocketmq"):
             event = found[side][case]
+            if case == "drain" and event.get("read") != event.get("filled"):
+                # a partial drain is no figure: said, and left out of the ratios
+                details[f"{side}_drain_error"] = (
+                    f"read {event.get('read')} of {event.get('filled')} messages: "
+                    f"{event.get('first_error') or 'no error given'}"
+                )
+                continue
             details[f"{side}_{case}_msg_s"] = round(event["msg_s"])
-            for key in ("p50_ms", "p99_ms", "errors", "bad"):
+            for key in ("p50_ms", "p99_ms", "errors", "bad", "dispatch_wait_s"):
                 if key in event:
                     details[f"{side}_{case}_{key}"] = event[key]
-        ours, peer = details[f"ours_{case}_msg_s"], details[f"rocketmq_{case}_msg_s"]
+        ours, peer = details.get(f"ours_{case}_msg_s"), details.get(f"rocketmq_{case}_msg_s")
+        if ours is None or peer is None:
+            continue
         details[f"rocketmq_{case}_ratio"] = round(ours / peer, 3) if peer else 0.0
         cases.append({"case": what, "peer": "rocketmq", "ours": ours, "theirs": peer})
         cases[-1].update(unit="msg/s", higher_is_better=True)
@@ -198,6 +207,7 @@ def batch_details(found: dict[str, dict[str, Any]], version: str) -> dict[str, A
         f"{'ours' if side == 'ours' else 'RocketMQ'} {case}": details[f"{side}_{case}_msg_s"]
         for case in BATCH_WHAT
         for side in ("ours", "rocketmq")
+        if f"{side}_{case}_msg_s" in details
     }
     return details
 
@@ -208,7 +218,13 @@ def run_batch(size: str, peers: tuple[str, ...] = ("rocketmq",)) -> list[Result]
     found = _in_temp("bench-java-batch-", lambda root: _both_sides(root, _batch_cases(size)))
     details = batch_details(found, _version())
     rows = [
-        (f"{side} {case}", f"{details[f'{side}_{case}_msg_s']:,}", "msg/s")
+        (
+            f"{side} {case}",
+            f"{details[f'{side}_{case}_msg_s']:,}"
+            if f"{side}_{case}_msg_s" in details
+            else "failed",
+            "msg/s" if f"{side}_{case}_msg_s" in details else details[f"{side}_{case}_error"],
+        )
         for case in BATCH_WHAT
         for side in ("ours", "rocketmq")
     ]

@@ -286,6 +286,21 @@ public class Load {
         filler.close();
         List<org.apache.rocketmq.common.message.MessageQueue> queues =
                 new ArrayList<>(consumer.fetchSubscribeMessageQueues(topic));
+        // the broker may still be indexing the fill (consume queues lag the log): wait until
+        // the queues hold every message sent, else a drain would read a part and call it done
+        long held = 0, waitStart = System.nanoTime();
+        while (System.nanoTime() - waitStart < 60_000_000_000L) {
+            held = 0;
+            for (org.apache.rocketmq.common.message.MessageQueue q : queues) {
+                held += consumer.maxOffset(q) - consumer.minOffset(q);
+            }
+            if (held >= filled) break;
+            Thread.sleep(100);
+        }
+        double dispatchWait = (System.nanoTime() - waitStart) / 1e9;
+        if (held < filled) {
+            FIRST_ERROR.compareAndSet("", "the queues hold " + held + " of " + filled + " sent after 60 s");
+        }
         java.util.concurrent.atomic.AtomicLong read = new java.util.concurrent.atomic.AtomicLong();
         java.util.concurrent.atomic.AtomicLong bad = new java.util.concurrent.atomic.AtomicLong();
         Thread[] workers = new Thread[Math.min(threads, queues.size())];
@@ -306,10 +321,14 @@ public class Load {
         for (Thread w : workers) w.join();
         double seconds = (System.nanoTime() - start) / 1e9;
         consumer.shutdown();
+        if (read.get() != filled) {
+            FIRST_ERROR.compareAndSet("", "read " + read.get() + " of " + filled + " sent");
+        }
         System.out.println("{\"event\":\"drain\",\"client\":\"4.x\",\"threads\":" + workers.length
                 + ",\"queues\":" + queues.size() + ",\"filled\":" + filled + ",\"read\":" + read.get()
                 + ",\"bad\":" + bad.get() + ",\"seconds\":" + round(seconds) + ",\"msg_s\":"
                 + round(read.get() / seconds) + ",\"fill_msg_s\":" + round(filled / fillSeconds)
+                + ",\"dispatch_wait_s\":" + round(dispatchWait)
                 + ",\"first_error\":" + quote(FIRST_ERROR.get()) + "}");
         System.out.flush();
         System.exit(0);

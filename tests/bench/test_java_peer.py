@@ -57,6 +57,16 @@ def test_batch_details_carry_each_case_per_side_and_a_peer_row_each() -> None:
     assert all(c["peer"] == "rocketmq" and c["unit"] == "msg/s" for c in cases)
 
 
+def test_a_drain_that_read_part_of_the_fill_is_no_figure() -> None:
+    found = _batch_found()
+    found["rocketmq"]["drain"] |= {"read": 0, "filled": 100, "first_error": "held 0 of 100"}
+    details = batch_details(found, "5.5.0")
+    assert "rocketmq_drain_msg_s" not in details and "rocketmq_drain_ratio" not in details
+    assert details["rocketmq_drain_error"] == "read 0 of 100 messages: held 0 of 100"
+    assert [c["theirs"] for c in details["peer_cases"]] == [20_000, 16_000, 12_000]
+    assert "RocketMQ drain" not in details["figures"] and "ours drain" in details["figures"]
+
+
 def _step(name: str, rate: float, p99: float) -> dict[str, Any]:
     return {
         "event": "step",
