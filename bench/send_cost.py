@@ -5,8 +5,9 @@ official ``SendMessage`` for a one-message request, the same with 256 messages, 
 remoting ``SEND_MESSAGE_V2`` of one message (frame decode, handler, answer encode: the
 Python a 4.x client's single send costs above the socket) and SEND_BATCH_MESSAGE of 256
 (handler only), the store API (``MessageStore.put_message`` / ``put_messages`` of 64) and
-``SendBulk`` of 256; and the official client's one-message consume: ``ReceiveMessage`` of
-one message and ``AckMessage`` of it.
+``SendBulk`` of 256; and the one-message consume of each front end: the official
+client's ``ReceiveMessage`` of one message and ``AckMessage`` of it, and a 4.x
+``PULL_MESSAGE`` of one.
 Each workload runs ``--rounds`` times; the best (least) CPU µs per message of this thread
 is printed as JSON: on a shared machine the least time is the one other work disturbed least.
 
@@ -241,7 +242,35 @@ def _receive_ack(pkg: str, ctx: Any, peer: _Peer) -> dict[str, tuple[Callable[[]
         if ack(ctx, acked, peer).status.code != pb.Code.OK:
             raise RuntimeError("the ack failed")
 
-    return {"official_receive_ack_1": (receive_ack, 1000, 1)}
+    return {
+        "official_receive_ack_1": (receive_ack, 1000, 1),
+        "remoting_pull_1": (_remoting_pull(pkg, ctx.broker), 1000, 1),
+    }
+
+
+def _remoting_pull(pkg: str, broker: Any) -> Callable[[], None]:
+    """One PULL_MESSAGE of one message (the 4.x consumer's call: handler and answer frame)
+    from the backlog :func:`_receive_ack` filled, queue 1, offsets in turn."""
+    frame_mod = importlib.import_module(f"{pkg}.remoting.frame")
+    command = importlib.import_module(f"{pkg}.remoting.command")
+    handle = importlib.import_module(f"{pkg}.remoting_broker.pull").handle_pull
+    ctx = importlib.import_module(f"{pkg}.remoting_broker.context").RemotingContext(
+        broker, "cost", "127.0.0.1:10911"
+    )
+    fields = {"consumerGroup": "cost-pull", "topic": "cost-r", "queueId": "1"}
+    fields |= {"queueOffset": "0", "maxMsgNums": "1", "sysFlag": "0", "commitOffset": "-1"}
+    channel = _Channel()
+    held = RECEIVE_BACKLOG // 4  # the messages of queue 1
+    offsets = itertools.cycle(range(held))
+
+    def run() -> None:
+        fields["queueOffset"] = str(next(offsets))
+        answer = handle(ctx, channel, command.RemotingCommand.request(11, dict(fields)))
+        if answer is None or answer.code != 0:
+            raise RuntimeError(f"the pull found nothing: {answer}")
+        frame_mod.encode_frame(answer)
+
+    return run
 
 
 def _start_broker(pkg: str, store_dir: Path) -> Any:
