@@ -188,7 +188,14 @@ def batch_details(found: dict[str, dict[str, Any]], version: str) -> dict[str, A
                 )
                 continue
             details[f"{side}_{case}_msg_s"] = round(event["msg_s"])
-            for key in ("p50_ms", "p99_ms", "errors", "bad", "dispatch_wait_s"):
+            for key in (
+                "p50_ms",
+                "p99_ms",
+                "errors",
+                "bad",
+                "dispatch_wait_s",
+                "held_at_first_look",
+            ):
                 if key in event:
                     details[f"{side}_{case}_{key}"] = event[key]
         ours, peer = details.get(f"ours_{case}_msg_s"), details.get(f"rocketmq_{case}_msg_s")

@@ -286,20 +286,22 @@ public class Load {
         filler.close();
         List<org.apache.rocketmq.common.message.MessageQueue> queues =
                 new ArrayList<>(consumer.fetchSubscribeMessageQueues(topic));
-        // the broker may still be indexing the fill (consume queues lag the log): wait until
+        // the broker may still be indexing the fill (consume queues lag the log; RocketMQ's
+        // reput can run far behind after the batch cases): wait up to 300 s until
         // the queues hold every message sent, else a drain would read a part and call it done
-        long held = 0, waitStart = System.nanoTime();
-        while (System.nanoTime() - waitStart < 60_000_000_000L) {
+        long held = 0, heldFirst = -1, waitStart = System.nanoTime();
+        while (System.nanoTime() - waitStart < 300_000_000_000L) {
             held = 0;
             for (org.apache.rocketmq.common.message.MessageQueue q : queues) {
                 held += consumer.maxOffset(q) - consumer.minOffset(q);
             }
+            if (heldFirst < 0) heldFirst = held;
             if (held >= filled) break;
             Thread.sleep(100);
         }
         double dispatchWait = (System.nanoTime() - waitStart) / 1e9;
         if (held < filled) {
-            FIRST_ERROR.compareAndSet("", "the queues hold " + held + " of " + filled + " sent after 60 s");
+            FIRST_ERROR.compareAndSet("", "the queues hold " + held + " of " + filled + " sent after 300 s");
         }
         java.util.concurrent.atomic.AtomicLong read = new java.util.concurrent.atomic.AtomicLong();
         java.util.concurrent.atomic.AtomicLong bad = new java.util.concurrent.atomic.AtomicLong();
@@ -328,7 +330,7 @@ public class Load {
                 + ",\"queues\":" + queues.size() + ",\"filled\":" + filled + ",\"read\":" + read.get()
                 + ",\"bad\":" + bad.get() + ",\"seconds\":" + round(seconds) + ",\"msg_s\":"
                 + round(read.get() / seconds) + ",\"fill_msg_s\":" + round(filled / fillSeconds)
-                + ",\"dispatch_wait_s\":" + round(dispatchWait)
+                + ",\"dispatch_wait_s\":" + round(dispatchWait) + ",\"held_at_first_look\":" + heldFirst
                 + ",\"first_error\":" + quote(FIRST_ERROR.get()) + "}");
         System.out.flush();
         System.exit(0);
