@@ -34,7 +34,9 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import sys
 import threading
 from collections.abc import Callable
 
@@ -43,6 +45,23 @@ log = logging.getLogger(__name__)
 
 def _never(_exc: Exception) -> bool:
     return False
+
+
+_PR_SET_NAME = 15
+
+
+def name_os_thread(name: str) -> None:
+    """Give the calling thread ``name`` (its first 15 bytes) in the OS too, where Linux
+    lets a thread name itself: ``top -H``, ``ps -L`` and ``/proc/<pid>/task/<tid>/comm``
+    then tell the service threads apart (a benchmark reads one's CPU there). Elsewhere,
+    or when libc cannot be loaded, nothing happens."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def describe(exc: BaseException) -> str:
@@ -167,6 +186,7 @@ class ServiceThread:
         return not stopping.is_set()
 
     def _loop(self, stopping: threading.Event) -> None:
+        name_os_thread(self.name)
         wait_ms = self.interval_ms if self._wait_first else 0.0
         try:
             while self._wait(wait_ms, stopping):

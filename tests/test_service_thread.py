@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from broker_core.errors import BusyError, StoreClosedError
 from broker_core.service_thread import ServiceThread, ThreadedService
@@ -183,3 +184,20 @@ def test_a_threaded_service_runs_stops_and_reports_its_thread() -> None:
     wait_until(lambda: dying.failure is not None, "the failure")
     assert isinstance(dying.failure, Fatal)
     dying.stop()
+
+
+def test_the_thread_carries_its_name_in_the_os() -> None:
+    """``top -H`` and ``/proc/<pid>/task/<tid>/comm`` tell the service threads apart (a
+    benchmark reads the trace thread's CPU there); names are cut to Linux's 15 bytes."""
+    seen: list[str] = []
+
+    def own_comm() -> None:
+        seen.append(Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text())
+
+    t = ServiceThread("a-long-service-name", own_comm, interval_ms=60_000, wait_first=False)
+    t.start()
+    try:
+        wait_until(lambda: bool(seen), "a round")
+    finally:
+        assert t.stop(timeout_ms=5_000)
+    assert seen[0].strip() == "a-long-service-"
