@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -66,6 +67,7 @@ def test_broker_config_get_shows_settings_and_live_keys(broker) -> None:
         "auto_create_topics",
         "auto_create_groups",
         "max_long_polling_ms",
+        "trace_broker",
     }
     assert "max_long_polling_ms *" in ok(rmq(broker, "broker", "config", "get"))
 
@@ -83,11 +85,52 @@ def test_broker_config_set_changes_a_live_key_and_the_broker_obeys(broker) -> No
     ok(rmq(broker, "send", "verbs_auto_off", "x"))
 
 
+def test_broker_config_set_turns_the_brokers_own_trace_on_and_off(broker) -> None:
+    """``trace_broker`` changes live: a send while on gets its Stored record, one while
+    off none (checked once a later send's record is written: the broker writes its
+    records in the order it took them)."""
+
+    def stored_events(msg_id: str) -> list[dict]:
+        answer = json.loads(ok(rmq(broker, "message", "trace", msg_id, "--json")))
+        return [e for e in answer["events"] if e["type"] == "Stored"]
+
+    def awaited(msg_id: str) -> dict:
+        deadline = time.monotonic() + 20
+        while not (events := stored_events(msg_id)):
+            assert time.monotonic() < deadline, f"no Stored record of {msg_id}"
+            time.sleep(0.1)
+        [event] = events
+        return event
+
+    def sent_id(body: str) -> str:
+        out = ok(rmq(broker, "send", "verbs_live_trace", body))
+        return out.split("message id: ", 1)[1].split()[0]
+
+    def trace(setting: str) -> str:
+        return ok(rmq(broker, "broker", "config", "set", "trace_broker", setting))
+
+    untraced = sent_id("before")
+    assert "trace_broker off -> all" in trace("all")
+    try:
+        event = awaited(sent_id("traced"))
+        assert event["topic"] == "verbs_live_trace" and event["source"] == "broker"
+        assert stored_events(untraced) == []  # sent while off: nothing was taken
+        trace("off")
+        after = sent_id("after")
+        trace("0.5")  # a ratio: the probe below is sampled or not by its id
+        trace("all")
+        awaited(sent_id("probe"))
+        assert stored_events(after) == []
+    finally:
+        trace("off")
+    fails(rmq(broker, "broker", "config", "set", "trace_broker", "lots"), "trace_broker must be")
+
+
 def test_broker_config_set_of_a_fixed_key_names_the_live_ones(broker) -> None:
     fails(
         rmq(broker, "broker", "config", "set", "default_queue_nums", "4"),
         "default_queue_nums",
-        "auto_create_topics, auto_create_groups, max_long_polling_ms",
+        "auto_create_topics, auto_create_groups, max_long_polling_ms, trace_broker",
     )
     fails(rmq(broker, "broker", "config", "set", "max_long_polling_ms", "soon"), "milliseconds")
     fails(rmq(broker, "broker", "config", "set", "auto_create_groups", "maybe"), "true or false")

@@ -9,6 +9,9 @@ key                   type     takes effect
 auto_create_topics    bool     the next send to an unknown topic
 auto_create_groups    bool     the next call naming an unknown group
 max_long_polling_ms   int ≥ 0  the next long poll (receives, pulls, the clients' settings)
+trace_broker          string   at once: what was taken under the old setting is written,
+                               then "off" stops the broker's own records, "all" or a ratio
+                               starts them (``trace_topics`` / ``trace_groups`` stay)
 ====================  =======  ==============================================================
 
 Every other key is fixed for the broker's life (it sized a table, started a thread or
@@ -22,7 +25,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from broker_core.errors import InvalidArgumentError
+from broker_core.config import trace_ratio
+from broker_core.errors import ConfigError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from broker_core.broker.broker import Broker
@@ -50,10 +54,20 @@ def _millis(value: Any) -> int:
     return number
 
 
+def _trace(value: Any) -> str:
+    text = str(value).strip().lower()
+    try:
+        trace_ratio(text)
+    except ConfigError as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    return text
+
+
 LIVE_KEYS: Final[dict[str, Callable[[Any], Any]]] = {
     "auto_create_topics": _bool,
     "auto_create_groups": _bool,
     "max_long_polling_ms": _millis,
+    "trace_broker": _trace,
 }
 
 
@@ -86,4 +100,6 @@ def update(broker: Broker, key: str, value: Any) -> tuple[Any, Any]:
         broker.topics.auto_create = new
     elif key == "auto_create_groups":
         broker.groups.auto_create = new
+    elif key == "trace_broker":
+        broker.trace.reselect(new)
     return old, new

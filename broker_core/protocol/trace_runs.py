@@ -5,9 +5,10 @@ trace messages not by every message id but coarsely; readers
 (``broker_core.protocol.trace_lookup``) expand a run back into the record of the one
 message they follow:
 
-* **Stored run** (also Retry, DLQ): one append's messages in one queue, at consecutive
-  offsets. msg id: their ids joined by ``,``; offset: the first's; cost: the one they
-  share, else -1 and status ``run costs=c1,c2,...`` (else status ``run``).
+* **Stored run** (also Retry, DLQ): one append's messages in one topic, in blocks of
+  consecutive offsets of a queue each. msg id: their ids joined by ``,``; queue and
+  offset: the first block's; status ``run``, then ``blocks=q:o:n,...`` when there are
+  several, and ``costs=c1,c2,...`` (cost -1) unless they share one cost.
 * **Pull run**: an offset pull that returned consecutive offsets. Delivered, msg id
   empty, offset the first, status ``pull N`` (N offsets).
 * **Keys**: a trace message is keyed by the *buckets* of the ids its records name
@@ -87,8 +88,10 @@ def pull_keys(topic: str, queue_id: int, first: int, count: int) -> str:
 
 
 RUN_STATUS = "run"
-_RUN_COSTS = "run costs="
+_BLOCKS = "blocks="
+_COSTS = "costs="
 RUN_SEPARATOR = ","
+Block = tuple[int, int, int]  # (queue id, first queue offset, messages)
 
 
 def stored_run(
@@ -104,10 +107,8 @@ def stored_run(
     costs: Sequence[int],
 ) -> str | None:
     """One record for the messages of one append to one queue (Stored, Retry or DLQ):
-    ``ids`` stored at offsets ``first`` .., msg id their ids joined by
-    :data:`RUN_SEPARATOR`, cost the one cost they share or -1 and status ``run costs=``
-    each's. None when an id holds the separator (then a record per message).
-    :func:`expand_run` gives one message's record back.
+    ``ids`` stored at offsets ``first`` .. (:func:`stored_blocks` of one block). None when
+    an id holds the separator (then a record per message).
 
     >>> from broker_core.protocol.trace import decode
     >>> text = stored_run("Stored", 9, "b", "", "t", "h", 2, ["A1", "A2"], 40, [3, 3])
@@ -121,32 +122,123 @@ def stored_run(
     joined = RUN_SEPARATOR.join(ids)
     if joined.count(RUN_SEPARATOR) != len(ids) - 1:
         return None
-    cost, status = costs[0], RUN_STATUS
-    if costs.count(cost) != len(costs):
-        cost, status = -1, _RUN_COSTS + RUN_SEPARATOR.join(map(str, costs))
+    cost: int | Sequence[int] = costs[0] if costs.count(costs[0]) == len(costs) else costs
+    return stored_blocks(
+        typ, time_ms, region, group, topic, host, joined, [(queue_id, first, len(ids))], cost
+    )
+
+
+def stored_blocks(
+    typ: str,
+    time_ms: int,
+    region: str,
+    group: str,
+    topic: str,
+    host: str,
+    joined_ids: str,
+    blocks: Sequence[Block],
+    costs: int | Sequence[int],
+) -> str:
+    """One record for the messages of one append to one topic, in ``blocks``: each a
+    queue, the first queue offset and a count of the messages stored there at
+    consecutive offsets; ``joined_ids`` their ids in that order, joined by
+    :data:`RUN_SEPARATOR` (no id holds it); ``costs`` the one cost they share, or each's.
+
+    Queue and offset are the first block's; status ``run``, with ``blocks=q:o:n,...``
+    when there are several and ``costs=c1,c2,...`` (cost -1) when the costs differ.
+    :func:`expand_run` gives one message's record back.
+
+    >>> from broker_core.protocol.trace import decode
+    >>> text = stored_blocks("Stored", 9, "b", "", "t", "h", "A1,A2,A3", [(4, 10, 2), (5, 7, 1)], 3)
+    >>> [(r.queue_id, r.offset, r.cost_ms, r.status) for r in decode(text)]
+    [(4, 10, 3, 'run blocks=4:10:2,5:7:1')]
+    >>> [(r.msg_id, r.queue_id, r.offset) for r in (expand_run(decode(text)[0], "A3"),)]
+    [('A3', 5, 7)]
+    """
+    status = RUN_STATUS
+    if len(blocks) > 1:
+        status += " " + _BLOCKS + RUN_SEPARATOR.join(f"{q}:{o}:{n}" for q, o, n in blocks)
+    if isinstance(costs, int):
+        cost = costs
+    else:
+        cost, status = -1, status + " " + _COSTS + RUN_SEPARATOR.join(map(str, costs))
+    queue_id, first, _ = blocks[0]
     return broker_record(
-        typ, time_ms, region, group, topic, joined, host,
+        typ, time_ms, region, group, topic, joined_ids, host,
         queue_id=queue_id, offset=first, cost_ms=cost, status=status,
     )  # fmt: skip
 
 
 def expand_run(record: TraceRecord, msg_id: str) -> TraceRecord | None:
-    """``msg_id``'s own record out of a :func:`stored_run` record that lists it; None
-    when ``record`` is no run or does not list it."""
-    if not record.status.startswith(RUN_STATUS) or record.type not in _RUN_TYPES:
+    """``msg_id``'s own record out of a :func:`stored_blocks` record that lists it; None
+    when ``record`` is no run or does not list it (or is malformed)."""
+    words = record.status.split(" ")
+    if words[0] != RUN_STATUS or record.type not in _RUN_TYPES:
         return None
     ids = record.msg_id.split(RUN_SEPARATOR)
     try:
         at = ids.index(msg_id)
-    except ValueError:
+        parts = dict(w.split("=", 1) for w in words[1:])
+        costs = parts.get(_COSTS[:-1])
+        cost = int(costs.split(RUN_SEPARATOR)[at]) if costs is not None else record.cost_ms
+        queue_id, offset = _placed(record, parts.get(_BLOCKS[:-1]), at)
+    except (ValueError, IndexError):
         return None
-    cost = record.cost_ms
-    if record.status.startswith(_RUN_COSTS):
-        costs = record.status[len(_RUN_COSTS) :].split(RUN_SEPARATOR)
-        cost = int(costs[at]) if len(costs) == len(ids) and costs[at].lstrip("-").isdigit() else -1
     return dataclasses.replace(
-        record, msg_id=msg_id, offset=record.offset + at, cost_ms=cost, status=""
+        record, msg_id=msg_id, queue_id=queue_id, offset=offset, cost_ms=cost, status=""
     )
+
+
+def _placed(record: TraceRecord, blocks: str | None, at: int) -> tuple[int, int]:
+    """(queue id, queue offset) of the ``at``-th message of a run record."""
+    if blocks is None:
+        return record.queue_id, record.offset + at
+    for block in blocks.split(RUN_SEPARATOR):
+        queue_id, first, count = map(int, block.split(":"))
+        if at < count:
+            return queue_id, first + at
+        at -= count
+    raise IndexError("a run's blocks hold fewer messages than its ids")
+
+
+def bucket_segments(joined_ids: str, count: int, width: int) -> list[tuple[int, str]]:
+    """(first row, bucket) of each run of consecutive ids that share a bucket (the id
+    without its last two characters: :func:`bucket_key` without the mark), of ``count``
+    ids all ``width`` (≥ 3) characters long, none holding :data:`RUN_SEPARATOR`, joined
+    by it. A bucket whose ids are not all consecutive has a segment per run of them.
+
+    One client's ids end in its clock and a sequence, so an append's ids are in order
+    and fall in one to a few segments: each segment's end is found by a binary search
+    that assumes that order, then checked in C (as many ``,bucket`` in the segment's
+    text as rows after its first: a comma only ever separates ids); where the check
+    fails, the ids are walked one by one.
+
+    >>> bucket_segments("AB01,AB02,AC01,AC02,AC03", 5, 4)
+    [(0, 'AB'), (2, 'AC')]
+    >>> bucket_segments("AB01,AC01,AB02,AB03", 4, 4)
+    [(0, 'AB'), (1, 'AC'), (2, 'AB')]
+    """
+    step, cut = width + 1, width - 2
+    out = []
+    row = 0
+    while row < count:
+        start = row * step
+        bucket = joined_ids[start : start + cut]
+        lo, hi = row + 1, count  # the first row after ``row`` outside the bucket, if in order
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if joined_ids[mid * step : mid * step + cut] == bucket:
+                lo = mid + 1
+            else:
+                hi = mid
+        end = lo
+        if joined_ids.count(RUN_SEPARATOR + bucket, start, end * step - 1) != end - row - 1:
+            end = row + 1  # out of order: walk
+            while end < count and joined_ids[end * step : end * step + cut] == bucket:
+                end += 1
+        out.append((row, bucket))
+        row = end
+    return out
 
 
 _RUN_TYPES = frozenset({"Stored", "Retry", "DLQ"})

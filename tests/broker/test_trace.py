@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from itertools import groupby
 from pathlib import Path
 
 import pytest
@@ -154,15 +155,29 @@ def test_trace_topic_enable_creates_the_topic(tmp_path: Path, clock: Clock) -> N
         b.stop()
 
 
-def test_sampling_keeps_whole_timelines(tmp_path: Path, clock: Clock) -> None:
+@pytest.mark.parametrize("width", ["one", "mixed"])
+def test_sampling_keeps_whole_timelines_and_buckets(
+    tmp_path: Path, clock: Clock, width: str
+) -> None:
+    """A ratio traces the ids of a share of buckets (an id without its last two
+    characters), every event of them: the same choice whether the append's ids are all
+    of one width (its ids joined and sampled by bucket when the hook sees it) or not
+    (sampled row by row on the trace thread)."""
     b = _broker(tmp_path, clock, trace_broker="0.5")
     try:
-        sent = b.sending.send([Message("jobs", b"%d" % i, queue_id=0) for i in range(200)])
+        ids = [f"S{i // 4:06d}{i % 4:02d}" for i in range(200)]  # 50 buckets of 4 ids
+        if width == "mixed":
+            ids = [i if n % 3 else i + "x" for n, i in enumerate(ids)]
+        sent = b.sending.send([Message("jobs", b"j", 0, {"UNIQ_KEY": i}) for i in ids])
         b.store.wait_dispatched()
         b.consuming.receive("g", "jobs", max_count=32, invisible_ms=10_000)
-        traced = [s for s in sent if records_of(b, s.message_id)]
-        assert 50 < len(traced) < 150  # about half, chosen by id
-        assert traced == [s for s in sent if b.trace.selection.sampled(s.message_id)]
+        traced = {s.message_id for s in sent if records_of(b, s.message_id)}
+        assert traced == {s.message_id for s in sent if b.trace.selection.sampled(s.message_id)}
+        buckets, every = {i[:-2] for i in traced}, {i[:-2] for i in ids}
+        assert 0.2 < len(buckets) / len(every) < 0.8  # about half, by a CRC: fixed for these ids
+        assert traced == {i for i in ids if i[:-2] in buckets}  # whole buckets
+        delivered = {r.msg_id for i in ids[:32] for r in records_of(b, i) if r.type == "Delivered"}
+        assert delivered == traced & set(ids[:32])
     finally:
         b.stop()
 
@@ -208,6 +223,30 @@ def test_delay_level_and_timer_messages_show_held_and_timer(traced: Broker, cloc
     assert (stored.type, stored.topic, stored.offset) == ("Stored", "orders", fired.offset)
     types = [(r.type, r.status) for r in records_of(traced, timed.message_id)]
     assert types == [("Stored", "held: timer for orders"), ("Stored", ""), ("Timer", "timer")]
+
+
+def test_an_append_spread_over_queues_is_one_record_of_blocks(traced: Broker) -> None:
+    """Rows spread over the topic's queues in blocks are one run record (``blocks=``),
+    from which each message's own queue, offset and cost come back."""
+    traced.sending.send([Message("spread", b"w", queue_id=1)])  # queue 1 starts at offset 1
+    ids = [f"SPREAD{i:04d}" for i in range(7)]
+    sent = traced.sending.send(
+        [Message("spread", b"x", -1, {"UNIQ_KEY": i}, born_timestamp_ms=500) for i in ids]
+    )
+    traced.store.wait_dispatched()
+    assert {m.queue_id for m in sent} == {0, 1}
+    for m in sent:
+        [stored] = [r for r in records_of(traced, m.message_id) if r.type == "Stored"]
+        assert (stored.queue_id, stored.offset) == (m.queue_id, m.queue_offset), m
+        assert (stored.cost_ms, stored.status) == (stored.time_ms - 500, "")
+    found = traced.query_by_key(TRACE_TOPIC, bucket_key(ids[0]), max_results=100)
+    [run] = [r for m in found for r in decode(m.body.decode()) if r.msg_id.startswith("SPREAD")]
+    assert run.msg_id.split(",") == [m.message_id for m in sent]
+    blocks = [
+        f"{q}:{group[0].queue_offset}:{len(group)}"
+        for q, group in ((q, list(g)) for q, g in groupby(sent, key=lambda m: m.queue_id))
+    ]
+    assert len(blocks) == 2 and run.status == "run blocks=" + ",".join(blocks)
 
 
 def test_an_append_and_a_raw_pull_are_one_record_each(

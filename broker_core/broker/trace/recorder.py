@@ -22,6 +22,7 @@ while it is stopped).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections import deque
@@ -34,7 +35,7 @@ from broker_core.broker.topics import TopicConfig, TopicManager
 from broker_core.broker.trace import records
 from broker_core.broker.trace.selection import TraceSelection
 from broker_core.broker.transaction.transaction import EndResult, Resolution
-from broker_core.config import BrokerConfig
+from broker_core.config import BrokerConfig, trace_ratio
 from broker_core.errors import CorruptionError, RocketMQError
 from broker_core.message import (
     PROPERTY_KEYS,
@@ -79,6 +80,9 @@ class TraceRecorder:
             config.broker_name, config.endpoint, self.selection, self._read, self._read_at
         )
         self._flush_lock = threading.Lock()
+        self._switch_lock = threading.Lock()  # start, stop and reselect
+        self._started = False  # a started master: records while its selection is enabled
+        self._observing = False  # the store's append observer is installed
         self._pending: deque[tuple[Builder, tuple[Any, ...]]] = deque()
         self.dropped = 0
         self.written = 0
@@ -96,10 +100,17 @@ class TraceRecorder:
 
     def start(self) -> None:
         """On a master (a slave copies its master's topics and writes nothing)."""
+        with self._switch_lock:
+            self._started = True
+            self._switch_on()
+
+    def _switch_on(self) -> None:
         self.ensure_topic()
         if self.selection.enabled and not self.on:
+            if not self._observing:  # once: the observer returns at once while off
+                self._observing = True
+                self._store.add_append_observer(self.stored)
             self.on = True
-            self._store.add_append_observer(self.stored)
             self.thread.start()
 
     def threads(self) -> list[ServiceThread]:
@@ -108,6 +119,11 @@ class TraceRecorder:
 
     def stop(self) -> None:
         """Stop the thread and write what is buffered (the store is still open)."""
+        with self._switch_lock:
+            self._started = False
+            self._switch_off()
+
+    def _switch_off(self) -> None:
         if not self.on:
             return
         self.on = False
@@ -116,6 +132,21 @@ class TraceRecorder:
             self.flush()
         except Exception:  # a trace must not keep the broker from stopping
             log.exception("final trace flush failed")
+
+    def reselect(self, setting: str) -> None:
+        """``trace_broker`` changed while the broker runs (``live_config``): what was
+        taken under the old setting is written as it was taken, then the new one holds
+        (its topic and group lists stay); a started master starts or stops recording."""
+        selection = dataclasses.replace(self.selection, ratio=trace_ratio(setting))
+        with self._switch_lock:
+            if selection.enabled:
+                self.flush()
+            else:
+                self._switch_off()
+            self.selection = selection
+            self._ctx = dataclasses.replace(self._ctx, selection=selection, kinds={})
+            if self._started:
+                self._switch_on()
 
     # ---- hooks (call only when ``on``) ------------------------------------------------------
 
@@ -126,9 +157,14 @@ class TraceRecorder:
         self._pending.append((builder, args))
 
     def stored(self, batch: Appended) -> None:
-        """The store's append observer: Stored, Retry and DLQ records."""
+        """The store's append observer: Stored, Retry and DLQ records (what the trace
+        thread will need taken now, while the append is hot: ``records.taken``)."""
         if self.on:
-            self._add(records.stored, batch)
+            got = records.taken(self._ctx, batch)
+            if isinstance(got, records.AppendRuns):
+                self._add(records.runs, got)
+            elif got is not None:
+                self._add(records.stored, got)
 
     def delivered(
         self, group: str, client_id: str, popped: Sequence[PoppedMessage], invisible_ms: int

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
+import numpy as np
+
 from broker_core.broker.pop.model import PoppedMessage
 from broker_core.broker.pop.receipt import decode_handle
 from broker_core.broker.pull import PullResult
@@ -39,17 +41,22 @@ from broker_core.protocol.group_topics import (
     is_retry_topic,
 )
 from broker_core.protocol.trace import (
+    KEY_SEPARATOR,
     TraceRecord,
     broker_record,
     broker_rows,
     encode_record,
 )
 from broker_core.protocol.trace_runs import (
+    BUCKET_MARK,
     PULL_STATUS,
+    RUN_SEPARATOR,
     bucket_key,
     bucket_keys,
+    bucket_segments,
     joined_buckets,
     pull_keys,
+    stored_blocks,
     stored_run,
 )
 from broker_core.store.appended import Appended
@@ -120,14 +127,116 @@ def _kind(topic: str) -> tuple[str, str] | None:
     return "Stored", ""
 
 
-def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
-    """Stored / Retry / DLQ records of one append's selected rows.
+Spans = list[tuple[int, int, str]]  # (first row, end row, bucket) of ids sharing a bucket
+Blocks = list[tuple[int, int, int, int]]  # (first row, queue id, first queue offset, rows)
 
-    The busiest builder (every traced send): a queue's rows of a user topic are one run
-    record (``stored_run``: their ids, first offset and costs), keyed by the buckets of
-    the whole append's ids (computed once); where that cannot be (a sample that is no run
-    of offsets, an id holding a comma) a record per row (``broker_rows``). With sampling,
-    the append's ids are sampled as one array (``TraceSelection.sampled_rows``)."""
+
+@dataclass(frozen=True, slots=True)
+class AppendRuns:
+    """What the stored hook took of a usual append (:func:`taken`): its run records'
+    makings, without the append itself."""
+
+    store_timestamp_ms: int
+    born: np.ndarray | None  # each row's born time (its cost: store time − born)
+    count: int  # rows
+    joined: str  # every row's id joined by ``RUN_SEPARATOR``, all ``width`` long
+    width: int
+    topics: list[tuple[str, str, str, Blocks]]  # (topic, record type, group, blocks)
+    spans: Spans | None  # the sampled rows' spans; None: every row's (found on the thread)
+
+
+def taken(ctx: TraceContext, batch: Appended) -> AppendRuns | Appended | None:
+    """What the stored hook queues of ``batch``: None when none of its rows is traced
+    (no traced topic, or a sample that holds none of its buckets); the makings of its
+    run records (:func:`runs`) when it is the usual append (every row has an id, all of
+    one width; each queue's rows consecutive, at consecutive offsets, a topic's rows one
+    range; no held topic); else ``batch`` itself (:func:`stored`).
+
+    Runs on the request path (under the commitlog's put lock), so it does only what must
+    be done while the append is in the CPU's cache: one join of its id strings, its
+    blocks and, under sampling, the CRC of its few buckets. The trace thread, a flush
+    later, then never touches (nor frees) the append's per-row objects, each a cache
+    miss by then; an append sampled out is never queued."""
+    traced = [(key, rows, kind) for key, rows in batch.queues.items() if (kind := ctx.kind(key[0]))]
+    if not traced:
+        return None
+    uniform = _uniform_ids(batch)
+    if uniform is None:
+        return batch
+    joined, width = uniform
+    count = len(batch.size)
+    spans = None
+    sel = ctx.selection
+    if sel.ratio < 1:
+        spans = [s for s in _spans(joined, count, width) if sel.bucket_sampled(s[2])]
+        if not spans:
+            return None
+    topics = _topic_blocks(batch, traced)
+    if topics is None:
+        return batch
+    return AppendRuns(
+        batch.store_timestamp_ms, batch.born_timestamp_ms, count, joined, width, topics, spans
+    )
+
+
+def _topic_blocks(
+    batch: Appended, traced: list[tuple[tuple[str, int], list[int], tuple[str, str]]]
+) -> list[tuple[str, str, str, Blocks]] | None:
+    """Each traced topic's blocks, in row order; None unless each queue's rows are
+    consecutive at consecutive offsets, each topic's rows one range, and no topic held."""
+    offsets = batch.queue_offset.tolist()
+    by_topic: dict[str, tuple[str, str, Blocks]] = {}
+    for (topic, qid), rows, (typ, group) in traced:
+        first, count = rows[0], len(rows)
+        if topic in _HELD or rows[-1] - first != count - 1:
+            return None
+        if offsets[rows[-1]] - offsets[first] != count - 1:
+            return None
+        by_topic.setdefault(topic, (typ, group, []))[2].append((first, qid, offsets[first], count))
+    out = []
+    for topic, (typ, group, blocks) in by_topic.items():
+        blocks.sort()
+        end = blocks[0][0]
+        for first, _, _, count in blocks:
+            if first != end:
+                return None
+            end += count
+        out.append((topic, typ, group, blocks))
+    return out
+
+
+def _spans(joined: str, count: int, width: int) -> Spans:
+    segments = bucket_segments(joined, count, width)
+    ends = [*(first for first, _ in segments[1:]), count]
+    return [(first, end, b) for (first, b), end in zip(segments, ends, strict=True)]
+
+
+def runs(ctx: TraceContext, got: AppendRuns) -> list[Chunk]:
+    """Stored / Retry / DLQ records of a usual append (:func:`taken`): one run record
+    (``stored_blocks``) per topic and sampled range of rows, keyed by the buckets of its
+    ids. The busiest builder (every traced send)."""
+    joined, step = got.joined, got.width + 1
+    spans = got.spans if got.spans is not None else _spans(joined, got.count, got.width)
+    costs = _costs(got.store_timestamp_ms, got.born)
+    out: list[Chunk] = []
+    for topic, typ, group, blocks in got.topics:
+        start, last = blocks[0], blocks[-1]
+        for lo, hi in _ranges(spans, start[0], last[0] + last[3]):
+            buckets = dict.fromkeys(BUCKET_MARK + b for s, e, b in spans if s < hi and e > lo)
+            text = stored_blocks(
+                typ, got.store_timestamp_ms, ctx.broker_name, group, topic, ctx.host,
+                joined[lo * step : hi * step - 1], _clipped(blocks, lo, hi),
+                _shared(costs, lo, hi),
+            )  # fmt: skip
+            out.append(([KEY_SEPARATOR.join(buckets)], [text]))
+    return out
+
+
+def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
+    """Stored / Retry / DLQ records of the selected rows of an append that is not the
+    usual one (:func:`taken`): a run record per queue where it can (``stored_run``: a
+    sample that is no run of offsets or an id holding a comma cannot), a record per row
+    (``broker_rows``) elsewhere; held rows one by one, their real topic read back."""
     sel = ctx.selection
     ids: list[str] | None = None
     columns: tuple[list[str], list[int], list[int]] | None = None
@@ -170,6 +279,70 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
                 continue
         out += _row_records(ctx, batch, columns, kind, topic, qid, rows)
     return out
+
+
+def _uniform_ids(batch: Appended) -> tuple[str, int] | None:
+    """(every row's id joined by ``RUN_SEPARATOR``, their width) when every row has an
+    id, all of one width ≥ 3, none holding the separator; None otherwise. Checked in C:
+    the separators stand exactly where ids of one width put them, and nowhere else."""
+    keys = batch.index_keys
+    count = len(batch.size)
+    if len(keys) != count or not count:
+        return None
+    joined = RUN_SEPARATOR.join(map(_FIRST, keys))
+    width = len(keys[0][0])
+    if width < 3 or len(joined) != count * (width + 1) - 1:
+        return None
+    if joined.count(RUN_SEPARATOR) != count - 1:
+        return None
+    if joined[width :: width + 1] != RUN_SEPARATOR * (count - 1):
+        return None
+    return joined, width
+
+
+def _ranges(spans: list[tuple[int, int, str]], start: int, end: int) -> list[tuple[int, int]]:
+    """The row ranges of ``start`` .. ``end`` that the sampled ``spans`` cover, adjacent
+    spans merged."""
+    out: list[tuple[int, int]] = []
+    for s, e, _ in spans:
+        lo, hi = max(s, start), min(e, end)
+        if lo >= hi:
+            continue
+        if out and out[-1][1] == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _clipped(
+    blocks: list[tuple[int, int, int, int]], lo: int, hi: int
+) -> list[tuple[int, int, int]]:
+    """The (queue, first offset, count) of ``blocks`` (first row, queue, offset, count)
+    within rows ``lo`` .. ``hi``."""
+    out = []
+    for first, qid, offset, count in blocks:
+        a, b = max(first, lo), min(first + count, hi)
+        if a < b:
+            out.append((qid, offset + a - first, b - a))
+    return out
+
+
+def _costs(store_timestamp_ms: int, born: np.ndarray | None) -> int | list[int]:
+    """Every row's cost (store time − born time): the one they share, else each's."""
+    if born is None:
+        return -1
+    first = int(born[0])
+    if int(born.min()) == first == int(born.max()):
+        return store_timestamp_ms - first
+    return (store_timestamp_ms - born).tolist()
+
+
+def _shared(costs: int | list[int], lo: int, hi: int) -> int | list[int]:
+    if isinstance(costs, int):
+        return costs
+    part = costs[lo:hi]
+    return part[0] if part.count(part[0]) == len(part) else part
 
 
 def _row_records(

@@ -5,15 +5,22 @@ event of a message, so a sampled message's timeline is whole), its topic is list
 topic is), and its consumer group is listed (or no group is, or the event has none: a
 store has no group). Retry and DLQ topics count as their group's.
 
+The share is drawn by the id's *bucket* (``trace_runs.bucket_key``: the id without its
+last two characters), so an append is sampled by its few buckets, not id by id; one
+client's ids end in a sequence, so a sampled message comes with the up to 255 others of
+its client's sequence that share its bucket.
+
 >>> s = TraceSelection.parse("all", "orders", "")
 >>> s.wants("ID1", "orders", ""), s.wants("ID1", "audit", "")
 (True, False)
 >>> TraceSelection.parse("0.0", "", "").enabled
 False
 >>> half = TraceSelection.parse("0.5", "", "")
->>> for ids in ([f"ID{i:04d}" for i in range(100)], ["ID7", "", "ÄÖ", "ID123"]):
+>>> for ids in ([f"ID{i:04d}" for i in range(10_000)], ["ID7", "", "ÄÖ", "ID123"]):
 ...     assert half.sampled_rows(ids) == [r for r, i in enumerate(ids) if i and half.sampled(i)]
->>> len(half.sampled_rows([f"ID{i:04d}" for i in range(100)])) not in (0, 100)
+>>> len(half.sampled_rows([f"ID{i:04d}" for i in range(10_000)])) not in (0, 10_000)
+True
+>>> half.sampled("ID0001") == half.sampled("ID0099")  # one bucket
 True
 """
 
@@ -21,13 +28,12 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-
-import numpy as np
+from operator import itemgetter
 
 from broker_core.config import trace_ratio
-from broker_core.store.index_layout import key_hashes
 
 _SPACE = 1 << 32
+_BUCKET_OF = itemgetter(slice(None, -2))
 
 
 def _names(csv: str) -> frozenset[str]:
@@ -57,19 +63,21 @@ class TraceSelection:
         return not group or not self.groups or group in self.groups
 
     def sampled(self, message_id: str) -> bool:
-        """The same answer for every event of one id (a CRC of it against the ratio)."""
-        if self.ratio >= 1:
-            return True
-        return zlib.crc32(message_id.encode()) < self.ratio * _SPACE
+        """The same answer for every event of one id, and for every id of its bucket."""
+        return self.ratio >= 1 or self.bucket_sampled(message_id[:-2])
+
+    def bucket_sampled(self, bucket: str) -> bool:
+        """Whether the ids of ``bucket`` (an id without its last two characters) are
+        traced: a CRC of the bucket against the ratio."""
+        return self.ratio >= 1 or zlib.crc32(bucket.encode()) < self.ratio * _SPACE
 
     def sampled_rows(self, message_ids: list[str]) -> list[int]:
         """The rows of ``message_ids`` that :meth:`sampled` keeps ("" never), in order,
-        their CRCs taken as one array."""
+        each bucket's CRC taken once."""
         if self.ratio >= 1:
             return [row for row, i in enumerate(message_ids) if i]
-        crcs = key_hashes(message_ids)  # zlib.crc32 of each id's UTF-8, as sampled() takes
-        rows = np.flatnonzero(crcs < self.ratio * _SPACE).tolist()
-        return [row for row in rows if message_ids[row]]  # crc32(b"") is 0: always under
+        keep = {b: self.bucket_sampled(b) for b in set(map(_BUCKET_OF, message_ids))}
+        return [row for row, i in enumerate(message_ids) if i and keep[i[:-2]]]
 
     def wants(self, message_id: str, topic: str, group: str) -> bool:
         return self.topic_wanted(topic) and self.group_wanted(group) and self.sampled(message_id)
