@@ -1,8 +1,10 @@
 """``python -m bench.trace_cost``: what the broker's own message trace costs, A/B.
 
-Broker processes in the same run, one per trace setting (``trace_broker`` off, a sampled
-ratio, all), each fed the same work round after round, in rotating order so drift of the
-shared machine hits every side alike:
+One broker process, its ``trace_broker`` set live (``UpdateBrokerConfig``) to each setting
+in turn (off, a sampled ratio, all) and fed the same work under each, round after round,
+in rotating order, so drift of the shared machine hits every side alike and no side runs
+in a process of its own (two broker processes differ by several per cent on two cores,
+more than the effect measured):
 
 * produce: ``bench produce``'s bulk sends (batches of 256 messages of 128 bytes, 5 in
   flight), ``--batches`` per round;
@@ -15,8 +17,10 @@ Printed per workload: each side's median msg/s and its median per-round cost aga
 the load-proof figure: the CPU time the broker process used per message (``/proc``), and
 what trace adds to off's, as a share of the broker's CPU and of the broker's + the
 client's (the whole ``bench produce`` / ``bench consume`` work), medians over the rounds;
-and how many trace messages the broker wrote (so a side that recorded nothing cannot pass
-as cheap).
+the CPU of the broker's trace thread itself (``/proc/<pid>/task``, by its OS name) per
+message, as a share of off's broker CPU — the direct figure, which the broker's round-to-
+round spread (±10 % on two cores) does not blur; and how many trace messages the broker
+wrote (so a side that recorded nothing cannot pass as cheap).
 
 On a loaded machine the end-to-end rates are noise, so :func:`in_process` also measures in
 process, in CPU time (which another process's load inflates far less than wall time): the
@@ -30,6 +34,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +45,20 @@ from broker_core.server.launcher import BrokerProcess, launch_broker
 
 BODY = bytes(range(128))
 SIDES = {"off": "off", "sampled 1%": "0.01", "all": "all"}
+TRACE_THREAD = "broker-trace"  # the recorder's thread, by its OS name (``name_os_thread``)
 
 
-def _start(root: Path, name: str, setting: str) -> BrokerProcess:
+def _start(root: Path) -> BrokerProcess:
     config: dict[str, dict[str, Any]] = {
-        "broker": {"trace_broker": setting, "default_queue_nums": 8},
+        "broker": {"trace_broker": "off", "default_queue_nums": 8},
         "store": {"segment_size_bytes": 256 << 20},
     }
-    return launch_broker(root / name.replace(" ", "-").replace("%", ""), config=config)
+    return launch_broker(root / "broker", config=config)
 
 
 def _produce_round(client: RocketMQClient, proc: BrokerProcess, batches: int) -> proc_cpu.Round:
     batch = [BODY] * produce.BATCH
-    with proc_cpu.Round(proc.process.pid) as r:
+    with proc_cpu.Round(proc.process.pid, TRACE_THREAD) as r:
         for _ in range(batches):
             client.send_batch_async("bench-trace-p", batch)
         client.flush()
@@ -71,7 +77,7 @@ def _consume_round(
 ) -> proc_cpu.Round:
     """``passes`` drains of ``topic``'s ``count`` messages (filled once, before the
     rounds): enough broker CPU per round that ``/proc``'s 10 ms tick is ≤ 2 % of it."""
-    with proc_cpu.Round(proc.process.pid) as r:
+    with proc_cpu.Round(proc.process.pid, TRACE_THREAD) as r:
         read = sum(consume.drain(client, topic, consume.QUEUES) for _ in range(passes))
         r.done(count * passes)
     if read != count * passes:
@@ -82,40 +88,46 @@ def _consume_round(
 def _trace_messages(client: RocketMQClient) -> int:
     try:
         return client.query_offset(TRACE_TOPIC, 0, "END")
-    except Exception:  # off: no trace topic
+    except Exception:  # never on yet: no trace topic
         return 0
 
 
 def measure(rounds: int, batches: int, backlog: int, passes: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-trace-"))
-    procs = {name: _start(root, name, setting) for name, setting in SIDES.items()}
+    proc = _start(root)
     runs: dict[str, dict[str, list[proc_cpu.Round]]] = {"produce": {}, "consume": {}}
+    written = dict.fromkeys(SIDES, 0)
     try:
-        clients = {
-            name: RocketMQClient(p.endpoint, max_in_flight=produce.IN_FLIGHT, timeout_s=60)
-            for name, p in procs.items()
-        }
-        for name, client in clients.items():
-            client.create_topic("bench-trace-p", queues=8)
-            _produce_round(client, procs[name], max(1, batches // 10))  # warm-up
-            _fill(client, "bench-trace-c", backlog)
+        client = RocketMQClient(proc.endpoint, max_in_flight=produce.IN_FLIGHT, timeout_s=60)
+        client.create_topic("bench-trace-p", queues=8)
+        _produce_round(client, proc, max(1, batches // 10))  # warm-up
+        _fill(client, "bench-trace-c", backlog)
+
+        def side(name: str, work: Callable[[], proc_cpu.Round]) -> proc_cpu.Round:
+            client.update_broker_config("trace_broker", SIDES[name])
+            before = _trace_messages(client)
+            r = work()
+            client.update_broker_config("trace_broker", "off")  # writes what was taken
+            written[name] += _trace_messages(client) - before
+            return r
+
         names = list(SIDES)
         for number in range(rounds):
             order = names[number % len(names) :] + names[: number % len(names)]
             for name in order:
                 runs["produce"].setdefault(name, []).append(
-                    _produce_round(clients[name], procs[name], batches)
+                    side(name, lambda: _produce_round(client, proc, batches))
                 )
             for name in order:
                 runs["consume"].setdefault(name, []).append(
-                    _consume_round(clients[name], procs[name], "bench-trace-c", backlog, passes)
+                    side(
+                        name,
+                        lambda: _consume_round(client, proc, "bench-trace-c", backlog, passes),
+                    )
                 )
-        written = {name: _trace_messages(c) for name, c in clients.items()}
-        for client in clients.values():
-            client.close()
+        client.close()
     finally:
-        for p in procs.values():
-            p.stop()
+        proc.stop()
         shutil.rmtree(root, ignore_errors=True)
     for workload, by_side in runs.items():
         _report(workload, by_side, written)
@@ -136,11 +148,17 @@ def _report(
         of_all = statistics.median(
             a / (o.broker_cpu + o.client_cpu) for a, o in zip(added, off, strict=True)
         )
+        # the trace thread's own CPU (its records built and written), the mean over the
+        # rounds (each is a few of /proc's 10 ms ticks), against off's broker CPU
+        thread = statistics.fmean(s.thread_cpu for s in side)
+        of_off = thread / statistics.median(o.broker_cpu for o in off)
         print(
             f"{workload:>7} trace {name:>10}: {statistics.median(s.rate for s in side):>9,.0f} "
             f"msg/s (paired cost {100 * paired:+6.1f} %); broker CPU {cpu:5.2f} us/msg, "
             f"trace adds {100 * of_broker:+5.1f} % of the broker's CPU, {100 * of_all:+5.1f} % "
-            f"of broker + client; trace messages written: {written[name]:,}",
+            f"of broker + client; the trace thread {thread * 1e6:.3f} us/msg "
+            f"({100 * of_off:.1f} % of off's broker CPU); trace messages written: "
+            f"{written[name]:,}",
             flush=True,
         )
 
