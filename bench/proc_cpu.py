@@ -17,21 +17,6 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14, 15)
 
 
-def thread_cpu_s(pid: int, name: str) -> float:
-    """User + system CPU seconds so far of process ``pid``'s live threads named ``name``
-    in the OS (``service_thread.name_os_thread``; tick resolution); 0 when none is."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if (task / "comm").read_text().strip() != name:
-                continue
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the thread ended while listed
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total * _TICK_S
-
-
 SETTLE_S = 0.3  # a broker's trace thread writes what it buffered every 200 ms
 
 
@@ -40,23 +25,19 @@ class Round:
     per message that process and this (the client's) used for it. The broker's are read
     :data:`SETTLE_S` after the work, so its background writing (trace records) counts,
     less what it burns idle over as long (measured just before the work: its timer
-    threads), so short workloads are not dominated by it. With ``thread``, also the CPU
-    seconds per message the broker's threads of that OS name used over the same span
-    (:func:`thread_cpu_s`; its idle share not taken off).
+    threads), so short workloads are not dominated by it.
     ``with Round(pid) as r: ...; r.done(count)``."""
 
-    def __init__(self, pid: int, thread: str | None = None) -> None:
+    def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.thread = thread
         self.rate = 0.0
-        self.broker_cpu = self.client_cpu = self.thread_cpu = 0.0
+        self.broker_cpu = self.client_cpu = 0.0
 
     def __enter__(self) -> Round:
         time.sleep(SETTLE_S)  # earlier work's background writing is done before the clock
         idle = cpu_s(self.pid)
         time.sleep(SETTLE_S)
         self._broker, self._client = cpu_s(self.pid), time.process_time()
-        self._thread = thread_cpu_s(self.pid, self.thread) if self.thread else 0.0
         self._idle = self._broker - idle
         self._wall = time.perf_counter()
         return self
@@ -68,8 +49,6 @@ class Round:
         used = cpu_s(self.pid) - self._broker - self._idle
         self.broker_cpu = max(0.0, used) / count
         self.client_cpu = (client - self._client) / count
-        if self.thread:
-            self.thread_cpu = (thread_cpu_s(self.pid, self.thread) - self._thread) / count
 
     def __exit__(self, *exc: object) -> None:
         pass

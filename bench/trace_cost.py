@@ -3,8 +3,8 @@
 One broker process, its ``trace_broker`` set live (``UpdateBrokerConfig``) to each setting
 in turn (off, a sampled ratio, all) and fed the same work under each, round after round,
 in rotating order, so drift of the shared machine hits every side alike and no side runs
-in a process of its own (two broker processes differ by several per cent on two cores,
-more than the effect measured):
+in a process of its own (on two cores, broker processes differ from each other by more
+than the effect measured):
 
 * produce: ``bench produce``'s bulk sends (batches of 256 messages of 128 bytes, 5 in
   flight), ``--batches`` per round;
@@ -12,15 +12,20 @@ more than the effect measured):
   backlog of ``--backlog`` messages filled once before the rounds (not timed), ``--passes``
   drains per round (one drain's broker CPU is near ``/proc``'s 10 ms tick).
 
-Printed per workload: each side's median msg/s and its median per-round cost against off
-(1 − side/off, the two measured back to back) in per cent — noise on a loaded machine — and
-the load-proof figure: the CPU time the broker process used per message (``/proc``), and
-what trace adds to off's, as a share of the broker's CPU and of the broker's + the
-client's (the whole ``bench produce`` / ``bench consume`` work), medians over the rounds;
-the CPU of the broker's trace thread itself (``/proc/<pid>/task``, by its OS name) per
-message, as a share of off's broker CPU — the direct figure, which the broker's round-to-
-round spread (±10 % on two cores) does not blur; and how many trace messages the broker
-wrote (so a side that recorded nothing cannot pass as cheap).
+Printed per workload and side:
+
+* msg/s (median) and its paired cost against off (1 − side/off, the two measured back to
+  back; median);
+* the CPU time the broker process used per message (``/proc``, median) and what trace
+  adds to off's, as a share of the broker's CPU: the median of the paired rounds, and
+  their mean ± its standard error — the broker's CPU per message spreads ±10 % from round
+  to round on two cores, so this A/B resolves a few per cent at best;
+* the trace's own CPU per message, read off the broker's ``/metrics``
+  (``rocketmq_trace_cpu_seconds_total``: the stored hook on the send path and the trace
+  thread, each timed by the thread's CPU clock), as a share of off's broker CPU: the
+  direct figure, which that spread does not blur (what it leaves out: effects of the
+  trace on other threads, such as caches; the A/B bounds those);
+* the records written (so a side that recorded nothing cannot pass as cheap).
 
 On a loaded machine the end-to-end rates are noise, so :func:`in_process` also measures in
 process, in CPU time (which another process's load inflates far less than wall time): the
@@ -30,22 +35,25 @@ broker paths of bench produce and bench consume, and the trace thread's work for
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import statistics
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from bench import consume, proc_cpu, produce
 from broker_core.client import RocketMQClient
-from broker_core.protocol.trace import TRACE_TOPIC
 from broker_core.server.launcher import BrokerProcess, launch_broker
 
 BODY = bytes(range(128))
 SIDES = {"off": "off", "sampled 1%": "0.01", "all": "all"}
-TRACE_THREAD = "broker-trace"  # the recorder's thread, by its OS name (``name_os_thread``)
 
 
 def _start(root: Path) -> BrokerProcess:
@@ -53,12 +61,37 @@ def _start(root: Path) -> BrokerProcess:
         "broker": {"trace_broker": "off", "default_queue_nums": 8},
         "store": {"segment_size_bytes": 256 << 20},
     }
-    return launch_broker(root / "broker", config=config)
+    return launch_broker(
+        root / "broker", config=config, extra_args=["--metrics-listen", "127.0.0.1:0"]
+    )
+
+
+def _metrics_url(proc: BrokerProcess) -> str:
+    """The ``/metrics`` URL the broker printed (``METRICS <url>``) before it was ready."""
+    for line in proc.output:
+        if line.startswith("METRICS "):
+            return line.split()[1]
+    raise RuntimeError("the broker printed no METRICS line")
+
+
+def _trace_totals(url: str) -> tuple[float, float, float]:
+    """(hook CPU seconds, thread CPU seconds, records written) of the broker so far."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    cpu: dict[str, float] = {}
+    records = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "rocketmq_trace_cpu_seconds_total":
+                cpu[sample.labels["part"]] = sample.value
+            elif sample.name == "rocketmq_trace_records_total":
+                records = sample.value
+    return cpu["hook"], cpu["thread"], records
 
 
 def _produce_round(client: RocketMQClient, proc: BrokerProcess, batches: int) -> proc_cpu.Round:
     batch = [BODY] * produce.BATCH
-    with proc_cpu.Round(proc.process.pid, TRACE_THREAD) as r:
+    with proc_cpu.Round(proc.process.pid) as r:
         for _ in range(batches):
             client.send_batch_async("bench-trace-p", batch)
         client.flush()
@@ -77,7 +110,7 @@ def _consume_round(
 ) -> proc_cpu.Round:
     """``passes`` drains of ``topic``'s ``count`` messages (filled once, before the
     rounds): enough broker CPU per round that ``/proc``'s 10 ms tick is ≤ 2 % of it."""
-    with proc_cpu.Round(proc.process.pid, TRACE_THREAD) as r:
+    with proc_cpu.Round(proc.process.pid) as r:
         read = sum(consume.drain(client, topic, consume.QUEUES) for _ in range(passes))
         r.done(count * passes)
     if read != count * passes:
@@ -85,43 +118,51 @@ def _consume_round(
     return r
 
 
-def _trace_messages(client: RocketMQClient) -> int:
-    try:
-        return client.query_offset(TRACE_TOPIC, 0, "END")
-    except Exception:  # never on yet: no trace topic
-        return 0
+@dataclass
+class SideRound:
+    """One round of one side: the broker's and client's CPU (``proc_cpu``), and the
+    trace's own CPU seconds per message (hook, thread) and records it wrote."""
+
+    work: proc_cpu.Round
+    hook_cpu: float
+    thread_cpu: float
+    records: float
 
 
 def measure(rounds: int, batches: int, backlog: int, passes: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     proc = _start(root)
-    runs: dict[str, dict[str, list[proc_cpu.Round]]] = {"produce": {}, "consume": {}}
-    written = dict.fromkeys(SIDES, 0)
+    runs: dict[str, dict[str, list[SideRound]]] = {"produce": {}, "consume": {}}
     try:
+        url = _metrics_url(proc)
         client = RocketMQClient(proc.endpoint, max_in_flight=produce.IN_FLIGHT, timeout_s=60)
         client.create_topic("bench-trace-p", queues=8)
         _produce_round(client, proc, max(1, batches // 10))  # warm-up
         _fill(client, "bench-trace-c", backlog)
 
-        def side(name: str, work: Callable[[], proc_cpu.Round]) -> proc_cpu.Round:
+        def side(name: str, count: int, work: Callable[[], proc_cpu.Round]) -> SideRound:
             client.update_broker_config("trace_broker", SIDES[name])
-            before = _trace_messages(client)
+            hook, thread, records = _trace_totals(url)
             r = work()
             client.update_broker_config("trace_broker", "off")  # writes what was taken
-            written[name] += _trace_messages(client) - before
-            return r
+            hook2, thread2, records2 = _trace_totals(url)
+            return SideRound(
+                r, (hook2 - hook) / count, (thread2 - thread) / count, records2 - records
+            )
 
+        produced, drained = batches * produce.BATCH, backlog * passes
         names = list(SIDES)
         for number in range(rounds):
             order = names[number % len(names) :] + names[: number % len(names)]
             for name in order:
                 runs["produce"].setdefault(name, []).append(
-                    side(name, lambda: _produce_round(client, proc, batches))
+                    side(name, produced, lambda: _produce_round(client, proc, batches))
                 )
             for name in order:
                 runs["consume"].setdefault(name, []).append(
                     side(
                         name,
+                        drained,
                         lambda: _consume_round(client, proc, "bench-trace-c", backlog, passes),
                     )
                 )
@@ -130,35 +171,31 @@ def measure(rounds: int, batches: int, backlog: int, passes: int) -> None:
         proc.stop()
         shutil.rmtree(root, ignore_errors=True)
     for workload, by_side in runs.items():
-        _report(workload, by_side, written)
+        _report(workload, by_side)
 
 
-def _report(
-    workload: str, by_side: dict[str, list[proc_cpu.Round]], written: dict[str, int]
-) -> None:
+def _report(workload: str, by_side: dict[str, list[SideRound]]) -> None:
     """Per side: msg/s and its paired cost against off; the broker's CPU per message and
-    what it adds to off's, as a share of the broker's CPU and of the whole workload's
-    (broker + client), medians over the rounds."""
-    off = by_side["off"]
-    for name, side in by_side.items():
+    what the side adds to off's (median, mean ± standard error), as a share of the
+    broker's CPU; the trace's own CPU (hook, thread) as a share of off's broker CPU."""
+    off = [s.work for s in by_side["off"]]
+    off_cpu = statistics.median(o.broker_cpu for o in off)
+    for name, rounds in by_side.items():
+        side = [s.work for s in rounds]
         paired = statistics.median(1 - s.rate / o.rate for o, s in zip(off, side, strict=True))
-        cpu = statistics.median(s.broker_cpu for s in side) * 1e6
-        added = [s.broker_cpu - o.broker_cpu for o, s in zip(off, side, strict=True)]
-        of_broker = statistics.median(a / o.broker_cpu for a, o in zip(added, off, strict=True))
-        of_all = statistics.median(
-            a / (o.broker_cpu + o.client_cpu) for a, o in zip(added, off, strict=True)
-        )
-        # the trace thread's own CPU (its records built and written), the mean over the
-        # rounds (each is a few of /proc's 10 ms ticks), against off's broker CPU
-        thread = statistics.fmean(s.thread_cpu for s in side)
-        of_off = thread / statistics.median(o.broker_cpu for o in off)
+        adds = [s.broker_cpu / o.broker_cpu - 1 for o, s in zip(off, side, strict=True)]
+        error = statistics.stdev(adds) / math.sqrt(len(adds)) if len(adds) > 1 else math.nan
+        hook = statistics.fmean(s.hook_cpu for s in rounds)
+        thread = statistics.fmean(s.thread_cpu for s in rounds)
         print(
-            f"{workload:>7} trace {name:>10}: {statistics.median(s.rate for s in side):>9,.0f} "
-            f"msg/s (paired cost {100 * paired:+6.1f} %); broker CPU {cpu:5.2f} us/msg, "
-            f"trace adds {100 * of_broker:+5.1f} % of the broker's CPU, {100 * of_all:+5.1f} % "
-            f"of broker + client; the trace thread {thread * 1e6:.3f} us/msg "
-            f"({100 * of_off:.1f} % of off's broker CPU); trace messages written: "
-            f"{written[name]:,}",
+            f"{workload:>7} trace {name:>10}: {statistics.median(r.rate for r in side):>9,.0f} "
+            f"msg/s (paired cost {100 * paired:+5.1f} %); broker CPU "
+            f"{statistics.median(r.broker_cpu for r in side) * 1e6:5.2f} us/msg, A/B adds "
+            f"{100 * statistics.median(adds):+5.1f} % (mean {100 * statistics.fmean(adds):+5.1f}"
+            f" ± {100 * error:.1f}); the trace's own CPU {(hook + thread) * 1e6:.3f} us/msg "
+            f"= {100 * (hook + thread) / off_cpu:.1f} % of off's (hook {hook * 1e6:.3f}, "
+            f"thread {thread * 1e6:.3f}); records written "
+            f"{sum(s.records for s in rounds):,.0f}",
             flush=True,
         )
 

@@ -30,6 +30,8 @@ from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
 from broker_core.server.launcher import BrokerProcess, launch_broker
 from tests.remoting_records import decode_stored
+from tests.security.conftest import metrics_url
+from tests.security.test_metrics import scrape, value
 from tests.server.conftest import DEFAULT_CONFIG
 from tests.server.test_pull_and_offsets import client_message
 
@@ -43,7 +45,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = launch_broker(
         tmp_path_factory.mktemp("trace"),
         config=config,
-        extra_args=["--remoting-listen", "127.0.0.1:0", "--log-level", "INFO"],
+        extra_args=[
+            *("--remoting-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"),
+            *("--log-level", "INFO"),
+        ],
     )
     with RocketMQClient(proc.endpoint) as admin:
         admin.create_topic("tr-life", queues=2)
@@ -211,3 +216,37 @@ def test_unknown_message_has_no_events(broker) -> None:
 
 
 assert Path  # used by fixtures' types
+
+
+def test_what_the_trace_wrote_and_cost_is_in_metrics(broker, producer) -> None:
+    """``/metrics`` counts the records written and the CPU the trace used, on the send
+    path (the stored hook) and on its own thread."""
+    before = scrape(metrics_url(broker))
+    receipt = producer.send(client_message("tr-life", b"metered"))
+    await_trace(broker, receipt.message_id, "Stored")
+    after = scrape(metrics_url(broker))
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert grew("rocketmq_trace_records_total") >= 1
+    assert grew("rocketmq_trace_cpu_seconds_total", part="hook") > 0
+    assert grew("rocketmq_trace_cpu_seconds_total", part="thread") > 0
+    assert value(after, "rocketmq_trace_dropped_total") == 0
+
+
+def test_a_bulk_batch_over_queues_is_traced_message_by_message(broker) -> None:
+    """SendBulk's id-only batch (the ids read from its property rows, spread over the
+    topic's queues in blocks): each message's Stored event names its own queue and
+    offset."""
+    with RocketMQClient(broker.endpoint) as client:
+        receipts = client.send_batch("tr-life", [(b"bulk-%d" % i,) for i in range(40)])
+        placed = {
+            r.message_id: (client.query_message(message_id=r.message_id)[0]["queue_id"], r.offset)
+            for r in receipts
+        }
+    assert len({queue for queue, _ in placed.values()}) == 2  # tr-life has two queues
+    for msg_id in (receipts[0].message_id, receipts[19].message_id, receipts[-1].message_id):
+        [stored] = [e for e in await_trace(broker, msg_id, "Stored") if e["type"] == "Stored"]
+        assert (stored["queue_id"], stored["offset"]) == placed[msg_id], stored
+        assert stored["topic"] == "tr-life" and stored["cost_ms"] >= 0

@@ -76,6 +76,9 @@ class UnitsBatch:
     starts: np.ndarray
     index_keys: list[list[str]]
     queue_id: int | None = None
+    # the units' properties back to back when each is its id alone, all of one length
+    # (``UNIQ_KEY 0x01 id 0x02`` each, as decoded); message trace reads the ids there
+    id_text: str | None = None
 
     def __len__(self) -> int:
         return len(self.head)
@@ -100,7 +103,7 @@ def to_store_batch(batch: Batch) -> ColumnBatch:
     """The store's batch of ``batch`` (queue ids -1: the broker's to choose)."""
     if isinstance(batch, UnitsBatch):
         head = batch.head
-        return ColumnBatch(
+        columns = ColumnBatch(
             head,
             head.view(np.uint8).data,
             batch.units,
@@ -108,6 +111,8 @@ def to_store_batch(batch: Batch) -> ColumnBatch:
             [batch.topic] * len(head),
             batch.index_keys,
         )
+        columns.id_text = batch.id_text
+        return columns
     return encode_columns(
         batch.topic,
         batch.bodies,

@@ -20,6 +20,14 @@ rocketmq_consumer_group_number     gauge                   consumer groups
 rocketmq_dedup_ids                 gauge                   message ids in the dedup window
 rocketmq_dedup_memory_bytes        gauge    (bytes)        its estimated memory
 rocketmq_dedup_repeats_total       counter                 sends answered from the window
+rocketmq_trace_records_total       counter                 the broker's own trace records
+                                                           written (``trace_broker``)
+rocketmq_trace_dropped_total       counter                 trace hook calls dropped (the
+                                                           buffer was full)
+rocketmq_trace_cpu_seconds_total   counter  part           CPU the broker's trace used:
+                                                           ``hook`` (taking each append on
+                                                           the send path), ``thread``
+                                                           (building and writing records)
 =================================  ======================  ===============================
 
 (``group`` is the label ``consumer_group``.) Lag and storage are read from the broker
@@ -190,6 +198,7 @@ class BrokerCollector(Collector):
         flush.add_metric(self.node, self.broker.store.flusher.last_flush_ms)
         yield from (size, flush)
         yield from self._dedup()
+        yield from self._trace()
 
     def _dedup(self) -> Iterator[Metric]:
         """The idempotent-send window (``broker/dedup``): its size, memory and repeats."""
@@ -207,6 +216,27 @@ class BrokerCollector(Collector):
         )
         repeats.add_metric(self.node, window.repeats)
         yield from (ids, memory, repeats)
+
+    def _trace(self) -> Iterator[Metric]:
+        """The broker's own trace (``broker/trace``): records written, hook calls dropped,
+        and its CPU, so what tracing costs can be read off a running broker."""
+        trace = self.broker.trace
+        written = CounterMetricFamily(
+            "rocketmq_trace_records", "The broker's own trace records written", labels=NODE
+        )
+        written.add_metric(self.node, trace.written)
+        dropped = CounterMetricFamily(
+            "rocketmq_trace_dropped", "Trace hook calls dropped (buffer full)", labels=NODE
+        )
+        dropped.add_metric(self.node, trace.dropped)
+        cpu = CounterMetricFamily(
+            "rocketmq_trace_cpu_seconds",
+            "CPU seconds the broker's trace used, on the send path (hook) and its thread",
+            labels=["part", *NODE],
+        )
+        cpu.add_metric(["hook", *self.node], trace.hook_cpu_s)
+        cpu.add_metric(["thread", *self.node], trace.flush_cpu_s)
+        yield from (written, dropped, cpu)
 
 
 def serve(listen: str, broker: Broker, recorder: Recorder, *, cluster: str) -> Any:

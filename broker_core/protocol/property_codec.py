@@ -181,10 +181,11 @@ _BLANK: Final = np.zeros(256, bool)  # per byte value: str.isspace, ASCII (np.is
 _BLANK[np.frombuffer(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f", np.uint8)] = True
 
 
-def ids_of_rows(rows: np.ndarray, max_id_chars: int) -> list[str] | None:
+def ids_of_rows(rows: np.ndarray, max_id_chars: int) -> tuple[list[str], str] | None:
     """:func:`ids_only` for properties of one length, the rows of ``rows``, checked as
     one string: every row ends with its only 0x02, so the n - 1 separators found between
-    ids sit at row boundaries, and with n 0x01 in all no id holds one."""
+    ids sit at row boundaries, and with n 0x01 in all no id holds one. Returns the ids
+    and that string (the rows back to back: message trace reads the ids there)."""
     count, head = len(rows), len(ID_HEAD)
     if not 1 <= rows.shape[1] - head - 1 <= max_id_chars or (rows[:, -1] != PROPERTY_BYTE).any():
         return None
@@ -205,7 +206,7 @@ def ids_of_rows(rows: np.ndarray, max_id_chars: int) -> list[str] | None:
     ids_bytes = rows[:, head:-1]
     if int(ids_bytes.min()) <= 0x20 and not (~_BLANK[ids_bytes]).any(axis=1).all():
         return None  # an id of blanks alone (none can be when no byte is a blank)
-    return ids
+    return ids, text
 
 
 def ids_only(block: np.ndarray, lengths: np.ndarray, max_id_chars: int) -> list[str] | None:

@@ -187,10 +187,12 @@ def properties_block(units: Units) -> np.ndarray:
     return units.data[index]
 
 
-def message_ids(units: Units) -> list[str] | None:
+def message_ids(units: Units) -> tuple[list[str], str | None] | None:
     """The message ids when every unit's properties are the id alone
     (``property_codec.ids_only``): as the rows of one array when they are all of one
-    length (a sender of bodies alone), else gathered into one block; None otherwise."""
+    length (a sender of bodies alone; then also those properties as one string, each
+    ``UNIQ_KEY 0x01 id 0x02``), else gathered into one block; None otherwise."""
     if units.props_rows is None:
-        return ids_only(properties_block(units), units.props_lengths, MAX_MESSAGE_ID_CHARS)
+        ids = ids_only(properties_block(units), units.props_lengths, MAX_MESSAGE_ID_CHARS)
+        return None if ids is None else (ids, None)
     return ids_of_rows(units.props_rows, MAX_MESSAGE_ID_CHARS)

@@ -68,22 +68,27 @@ def to_column_batch(
         max_body_bytes=limits.max_body_bytes,
         max_properties_bytes=limits.max_properties_bytes,
     )
-    index_keys = _index_keys(req, units)
+    index_keys, id_text = _index_keys(req, units)
     head = units.head
     _fill_born(head, ip4(born_host(req.born_host, peer[0])), peer[1], now_ms)
-    return UnitsBatch(req.topic, head, bytearray(req.units), units.starts, index_keys)
+    return UnitsBatch(
+        req.topic, head, bytearray(req.units), units.starts, index_keys, id_text=id_text
+    )
 
 
-def _index_keys(req: BulkRequest, units: Units) -> list[list[str]]:
-    """Each message's index keys, its properties checked, its tag hash compared."""
-    ids = message_ids(units)
+def _index_keys(req: BulkRequest, units: Units) -> tuple[list[list[str]], str | None]:
+    """Each message's index keys, its properties checked, its tag hash compared; and the
+    properties as one string when they are the ids alone, of one length
+    (``UnitsBatch.id_text``)."""
+    found = message_ids(units)
     tags = units.head["tags_code"]
-    if ids is not None:
+    if found is not None:
         if tags.any():
             raise MessageCorruptedError(
                 f"SendBulk: unit {int(np.flatnonzero(tags)[0])} has a tag hash but no tag"
             )
-        return [[message_id] for message_id in ids]
+        ids, text = found
+        return [[message_id] for message_id in ids], text
     index_keys = []
     for index, (start, length, code) in enumerate(
         zip(units.props_starts.tolist(), units.props_lengths.tolist(), tags.tolist(), strict=True)
@@ -92,7 +97,7 @@ def _index_keys(req: BulkRequest, units: Units) -> list[list[str]]:
         if tag_hash(tag) != code:
             raise MessageCorruptedError(f"SendBulk: unit {index}'s tag hash is not its tag's")
         index_keys.append(keys)
-    return index_keys
+    return index_keys, None
 
 
 def _fill_born(head: np.ndarray, ip: bytes, port: int, now_ms: int) -> None:

@@ -34,6 +34,7 @@ class Appended:
     index_keys: list[list[str]]
     index_phys: list[int]
     born_timestamp_ms: np.ndarray | None = None  # int64 per message (trace: a store's cost)
+    id_text: str | None = None  # ``ColumnBatch.id_text`` (trace reads the ids there)
 
 
 def appended(
@@ -61,4 +62,5 @@ def appended(
         index_keys,
         index_phys,
         batch.head["born_timestamp_ms"],
+        batch.id_text,
     )

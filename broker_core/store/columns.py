@@ -88,6 +88,9 @@ class ColumnBatch:
     tail_crcs: list[int] | None = field(default=None, init=False)
     # the largest queue offset assign_queue_offsets gave (None: not assigned that way)
     max_queue_offset: int | None = field(default=None, init=False)
+    # the properties back to back when a bulk frame's were ids alone, of one length
+    # (``broker.batch.UnitsBatch.id_text``), for message trace
+    id_text: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         head = self.head

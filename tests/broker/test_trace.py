@@ -13,11 +13,13 @@ from broker_core.broker.broker import Broker
 from broker_core.broker.pull import PullRequest
 from broker_core.config import BrokerConfig
 from broker_core.message import Message
+from broker_core.protocol.bulk_send import decode_request, encode_request
 from broker_core.protocol.filters import MessageFilter
 from broker_core.protocol.trace import TRACE_TOPIC, TraceRecord, decode
 from broker_core.protocol.trace_lookup import Found, lookup
-from broker_core.protocol.trace_runs import bucket_key, pull_key
+from broker_core.protocol.trace_runs import bucket_key, pull_key, run_ids
 from broker_core.protocol.trace_timeline import timeline
+from broker_core.server.convert_bulk import Limits, to_column_batch
 from tests.broker.test_broker import Clock
 from tests.store.conftest import small_config
 
@@ -241,12 +243,41 @@ def test_an_append_spread_over_queues_is_one_record_of_blocks(traced: Broker) ->
         assert (stored.cost_ms, stored.status) == (stored.time_ms - 500, "")
     found = traced.query_by_key(TRACE_TOPIC, bucket_key(ids[0]), max_results=100)
     [run] = [r for m in found for r in decode(m.body.decode()) if r.msg_id.startswith("SPREAD")]
-    assert run.msg_id.split(",") == [m.message_id for m in sent]
+    assert run.msg_id.startswith("SPREAD00,")  # the prefix they share, written once
+    assert run_ids(run) == [m.message_id for m in sent]
     blocks = [
         f"{q}:{group[0].queue_offset}:{len(group)}"
         for q, group in ((q, list(g)) for q, g in groupby(sent, key=lambda m: m.queue_id))
     ]
-    assert len(blocks) == 2 and run.status == "run blocks=" + ",".join(blocks)
+    assert len(blocks) == 2 and run.status == "run prefixed blocks=" + ",".join(blocks)
+
+
+@pytest.mark.parametrize("comma", [False, True])
+def test_a_bulk_frames_id_properties_are_read_for_its_records(traced: Broker, comma: bool) -> None:
+    """A SendBulk frame of ids alone, of one length, hands its decoded properties to the trace
+    (no per-row join on the send path): one run record over the topic's queues, or, where
+    an id holds the run separator, a record per message; each message's queue and offset
+    come back either way."""
+    ids = [f"BULK{i:04d}" + ("," if comma and i == 3 else "_") for i in range(9)]
+    frame = encode_request(
+        "bulk", [b"x"] * len(ids), [f"UNIQ_KEY\x01{i}\x02".encode() for i in ids],
+        born_timestamp_ms=700, born_host="10.0.0.1",
+    )  # fmt: skip
+    batch = to_column_batch(
+        decode_request(frame), limits=Limits(1024, 1024), peer=("10.0.0.2", 1), now_ms=800
+    )
+    assert batch.id_text is not None
+    sent = traced.sending.send_batch(batch)
+    traced.store.wait_dispatched()
+    placed = list(zip(sent.queue_ids.tolist(), sent.queue_offsets.tolist(), strict=True))
+    assert len({q for q, _ in placed}) == 2
+    for msg_id, where in zip(ids, placed, strict=True):
+        [stored] = [r for r in records_of(traced, msg_id) if r.type == "Stored"]
+        assert (stored.queue_id, stored.offset) == where, msg_id
+        assert stored.cost_ms == stored.time_ms - 700
+    found = traced.query_by_key(TRACE_TOPIC, bucket_key(ids[0]), max_results=100)
+    texts = [r for m in found for r in decode(m.body.decode()) if r.topic == "bulk"]
+    assert len(texts) > 2 if comma else len(texts) == 1  # with a comma: records per row
 
 
 def test_an_append_and_a_raw_pull_are_one_record_each(
@@ -267,7 +298,7 @@ def test_an_append_and_a_raw_pull_are_one_record_each(
         assert (stored.cost_ms, stored.status) == (stored.time_ms - b, "")
     found = traced.query_by_key(TRACE_TOPIC, bucket_key(sent[0].message_id), max_results=100)
     runs = [r for m in found for r in decode(m.body.decode()) if r.topic == "run"]
-    assert [(r.type, r.msg_id.split(","), r.offset) for r in runs] == [
+    assert [(r.type, run_ids(r), r.offset) for r in runs] == [
         ("Stored", [m.message_id for m in sent], 0)
     ]
     traced.pulling.pull("bulk", PullRequest("run", 0, 1, 3, raw=True))  # offsets 1..3: one run

@@ -115,7 +115,10 @@ def test_id_only_rows_round_trip() -> None:
     assert rows.tobytes() == codec.encode_send("AB01", None, None, None) + codec.encode_send(
         "AB02", None, None, None
     )
-    assert codec.ids_of_rows(rows, MAX_MESSAGE_ID_CHARS) == ["AB01", "AB02"]
+    assert codec.ids_of_rows(rows, MAX_MESSAGE_ID_CHARS) == (
+        ["AB01", "AB02"],
+        rows.tobytes().decode(),
+    )
     assert codec.split_terminated(rows[:, len(codec.ID_HEAD) :]) == ["AB01", "AB02"]
 
 

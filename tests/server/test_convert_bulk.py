@@ -28,7 +28,12 @@ def _ids_only(req: BulkRequest) -> list[str] | None:
     units = check_units(
         data, req.sizes, topic_head(req.topic), max_body_bytes=64, max_properties_bytes=1024
     )
-    return message_ids(units)
+    found = message_ids(units)
+    if found is None:
+        return None
+    ids, text = found
+    assert text is None or text == "".join(f"UNIQ_KEY\x01{i}\x02" for i in ids)
+    return ids
 
 
 def test_plain_ids_and_ids_with_inner_spaces_pass_the_array_check() -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -86,6 +87,10 @@ class TraceRecorder:
         self._pending: deque[tuple[Builder, tuple[Any, ...]]] = deque()
         self.dropped = 0
         self.written = 0
+        # CPU seconds the trace spent (``/metrics``): the stored hook on the request
+        # paths (the busy one; the others only queue what they saw) and the flushes
+        self.hook_cpu_s = 0.0
+        self.flush_cpu_s = 0.0
         self.thread = ServiceThread(
             "broker-trace", self.flush, interval_ms=config.trace_flush_interval_ms
         )
@@ -160,11 +165,13 @@ class TraceRecorder:
         """The store's append observer: Stored, Retry and DLQ records (what the trace
         thread will need taken now, while the append is hot: ``records.taken``)."""
         if self.on:
+            start = time.thread_time()
             got = records.taken(self._ctx, batch)
             if isinstance(got, records.AppendRuns):
                 self._add(records.runs, got)
             elif got is not None:
                 self._add(records.stored, got)
+            self.hook_cpu_s += time.thread_time() - start
 
     def delivered(
         self, group: str, client_id: str, popped: Sequence[PoppedMessage], invisible_ms: int
@@ -249,20 +256,27 @@ class TraceRecorder:
     def flush(self) -> int:
         """Build and write every buffered record; returns how many were written."""
         with self._flush_lock:  # records are written in the order the hooks saw them
-            keys: list[str] = []
-            texts: list[str] = []
-            while self._pending:
-                builder, args = self._pending.popleft()
-                try:
-                    for chunk_keys, chunk_texts in builder(self._ctx, *args):
-                        keys += chunk_keys
-                        texts += chunk_texts
-                except Exception:  # one bad hook call must not lose the others' records
-                    log.exception("trace record of %s failed", builder.__name__)
-            if texts:
-                self._store.put_messages(self._messages(keys, texts))
-                self.written += len(texts)
-            return len(texts)
+            start = time.thread_time()
+            try:
+                return self._flush()
+            finally:
+                self.flush_cpu_s += time.thread_time() - start
+
+    def _flush(self) -> int:
+        keys: list[str] = []
+        texts: list[str] = []
+        while self._pending:
+            builder, args = self._pending.popleft()
+            try:
+                for chunk_keys, chunk_texts in builder(self._ctx, *args):
+                    keys += chunk_keys
+                    texts += chunk_texts
+            except Exception:  # one bad hook call must not lose the others' records
+                log.exception("trace record of %s failed", builder.__name__)
+        if texts:
+            self._store.put_messages(self._messages(keys, texts))
+            self.written += len(texts)
+        return len(texts)
 
     def _messages(self, keys: list[str], texts: list[str]) -> list[Message]:
         """Trace messages of up to ``RECORDS_PER_MESSAGE`` records, each keyed by its

@@ -40,6 +40,7 @@ from broker_core.protocol.group_topics import (
     is_dlq_topic,
     is_retry_topic,
 )
+from broker_core.protocol.property_codec import ID_HEAD, NAME_VALUE_SEP
 from broker_core.protocol.trace import (
     KEY_SEPARATOR,
     TraceRecord,
@@ -51,9 +52,12 @@ from broker_core.protocol.trace_runs import (
     BUCKET_MARK,
     PULL_STATUS,
     RUN_SEPARATOR,
+    IdText,
+    Spans,
     bucket_key,
     bucket_keys,
-    bucket_segments,
+    bucket_runs,
+    id_runs,
     joined_buckets,
     pull_keys,
     stored_blocks,
@@ -127,7 +131,6 @@ def _kind(topic: str) -> tuple[str, str] | None:
     return "Stored", ""
 
 
-Spans = list[tuple[int, int, str]]  # (first row, end row, bucket) of ids sharing a bucket
 Blocks = list[tuple[int, int, int, int]]  # (first row, queue id, first queue offset, rows)
 
 
@@ -138,45 +141,60 @@ class AppendRuns:
 
     store_timestamp_ms: int
     born: np.ndarray | None  # each row's born time (its cost: store time − born)
-    count: int  # rows
-    joined: str  # every row's id joined by ``RUN_SEPARATOR``, all ``width`` long
-    width: int
+    ids: IdText
     topics: list[tuple[str, str, str, Blocks]]  # (topic, record type, group, blocks)
-    spans: Spans | None  # the sampled rows' spans; None: every row's (found on the thread)
+    spans: Spans | None  # the sampled rows' spans; None: every row's
 
 
 def taken(ctx: TraceContext, batch: Appended) -> AppendRuns | Appended | None:
     """What the stored hook queues of ``batch``: None when none of its rows is traced
     (no traced topic, or a sample that holds none of its buckets); the makings of its
-    run records (:func:`runs`) when it is the usual append (every row has an id, all of
-    one width; each queue's rows consecutive, at consecutive offsets, a topic's rows one
-    range; no held topic); else ``batch`` itself (:func:`stored`).
+    run records (:func:`runs`) when it is the usual append (every row has an ASCII id, all
+    of one width ≥ 3, none holding the run separator; each queue's rows consecutive, at
+    consecutive offsets, a topic's rows one range; no held topic); else ``batch`` itself
+    (:func:`stored`).
 
     Runs on the request path (under the commitlog's put lock), so it does only what must
-    be done while the append is in the CPU's cache: one join of its id strings, its
-    blocks and, under sampling, the CRC of its few buckets. The trace thread, a flush
-    later, then never touches (nor frees) the append's per-row objects, each a cache
-    miss by then; an append sampled out is never queued."""
+    be done while the append is in the CPU's cache, and no more: its blocks (the queue
+    offsets at their ends); its ids as one string (a bulk frame's id-only properties are
+    one already, as decoded; others' id strings are joined), which the trace thread
+    reads a flush later in one sweep where each string would be a cache miss by then;
+    under sampling, its bucket runs and their CRCs (an append sampled out is never
+    queued). The trace thread never touches (nor frees) the append's per-row objects."""
     traced = [(key, rows, kind) for key, rows in batch.queues.items() if (kind := ctx.kind(key[0]))]
     if not traced:
         return None
-    uniform = _uniform_ids(batch)
-    if uniform is None:
+    ids = _ids_of(batch)
+    if ids is None:
         return batch
-    joined, width = uniform
-    count = len(batch.size)
     spans = None
     sel = ctx.selection
     if sel.ratio < 1:
-        spans = [s for s in _spans(joined, count, width) if sel.bucket_sampled(s[2])]
+        spans = [span for span in bucket_runs(ids) if sel.bucket_sampled(span[2])]
         if not spans:
             return None
     topics = _topic_blocks(batch, traced)
     if topics is None:
         return batch
-    return AppendRuns(
-        batch.store_timestamp_ms, batch.born_timestamp_ms, count, joined, width, topics, spans
-    )
+    return AppendRuns(batch.store_timestamp_ms, batch.born_timestamp_ms, ids, topics, spans)
+
+
+def _ids_of(batch: Appended) -> IdText | None:
+    """Every row's id in one string (``IdText``) when all are ASCII, of one width ≥ 3,
+    none holding the run separator; None otherwise: a bulk frame's id-only properties
+    (``Appended.id_text``) as they are, other appends' ids joined."""
+    count = len(batch.size)
+    text = batch.id_text
+    if text is not None and count:
+        step, rest = divmod(len(text), count)
+        width = step - len(ID_HEAD) - 1
+        if rest or width < 3 or RUN_SEPARATOR in text:
+            return None
+        return IdText(text, count, len(ID_HEAD), step, width, NAME_VALUE_SEP)
+    joined = _joined_ids(batch)
+    if joined is None or not joined[0].isascii():
+        return None
+    return IdText(joined[0], count, 0, joined[1] + 1, joined[1], RUN_SEPARATOR)
 
 
 def _topic_blocks(
@@ -184,15 +202,17 @@ def _topic_blocks(
 ) -> list[tuple[str, str, str, Blocks]] | None:
     """Each traced topic's blocks, in row order; None unless each queue's rows are
     consecutive at consecutive offsets, each topic's rows one range, and no topic held."""
-    offsets = batch.queue_offset.tolist()
+    for (topic, _), rows, _ in traced:
+        if topic in _HELD or rows[-1] - rows[0] != len(rows) - 1:
+            return None
+    ends = batch.queue_offset[[r for _, rows, _ in traced for r in (rows[0], rows[-1])]].tolist()
     by_topic: dict[str, tuple[str, str, Blocks]] = {}
-    for (topic, qid), rows, (typ, group) in traced:
-        first, count = rows[0], len(rows)
-        if topic in _HELD or rows[-1] - first != count - 1:
+    for ((topic, qid), rows, (typ, group)), first, last in zip(
+        traced, ends[0::2], ends[1::2], strict=True
+    ):
+        if last - first != len(rows) - 1:
             return None
-        if offsets[rows[-1]] - offsets[first] != count - 1:
-            return None
-        by_topic.setdefault(topic, (typ, group, []))[2].append((first, qid, offsets[first], count))
+        by_topic.setdefault(topic, (typ, group, []))[2].append((rows[0], qid, first, len(rows)))
     out = []
     for topic, (typ, group, blocks) in by_topic.items():
         blocks.sort()
@@ -205,18 +225,13 @@ def _topic_blocks(
     return out
 
 
-def _spans(joined: str, count: int, width: int) -> Spans:
-    segments = bucket_segments(joined, count, width)
-    ends = [*(first for first, _ in segments[1:]), count]
-    return [(first, end, b) for (first, b), end in zip(segments, ends, strict=True)]
-
-
 def runs(ctx: TraceContext, got: AppendRuns) -> list[Chunk]:
     """Stored / Retry / DLQ records of a usual append (:func:`taken`): one run record
     (``stored_blocks``) per topic and sampled range of rows, keyed by the buckets of its
-    ids. The busiest builder (every traced send)."""
-    joined, step = got.joined, got.width + 1
-    spans = got.spans if got.spans is not None else _spans(joined, got.count, got.width)
+    ids, with their shared prefix written once (``id_runs``). The busiest builder (every
+    traced send)."""
+    found = id_runs(got.ids)
+    spans = got.spans if got.spans is not None else found.spans
     costs = _costs(got.store_timestamp_ms, got.born)
     out: list[Chunk] = []
     for topic, typ, group, blocks in got.topics:
@@ -225,8 +240,8 @@ def runs(ctx: TraceContext, got: AppendRuns) -> list[Chunk]:
             buckets = dict.fromkeys(BUCKET_MARK + b for s, e, b in spans if s < hi and e > lo)
             text = stored_blocks(
                 typ, got.store_timestamp_ms, ctx.broker_name, group, topic, ctx.host,
-                joined[lo * step : hi * step - 1], _clipped(blocks, lo, hi),
-                _shared(costs, lo, hi),
+                found.joined(lo, hi), _clipped(blocks, lo, hi), _shared(costs, lo, hi),
+                found.prefix,
             )  # fmt: skip
             out.append(([KEY_SEPARATOR.join(buckets)], [text]))
     return out
@@ -281,7 +296,7 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
     return out
 
 
-def _uniform_ids(batch: Appended) -> tuple[str, int] | None:
+def _joined_ids(batch: Appended) -> tuple[str, int] | None:
     """(every row's id joined by ``RUN_SEPARATOR``, their width) when every row has an
     id, all of one width ≥ 3, none holding the separator; None otherwise. Checked in C:
     the separators stand exactly where ids of one width put them, and nowhere else."""
@@ -329,12 +344,13 @@ def _clipped(
 
 
 def _costs(store_timestamp_ms: int, born: np.ndarray | None) -> int | list[int]:
-    """Every row's cost (store time − born time): the one they share, else each's."""
+    """Every row's cost (store time − born time): the one they share, else each's. The
+    usual append's rows share one born time: checked as bytes (one memcmp)."""
     if born is None:
         return -1
-    first = int(born[0])
-    if int(born.min()) == first == int(born.max()):
-        return store_timestamp_ms - first
+    raw = born.tobytes()
+    if raw == raw[: born.itemsize] * len(born):
+        return store_timestamp_ms - int(born[0])
     return (store_timestamp_ms - born).tolist()
 
 
