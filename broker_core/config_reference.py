@@ -43,7 +43,9 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
         "trace_topic_enable": "create RMQ_SYS_TRACE_TOPIC, where the 4.x clients' message "
         "traces are stored (RocketMQ's traceTopicEnable)",
         "trace_broker": "the broker's own trace records (stored, delivered, acked, retried, "
-        "DLQ, transactions, timers): off, all, or the ratio of message ids traced",
+        "DLQ, transactions, timers): off, all, or the ratio of message ids traced (drawn by "
+        "id bucket: an id without its last two characters); changes live (`rmq broker config "
+        "set trace_broker all`)",
         "trace_topics": "comma-separated topics the broker traces (empty: every topic)",
         "trace_groups": "comma-separated consumer groups the broker traces (empty: every group)",
         "trace_flush_interval_ms": "how often buffered broker trace records are written",
