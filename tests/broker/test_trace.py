@@ -11,6 +11,7 @@ import pytest
 
 from broker_core.broker.broker import Broker
 from broker_core.broker.pull import PullRequest
+from broker_core.broker.trace import records
 from broker_core.config import BrokerConfig
 from broker_core.message import Message
 from broker_core.protocol.bulk_send import decode_request, encode_request
@@ -320,3 +321,19 @@ def test_an_append_and_a_raw_pull_are_one_record_each(
         if r.type == "Delivered" and not r.msg_id
     ]
     assert runs == [("bulk", "", 1, "pull 3")]  # the filtered pull wrote one per message
+
+
+def test_a_failing_hook_fails_no_send_and_loses_no_record(
+    traced: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stored hook runs on the send path, after the write: if taking the append fails,
+    the send still succeeds and the trace thread builds its records row by row."""
+
+    def broken(*_args: object) -> None:
+        raise ValueError("taken broke")
+
+    monkeypatch.setattr(records, "taken", broken)
+    [sent] = traced.sending.send([Message("hooked", b"x", queue_id=0)])
+    traced.store.wait_dispatched()
+    [stored] = [r for r in records_of(traced, sent.message_id) if r.type == "Stored"]
+    assert (stored.topic, stored.offset) == ("hooked", sent.queue_offset)

@@ -166,12 +166,16 @@ class TraceRecorder:
         thread will need taken now, while the append is hot: ``records.taken``)."""
         if self.on:
             start = time.thread_time()
-            got = records.taken(self._ctx, batch)
+            try:
+                got = records.taken(self._ctx, batch)
+            except Exception:  # the append is stored: a trace must not fail it
+                log.exception("taking an append for its trace failed")
+                got = batch  # the thread's builder tries again, row by row
             if isinstance(got, records.AppendRuns):
                 self._add(records.runs, got)
             elif got is not None:
                 self._add(records.stored, got)
-            self.hook_cpu_s += time.thread_time() - start
+            self.hook_cpu_s += time.thread_time() - start  # under the put lock: one at a time
 
     def delivered(
         self, group: str, client_id: str, popped: Sequence[PoppedMessage], invisible_ms: int
