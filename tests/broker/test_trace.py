@@ -11,7 +11,7 @@ import pytest
 
 from broker_core.broker.broker import Broker
 from broker_core.broker.pull import PullRequest
-from broker_core.broker.trace import records
+from broker_core.broker.trace import appends
 from broker_core.config import BrokerConfig
 from broker_core.message import Message
 from broker_core.protocol.bulk_send import decode_request, encode_request
@@ -332,7 +332,7 @@ def test_a_failing_hook_fails_no_send_and_loses_no_record(
     def broken(*_args: object) -> None:
         raise ValueError("taken broke")
 
-    monkeypatch.setattr(records, "taken", broken)
+    monkeypatch.setattr(appends, "taken", broken)
     [sent] = traced.sending.send([Message("hooked", b"x", queue_id=0)])
     traced.store.wait_dispatched()
     [stored] = [r for r in records_of(traced, sent.message_id) if r.type == "Stored"]

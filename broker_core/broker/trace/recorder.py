@@ -33,7 +33,7 @@ from typing import Any
 from broker_core.broker.pop.model import PoppedMessage
 from broker_core.broker.pull import PullRequest, PullResult
 from broker_core.broker.topics import TopicConfig, TopicManager
-from broker_core.broker.trace import records
+from broker_core.broker.trace import appends, records
 from broker_core.broker.trace.selection import TraceSelection
 from broker_core.broker.transaction.transaction import EndResult, Resolution
 from broker_core.config import BrokerConfig, trace_ratio
@@ -163,18 +163,18 @@ class TraceRecorder:
 
     def stored(self, batch: Appended) -> None:
         """The store's append observer: Stored, Retry and DLQ records (what the trace
-        thread will need taken now, while the append is hot: ``records.taken``)."""
+        thread will need taken now, while the append is hot: ``appends.taken``)."""
         if self.on:
             start = time.thread_time()
             try:
-                got = records.taken(self._ctx, batch)
+                got = appends.taken(self._ctx, batch)
             except Exception:  # the append is stored: a trace must not fail it
                 log.exception("taking an append for its trace failed")
                 got = batch  # the thread's builder tries again, row by row
-            if isinstance(got, records.AppendRuns):
-                self._add(records.runs, got)
+            if isinstance(got, appends.AppendRuns):
+                self._add(appends.runs, got)
             elif got is not None:
-                self._add(records.stored, got)
+                self._add(appends.stored, got)
             self.hook_cpu_s += time.thread_time() - start  # under the put lock: one at a time
 
     def delivered(
