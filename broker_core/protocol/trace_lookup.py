@@ -5,7 +5,7 @@ the id's bucket, and a pull that returned a run of consecutive offsets by the pl
 run covers (``trace_runs``): such a run is one record with
 no message id. :func:`lookup` queries the id and its bucket, reads from the records found
 where the message was stored (Stored, Retry, DLQ, Timer, Commit: topic, queue, offset;
-an append's run record, ``trace_runs.stored_run``, gives the message's own),
+an append's run record, ``trace_runs.stored_blocks``, gives the message's own),
 queries those places' pull keys, and turns each pull run that covers a place into a
 Delivered record of this message at that offset (status ``pull``), in place, so the
 trace messages keep the order they were written in (``trace_timeline``).

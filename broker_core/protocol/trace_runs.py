@@ -96,40 +96,6 @@ RUN_SEPARATOR = ","
 Block = tuple[int, int, int]  # (queue id, first queue offset, messages)
 
 
-def stored_run(
-    typ: str,
-    time_ms: int,
-    region: str,
-    group: str,
-    topic: str,
-    host: str,
-    queue_id: int,
-    ids: Sequence[str],
-    first: int,
-    costs: Sequence[int],
-) -> str | None:
-    """One record for the messages of one append to one queue (Stored, Retry or DLQ):
-    ``ids`` stored at offsets ``first`` .. (:func:`stored_blocks` of one block). None when
-    an id holds the separator (then a record per message).
-
-    >>> from broker_core.protocol.trace import decode
-    >>> text = stored_run("Stored", 9, "b", "", "t", "h", 2, ["A1", "A2"], 40, [3, 3])
-    >>> [(r.msg_id, r.offset, r.cost_ms, r.status) for r in decode(text)]
-    [('A1,A2', 40, 3, 'run')]
-    >>> [(r.offset, r.cost_ms, r.status) for r in (expand_run(decode(text)[0], "A2"),)]
-    [(41, 3, '')]
-    >>> decode(stored_run("Stored", 9, "b", "", "t", "h", 2, ["A1", "A2"], 40, [3, 4]))[0].status
-    'run costs=3,4'
-    """
-    joined = RUN_SEPARATOR.join(ids)
-    if joined.count(RUN_SEPARATOR) != len(ids) - 1:
-        return None
-    cost: int | Sequence[int] = costs[0] if costs.count(costs[0]) == len(costs) else costs
-    return stored_blocks(
-        typ, time_ms, region, group, topic, host, joined, [(queue_id, first, len(ids))], cost
-    )
-
-
 def stored_blocks(
     typ: str,
     time_ms: int,
@@ -160,6 +126,9 @@ def stored_blocks(
     [(4, 10, 3, 'run blocks=4:10:2,5:7:1')]
     >>> [(r.msg_id, r.queue_id, r.offset) for r in (expand_run(decode(text)[0], "A3"),)]
     [('A3', 5, 7)]
+    >>> [r] = decode(stored_blocks("Stored", 9, "b", "", "t", "h", "A1,A2", [(2, 40, 2)], [3, 4]))
+    >>> r.status, expand_run(r, "A2").cost_ms
+    ('run costs=3,4', 4)
     >>> [r] = decode(stored_blocks("Stored", 9, "b", "", "t", "h", "1,2", [(0, 4, 2)], 3, "ID0"))
     >>> r.msg_id, r.status, expand_run(r, "ID02").offset
     ('ID0,1,2', 'run prefixed', 5)

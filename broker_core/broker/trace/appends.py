@@ -10,6 +10,7 @@ retry topic (a 4.x consumer's), which is a Retry with its delay level.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -31,7 +32,6 @@ from broker_core.protocol.trace_runs import (
     id_runs,
     joined_buckets,
     stored_blocks,
-    stored_run,
 )
 from broker_core.store.appended import Appended
 
@@ -164,7 +164,7 @@ def runs(ctx: TraceContext, got: AppendRuns) -> list[Chunk]:
 
 def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
     """Stored / Retry / DLQ records of the selected rows of an append that is not the
-    usual one (:func:`taken`): a run record per queue where it can (``stored_run``: a
+    usual one (:func:`taken`): a run record per queue where it can (:func:`_queue_run`: a
     sample that is no run of offsets or an id holding a comma cannot), a record per row
     (``broker_rows``) elsewhere; held rows one by one, their real topic read back."""
     sel = ctx.selection
@@ -196,10 +196,7 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
         if offsets[rows[-1]] - offsets[rows[0]] == len(rows) - 1:
             pick = itemgetter(*rows) if len(rows) > 1 else lambda c, r=rows[0]: (c[r],)
             run_ids = pick(ids)
-            run = stored_run(
-                kind[0], batch.store_timestamp_ms, ctx.broker_name, kind[1], topic, ctx.host,
-                qid, run_ids, offsets[rows[0]], pick(costs),
-            )  # fmt: skip
+            run = _queue_run(ctx, batch, kind, topic, (qid, offsets[rows[0]]), run_ids, pick(costs))
             if run is not None:
                 if chosen is not None:  # a sample: its own ids' buckets
                     out.append(([joined_buckets(run_ids)], [run]))
@@ -209,6 +206,28 @@ def stored(ctx: TraceContext, batch: Appended) -> list[Chunk]:
                 continue
         out += _row_records(ctx, batch, columns, kind, topic, qid, rows)
     return out
+
+
+def _queue_run(
+    ctx: TraceContext,
+    batch: Appended,
+    kind: tuple[str, str],
+    topic: str,
+    place: tuple[int, int],
+    run_ids: Sequence[str],
+    costs: Sequence[int],
+) -> str | None:
+    """The run record (``stored_blocks``, one block) of ``run_ids``, stored in queue
+    ``place[0]`` from offset ``place[1]`` on; None when an id holds the run separator
+    (then a record per message)."""
+    joined = RUN_SEPARATOR.join(run_ids)
+    if joined.count(RUN_SEPARATOR) != len(run_ids) - 1:
+        return None
+    cost: int | Sequence[int] = costs[0] if costs.count(costs[0]) == len(costs) else costs
+    return stored_blocks(
+        kind[0], batch.store_timestamp_ms, ctx.broker_name, kind[1], topic, ctx.host,
+        joined, [(place[0], place[1], len(run_ids))], cost,
+    )  # fmt: skip
 
 
 def _joined_ids(batch: Appended) -> tuple[str, int] | None:
