@@ -54,9 +54,10 @@ class DedupSender:
         if not window.enabled or not messages:
             return self.sender.send(messages, producer_group=producer_group)
         ids = [m.properties.get(PROPERTY_UNIQ_KEY) for m in messages]
-        claim = window.claim(window.keys([m.topic for m in messages], ids))
+        topics = [m.topic for m in messages]
+        claim = window.claim(topics, ids)
         try:
-            answers = self._originals(claim, [m.topic for m in messages], ids)
+            answers = self._originals(claim, topics, ids)
             todo = [m for m, answer in zip(messages, answers, strict=True) if answer is None]
             stored = self.sender.send(todo, producer_group=producer_group) if todo else []
         except BaseException:
@@ -73,15 +74,15 @@ class DedupSender:
         """Per row: None (to store), the original's result, or the row index of its
         first occurrence in this send. A vanished original is stored again."""
         if claim.fresh:
-            return [None] * len(claim.rows)
+            return [None] * len(ids)
         answers: list[SendResult | int | None] = []
-        for row, (key, found) in enumerate(zip(claim.keys, claim.rows, strict=True)):
-            if found is None or key is None:
+        for row, found in enumerate(claim.rows):
+            if found is None:
                 answers.append(None)
             elif found < 0:
                 answers.append(-2 - found)
             else:
-                original = self.window.original(key, found, topics[row], ids[row] or "")
+                original = self.window.original(found, topics[row], ids[row] or "")
                 if original is None:
                     claim.rows[row] = None  # store it again (settle records the new unit)
                 else:
@@ -93,14 +94,15 @@ class DedupSender:
         """:meth:`Sender.send_columns`, each repeat answered with its original queue and
         offset: its row of ``batch.queue_ids`` and of the offsets returned."""
         window = self.window
-        keys = window.column_keys(batch.topic, batch.index_keys)
-        if not window.enabled or keys is None:
+        if not window.enabled:
             return self.sender.send_columns(batch, queue_id=queue_id)
-        claim = window.claim(keys)
+        claim = window.claim_columns(batch.topic, batch.index_keys, batch.id_text)
+        if claim is None:
+            return self.sender.send_columns(batch, queue_id=queue_id)
         try:
             if claim.fresh:
                 offsets = self.sender.send_columns(batch, queue_id=queue_id)
-                stored = batch.physical_offsets.tolist()
+                stored = batch.physical_offsets.astype(np.int64)
             else:
                 offsets, stored = self._send_rest(batch, claim, queue_id)
         except BaseException:
@@ -111,7 +113,7 @@ class DedupSender:
 
     def _send_rest(
         self, batch: ColumnBatch, claim: Claim, queue_id: int | None
-    ) -> tuple[np.ndarray, list[int]]:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Store the rows that are no repeats; (every row's queue offset, the stored rows'
         commitlog offsets). Repeats get their original's queue id in ``batch``."""
         ids = [k[0] for k in batch.index_keys]
@@ -119,12 +121,12 @@ class DedupSender:
         todo = [row for row, answer in enumerate(answers) if answer is None]
         offsets = np.zeros(len(batch), np.int64)
         queues = batch.queue_ids.copy()
-        stored: list[int] = []
+        stored = np.zeros(0, np.int64)
         if todo:
             rest = take_rows(batch, todo)
             offsets[todo] = self.sender.send_columns(rest, queue_id=queue_id)
             queues[todo] = rest.queue_ids
-            stored = rest.physical_offsets.tolist()
+            stored = rest.physical_offsets.astype(np.int64)
         for row, answer in enumerate(answers):
             if isinstance(answer, SendResult):
                 offsets[row], queues[row] = answer.queue_offset, answer.queue_id

@@ -1,126 +1,111 @@
 """The dedup window: recent message ids per topic and where their units lie (``dedup``).
 
-Crash contract. Nothing is written: the window lives in memory and is rebuilt from the
-commitlog — the only truth — by :meth:`SendWindow.rebuild` when the broker starts and
-when a slave is promoted (its log holds the master's bytes at the same offsets), so a
-restart or a failover answers a retry of a send stored just before it. The window is
-per broker group: a retry that a client routes to another broker group is not caught.
-Ids older than the window (by store time) or beyond ``dedup_max_ids`` are forgotten.
+Two lanes hold the ids (:mod:`.dedup_held`):
 
-Concurrency. A send claims its keys under the window's lock before it stores: an id
-being stored by another call is *in flight* (reserved in that call's small set, kept
-apart from the window so a send touches the large table only twice: one lookup pass,
-one insert pass) and the second call waits for it to settle (BusyError, retriable, if
-it does not within :data:`PENDING_WAIT_S`), so two concurrent sends of one id store it
-once. Threads: every
-method may be called from any thread.
+* **runs**. A batch of one client's rising ids is one span. Every official client's
+  batches are (:mod:`.dedup_runs`). A span is held as one run: 16 bytes an id, and one
+  bisect to check a batch.
+* **the dict**. Every other id: single sends, ids of other shapes, and a batch whose
+  range overlaps a held run. About 120 bytes an id.
 
-Memory: a dict of 64-bit key hashes to commitlog offsets (Python's string hash, salted
-per process: the window is rebuilt in each process) plus one list of keys per
-generation; about 120 bytes per id (:meth:`SendWindow.memory_bytes`, in ``/metrics``).
+A send is checked against both lanes. A run claim (:meth:`SendWindow.claim_columns` of
+a span) looks in the dict only when the dict may hold one of its numbers. A dict claim
+looks each id's number up in the runs only when its run key holds runs.
+
+Crash contract. Nothing is written. The window lives in memory and is rebuilt from the
+commitlog, the only truth, by :meth:`SendWindow.rebuild`. That happens when the broker
+starts and when a slave is promoted (its log holds the master's bytes at the same
+offsets). So a restart or a failover still answers a retry of a send stored just before
+it. The rebuild gathers consecutive units of one client's rising ids back into runs.
+The window is per broker group: a retry that a client routes to another broker group is
+not caught. Ids older than the window (by store time) or beyond ``dedup_max_ids`` are
+forgotten, a generation at a time.
+
+Concurrency. A send claims its ids under the window's lock before it stores. An id that
+another call is storing is *in flight*: that call's claim holds it, apart from the
+window. The second call waits for it to settle (BusyError, retriable, if it does not
+within :data:`PENDING_WAIT_S`), so two concurrent sends of one id store it once.
+Threads: every method may be called from any thread.
+
+Memory: :meth:`SendWindow.memory_bytes`, in ``/metrics``.
 """
 
 from __future__ import annotations
 
-import logging
-import sys
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import cast
 
-from broker_core.broker.sending import SendResult
-from broker_core.broker.system_topics import TIMER_TOPIC, TRANS_HALF_TOPIC, is_system_topic
-from broker_core.errors import BusyError, CorruptionError, RocketMQError
-from broker_core.message import (
-    PROPERTY_CHECK_TIMES,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_TRANSACTION_ID,
-    PROPERTY_UNIQ_KEY,
-    StoredMessage,
+import numpy as np
+
+from broker_core.broker.dedup_held import HeldIds, within
+from broker_core.broker.dedup_log import (
+    deduplicated,
+    original_result,
+    readable_units,
+    send_key,
+    unit_send,
+    window_start,
 )
-from broker_core.protocol import unit as layout
-from broker_core.protocol.group_topics import is_dlq_topic, is_retry_topic
-from broker_core.protocol.property_codec import mark, value_of
-from broker_core.store import codec
+from broker_core.broker.dedup_runs import (
+    MIN_ROWS,
+    Bounds,
+    Gathered,
+    RunKey,
+    Span,
+    holds,
+    id_number,
+    number_bounds,
+    overlap,
+    span_of,
+    span_of_text,
+)
+from broker_core.broker.sending import SendResult
+from broker_core.errors import BusyError, RocketMQError
+from broker_core.message import StoredMessage
 from broker_core.store.commitlog import CommitLog
 
-log = logging.getLogger(__name__)
-
 PENDING_WAIT_S = 10.0  # longest a repeat waits for the first send of its id to settle
-_GENERATIONS = 16  # the count bound evicts in steps of max_ids / this
-_UNIQ_MARK = mark(PROPERTY_UNIQ_KEY)
-
-
-def deduplicated(topic: str) -> bool:
-    """Whether sends to ``topic`` are deduplicated (not retry, DLQ or system topics)."""
-    return not (is_system_topic(topic) or is_retry_topic(topic) or is_dlq_topic(topic))
-
-
-def send_key(stored: StoredMessage) -> tuple[str, str] | None:
-    """(topic the producer named, message id) of the send that stored ``stored``; None
-    when it is not a producer's send that counts (see the module docstring)."""
-    props = stored.properties
-    uniq = props.get(PROPERTY_UNIQ_KEY)
-    if not uniq:
-        return None
-    flag = stored.sys_flag & layout.SYSFLAG_TRANSACTION_MASK
-    if flag == layout.SYSFLAG_TRANSACTION_COMMIT:
-        return None  # a committed half's delivery: the half holds the key
-    topic = stored.topic
-    if is_system_topic(topic):
-        if topic == TRANS_HALF_TOPIC and props.get(PROPERTY_CHECK_TIMES):
-            return None  # a check-back's copy of a half
-        topic = props.get(PROPERTY_REAL_TOPIC, "")
-    return (topic, uniq) if topic and deduplicated(topic) else None
-
-
-def original_result(stored: StoredMessage) -> SendResult:
-    """The answer the producer got when ``stored`` was first sent."""
-    props = stored.properties
-    real_topic = props.get(PROPERTY_REAL_TOPIC)
-    if not is_system_topic(stored.topic) or not real_topic:
-        return SendResult(
-            stored.message_id,
-            stored.topic,
-            stored.queue_id,
-            stored.queue_offset,
-            physical_offset=stored.physical_offset,
-        )
-    half = stored.topic == TRANS_HALF_TOPIC
-    return SendResult(
-        stored.message_id,
-        real_topic,
-        int(props.get(PROPERTY_REAL_QUEUE_ID) or 0),
-        stored.queue_offset,
-        transaction_id=props.get(PROPERTY_TRANSACTION_ID, "") if half else "",
-        recall_handle=stored.message_id if stored.topic == TIMER_TOPIC else "",
-        half_offset=stored.physical_offset if half else -1,
-        physical_offset=stored.physical_offset,
-    )
+_REBUILD_RUN = 4096  # the longest run a rebuild gathers
 
 
 def _key(topic: str, uniq: str) -> int:
     return hash(uniq) ^ hash(topic)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Claim:
     """What :meth:`SendWindow.claim` found for each row of a send.
 
-    ``rows[i]`` is None for a row to store (its key reserved, or no key), else the
+    ``rows[i]`` is None for a row to store (its id reserved, or no id), else the
     commitlog offset of the original unit (>= 0), or ``-2 - j`` when row ``j`` of the
-    same send is its first occurrence. ``keys[i]`` is the row's key (None: not counted).
+    same send is its first occurrence. A fresh run claim leaves ``rows`` empty (every row
+    is to be stored).
     """
 
-    keys: list[int | None]
-    rows: list[int | None]
-    fresh: bool  # every row is to be stored (the usual case)
-    token: int = 0  # its reservation in the window (``_inflight``)
+    topics: Sequence[str]  # each row's; a column claim: its one topic, once
+    ids: Sequence[str | None] | None  # each row's id (a run claim: None, see index_keys)
+    rows: list[int | None] = field(default_factory=list)
+    fresh: bool = True  # every row is to be stored (the usual case)
+    span: Span | None = None  # a run claim: its ids as one client's numbers
+    index_keys: list[list[str]] | None = None  # a run claim: each row's, id first
+    keys: list[int | None] | None = None  # each row's dict key (a run claim: when needed)
+    reserved: dict[int, None] | None = None  # a dict claim: the keys it holds in flight
+    bounds: Bounds | None = None  # a dict claim: its ids' numbers (``number_bounds``)
+    numbers: np.ndarray | None = None  # a run claim: the numbers it holds in flight
+    token: int = 0  # its place in the window's in-flight claims
+    cpu: float = 0.0  # the CPU seconds the claim took (``SendWindow.cpu_s``)
+
+    def topic(self, row: int) -> str:
+        return self.topics[0] if len(self.topics) == 1 else self.topics[row]
+
+    def id_list(self) -> Sequence[str | None]:
+        if self.ids is None:
+            assert self.index_keys is not None
+            self.ids = [keys[0] for keys in self.index_keys]
+        return self.ids
 
 
 class SendWindow:
@@ -134,28 +119,38 @@ class SendWindow:
         read_unit: Callable[[int], StoredMessage],
         clock_ms: Callable[[], int],
     ) -> None:
-        self.window_ms = window_ms
-        self.max_ids = max_ids
+        self._held = HeldIds(window_ms=window_ms, max_ids=max_ids)
         self._read_unit = read_unit
         self._clock_ms = clock_ms
-        self._ids: dict[int, int] = {}  # key -> commitlog offset
-        # the keys each send being stored reserved (a repeat of one waits): few, small
-        self._inflight: dict[int, dict[int | None, None]] = {}
+        self._inflight: dict[int, Claim] = {}  # by token: few, small
+        self._topics: dict[str, bool] = {}  # whether each topic seen is deduplicated
         self._tokens = 0
-        self._generations: deque[tuple[int, list[int]]] = deque()  # (newest ms, keys)
-        self._current: list[int] = []
-        self._current_first_ms = self._current_newest_ms = 0
-        self._held = 0  # keys in sealed generations
         self._lock = threading.Condition()
         self._waiters = 0
         self.repeats = 0  # sends answered from the window since start
+        # CPU seconds of the window's own work on the send path (claims and settles, each
+        # timed by its thread's CPU clock): ``rocketmq_dedup_cpu_seconds_total``
+        self.cpu_s = 0.0
+
+    @property
+    def window_ms(self) -> int:
+        return self._held.window_ms
+
+    @window_ms.setter
+    def window_ms(self, window_ms: int) -> None:
+        """A new length (``Broker.resize_dedup_window``: a rebuild follows)."""
+        self._held.window_ms = window_ms
+
+    @property
+    def max_ids(self) -> int:
+        return self._held.max_ids
 
     @property
     def enabled(self) -> bool:
         return self.window_ms > 0 and self.max_ids > 0
 
     def keys(self, topics: Sequence[str], ids: Sequence[str | None]) -> list[int | None]:
-        """Each row's key: None where the topic is not deduplicated or there is no id."""
+        """Each row's dict key: None where the topic is not deduplicated or there is no id."""
         salts: dict[str, int | None] = {}
         keys: list[int | None] = []
         for topic, uniq in zip(topics, ids, strict=True):
@@ -165,25 +160,54 @@ class SendWindow:
             keys.append(None if salt is None or not uniq else hash(uniq) ^ salt)
         return keys
 
-    def column_keys(self, topic: str, index_keys: list[list[str]]) -> list[int | None] | None:
-        """:meth:`keys` of a one-topic batch whose every row's first index key is its id
-        (a column batch's); None when the topic is not deduplicated. The ids are hashed
-        in C (``map``), the topic mixed in by one comprehension."""
-        if not deduplicated(topic):
-            return None
-        salt = hash(topic)
-        return [h ^ salt for h in map(hash, map(itemgetter(0), index_keys))]
-
     # ---- the send path ------------------------------------------------------------------
 
-    def claim(self, keys: list[int | None]) -> Claim:
-        """Find each row's original (a repeat) or reserve its key (to be stored)."""
-        deadline = time.monotonic() + PENDING_WAIT_S
+    def claim(self, topics: Sequence[str], ids: Sequence[str | None]) -> Claim:
+        """Find each row's original (a repeat) or reserve its id (to be stored)."""
+        started = time.thread_time()
+        keys = self.keys(topics, ids)
+        counted = ids
+        if None in keys:  # rows that are not deduplicated have no number that counts
+            counted = [u if k is not None else None for u, k in zip(ids, keys, strict=True)]
+        bounds = number_bounds(topics, counted)
+        return self._wait(Claim(topics, ids, keys=keys, bounds=bounds), started)
+
+    def claim_columns(
+        self, topic: str, index_keys: list[list[str]], id_text: str | None = None
+    ) -> Claim | None:
+        """:meth:`claim` of a one-topic batch whose every row's first index key is its
+        id (a column batch's; ``id_text``: its ids as a bulk frame's properties, one
+        string): a run claim when they are one span. None when the topic is not
+        deduplicated."""
+        counted = self._topics.get(topic)
+        if counted is None:
+            counted = self._topics[topic] = deduplicated(topic)
+        if not counted:
+            return None
+        started = time.thread_time()
+        if id_text is not None:
+            span = span_of_text(topic, id_text, len(index_keys))
+        elif len(index_keys) >= MIN_ROWS:
+            span = span_of(topic, [keys[0] for keys in index_keys])
+        else:
+            span = None
+        if span is not None:
+            return self._wait(Claim([topic], None, span=span, index_keys=index_keys), started)
+        ids = [keys[0] for keys in index_keys]
+        salt = hash(topic)  # the ids hashed in C (map), the topic mixed in
+        keys: list[int | None] = [h ^ salt for h in map(hash, ids)]
+        claim = Claim([topic], ids, keys=keys, bounds=number_bounds([topic], ids))
+        return self._wait(claim, started)
+
+    def _wait(self, claim: Claim, started: float) -> Claim:
+        deadline = 0.0
         with self._lock:
             while True:
-                claim = self._claim_locked(keys)
-                if claim is not None:
-                    return claim
+                if claim.span is not None and self._claim_span_locked(claim):
+                    break
+                if claim.span is None and self._claim_dict_locked(claim):
+                    break
+                deadline = deadline or time.monotonic() + PENDING_WAIT_S
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise BusyError("a send of the same message id is still being stored")
@@ -192,69 +216,174 @@ class SendWindow:
                     self._lock.wait(remaining)
                 finally:
                     self._waiters -= 1
+            self._tokens += 1
+            claim.token = self._tokens
+            self._inflight[claim.token] = claim
+            claim.cpu = time.thread_time() - started
+            return claim
 
-    def _claim_locked(self, keys: list[int | None]) -> Claim | None:
-        ids, inflight = self._ids, self._inflight
-        reserved = dict.fromkeys(keys)  # also tells whether a key repeats in the send
-        if (
-            len(reserved) == len(keys)
-            and None not in reserved
-            and ids.keys().isdisjoint(reserved)
-            and all(other.keys().isdisjoint(reserved) for other in inflight.values())
+    def _claim_dict_locked(self, claim: Claim) -> bool:
+        """Fill ``claim.rows``; False when another send is storing one of its ids."""
+        keys = claim.keys
+        assert keys is not None
+        both = dict.fromkeys(keys)  # also tells whether a key repeats in the send
+        both.pop(None, None)
+        mine = cast("dict[int, None]", both)
+        for other in self._inflight.values():
+            if other.reserved is not None and not other.reserved.keys().isdisjoint(mine):
+                return False
+        numbered = self._numbered_locked(claim)  # rows whose run key holds runs or is in flight
+        if numbered and any(
+            _in_flight(other, runkey, number)
+            for runkey, number in numbered.values()
+            for other in self._inflight.values()
         ):
-            return self._reserve_locked(Claim(keys, [None] * len(keys), True), reserved)
-        rows: list[int | None] = []
+            return False
+        ids = self._held.ids
+        if len(mine) == len(keys) and not numbered and ids.keys().isdisjoint(mine):
+            claim.rows, claim.fresh, claim.reserved = [None] * len(keys), True, mine
+            return True
+        rows: list[int | None] = [None] * len(keys)
         first: dict[int, int] = {}
         for row, key in enumerate(keys):
             if key is None:
-                rows.append(None)
-            elif key in first:
-                rows.append(-2 - first[key])
-            elif any(key in other for other in inflight.values()):
-                return None  # another send is storing it: wait for it
-            else:
-                rows.append(ids.get(key))
-                first[key] = row
-        mine: dict[int | None, None] = {
-            k: None for k, r in zip(keys, rows, strict=True) if k is not None and r is None
-        }
-        return self._reserve_locked(Claim(keys, rows, False), mine)
+                continue
+            at = first.setdefault(key, row)
+            found = -2 - at if at != row else ids.get(key)
+            if found is None and row in numbered:
+                found = self._held.runs.find_one(*numbered[row])
+            if found is not None:
+                rows[row] = found
+                if found >= 0:  # stored before: not held in flight
+                    mine.pop(key, None)
+        claim.rows, claim.reserved = rows, mine
+        claim.fresh = len(mine) == len(keys)
+        return True
 
-    def _reserve_locked(self, claim: Claim, keys: dict[int | None, None]) -> Claim:
-        self._tokens += 1
-        claim.token = self._tokens
-        self._inflight[claim.token] = keys
-        return claim
+    def _numbered_locked(self, claim: Claim) -> dict[int, tuple[RunKey, int]]:
+        """The (run key, number) of each row whose run key has runs held or a run claim
+        in flight (only those can be in a run); usually none, found without a loop."""
+        flying = {c.span.key for c in self._inflight.values() if c.span is not None}
+        held = self._held.runs.keys()
+        wanted = {k for k in claim.bounds or () if k in held or k in flying}
+        if not wanted:
+            return {}
+        ids, keys = claim.id_list(), claim.keys
+        assert keys is not None
+        numbered = {}
+        for row, uniq in enumerate(ids):
+            if uniq and keys[row] is not None:
+                form = id_number(claim.topic(row), uniq)
+                if form is not None and form[0] in wanted:
+                    numbered[row] = form
+        return numbered
+
+    def _claim_span_locked(self, claim: Claim) -> bool:
+        """Fill ``claim.rows`` of a run claim; False when another send is storing one of
+        its ids."""
+        span = claim.span
+        assert span is not None
+        for other in self._inflight.values():
+            if other.span is not None and other.numbers is not None:
+                if (
+                    other.span.key == span.key
+                    and other.span.lo <= span.hi
+                    and span.lo <= other.span.hi
+                    and overlap(other.numbers, span.numbers)
+                ):
+                    return False
+            elif (
+                other.reserved
+                and other.bounds
+                and within(other.bounds.get(span.key), span)
+                and not other.reserved.keys().isdisjoint(self._span_keys(claim))
+            ):
+                return False
+        found = self._held.runs.find(span)
+        if self._held.dict_may_hold(span):
+            ids = self._held.ids
+            in_dict = [ids.get(k, -1) for k in self._span_keys(claim)]  # type: ignore[arg-type]
+            found = np.maximum(found, in_dict) if found is not None else np.array(in_dict)
+        if found is None or not (found >= 0).any():
+            claim.fresh, claim.numbers = True, span.numbers  # rows stay []: all to store
+            return True
+        claim.rows = [None if o < 0 else o for o in found.tolist()]
+        claim.fresh, claim.numbers = False, span.numbers[found < 0]
+        return True
+
+    def _span_keys(self, claim: Claim) -> list[int | None]:
+        """A run claim's dict keys, made when first needed."""
+        if claim.keys is None:
+            salt = hash(claim.topics[0])
+            claim.keys = [hash(uniq) ^ salt for uniq in claim.id_list()]
+        return claim.keys
 
     def _release_locked(self, claim: Claim) -> None:
         self._inflight.pop(claim.token, None)
         if self._waiters:
             self._lock.notify_all()
 
-    def settle(self, claim: Claim, offsets: Sequence[int]) -> None:
-        """The reserved rows were stored at ``offsets`` (one per row to store, in order)."""
-        if claim.fresh:  # every key set (none None), one per offset
-            keys: list[int] = claim.keys  # type: ignore[assignment]
-            with self._lock:
-                self._ids.update(zip(keys, offsets, strict=True))
-                self._add_locked(keys, self._clock_ms())
-                self._release_locked(claim)
-            return
-        stored_keys = [k for k, r in zip(claim.keys, claim.rows, strict=True) if r is None]
-        pairs = [(k, o) for k, o in zip(stored_keys, offsets, strict=True) if k is not None]
+    def settle(self, claim: Claim, offsets: Sequence[int] | np.ndarray) -> None:
+        """The rows to store (``rows`` None) were stored at ``offsets``, in order."""
+        started = time.thread_time()
         with self._lock:
-            self._ids.update(pairs)
-            self._add_locked([k for k, _ in pairs], self._clock_ms())
+            now = self._clock_ms()
+            if claim.span is not None:
+                self._settle_span_locked(claim, np.asarray(offsets, np.int64), now)
+            else:
+                self._settle_dict_locked(claim, offsets, now)
             self._release_locked(claim)
+            self.cpu_s += claim.cpu + time.thread_time() - started
+
+    def _settle_span_locked(self, claim: Claim, offsets: np.ndarray, now: int) -> None:
+        span = claim.span
+        assert span is not None
+        step = self._held.step()
+        if claim.fresh and len(span.numbers) <= step and self._held.hold_run(span, offsets, now):
+            return  # the usual case
+        stored = None if claim.fresh else np.array([r is None for r in claim.rows])
+        numbers = span.numbers if stored is None else span.numbers[stored]
+        for at in range(0, len(numbers), step):
+            part = Span(span.key, numbers[at : at + step])
+            if self._held.hold_run(part, offsets[at : at + step], now):
+                continue
+            keys = self._span_keys(claim)  # overlapping a run: held in the dict
+            if stored is not None:
+                keys = [k for k, s in zip(keys, stored.tolist(), strict=True) if s]
+            part_keys = keys[at : at + step]
+            bounds = {span.key: (len(part_keys), part.lo, part.hi)}
+            self._held.hold_keys(part_keys, offsets[at : at + step].tolist(), bounds, now)  # type: ignore[arg-type]
+
+    def _settle_dict_locked(
+        self, claim: Claim, offsets: Sequence[int] | np.ndarray, now: int
+    ) -> None:
+        keys = claim.keys
+        assert keys is not None
+        if isinstance(offsets, np.ndarray):
+            offsets = offsets.tolist()
+        bounds = claim.bounds or {}  # of every row: the dict's counts stay an upper bound
+        if claim.fresh:
+            self._held.hold_keys(keys, offsets, bounds, now)  # type: ignore[arg-type]
+            return
+        todo = [r for r, found in enumerate(claim.rows) if found is None]
+        held = [(r, o) for r, o in zip(todo, offsets, strict=True) if keys[r] is not None]
+        self._held.hold_keys(
+            [keys[r] for r, _ in held],  # type: ignore[misc]
+            [o for _, o in held],
+            bounds,
+            now,
+        )
 
     def abandon(self, claim: Claim) -> None:
         """The send failed: its reservations are dropped (a retry stores it)."""
         with self._lock:
             self._release_locked(claim)
+            self.cpu_s += claim.cpu
 
-    def original(self, key: int, offset: int, topic: str, uniq: str) -> SendResult | None:
+    def original(self, offset: int, topic: str, uniq: str) -> SendResult | None:
         """The first send's result, read from its unit; None when that unit is gone or
-        is not a send of (``topic``, ``uniq``) (a hash collision)."""
+        is not a send of (``topic``, ``uniq``) (a hash collision, or two ids of one
+        number: ``dedup_runs``)."""
         try:
             stored = self._read_unit(offset)
         except RocketMQError:
@@ -265,111 +394,77 @@ class SendWindow:
 
     # ---- bounds and rebuild ---------------------------------------------------------------
 
-    def _add_locked(self, keys: list[int], now_ms: int) -> None:
-        """File stored keys in the current generation (sealing it when full or aged),
-        then drop the generations beyond the bounds."""
-        step = max(1, self.max_ids // _GENERATIONS)
-        for at in range(0, len(keys), step):
-            current = self._current
-            if current and (
-                len(current) >= step
-                or now_ms - self._current_first_ms >= self.window_ms // _GENERATIONS
-            ):
-                self._generations.append((self._current_newest_ms, current))
-                self._held += len(current)
-                self._current = current = []
-            if not current:
-                self._current_first_ms = now_ms
-            current.extend(keys if len(keys) <= step else keys[at : at + step])
-            self._current_newest_ms = now_ms
-            self._evict_locked(now_ms)
-
-    def _evict_locked(self, now_ms: int) -> None:
-        gens, ids = self._generations, self._ids
-        while gens and (
-            self._held + len(self._current) > self.max_ids or gens[0][0] < now_ms - self.window_ms
-        ):
-            _newest, old = gens.popleft()
-            self._held -= len(old)
-            deque(map(ids.pop, old, repeat(None)), maxlen=0)  # pops in C, not a Python loop
-
     def rebuild(self, commitlog: CommitLog) -> int:
         """Refill the window from the units stored within it (at start and promotion);
         returns how many sends it now holds."""
         now = self._clock_ms()
         with self._lock:
-            self._ids.clear()
-            self._generations.clear()
-            self._current, self._current_first_ms, self._held = [], 0, 0
+            self._held.clear()
             if not self.enabled:
                 return 0
-            start = _window_start(commitlog, now - self.window_ms)
-            for buf, pos, phys in _readable_units(commitlog, start, commitlog.max_offset):
-                found = _unit_send(buf, pos, now - self.window_ms)
+            since = now - self.window_ms
+            start = window_start(commitlog, since)
+            gathered = Gathered()
+            for buf, pos, phys in readable_units(commitlog, start, commitlog.max_offset):
+                found = unit_send(buf, pos, since)
                 if found is None:
                     continue
-                key, store_ms = found
-                if key not in self._ids:
-                    self._ids[key] = phys
-                    self._add_locked([key], store_ms)
-            self._evict_locked(now)
-            return len(self._ids)
+                topic, uniq, store_ms = found
+                form = id_number(topic, uniq)
+                if not gathered.extends(form, _REBUILD_RUN) or self._jumps_locked(gathered, form):
+                    self._hold_gathered_locked(gathered)
+                if self._holds_locked(topic, uniq, form):
+                    continue  # the first unit of a send is its original
+                if form is not None:
+                    gathered.add(form, uniq, phys, store_ms)
+                else:
+                    self._held.hold_keys([_key(topic, uniq)], [phys], {}, store_ms)
+            self._hold_gathered_locked(gathered)
+            self._held.forget(now)
+            return self.size()
+
+    def _jumps_locked(self, gathered: Gathered, form: tuple[RunKey, int] | None) -> bool:
+        """Whether ``form`` would make the gathered run jump over a held run (a run of
+        the same client stored between, e.g. batches appended out of their ids' order):
+        the run would overlap it and be refused."""
+        if gathered.key is None or form is None:
+            return False
+        above = self._held.runs.first_above(gathered.key, gathered.numbers[-1])
+        return above is not None and above < form[1]
+
+    def _holds_locked(self, topic: str, uniq: str, form: tuple[RunKey, int] | None) -> bool:
+        if form is not None and self._held.runs.find_one(*form) is not None:
+            return True
+        return _key(topic, uniq) in self._held.ids
+
+    def _hold_gathered_locked(self, gathered: Gathered) -> None:
+        """Hold a rebuild's gathered units: as a run, or in the dict when too few or
+        overlapping a run."""
+        if gathered.key is None:
+            return
+        key, numbers, offsets = gathered.key, gathered.numbers, gathered.offsets
+        as_run = len(numbers) >= MIN_ROWS and self._held.hold_run(
+            Span(key, np.array(numbers, np.uint64)), np.array(offsets, np.int64), gathered.store_ms
+        )
+        if not as_run:
+            keys = [_key(key[0], uniq) for uniq in gathered.ids]
+            bounds = {key: (len(keys), numbers[0], numbers[-1])}
+            self._held.hold_keys(keys, offsets, bounds, gathered.store_ms)
+        gathered.clear()
 
     def size(self) -> int:
         """Message ids held now."""
-        return len(self._ids)
+        return self._held.size()
 
     def memory_bytes(self) -> int:
-        """An estimate of the window's memory: the dict, its int objects, the key lists."""
+        """An estimate of the window's memory (``HeldIds.memory_bytes``)."""
         with self._lock:
-            lists = sum(sys.getsizeof(keys) for _, keys in self._generations)
-            lists += sys.getsizeof(self._current)
-            return sys.getsizeof(self._ids) + 64 * len(self._ids) + lists
+            return self._held.memory_bytes()
 
 
-def _readable_units(commitlog: CommitLog, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
-    """``commitlog.iter_units`` that steps over a corrupt region to the next segment
-    instead of failing the broker's start: a damaged unit is refused when read (its id
-    cannot repeat a send the client saw answered), and the rest of the window is kept."""
-    offset = start
-    while offset < end:
-        progress = [offset]
-        try:
-            yield from commitlog.iter_units(offset, end, progress=progress)
-            return
-        except CorruptionError as exc:
-            later = [s.base_offset for s in commitlog.segments() if s.base_offset > progress[0]]
-            log.warning("dedup window: skipped the rest of a segment at %d: %s", progress[0], exc)
-            offset = min(later, default=end)
-
-
-def _window_start(commitlog: CommitLog, since_ms: int) -> int:
-    """The base of the newest segment whose first unit is older than ``since_ms`` (the
-    window starts in it), else the log's start."""
-    for seg in reversed(commitlog.segments()):
-        written = seg.wrote_position >= layout.HEADER_SIZE
-        if written and commitlog.read_store_timestamp(seg.base_offset) < since_ms:
-            return seg.base_offset
-    return commitlog.min_offset
-
-
-def _unit_send(buf: bytes, pos: int, since_ms: int) -> tuple[int, int] | None:
-    """(key, store time) of the send that stored the unit at ``pos``, if it counts and
-    was stored at or after ``since_ms``. Reads only the header and the tail; decodes the
-    properties only of units in system topics (holds of sends, rare)."""
-    head = layout.HEADER.unpack_from(buf, pos)
-    store_ms = head[12]
-    if store_ms < since_ms:
-        return None
-    p = pos + layout.HEADER_SIZE + head[18]
-    topic = bytes(buf[p + 1 : p + 1 + buf[p]]).decode()
-    p += 1 + buf[p]
-    props = bytes(buf[p + 2 : p + 2 + layout.PROPS_LEN.unpack_from(buf, p)[0]])
-    if is_system_topic(topic) or head[8] & layout.SYSFLAG_TRANSACTION_MASK:
-        stored = codec.decode(buf, pos)
-        found = send_key(stored)
-        return None if found is None else (_key(*found), store_ms)
-    if not deduplicated(topic):
-        return None
-    uniq = value_of(props, _UNIQ_MARK)
-    return (_key(topic, uniq), store_ms) if uniq else None
+def _in_flight(claim: Claim, runkey: RunKey, number: int) -> bool:
+    """Whether run claim ``claim`` holds (``runkey``, ``number``) in flight."""
+    span, numbers = claim.span, claim.numbers
+    return (
+        span is not None and numbers is not None and span.key == runkey and holds(numbers, number)
+    )

@@ -238,8 +238,7 @@ def test_a_failed_send_releases_its_ids(make: Make) -> None:
 def test_a_repeat_waits_for_a_pending_first_send(make: Make) -> None:
     b = make()
     window = b.sender.window
-    keys = window.keys(["t"], ["W-1"])
-    claim = window.claim(keys)  # as if another thread were storing W-1 now
+    claim = window.claim(["t"], ["W-1"])  # as if another thread were storing W-1 now
     done = threading.Event()
     got: list[object] = []
 
@@ -269,6 +268,25 @@ def test_a_pending_claim_that_never_settles_is_busy(
     monkeypatch.setattr(dedup_window, "PENDING_WAIT_S", 0.05)
     b = make()
     window = b.sender.window
-    window.claim(window.keys(["t"], ["B-1"]))
+    window.claim(["t"], ["B-1"])
     with pytest.raises(BusyError):
         b.sending.send([msg("t", "B-1")])
+
+
+def test_the_window_changes_live_and_is_rebuilt_from_the_log(make: Make) -> None:
+    """``dedup_window_ms`` set live (UpdateBrokerConfig): 0 stores every repeat and frees
+    the window; switched back on, the window is rebuilt from the log, so an id stored
+    while it was off is answered from its unit."""
+    from broker_core.broker import live_config
+
+    b = make()
+    first = b.sending.send([msg("t", "L-1")])[0]
+    assert live_config.update(b, "dedup_window_ms", "0") == (120_000, 0)
+    assert b.sender.window.size() == 0
+    off = b.sending.send([msg("t", "L-2")])[0]
+    b.sending.send([msg("t", "L-2")])  # off: stored again
+    live_config.update(b, "dedup_window_ms", 120_000)
+    assert b.sender.window.size() == 2  # L-1 and the first L-2, from the log
+    assert b.sending.send([msg("t", "L-1")])[0] == first
+    assert b.sending.send([msg("t", "L-2")])[0] == off
+    assert stored(b, "t") == ["L-1", "L-2", "L-2"]
