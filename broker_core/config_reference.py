@@ -39,7 +39,8 @@ DESCRIPTIONS: Final[dict[str, dict[str, str]]] = {
         "max_long_polling_ms": "longest a pull or receive waits for new messages",
         "dedup_window_ms": "a send repeating a message id stored this recently is answered "
         "with the original result, not stored again (0 = off)",
-        "dedup_max_ids": "most message ids the dedup window holds (≈120 B each; 0 = off)",
+        "dedup_max_ids": "most message ids the dedup window holds (16 B each in batches of "
+        "one client's rising ids, ≈120 B each otherwise; 0 = off)",
         "trace_topic_enable": "create RMQ_SYS_TRACE_TOPIC, where the 4.x clients' message "
         "traces are stored (RocketMQ's traceTopicEnable)",
         "trace_broker": "the broker's own trace records (stored, delivered, acked, retried, "

@@ -68,6 +68,7 @@ def test_broker_config_get_shows_settings_and_live_keys(broker) -> None:
         "auto_create_groups",
         "max_long_polling_ms",
         "trace_broker",
+        "dedup_window_ms",
     }
     assert "max_long_polling_ms *" in ok(rmq(broker, "broker", "config", "get"))
 

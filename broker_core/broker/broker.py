@@ -267,6 +267,14 @@ class Broker:
         for service in (self.schedule, self.timer, self.transactions, self.pop, self.trace):
             service.start()
 
+    def resize_dedup_window(self, window_ms: int) -> None:
+        """The dedup window's new length, live (``live_config``): rebuilt from the log
+        now on a master; a slave's is rebuilt when it is promoted."""
+        window = self.sender.window
+        window.window_ms = window_ms
+        if self.replication.role is not Role.SLAVE:
+            window.rebuild(self.store.commitlog)
+
     def stop(self) -> None:
         """Stop services (answering parked requests), persist offsets, close the store."""
         self._housekeeper.stop()

@@ -12,6 +12,10 @@ max_long_polling_ms   int ≥ 0  the next long poll (receives, pulls, the client
 trace_broker          string   at once: what was taken under the old setting is written,
                                then "off" stops the broker's own records, "all" or a ratio
                                starts them (``trace_topics`` / ``trace_groups`` stay)
+dedup_window_ms       int ≥ 0  at once: the dedup window is rebuilt from the commitlog for
+                               its new length (sends wait for it: about a second for each
+                               million units in the window); 0 turns idempotent sends off
+                               and frees the window
 ====================  =======  ==============================================================
 
 Every other key is fixed for the broker's life (it sized a table, started a thread or
@@ -68,6 +72,7 @@ LIVE_KEYS: Final[dict[str, Callable[[Any], Any]]] = {
     "auto_create_groups": _bool,
     "max_long_polling_ms": _millis,
     "trace_broker": _trace,
+    "dedup_window_ms": _millis,
 }
 
 
@@ -102,4 +107,6 @@ def update(broker: Broker, key: str, value: Any) -> tuple[Any, Any]:
         broker.groups.auto_create = new
     elif key == "trace_broker":
         broker.trace.reselect(new)
+    elif key == "dedup_window_ms":
+        broker.resize_dedup_window(new)
     return old, new

@@ -20,6 +20,8 @@ rocketmq_consumer_group_number     gauge                   consumer groups
 rocketmq_dedup_ids                 gauge                   message ids in the dedup window
 rocketmq_dedup_memory_bytes        gauge    (bytes)        its estimated memory
 rocketmq_dedup_repeats_total       counter                 sends answered from the window
+rocketmq_dedup_cpu_seconds_total   counter                 CPU of the window's own work on
+                                                           the send path (claims, settles)
 rocketmq_trace_records_total       counter                 the broker's own trace records
                                                            written (``trace_broker``)
 rocketmq_trace_dropped_total       counter                 trace hook calls dropped (the
@@ -215,7 +217,13 @@ class BrokerCollector(Collector):
             "rocketmq_dedup_repeats", "Sends answered from the dedup window", labels=NODE
         )
         repeats.add_metric(self.node, window.repeats)
-        yield from (ids, memory, repeats)
+        cpu = CounterMetricFamily(
+            "rocketmq_dedup_cpu_seconds",
+            "CPU seconds of the dedup window's own work on the send path (claims and settles)",
+            labels=NODE,
+        )
+        cpu.add_metric(self.node, window.cpu_s)
+        yield from (ids, memory, repeats, cpu)
 
     def _trace(self) -> Iterator[Metric]:
         """The broker's own trace (``broker/trace``): records written, hook calls dropped,

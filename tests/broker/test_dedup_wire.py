@@ -266,3 +266,5 @@ def test_the_window_is_reported_in_metrics(broker: BrokerProcess) -> None:
     assert value(after, "rocketmq_dedup_memory_bytes", **node) > 0
     repeats = "rocketmq_dedup_repeats_total"
     assert value(after, repeats, **node) - value(before, repeats, **node) == 1
+    cpu = "rocketmq_dedup_cpu_seconds_total"
+    assert value(after, cpu, **node) > value(before, cpu, **node)
