@@ -66,7 +66,7 @@ def _start(root: Path) -> BrokerProcess:
     )
 
 
-def _metrics_url(proc: BrokerProcess) -> str:
+def metrics_url(proc: BrokerProcess) -> str:
     """The ``/metrics`` URL the broker printed (``METRICS <url>``) before it was ready."""
     for line in proc.output:
         if line.startswith("METRICS "):
@@ -134,7 +134,7 @@ def measure(rounds: int, batches: int, backlog: int, passes: int) -> None:
     proc = _start(root)
     runs: dict[str, dict[str, list[SideRound]]] = {"produce": {}, "consume": {}}
     try:
-        url = _metrics_url(proc)
+        url = metrics_url(proc)
         client = RocketMQClient(proc.endpoint, max_in_flight=produce.IN_FLIGHT, timeout_s=60)
         client.create_topic("bench-trace-p", queues=8)
         _produce_round(client, proc, max(1, batches // 10))  # warm-up
