@@ -13,9 +13,9 @@ trace_broker          string   at once: what was taken under the old setting is 
                                then "off" stops the broker's own records, "all" or a ratio
                                starts them (``trace_topics`` / ``trace_groups`` stay)
 dedup_window_ms       int ≥ 0  at once: the dedup window is rebuilt from the commitlog for
-                               its new length (sends wait for it: about a second for each
-                               million units in the window); 0 turns idempotent sends off
-                               and frees the window
+                               its new length (sends wait for it: about 5 s for each million
+                               units of log in the window); 0 turns idempotent sends off and
+                               frees the window
 ====================  =======  ==============================================================
 
 Every other key is fixed for the broker's life (it sized a table, started a thread or
