@@ -6,22 +6,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from broker_core.broker.broker import Broker
-from broker_core.config import BrokerConfig
 from broker_core.errors import BusyError
 from broker_core.message import Message
 from broker_core.store.columns import encode_messages
-from broker_core.store.queue_read import QueueRead
-from tests.store.conftest import small_config
+from tests.broker.dedup_brokers import Make, brokers, stored
 
 T0 = 1_800_000_000_000
-
-Make = Callable[..., Broker]
 
 
 class Clock:
@@ -40,36 +36,12 @@ def clock() -> Clock:
 @pytest.fixture
 def make(tmp_path: Path, clock: Clock) -> Iterator[Make]:
     """Start brokers over one store directory (one at a time); all stopped at the end."""
-    started: list[Broker] = []
-
-    def start(**config: int) -> Broker:
-        for old in started:
-            if old.store.is_open:
-                old.stop()
-        settings = BrokerConfig(default_queue_nums=2, **config)
-        b = Broker(settings, small_config(tmp_path), clock_ms=clock)
-        b.start()
-        started.append(b)
-        return b
-
-    yield start
-    for b in started:
-        if b.store.is_open:
-            b.stop()
+    with brokers(tmp_path, clock) as start:
+        yield start
 
 
 def msg(topic: str, uid: str, body: bytes = b"x", **props: str) -> Message:
     return Message(topic, body, queue_id=-1, properties={"UNIQ_KEY": uid, **props})
-
-
-def stored(b: Broker, topic: str) -> list[str]:
-    """The ids stored in ``topic``, every queue, in queue order."""
-    b.store.wait_dispatched()
-    ids = []
-    for queue_id in range(b.topics.for_read(topic).read_queue_nums):
-        got = b.store.get_messages(QueueRead(topic, queue_id, 0, 1000))
-        ids += [m.message_id for m in got.messages]
-    return sorted(ids)
 
 
 def columns(b: Broker, topic: str, uids: list[str]) -> tuple[list[int], list[int]]:

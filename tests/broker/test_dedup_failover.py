@@ -8,21 +8,12 @@ from pathlib import Path
 
 from broker_core.broker.broker import Broker
 from broker_core.message import Message
-from broker_core.store.queue_read import QueueRead
+from tests.broker.dedup_brokers import stored
 from tests.ha.conftest import commitlog_bytes, master_and_slave  # noqa: F401
 
 
 def msg(uid: str, **props: str) -> Message:
     return Message("fo", b"x", queue_id=-1, properties={"UNIQ_KEY": uid, **props})
-
-
-def ids_in(broker: Broker, topic: str) -> list[str]:
-    broker.store.wait_dispatched()
-    found = []
-    for queue_id in range(broker.topics.for_read(topic).read_queue_nums):
-        got = broker.store.get_messages(QueueRead(topic, queue_id, 0, 100))
-        found += [m.message_id for m in got.messages]
-    return sorted(found)
 
 
 def test_a_promoted_slave_answers_the_old_masters_sends(
@@ -38,4 +29,4 @@ def test_a_promoted_slave_answers_the_old_masters_sends(
     slave.promote()  # the master is gone; its client retries at the new master
     assert slave.sending.send([msg("FO-2"), msg("FO-1")]) == first[::-1]
     assert slave.sending.send([msg("FO-3", TRAN_MSG="true")], producer_group="pg")[0] == half
-    assert ids_in(slave, "fo") == ["FO-1", "FO-2"]
+    assert stored(slave, "fo") == ["FO-1", "FO-2"]

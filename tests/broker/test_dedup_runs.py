@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,15 +23,11 @@ from broker_core.broker.dedup_runs import (
     span_of_text,
 )
 from broker_core.client.message_ids import ID_BLOCKS
-from broker_core.config import BrokerConfig
 from broker_core.message import Message
 from broker_core.store.columns import encode_messages
-from broker_core.store.queue_read import QueueRead
-from tests.store.conftest import small_config
+from tests.broker.dedup_brokers import Make, brokers, stored
 
 PREFIX = "01A1B2C3D4E5F60102"  # version, host and pid, as RocketMQ 5's ids (ours too)
-
-Make = Callable[..., Broker]
 
 
 def uid(number: int, prefix: str = PREFIX) -> str:
@@ -46,21 +42,8 @@ def client_ids(count: int) -> list[str]:
 
 @pytest.fixture
 def make(tmp_path: Path) -> Iterator[Make]:
-    started: list[Broker] = []
-
-    def start(**config: int) -> Broker:
-        for old in started:
-            if old.store.is_open:
-                old.stop()
-        b = Broker(BrokerConfig(default_queue_nums=2, **config), small_config(tmp_path))
-        b.start()
-        started.append(b)
-        return b
-
-    yield start
-    for b in started:
-        if b.store.is_open:
-            b.stop()
+    with brokers(tmp_path) as start:
+        yield start
 
 
 def columns(b: Broker, uids: list[str], topic: str = "t") -> list[tuple[int, int]]:
@@ -77,15 +60,6 @@ def columns(b: Broker, uids: list[str], topic: str = "t") -> list[tuple[int, int
 def single(b: Broker, u: str, topic: str = "t") -> tuple[int, int]:
     r = b.sending.send([Message(topic, b"s", queue_id=-1, properties={"UNIQ_KEY": u})])[0]
     return r.queue_id, r.queue_offset
-
-
-def stored(b: Broker, topic: str = "t") -> list[str]:
-    b.store.wait_dispatched()
-    ids = []
-    for queue_id in range(b.topics.for_read(topic).read_queue_nums):
-        got = b.store.get_messages(QueueRead(topic, queue_id, 0, 10_000))
-        ids += [m.message_id for m in got.messages]
-    return sorted(ids)
 
 
 # ---- spans and runs alone -----------------------------------------------------------------
@@ -196,7 +170,7 @@ def test_a_retried_batch_is_answered_from_its_run_and_stored_once(make: Make) ->
     assert columns(b, ids) == first
     part = columns(b, ids[50:] + [uid(i) for i in range(100, 120)])  # half repeats
     assert part[:50] == first[50:]
-    assert stored(b) == sorted(ids + [uid(i) for i in range(100, 120)])
+    assert stored(b, "t") == sorted(ids + [uid(i) for i in range(100, 120)])
 
 
 def test_a_single_repeat_of_a_batched_id_and_a_batch_holding_a_single(make: Make) -> None:
@@ -206,7 +180,7 @@ def test_a_single_repeat_of_a_batched_id_and_a_batch_holding_a_single(make: Make
     alone = single(b, uid(40))
     again = columns(b, [uid(i) for i in range(32, 64)])  # a run claim finds it in the dict
     assert again[8] == alone
-    assert stored(b) == sorted(uid(i) for i in range(64))
+    assert stored(b, "t") == sorted(uid(i) for i in range(64))
 
 
 def test_interleaved_batches_of_one_client_are_held_and_answered(make: Make) -> None:
@@ -222,7 +196,7 @@ def test_interleaved_batches_of_one_client_are_held_and_answered(make: Make) -> 
     answers = columns(b, mixed)
     by_id = dict(zip(evens + odds, first, strict=True))
     assert answers == [by_id[u] for u in mixed]
-    assert stored(b) == sorted(mixed)
+    assert stored(b, "t") == sorted(mixed)
 
 
 def test_a_batch_in_flight_holds_back_its_repeats(make: Make) -> None:
@@ -260,7 +234,7 @@ def test_a_batch_in_flight_holds_back_its_repeats(make: Make) -> None:
     queues = batch.queue_ids.tolist()
     assert got["single"] == (queues[3], int(offsets[3]))
     assert got["batch"] == list(zip(queues[16:], offsets[16:].tolist(), strict=True))
-    assert stored(b) == sorted(ids)
+    assert stored(b, "t") == sorted(ids)
 
 
 def test_runs_survive_a_restart(make: Make) -> None:
@@ -273,7 +247,7 @@ def test_runs_survive_a_restart(make: Make) -> None:
     assert window.size() == 201 and window._held.runs.ids == 200  # gathered back into runs
     assert columns(b, ids[50:150]) == first[50:150]
     assert single(b, ids[199]) == first[199] and single(b, "ID-1") == alone
-    assert stored(b) == sorted([*ids, "ID-1"])
+    assert stored(b, "t") == sorted([*ids, "ID-1"])
 
 
 def test_runs_are_forgotten_at_the_count_bound(make: Make) -> None:
@@ -283,9 +257,9 @@ def test_runs_are_forgotten_at_the_count_bound(make: Make) -> None:
     window = b.sender.window
     assert window.size() <= 64 and window._held.runs.ids == window.size()
     columns(b, [uid(i) for i in range(224, 256)])  # the newest: held, not stored again
-    assert stored(b).count(uid(224)) == 1
+    assert stored(b, "t").count(uid(224)) == 1
     columns(b, [uid(i) for i in range(16)])  # the oldest: forgotten, stored again
-    assert stored(b).count(uid(0)) == 2
+    assert stored(b, "t").count(uid(0)) == 2
 
 
 def test_batches_stored_out_of_their_ids_order_are_rebuilt_as_runs(make: Make) -> None:
@@ -302,4 +276,4 @@ def test_batches_stored_out_of_their_ids_order_are_rebuilt_as_runs(make: Make) -
     assert window._held.runs.ids == 256 and not window._held.ids and not window._held.dict_spans
     every = [u for batch in batches for u in batch]
     assert columns(b, every[16:80]) == [first[u] for u in every[16:80]]
-    assert stored(b) == sorted(every)
+    assert stored(b, "t") == sorted(every)
