@@ -44,6 +44,7 @@ from bench.trace_cost import metrics_url
 from broker_core.broker.broker import Broker
 from broker_core.broker.dedup_window import SendWindow
 from broker_core.client import RocketMQClient
+from broker_core.client.bulk import IdBlock
 from broker_core.client.message_ids import ID_BLOCKS
 from broker_core.config import BrokerConfig, StoreConfig
 from broker_core.message import Message, StoredMessage
@@ -198,7 +199,7 @@ def _no_unit(offset: int) -> StoredMessage:
 def client_ids(count: int) -> list[str]:
     """A batch's ids as our client numbers them (``ID_BLOCKS``: one prefix a batch)."""
     prefix, first = ID_BLOCKS.reserve(count)
-    return [f"{prefix.decode()}{(first + i) & 0xFFFFFFFF:08X}" for i in range(count)]
+    return IdBlock(prefix.decode(), first, count).strings()
 
 
 def _client_batch(shuffled: bool) -> tuple[list[list[str]], str | None]:

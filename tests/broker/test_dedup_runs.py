@@ -22,6 +22,7 @@ from broker_core.broker.dedup_runs import (
     span_of,
     span_of_text,
 )
+from broker_core.client.bulk import IdBlock
 from broker_core.client.message_ids import ID_BLOCKS
 from broker_core.message import Message
 from broker_core.store.columns import encode_messages
@@ -37,7 +38,7 @@ def uid(number: int, prefix: str = PREFIX) -> str:
 def client_ids(count: int) -> list[str]:
     """A batch's ids as our client numbers them (``ID_BLOCKS``: one prefix a batch)."""
     prefix, first = ID_BLOCKS.reserve(count)
-    return [f"{prefix.decode()}{(first + i) & 0xFFFFFFFF:08X}" for i in range(count)]
+    return IdBlock(prefix.decode(), first, count).strings()
 
 
 @pytest.fixture
