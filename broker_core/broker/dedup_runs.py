@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import KeysView, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import itemgetter
 
 import numpy as np
@@ -54,11 +54,13 @@ class Span:
 
     key: RunKey
     numbers: np.ndarray  # uint64, strictly rising, one per row
-    lo: int = field(init=False)  # the first number
-    hi: int = field(init=False)  # the last
+    lo: int  # the first number
+    hi: int  # the last
 
-    def __post_init__(self) -> None:
-        self.lo, self.hi = int(self.numbers[0]), int(self.numbers[-1])
+    @classmethod
+    def of(cls, key: RunKey, numbers: np.ndarray) -> Span:
+        """The span of rising ``numbers``."""
+        return cls(key, numbers, int(numbers[0]), int(numbers[-1]))
 
 
 def span_of(topic: str, ids: Sequence[str]) -> Span | None:
@@ -79,7 +81,8 @@ def span_of(topic: str, ids: Sequence[str]) -> Span | None:
 
 def span_of_text(topic: str, id_text: str, count: int) -> Span | None:
     """:func:`span_of` of a bulk frame's ids, read from its properties as one ASCII
-    string, each ``UNIQ_KEY 0x01 id 0x02`` of one length (``ColumnBatch.id_text``)."""
+    string, each ``UNIQ_KEY 0x01 id 0x02`` of one length (``ColumnBatch.id_text``; its
+    maker checked every row's head and separator, so only the ids are read here)."""
     if count < MIN_ROWS:
         return None
     row = len(id_text) // count
@@ -88,22 +91,42 @@ def span_of_text(topic: str, id_text: str, count: int) -> Span | None:
 
 def _span(topic: str, raw: bytes, count: int, row: int, start: int, width: int) -> Span | None:
     """The span of ``count`` ids of ``width`` bytes, each at ``start`` of a row of
-    ``row`` bytes of ``raw``: the tails read through a strided view, then overwritten
-    with row 0's so that one comparison of the whole tells whether the rows agree
-    everywhere else (a part before the tail that differs; for a bulk frame's rows
-    also their heads, which its decoder checked)."""
-    cut = width - TAIL
-    if cut < 0 or count * row != len(raw):
+    ``row`` bytes of ``raw``. The tails are read through a strided view, and the parts
+    before them are copied out as one string and compared with row 0's repeated.
+
+    Each step is the cheapest numpy form measured. None copies into a strided view:
+    that releases the GIL, and a send thread that lets it go waits for it behind the
+    others."""
+    at = start + width - TAIL  # where each row's tail starts
+    if at < start or count * row != len(raw):
         return None
-    rows = bytearray(raw)
-    tails = np.ndarray((count, TAIL), np.uint8, rows, start + cut, (row, 1))
-    numbers = np.ndarray((count,), ">u8", rows, start + cut, (row,)).astype(np.uint64)
-    if not (numbers[1:] > numbers[:-1]).all():
+    numbers = np.ndarray((count,), _BIG_ENDIAN, raw, at, (row,)).astype(np.uint64)
+    if np.count_nonzero(numbers[1:] > numbers[:-1]) != count - 1:  # not rising
         return None
-    tails[1:] = tails[0]
-    if rows != rows[:row] * count:
+    fixed = raw[start:at]
+    if fixed and np.ndarray((count,), _bytes(at - start), raw, start, (row,)).tobytes() != (
+        fixed * count
+    ):
         return None
-    return Span((topic, raw[start : start + cut].decode("ascii")), numbers)
+    last = len(raw) - row + at
+    lo, hi = (
+        int.from_bytes(raw[at : at + TAIL], "big"),
+        int.from_bytes(raw[last : last + TAIL], "big"),
+    )
+    return Span((topic, fixed.decode("ascii")), numbers, lo, hi)
+
+
+_BIG_ENDIAN = np.dtype(">u8")
+_BYTES: dict[int, np.dtype] = {}
+
+
+def _bytes(width: int) -> np.dtype:
+    """numpy's dtype of ``width`` bytes (made once: parsing its name costs as much as
+    the copy it describes)."""
+    dtype = _BYTES.get(width)
+    if dtype is None:
+        dtype = _BYTES[width] = np.dtype(f"S{width}")
+    return dtype
 
 
 Bounds = dict[RunKey, tuple[int, int, int]]  # per run key: (ids, lowest number, highest)

@@ -109,26 +109,26 @@ def test_ids_of_other_shapes_have_no_number() -> None:
 def test_runs_find_what_they_hold_and_refuse_overlaps() -> None:
     runs = Runs()
     key = ("t", PREFIX)
-    first = runs.add(Span(key, np.arange(100, 200, 2, dtype=np.uint64)), np.arange(50))
-    later = runs.add(Span(key, np.arange(300, 320, dtype=np.uint64)), np.arange(1000, 1020))
+    first = runs.add(Span.of(key, np.arange(100, 200, 2, dtype=np.uint64)), np.arange(50))
+    later = runs.add(Span.of(key, np.arange(300, 320, dtype=np.uint64)), np.arange(1000, 1020))
     assert first is not None and later is not None and runs.ids == 70
-    assert runs.add(Span(key, np.array([150, 400], np.uint64)), np.arange(2)) is None
+    assert runs.add(Span.of(key, np.array([150, 400], np.uint64)), np.arange(2)) is None
     assert runs.find_one(key, 102) == 1 and runs.find_one(key, 103) is None
     assert runs.find_one(key, 319) == 1019 and runs.find_one(("u", PREFIX), 102) is None
-    found = runs.find(Span(key, np.array([98, 100, 199, 250, 301], np.uint64)))
+    found = runs.find(Span.of(key, np.array([98, 100, 199, 250, 301], np.uint64)))
     assert found is not None and found.tolist() == [-1, 0, -1, -1, 1001]
-    assert runs.find(Span(key, np.array([201, 299], np.uint64))) is None
+    assert runs.find(Span.of(key, np.array([201, 299], np.uint64))) is None
     runs.drop([first])
     assert runs.find_one(key, 102) is None and runs.ids == 20
     runs.drop([later])
-    assert runs.find(Span(key, np.array([301], np.uint64))) is None and runs.runs == 0
+    assert runs.find(Span.of(key, np.array([301], np.uint64))) is None and runs.runs == 0
 
 
 def test_runs_dropped_out_of_their_order_leave_the_others_held() -> None:
     runs = Runs()
     key = ("t", PREFIX)
     held = [
-        runs.add(Span(key, np.arange(lo, lo + 10, dtype=np.uint64)), np.arange(lo, lo + 10))
+        runs.add(Span.of(key, np.arange(lo, lo + 10, dtype=np.uint64)), np.arange(lo, lo + 10))
         for lo in (0, 100, 200, 300)
     ]
     assert all(held)
@@ -151,10 +151,10 @@ def test_runs_agree_with_a_set_over_random_spans() -> None:
         lo = rng.randrange(0, 100_000)
         numbers = sorted(rng.sample(range(lo, lo + 400), rng.randrange(1, 60)))
         offsets = np.array([rng.randrange(1 << 40) for _ in numbers], np.int64)
-        if runs.add(Span(key, np.array(numbers, np.uint64)), offsets) is not None:
+        if runs.add(Span.of(key, np.array(numbers, np.uint64)), offsets) is not None:
             truth.update(zip(numbers, offsets.tolist(), strict=True))
     probe = np.array(sorted(rng.sample(range(0, 100_400), 5000)), np.uint64)
-    found = runs.find(Span(key, probe))
+    found = runs.find(Span.of(key, probe))
     assert found is not None
     assert found.tolist() == [truth.get(n, -1) for n in probe.tolist()]
     assert all(runs.find_one(key, n) == truth.get(n) for n in probe.tolist()[:500])
