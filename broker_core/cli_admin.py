@@ -42,6 +42,14 @@ def topic() -> None:
         case_sensitive=False,
     ),
 )
+@click.option(
+    "--attribute",
+    "attributes",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="a topic attribute (repeat for more; with --update they replace the topic's), "
+    "e.g. dedup=false: sends to it are not deduplicated",
+)
 @click.option("--update", is_flag=True, help="change an existing topic's settings")
 @click.option(
     "--force",
@@ -58,6 +66,7 @@ def topic_create(
     write_queues: int | None,
     perm: str | None,
     message_type: str | None,
+    attributes: tuple[str, ...],
     update: bool,
     force: bool,
     endpoints: str,
@@ -66,7 +75,11 @@ def topic_create(
 ) -> None:
     """Create topic NAME; with --update, change the settings given of an existing one;
     with --namesrv on every broker group of the cluster (or --broker NAME only)."""
+    pairs = [a.partition("=") for a in attributes]
+    if any(not key or not sep for key, sep, _ in pairs):
+        raise click.BadParameter("give each as KEY=VALUE", param_hint="--attribute")
     settings: dict[str, Any] = {
+        "attributes": {key: value for key, _, value in pairs} if pairs else None,
         "queues": queues,
         "read_queues": read_queues,
         "write_queues": write_queues,

@@ -10,6 +10,7 @@ import pytest
 
 from broker_core.client import RocketMQClient
 from broker_core.errors import ConflictError, InvalidTopicError
+from tests.broker.test_dedup_wire import proto, send_message
 from tests.server.conftest import BrokerProcess, start_broker
 from tests.test_cli import fails, ok, rmq
 
@@ -136,3 +137,18 @@ def test_the_brokers_own_groups_cannot_be_created_or_changed(broker, name) -> No
         name,
         "cannot be created or changed",
     )
+
+
+def test_attributes_are_set_and_dedup_false_lets_repeats_through(broker) -> None:
+    """``--attribute dedup=false``: the topic's repeated ids are stored each time; a bad
+    value or form is refused with what is wrong."""
+    ok(rmq(broker, "topic", "create", "ta_loose", "--queues", "1", "--attribute", "dedup=false"))
+    ok(rmq(broker, "topic", "create", "ta_kept", "--queues", "1"))
+    for topic in ("ta_loose", "ta_kept"):
+        for _ in range(2):
+            send_message(broker.endpoint, proto(topic, "TA-1"))
+    with RocketMQClient(broker.endpoint) as client:
+        assert client.topic_status("ta_loose")[0]["max_offset"] == 2
+        assert client.topic_status("ta_kept")[0]["max_offset"] == 1
+    fails(rmq(broker, "topic", "create", "ta_bad", "--attribute", "dedup=no"), "true or false")
+    fails(rmq(broker, "topic", "create", "ta_bad", "--attribute", "dedup"), "KEY=VALUE")

@@ -171,7 +171,9 @@ class Broker:
             after_put=self._wait_replicated,
         )
         # Repeats of recent message ids are answered, not stored again (``dedup``).
-        self.sender = with_dedup(sender, config, self.store.commitlog.read_message, clock_ms)
+        self.sender = with_dedup(
+            sender, config, self.store.commitlog.read_message, clock_ms, self.topics
+        )
         self._build_calls(config, clock_ms)
         self._rebalance_listeners: list[Callable[[str], None]] = []
         self.clients.add_listener(self._on_membership_change)

@@ -20,7 +20,8 @@ round), and the broker's own re-puts — a committed half, a fired delay or time
 or send-back retry, a check-back copy — which never go through :class:`DedupSender`;
 at a rebuild they are either skipped (a committed half, a check-back copy) or keep the
 first entry of their key (a fired timer's copy comes after its hold). A deliberate
-re-send needs a new id (``rmq`` and the DLQ replay job give one).
+re-send needs a new id (``rmq`` and the DLQ replay job give one). A topic whose attribute
+``dedup`` is ``false`` is not deduplicated (``topics.TopicConfig.dedup``).
 
 The window, its crash contract, locking and memory: :mod:`.dedup_window`.
 """
@@ -33,6 +34,7 @@ import numpy as np
 
 from broker_core.broker.dedup_window import Claim, SendWindow
 from broker_core.broker.sending import Sender, SendResult
+from broker_core.broker.topics import TopicManager
 from broker_core.config import BrokerConfig
 from broker_core.message import PROPERTY_UNIQ_KEY, Message, StoredMessage
 from broker_core.protocol import unit as layout
@@ -164,12 +166,16 @@ def with_dedup(
     config: BrokerConfig,
     read_unit: Callable[[int], StoredMessage],
     clock_ms: Callable[[], int],
+    topics: TopicManager,
 ) -> DedupSender:
-    """``sender`` behind a :class:`SendWindow` of the config's bounds (0: off)."""
+    """``sender`` behind a :class:`SendWindow` of the config's bounds (0: off), which
+    reads each topic's own switch from ``topics`` (``TopicConfig.dedup``)."""
     window = SendWindow(
         window_ms=config.dedup_window_ms,
         max_ids=config.dedup_max_ids,
         read_unit=read_unit,
         clock_ms=clock_ms,
+        topic_dedup=topics.dedup,
     )
+    topics.add_listener(window.topics_changed)
     return DedupSender(sender, window)

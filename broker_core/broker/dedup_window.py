@@ -118,12 +118,15 @@ class SendWindow:
         max_ids: int,
         read_unit: Callable[[int], StoredMessage],
         clock_ms: Callable[[], int],
+        topic_dedup: Callable[[str], bool] = lambda topic: True,
     ) -> None:
+        self._topic_dedup = topic_dedup  # a topic's own switch (attribute ``dedup``)
+        self._counted: dict[str, bool] = {}  # whether each topic seen is deduplicated
         self._held = HeldIds(window_ms=window_ms, max_ids=max_ids)
+        self.enabled = window_ms > 0 and max_ids > 0  # read on every send: an attribute
         self._read_unit = read_unit
         self._clock_ms = clock_ms
         self._inflight: dict[int, Claim] = {}  # by token: few, small
-        self._topics: dict[str, bool] = {}  # whether each topic seen is deduplicated
         self._tokens = 0
         self._lock = threading.Condition()
         self._waiters = 0
@@ -140,14 +143,24 @@ class SendWindow:
     def window_ms(self, window_ms: int) -> None:
         """A new length (``Broker.resize_dedup_window``: a rebuild follows)."""
         self._held.window_ms = window_ms
+        self.enabled = window_ms > 0 and self.max_ids > 0
 
     @property
     def max_ids(self) -> int:
         return self._held.max_ids
 
-    @property
-    def enabled(self) -> bool:
-        return self.window_ms > 0 and self.max_ids > 0
+    def counts(self, topic: str) -> bool:
+        """Whether sends to ``topic`` are deduplicated: not a retry, DLQ or system topic,
+        and not switched off by its attribute (kept per topic until the topics change)."""
+        table = self._counted  # a change meanwhile drops this table, and what it learnt
+        counted = table.get(topic)
+        if counted is None:
+            counted = table[topic] = deduplicated(topic) and self._topic_dedup(topic)
+        return counted
+
+    def topics_changed(self) -> None:
+        """A topic was created, changed or deleted: its attribute is read again."""
+        self._counted = {}
 
     def keys(self, topics: Sequence[str], ids: Sequence[str | None]) -> list[int | None]:
         """Each row's dict key: None where the topic is not deduplicated or there is no id."""
@@ -155,7 +168,7 @@ class SendWindow:
         keys: list[int | None] = []
         for topic, uniq in zip(topics, ids, strict=True):
             if topic not in salts:
-                salts[topic] = hash(topic) if deduplicated(topic) else None
+                salts[topic] = hash(topic) if self.counts(topic) else None
             salt = salts[topic]
             keys.append(None if salt is None or not uniq else hash(uniq) ^ salt)
         return keys
@@ -179,10 +192,7 @@ class SendWindow:
         id (a column batch's; ``id_text``: its ids as a bulk frame's properties, one
         string): a run claim when they are one span. None when the topic is not
         deduplicated."""
-        counted = self._topics.get(topic)
-        if counted is None:
-            counted = self._topics[topic] = deduplicated(topic)
-        if not counted:
+        if not self.counts(topic):
             return None
         started = time.thread_time()
         if id_text is not None:
@@ -344,7 +354,7 @@ class SendWindow:
         stored = None if claim.fresh else np.array([r is None for r in claim.rows])
         numbers = span.numbers if stored is None else span.numbers[stored]
         for at in range(0, len(numbers), step):
-            part = Span(span.key, numbers[at : at + step])
+            part = Span.of(span.key, numbers[at : at + step])
             if self._held.hold_run(part, offsets[at : at + step], now):
                 continue
             keys = self._span_keys(claim)  # overlapping a run: held in the dict
@@ -398,6 +408,7 @@ class SendWindow:
         """Refill the window from the units stored within it (at start and promotion);
         returns how many sends it now holds."""
         now = self._clock_ms()
+        self.topics_changed()  # a promoted slave's table came from its master
         with self._lock:
             self._held.clear()
             if not self.enabled:
@@ -405,11 +416,14 @@ class SendWindow:
             since = now - self.window_ms
             start = window_start(commitlog, since)
             gathered = Gathered()
+            counted: dict[str, bool] = {}  # each topic's own switch, read once
             for buf, pos, phys in readable_units(commitlog, start, commitlog.max_offset):
                 found = unit_send(buf, pos, since)
                 if found is None:
                     continue
                 topic, uniq, store_ms = found
+                if not counted.setdefault(topic, self._topic_dedup(topic)):
+                    continue
                 form = id_number(topic, uniq)
                 if not gathered.extends(form, _REBUILD_RUN) or self._jumps_locked(gathered, form):
                     self._hold_gathered_locked(gathered)
@@ -444,7 +458,9 @@ class SendWindow:
             return
         key, numbers, offsets = gathered.key, gathered.numbers, gathered.offsets
         as_run = len(numbers) >= MIN_ROWS and self._held.hold_run(
-            Span(key, np.array(numbers, np.uint64)), np.array(offsets, np.int64), gathered.store_ms
+            Span.of(key, np.array(numbers, np.uint64)),
+            np.array(offsets, np.int64),
+            gathered.store_ms,
         )
         if not as_run:
             keys = [_key(key[0], uniq) for uniq in gathered.ids]

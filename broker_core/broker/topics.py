@@ -5,7 +5,9 @@ and consumers may read (``read_queue_nums``), what the topic permits (:class:`Pe
 which RocketMQ 5 message type it accepts. The two counts may differ: shrinking the write
 count first lets consumers drain the old queues before the read count follows, so nothing
 is lost. (A read count below the write count leaves the upper queues unread until it grows
-again; the messages stay in the store.)
+again; the messages stay in the store.) Attributes are free-form strings, as RocketMQ's;
+one is read here: ``dedup`` (``true``, the default, or ``false``: sends to the topic are
+not deduplicated, ``broker/dedup.py``).
 
 Durability: :class:`TopicManager` keeps every config in memory and rewrites
 ``config/topics.json`` with :func:`write_json_atomic` on every change; memory is only
@@ -80,6 +82,9 @@ def _check_queue_nums(name: str, value: object) -> int:
     return value
 
 
+DEDUP_ATTRIBUTE: Final = "dedup"  # "false": the topic's sends are not deduplicated
+
+
 @dataclass(frozen=True)
 class TopicConfig:
     """One topic's settings; validated on construction (name, counts, perm, type)."""
@@ -112,7 +117,18 @@ class TopicConfig:
             isinstance(k, str) and isinstance(v, str) for k, v in self.attributes.items()
         ):
             raise ConfigError(f"topic {self.name}: attributes must map str to str")
+        dedup = self.attributes.get(DEDUP_ATTRIBUTE, "true")
+        if dedup not in ("true", "false"):
+            raise ConfigError(
+                f"topic {self.name}: attribute {DEDUP_ATTRIBUTE} must be true or false, "
+                f"got {dedup!r}"
+            )
         object.__setattr__(self, "attributes", dict(self.attributes))
+
+    @property
+    def dedup(self) -> bool:
+        """Whether sends to the topic are deduplicated (attribute ``dedup``, default true)."""
+        return self.attributes.get(DEDUP_ATTRIBUTE) != "false"
 
     def accepts(self, message_type: str) -> bool:
         """True if a message of ``message_type`` may be sent here (MIXED takes anything but
@@ -248,6 +264,12 @@ class TopicManager:
         """The config of ``name``, or None."""
         with self._lock:
             return self._topics.get(name)
+
+    def dedup(self, name: str) -> bool:
+        """Whether sends to ``name`` may be deduplicated (:attr:`TopicConfig.dedup`; a
+        topic not created yet: yes)."""
+        config = self.get(name)
+        return config is None or config.dedup
 
     def require(self, name: str) -> TopicConfig:
         """The config of ``name``; TopicNotFoundError if there is none."""

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from broker_core.broker.broker import Broker
-from broker_core.errors import BusyError
+from broker_core.broker.topics import TopicConfig
+from broker_core.errors import BusyError, ConfigError
 from broker_core.message import Message
 from broker_core.store.columns import encode_messages
 from tests.broker.dedup_brokers import Make, brokers, stored
@@ -144,6 +145,28 @@ def test_retry_topics_are_not_deduplicated(make: Make) -> None:
     for _ in range(2):
         b.sending.send([Message("%RETRY%g", b"r", queue_id=0, properties={"UNIQ_KEY": "R-1"})])
     assert stored(b, "%RETRY%g") == ["R-1", "R-1"]
+
+
+def test_a_topic_switched_off_by_its_attribute_stores_every_repeat(make: Make) -> None:
+    """Attribute ``dedup=false``: that topic's sends are neither checked nor held (also
+    not by the rebuild); other topics' still are; switched on again, it is checked."""
+    b = make()
+    b.topics.create_or_update(TopicConfig("loose", 2, 2, attributes={"dedup": "false"}))
+    for _ in range(2):
+        b.sending.send([msg("loose", "L-1"), msg("t", "K-1")])
+        columns(b, "loose", [f"L-{i:08d}" for i in range(20)])
+    assert stored(b, "loose") == sorted(["L-1", *(f"L-{i:08d}" for i in range(20))] * 2)
+    assert stored(b, "t") == ["K-1"]
+    assert b.sender.window.size() == 1
+    b = make()  # the rebuild skips the topic too
+    assert b.sender.window.size() == 1
+    b.sending.send([msg("loose", "L-2")])
+    b.topics.create_or_update(TopicConfig("loose", 2, 2, attributes={"dedup": "true"}))
+    b.sending.send([msg("loose", "L-3")])
+    b.sending.send([msg("loose", "L-3")])
+    assert stored(b, "loose").count("L-3") == 1
+    with pytest.raises(ConfigError, match="dedup must be true or false, got 'no'"):
+        TopicConfig("loose", attributes={"dedup": "no"})
 
 
 def test_the_window_survives_a_restart(make: Make) -> None:
