@@ -3,19 +3,17 @@
 Three figures, A/B in one run:
 
 * **end to end**, ``bench produce``'s workload (our client's bulk sends of 256 messages
-  of 128 B, ``IN_FLIGHT`` requests in flight) against one broker process, first sent
-  ``--prefill`` messages, whose ``dedup_window_ms`` is set live (``UpdateBrokerConfig``)
-  before each round: off (0) or on (:data:`LIVE_WINDOW_MS`; switching it on rebuilds the
-  window from the log, so it is full and every settle also evicts). The sides alternate
-  (and which goes first) so drift of the shared machine hits both alike; one process,
-  because on two cores two broker processes differ from each other by more than the
-  effect measured (an A/A run of the former two-process form read ±14 %). Printed: the
-  median msg/s of each side and of the paired on/off ratios, and the broker process's
-  CPU per message (``/proc``) on each side and what dedup adds, of the broker's CPU
-  (median, mean ± standard error) and of broker + client;
-* **in process**, ``Sending.send_columns`` of 256-message column batches on two brokers
-  over temporary stores (no gRPC), alternating: the sending thread's CPU per message with
-  and without the window (best of the rounds: the least disturbed), and the window's own
+  of 128 B, ``IN_FLIGHT`` requests in flight) against one broker process with dedup on,
+  to three topics in turn, rounds of ~0.1 s back to back (:func:`end_to_end`): one topic
+  deduplicated (its window full first: ``--prefill`` messages), two switched off by
+  their attribute ``dedup=false``. Printed, cycle by cycle against the first topic
+  without dedup: what dedup adds to the broker's CPU per message and costs in msg/s
+  (median, mean ± standard error), the same of the second topic without dedup (an A/A
+  control: what the method reads where nothing differs), and the window's own CPU
+  (``/metrics``) as a share of the broker's;
+* **in process**, the broker's work on our client's SendBulk frames of 256 messages in
+  one broker over a temporary store (no gRPC), to a deduplicated topic and one without
+  in turn: the sending thread's CPU per message with and without dedup; and the window's own
   work alone (claim and settle of batches as SendBulk frames bring them: :func:`hook_us`)
   in each of its two lanes: the run lane (our client's batches: rising ids) and the
   dict lane (the same ids shuffled);
@@ -33,6 +31,7 @@ import statistics
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,31 +42,34 @@ from bench.produce import BATCH, BODY_BYTES, IN_FLIGHT
 from bench.trace_cost import metrics_url
 from broker_core.broker.broker import Broker
 from broker_core.broker.dedup_window import SendWindow
+from broker_core.broker.topics import TopicConfig
 from broker_core.client import RocketMQClient
-from broker_core.client.bulk import IdBlock
+from broker_core.client.bulk import IdBlock, encode_bulk
 from broker_core.client.message_ids import ID_BLOCKS
 from broker_core.config import BrokerConfig, StoreConfig
-from broker_core.message import Message, StoredMessage
+from broker_core.message import StoredMessage
+from broker_core.protocol.bulk_send import decode_request
+from broker_core.server.convert_bulk import Limits, to_column_batch
 from broker_core.server.launcher import launch_broker
-from broker_core.store.columns import encode_messages
 
 BODY = bytes(range(BODY_BYTES))
-ON = {"dedup_window_ms": 120_000}
+ON = {"dedup_window_ms": 120_000}  # the default
 OFF = {"dedup_window_ms": 0}
-# The end-to-end on side's window: at bench produce's rate its count bound (the default
-# 1,000,000 ids) is reached first, as with the default 120 s, while switching it on
-# rebuilds only 10 s of log (the default's would rescan two minutes of sends each round).
-LIVE_WINDOW_MS = 10_000
+# The sides: one topic deduplicated, two with attribute dedup=false (their pair is the A/A
+# control: what the method reads where there is no difference).
+SIDES = {"on": "bench-dedup", "off": "bench-nodedup", "off2": "bench-nodedup-2"}
+ROUND_BATCHES = 50  # a round: 50 bulk sends of 256 (12,800 messages, ~0.1 s)
 
 
-def _round(client: RocketMQClient, pid: int, batches: int) -> proc_cpu.Round:
+def _round(client: RocketMQClient, pid: int, topic: str, batches: int) -> tuple[float, float]:
+    """(broker CPU seconds per message, msg/s) of ``batches`` bulk sends to ``topic``."""
     batch = [BODY] * BATCH
-    with proc_cpu.Round(pid) as r:
-        for _ in range(batches):
-            client.send_batch_async("bench-dedup", batch)
-        client.flush()
-        r.done(batches * BATCH)
-    return r
+    cpu, start = proc_cpu.task_cpu_s(pid), time.perf_counter()
+    for _ in range(batches):
+        client.send_batch_async(topic, batch)
+    client.flush()
+    count = batches * BATCH
+    return (proc_cpu.task_cpu_s(pid) - cpu) / count, count / (time.perf_counter() - start)
 
 
 def _window(url: str) -> tuple[int, float]:
@@ -82,114 +84,132 @@ def _window(url: str) -> tuple[int, float]:
     return int(found["rocketmq_dedup_ids"]), found["rocketmq_dedup_cpu_seconds_total"]
 
 
-def end_to_end(
-    batches: int, rounds: int, prefill: int
-) -> tuple[dict[str, list[proc_cpu.Round]], list[int], list[float]]:
-    """Each side's rounds of bulk sends (rate, broker and client CPU per message) against
-    one broker whose ``dedup_window_ms`` is set live before each round (on: rebuilt from
-    the log, so full), after ``prefill`` messages (not timed); the ids the window held
-    after each on round (so a side that held nothing cannot pass as cheap); and the
-    window's own CPU per message in each on round (``/metrics``)."""
+@dataclass
+class EndToEnd:
+    """Each side's rounds, (broker CPU s/msg, msg/s) each, in cycles of one round of each
+    side; the window's own CPU per message of the on side, and the ids it held at the end."""
+
+    rounds: dict[str, list[tuple[float, float]]]
+    own: float
+    held: int
+
+
+def end_to_end(seconds: float, prefill: int) -> EndToEnd:
+    """``bench produce``'s bulk sends against one broker with dedup on (its defaults: a
+    120 s window of at most 1,000,000 ids), to three topics in turn, a round each, for
+    ``seconds``: one deduplicated, two not (attribute ``dedup=false``). First
+    ``prefill`` messages to the deduplicated one, so its window is full and every
+    settle also evicts.
+
+    Why so: drift of a shared host's speed over seconds is larger than the effect. Two
+    broker processes read −14 % on an A/A probe; one broker switched live between rounds
+    of seconds read from +7 % to +15 % across runs of the same code. Rounds of ~0.1 s
+    back to back, the sides in one process at one time, pair up closely. CPU is summed
+    over the broker's threads from ``/proc/<pid>/task/*/schedstat`` (nanoseconds; the
+    tick-counted ``stat`` is too coarse for rounds this short)."""
     root = Path(tempfile.mkdtemp(prefix="bench-dedup-"))
     proc = launch_broker(
         root / "broker",
         config={
-            "broker": {"default_queue_nums": 8, **OFF},
+            "broker": {"default_queue_nums": 8, **ON},
             "store": {"segment_size_bytes": 256 << 20},
         },
         extra_args=["--metrics-listen", "127.0.0.1:0"],
     )
-    runs: dict[str, list[proc_cpu.Round]] = {"off": [], "on": []}
-    held: list[int] = []
-    own: list[float] = []
+    rounds: dict[str, list[tuple[float, float]]] = {side: [] for side in SIDES}
     try:
         url = metrics_url(proc)
+        pid = proc.process.pid
         client = RocketMQClient(proc.endpoint, max_in_flight=IN_FLIGHT, timeout_s=120)
-        client.create_topic("bench-dedup", queues=8)
-        _round(client, proc.process.pid, max(1, batches // 10))  # warm-up
-        for _ in range(0, prefill, BATCH * IN_FLIGHT * 8):
-            for _ in range(IN_FLIGHT * 8):
-                client.send_batch_async("bench-dedup", [BODY] * BATCH)
-            client.flush()
-        for number in range(rounds):
-            for name in ["off", "on"] if number % 2 else ["on", "off"]:
-                client.update_broker_config("dedup_window_ms", LIVE_WINDOW_MS * (name == "on"))
-                _, cpu_before = _window(url)
-                runs[name].append(_round(client, proc.process.pid, batches))
-                if name == "on":
-                    ids, cpu_after = _window(url)
-                    held.append(ids)
-                    own.append((cpu_after - cpu_before) / (batches * BATCH))
+        for side, topic in SIDES.items():
+            off = None if side == "on" else {"dedup": "false"}
+            client.create_topic(topic, queues=8, attributes=off)
+            _round(client, pid, topic, ROUND_BATCHES * 4)  # warm-up
+        for _ in range(0, prefill, BATCH * ROUND_BATCHES):
+            _round(client, pid, SIDES["on"], ROUND_BATCHES)
+        _, own_before = _window(url)
+        order = list(SIDES)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for side in order:
+                rounds[side].append(_round(client, pid, SIDES[side], ROUND_BATCHES))
+            order = order[1:] + order[:1]  # which side goes first rotates
+        held, own_after = _window(url)
         client.close()
     finally:
         proc.stop()
         shutil.rmtree(root, ignore_errors=True)
-    return runs, held, own
+    own = (own_after - own_before) / (len(rounds["on"]) * ROUND_BATCHES * BATCH)
+    return EndToEnd(rounds, own, held)
 
 
-def report(runs: dict[str, list[proc_cpu.Round]], held: list[int], own: list[float]) -> str:
-    """Medians: msg/s of each side and the paired on/off cost; the broker's CPU per
-    message of each side and what dedup adds (median, and mean ± its standard error), of
-    the broker's and of broker + client; the window's own CPU per message (the direct
-    figure, which the rounds' spread does not blur) as a share of off's broker CPU; the
-    ids the window held."""
-    off, on = runs["off"], runs["on"]
-    pairs = list(zip(off, on, strict=True))
-    paired = statistics.median(1 - n.rate / o.rate for o, n in pairs)
-    added = [n.broker_cpu - o.broker_cpu for o, n in pairs]
-    shares = [a / o.broker_cpu for a, (o, _) in zip(added, pairs, strict=True)]
-    error = statistics.stdev(shares) / math.sqrt(len(shares)) if len(shares) > 1 else math.nan
-    of_all = statistics.median(
-        a / (o.broker_cpu + o.client_cpu) for a, (o, _) in zip(added, pairs, strict=True)
-    )
+def _paired(rounds: dict[str, list[tuple[float, float]]], side: str) -> str:
+    """``side`` against off, cycle by cycle: added CPU and msg/s cost, median and mean ±
+    standard error."""
+    pairs = list(zip(rounds["off"], rounds[side], strict=True))
+    cpu = [n[0] / o[0] - 1 for o, n in pairs]
+    rate = [1 - n[1] / o[1] for o, n in pairs]
+
+    def figure(values: list[float]) -> str:
+        error = statistics.stdev(values) / math.sqrt(len(values))
+        return (
+            f"{100 * statistics.median(values):+.2f} % (mean {100 * statistics.fmean(values):+.2f}"
+            f" ± {100 * error:.2f})"
+        )
+
+    return f"broker CPU {figure(cpu)}, msg/s {figure(rate)}"
+
+
+def report(result: EndToEnd) -> str:
+    """The on side's cost against off, the A/A control's, the window's own CPU."""
+    rounds = result.rounds
+    off_cpu = statistics.median(r[0] for r in rounds["off"])
     return (
-        f"bench produce workload, one broker, dedup switched live: off "
-        f"{statistics.median(r.rate for r in off):,.0f} msg/s, on "
-        f"{statistics.median(r.rate for r in on):,.0f} msg/s, paired cost {100 * paired:+.2f} %;"
-        f" broker CPU off {statistics.median(r.broker_cpu for r in off) * 1e6:.2f} us/msg, on "
-        f"{statistics.median(r.broker_cpu for r in on) * 1e6:.2f}: dedup adds "
-        f"{statistics.median(added) * 1e6:+.2f} us/msg, {100 * statistics.median(shares):+.1f} %"
-        f" of the broker's CPU (mean {100 * statistics.fmean(shares):+.1f} ± {100 * error:.1f}),"
-        f" {100 * of_all:+.1f} % of broker + client; the window's own CPU "
-        f"{statistics.median(own) * 1e6:.3f} us/msg = "
-        f"{100 * statistics.median(own) / statistics.median(o.broker_cpu for o in off):.1f} % "
-        f"of off's; the window held {min(held):,}-{max(held):,} ids after the on rounds"
+        f"bench produce workload, one broker, {len(rounds['on'])} cycles of "
+        f"{ROUND_BATCHES * BATCH:,} messages to each side: off {off_cpu * 1e6:.2f} us/msg, "
+        f"{statistics.median(r[1] for r in rounds['off']):,.0f} msg/s; "
+        f"dedup adds {_paired(rounds, 'on')}; A/A control (the other topic without dedup): "
+        f"{_paired(rounds, 'off2')}; the window's own CPU {result.own * 1e6:.3f} us/msg = "
+        f"{100 * result.own / off_cpu:.1f} % of off's; it held {result.held:,} ids at the end"
     )
 
 
 def in_process(batches: int, rounds: int) -> tuple[float, float]:
-    """(best µs per message without the window, with it) of ``Sending.send_columns``."""
+    """(µs per message without dedup, with it) of the broker's work on our client's
+    SendBulk frames of 256 messages (``to_column_batch`` and ``Sending.send_batch``, as
+    the gRPC handler does them) in one broker over a temporary store, dedup on: the
+    frames go to a deduplicated topic and to one with ``dedup=false`` in turn, each timed
+    by the sending thread's CPU clock (not the flush thread's), summed per side."""
     root = Path(tempfile.mkdtemp(prefix="bench-dedup-inproc-"))
-    brokers = {}
-    for name, extra in (("off", OFF), ("on", ON)):
-        store = StoreConfig(store_dir=str(root / name), segment_size_bytes=256 << 20)
-        config = BrokerConfig(default_queue_nums=8, dedup_window_ms=extra["dedup_window_ms"])
-        brokers[name] = Broker(config, store)
-        brokers[name].start()
-    best = {"off": float("inf"), "on": float("inf")}
+    store = StoreConfig(store_dir=str(root), segment_size_bytes=256 << 20)
+    broker = Broker(
+        BrokerConfig(default_queue_nums=8, dedup_window_ms=ON["dedup_window_ms"]), store
+    )
+    broker.start()
+    limits = Limits(store.max_body_bytes, store.max_properties_bytes)
+    topics = {"on": "bench", "off": "bench-nodedup"}
+    broker.topics.create_or_update(TopicConfig(topics["off"], 8, 8, attributes={"dedup": "false"}))
+    spent = {"on": 0.0, "off": 0.0}
     try:
-        for _ in range(rounds):
-            for name, broker in brokers.items():
-                made = []
-                for _ in range(batches):
-                    ids = [{"UNIQ_KEY": uniq} for uniq in client_ids(BATCH)]
-                    made.append(
-                        encode_messages(
-                            [Message("bench", BODY, -1, p) for p in ids],
-                            max_body_bytes=1024,
-                            max_properties_bytes=1024,
-                        )
-                    )
-                start = time.thread_time()  # this thread's CPU: not the flush thread's
-                for batch in made:
-                    broker.sending.send_columns(batch)
-                spent = (time.thread_time() - start) / (batches * BATCH) * 1e6
-                best[name] = min(best[name], spent)
+        for number in range(rounds):
+            made = [
+                (side, encode_bulk(topics[side], [BODY] * BATCH)[0])
+                for _ in range(batches)
+                for side in ("on", "off")
+            ]
+            for side, frame in made:
+                start = time.thread_time()
+                request = decode_request(frame)
+                now = int(time.time() * 1000)
+                batch = to_column_batch(request, limits=limits, peer=("127.0.0.1", 1), now_ms=now)
+                broker.sending.send_batch(batch)
+                if number:  # the first round warms up
+                    spent[side] += time.thread_time() - start
     finally:
-        for broker in brokers.values():
-            broker.stop()
+        broker.stop()
         shutil.rmtree(root, ignore_errors=True)
-    return best["off"], best["on"]
+    count = (rounds - 1) * batches * BATCH
+    return spent["off"] / count * 1e6, spent["on"] / count * 1e6
 
 
 def _no_unit(offset: int) -> StoredMessage:
@@ -248,14 +268,15 @@ def memory_per_id(ids: int, *, shuffled: bool = False) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=180, help="how long the sides take turns")
+    parser.add_argument("--rounds", type=int, default=5, help="in-process rounds")
     parser.add_argument("--batches", type=int, default=1000)
     parser.add_argument("--ids", type=int, default=1_000_000)
     parser.add_argument(
         "--prefill", type=int, default=1_100_000, help="messages sent before the rounds"
     )
     args = parser.parse_args()
-    print(report(*end_to_end(args.batches, args.rounds, args.prefill)), flush=True)
+    print(report(end_to_end(args.seconds, args.prefill)), flush=True)
     cpu_off, cpu_on = in_process(max(1, args.batches // 4), args.rounds)
     print(
         f"send_columns in process: {cpu_off:.3f} us/msg off, {cpu_on:.3f} us/msg on "
