@@ -24,6 +24,7 @@ Three figures, A/B in one run:
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import random
 import shutil
@@ -128,12 +129,14 @@ def end_to_end(seconds: float, prefill: int) -> EndToEnd:
         for _ in range(0, prefill, BATCH * ROUND_BATCHES):
             _round(client, pid, SIDES["on"], ROUND_BATCHES)
         _, own_before = _window(url)
-        order = list(SIDES)
+        # Every order of the sides in turn: each side follows each other one as often
+        # (a round can leave work or cold caches to the next; rotating only would let
+        # one side follow the deduplicated one twice as often as the other)
+        orders = itertools.cycle(itertools.permutations(SIDES))
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            for side in order:
+            for side in next(orders):
                 rounds[side].append(_round(client, pid, SIDES[side], ROUND_BATCHES))
-            order = order[1:] + order[:1]  # which side goes first rotates
         held, own_after = _window(url)
         client.close()
     finally:

@@ -49,6 +49,7 @@ class HeldIds:
     def __init__(self, *, window_ms: int, max_ids: int) -> None:
         self.window_ms = window_ms
         self.max_ids = max_ids
+        self.step = max(1, max_ids // GENERATIONS)  # the most ids one generation holds
         self.ids: dict[int, int] = {}  # the dict: key -> commitlog offset
         self.dict_spans: dict[RunKey, list[int]] = {}  # [how many, lowest, highest]
         self.runs = Runs()
@@ -62,10 +63,6 @@ class HeldIds:
         self.runs.clear()
         self._generations.clear()
         self._current, self._sealed = _Generation(), 0
-
-    def step(self) -> int:
-        """The most ids one generation holds."""
-        return max(1, self.max_ids // GENERATIONS)
 
     def dict_may_hold(self, span: Span) -> bool:
         """Whether the dict may hold one of ``span``'s numbers."""
@@ -91,7 +88,7 @@ class HeldIds:
             else:
                 span[0], span[1], span[2] = span[0] + count, min(span[1], lo), max(span[2], hi)
         counts = [(runkey, count) for runkey, (count, _, _) in bounds.items()]
-        step = self.step()
+        step = self.step
         for at in range(0, len(keys), step):
             last = at + step >= len(keys)  # the counts go last: forgotten after their ids
             part = keys if len(keys) <= step else keys[at : at + step]
@@ -110,7 +107,7 @@ class HeldIds:
         then forget the generations beyond the bounds."""
         gen = self._current
         if gen.size and (
-            gen.size >= self.step() or now_ms - gen.first_ms >= self.window_ms // GENERATIONS
+            gen.size >= self.step or now_ms - gen.first_ms >= self.window_ms // GENERATIONS
         ):
             self._generations.append(gen)
             self._sealed += gen.size
