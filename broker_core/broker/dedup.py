@@ -55,8 +55,10 @@ class DedupSender:
         window = self.window
         if not window.enabled or not messages:
             return self.sender.send(messages, producer_group=producer_group)
-        ids = [m.properties.get(PROPERTY_UNIQ_KEY) for m in messages]
         topics = [m.topic for m in messages]
+        if not any(map(window.counts, set(topics))):  # e.g. a topic with dedup=false
+            return self.sender.send(messages, producer_group=producer_group)
+        ids = [m.properties.get(PROPERTY_UNIQ_KEY) for m in messages]
         claim = window.claim(topics, ids)
         try:
             answers = self._originals(claim, topics, ids)

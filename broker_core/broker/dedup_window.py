@@ -136,9 +136,8 @@ class SendWindow:
         self._settled = threading.Condition(self._lock)  # a claim left the in-flight table
         self._waiters = 0
         self.repeats = 0  # sends answered from the window since start
-        # CPU seconds of the window's own work on the send path (claims and settles, each
-        # timed by its thread's CPU clock, one send in CPU_SAMPLE, counted that many times):
-        # ``rocketmq_dedup_cpu_seconds_total``
+        # CPU seconds of the window's own work on the send path (claims and settles; one
+        # send in CPU_SAMPLE timed, counted that many times): rocketmq_dedup_cpu_seconds
         self.cpu_s = 0.0
         self._sends = itertools.count()
 
@@ -183,8 +182,7 @@ class SendWindow:
     # ---- the send path ------------------------------------------------------------------
 
     def _cpu_start(self) -> float:
-        """The thread's CPU clock now for one send in :data:`CPU_SAMPLE`, whose claim and
-        settle are timed; -1 for the others."""
+        """The thread's CPU clock for one send in :data:`CPU_SAMPLE`; -1 for the others."""
         return time.thread_time() if next(self._sends) % CPU_SAMPLE == 0 else -1.0
 
     def claim(self, topics: Sequence[str], ids: Sequence[str | None]) -> Claim:

@@ -21,7 +21,8 @@ rocketmq_dedup_ids                 gauge                   message ids in the de
 rocketmq_dedup_memory_bytes        gauge    (bytes)        its estimated memory
 rocketmq_dedup_repeats_total       counter                 sends answered from the window
 rocketmq_dedup_cpu_seconds_total   counter                 CPU of the window's own work on
-                                                           the send path (claims, settles)
+                                                           the send path (claims, settles;
+                                                           one send in 8 timed, ×8)
 rocketmq_trace_records_total       counter                 the broker's own trace records
                                                            written (``trace_broker``)
 rocketmq_trace_dropped_total       counter                 trace hook calls dropped (the
@@ -219,7 +220,8 @@ class BrokerCollector(Collector):
         repeats.add_metric(self.node, window.repeats)
         cpu = CounterMetricFamily(
             "rocketmq_dedup_cpu_seconds",
-            "CPU seconds of the dedup window's own work on the send path (claims and settles)",
+            "CPU seconds of the dedup window's own work on the send path (claims and settles;"
+            " one send in 8 timed, counted 8 times)",
             labels=NODE,
         )
         cpu.add_metric(self.node, window.cpu_s)

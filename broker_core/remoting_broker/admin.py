@@ -1,7 +1,8 @@
 """Administration requests of 4.x tools (``mqadmin``) and clients.
 
 =================================  =========================================================
-UPDATE_AND_CREATE_TOPIC (17)       topic, readQueueNums, writeQueueNums, perm, order ->
+UPDATE_AND_CREATE_TOPIC (17)       topic, readQueueNums, writeQueueNums, perm, order,
+                                   attributes (``+k=v,-k``: changes the topic's) ->
                                    ``Broker.update_topic`` (re-registers with NameServers)
 GET_ALL_TOPIC_CONFIG (21)          body ``{"topicConfigTable": {name: {...}}, "dataVersion"}``
 GET_BROKER_RUNTIME_INFO (28)       body ``{"table": {key: value}}`` (a KVTable; ``runtime``
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 
 from broker_core.broker.topics import TopicConfig
+from broker_core.errors import InvalidArgumentError
 from broker_core.remoting.channel import Channel
 from broker_core.remoting.codes import ResponseCode
 from broker_core.remoting.command import RemotingCommand
@@ -32,15 +35,34 @@ def handle_create_topic(
     name = field_str(fields, "topic")
     write = field_int(fields, "writeQueueNums", 8)
     kind = "FIFO" if field_bool(fields, "order") else "MIXED"
+    old = ctx.broker.topics.get(name)
     config = TopicConfig(
         name,
         field_int(fields, "readQueueNums", write),
         write,
         field_int(fields, "perm", 6),
         message_type=kind,
+        attributes=with_attributes(old.attributes if old else {}, fields.get("attributes", "")),
     )
     ctx.broker.update_topic(config)
     return req.response(ResponseCode.SUCCESS)
+
+
+def with_attributes(old: Mapping[str, str], change: str) -> dict[str, str]:
+    """``old`` changed as an ``attributes`` field says (RocketMQ's form, as ``mqadmin
+    updateTopic -a`` sends it: ``+key=value`` sets, ``-key`` removes, comma separated)."""
+    attributes = dict(old)
+    for item in filter(None, change.split(",")):
+        key, sep, value = item[1:].partition("=")
+        if item[0] == "+" and key and sep:
+            attributes[key] = value
+        elif item[0] == "-" and key and not sep:
+            attributes.pop(key, None)
+        else:
+            raise InvalidArgumentError(
+                f"attributes: {item!r} is neither +key=value nor -key (comma separated)"
+            )
+    return attributes
 
 
 def handle_all_topics(
@@ -55,6 +77,7 @@ def handle_all_topics(
             "order": t.message_type == "FIFO",
             "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": 0,
+            "attributes": dict(t.attributes),
         }
         for t in ctx.broker.topics.list()
     }

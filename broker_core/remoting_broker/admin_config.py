@@ -53,7 +53,7 @@ def handle_topic_config(
         "order": topic.message_type == "FIFO",
         "topicFilterType": "SINGLE_TAG",
         "topicSysFlag": 0,
-        "attributes": {},
+        "attributes": dict(topic.attributes),
     }
     return req.response(body=json.dumps(body).encode())
 

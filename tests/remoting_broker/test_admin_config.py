@@ -37,6 +37,30 @@ def test_topic_config_of_one_topic(front: RemotingFrontEnd, clients):
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "nope" in missing.remark
 
 
+def test_topic_attributes_are_changed_as_mqadmin_sends_them(front: RemotingFrontEnd, clients):
+    """``attributes`` (``mqadmin updateTopic -a``): ``+k=v`` sets, ``-k`` removes, what is
+    not named is kept by an update; a malformed item is refused and changes nothing."""
+    c = connect(front, clients)
+
+    def update(attributes: str) -> int:
+        fields = {"topic": "ta", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
+        return call(c, RC.UPDATE_AND_CREATE_TOPIC, {**fields, "attributes": attributes}).code
+
+    def attributes() -> dict[str, str]:
+        return json.loads(call(c, RC.GET_TOPIC_CONFIG, {"topic": "ta"}).body)["attributes"]
+
+    assert update("+dedup=false,+owner=billing") == ResponseCode.SUCCESS
+    assert attributes() == {"dedup": "false", "owner": "billing"}
+    assert front.ctx.broker.topics.dedup("ta") is False
+    assert update("-dedup") == ResponseCode.SUCCESS
+    assert attributes() == {"owner": "billing"} and front.ctx.broker.topics.dedup("ta")
+    assert update("dedup=false") != ResponseCode.SUCCESS
+    assert update("+dedup=maybe") != ResponseCode.SUCCESS
+    assert attributes() == {"owner": "billing"}
+    table = json.loads(call(c, RC.GET_ALL_TOPIC_CONFIG, {}).body)["topicConfigTable"]
+    assert table["ta"]["attributes"] == {"owner": "billing"}
+
+
 def test_update_sub_group_configures_the_group(front: RemotingFrontEnd, clients):
     c = connect(front, clients)
     config = {
