@@ -18,7 +18,7 @@ def cpu_s(pid: int) -> float:
 
 
 def task_cpu_s(pid: int) -> float:
-    """CPU seconds of process ``pid``'s live threads so far, in nanoseconds
+    """CPU seconds of process ``pid``'s live threads so far, read to the nanosecond
     (``/proc/<pid>/task/*/schedstat``): for rounds too short for :func:`cpu_s`'s ticks.
     A thread that ended is no longer counted (a broker's serving threads live on)."""
     total = 0
